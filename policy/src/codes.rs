@@ -1,0 +1,193 @@
+//! The single table of error codes.
+//!
+//! Every refusal Palisade makes, and every failure it reports to a client, carries exactly one
+//! [`ErrorCode`]. This file is the only place that says which HTTP status, title, problem `type`
+//! URI and drift-event category a code has (SPEC §5, §6, §7, §8). The matches are exhaustive with
+//! no `_` arm: a new code does not compile until it has a row.
+
+use std::borrow::Cow;
+use std::fmt;
+
+/// Drift-event categories (SPEC §8, RICH §14.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum DriftCategory {
+    Structural,
+    Representation,
+    Identity,
+    ToolDefinition,
+    Lockfile,
+    Lease,
+    Fence,
+    Idempotency,
+    Rate,
+}
+
+impl DriftCategory {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Structural => "structural",
+            Self::Representation => "representation",
+            Self::Identity => "identity",
+            Self::ToolDefinition => "tool-definition",
+            Self::Lockfile => "lockfile",
+            Self::Lease => "lease",
+            Self::Fence => "fence",
+            Self::Idempotency => "idempotency",
+            Self::Rate => "rate",
+        }
+    }
+}
+
+macro_rules! codes {
+    ($( $(#[$doc:meta])* $variant:ident = $code:literal, $status:literal, $title:literal, $cat:expr; )*) => {
+        /// Every code Palisade puts on the wire.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum ErrorCode { $( $(#[$doc])* $variant, )* }
+
+        impl ErrorCode {
+            /// Every code, in table order.
+            pub const ALL: &'static [ErrorCode] = &[ $( ErrorCode::$variant, )* ];
+
+            /// The wire name, e.g. `ERR_STALE_FENCE_EPOCH`.
+            pub fn as_str(self) -> &'static str {
+                match self { $( ErrorCode::$variant => $code, )* }
+            }
+
+            /// The HTTP status of a problem response with this code.
+            pub fn status(self) -> u16 {
+                match self { $( ErrorCode::$variant => $status, )* }
+            }
+
+            /// The problem's `title`: fixed per code, never holding request values.
+            pub fn title(self) -> &'static str {
+                match self { $( ErrorCode::$variant => $title, )* }
+            }
+
+            /// The drift-event category, or `None` for failures that are not drift (an
+            /// upstream that is down is not a policy violation).
+            pub fn category(self) -> Option<DriftCategory> {
+                #[allow(unused_imports)]
+                use DriftCategory::*;
+                match self { $( ErrorCode::$variant => $cat, )* }
+            }
+
+            /// Looks a wire name up in the table.
+            pub fn from_wire(s: &str) -> Option<ErrorCode> {
+                match s { $( $code => Some(ErrorCode::$variant), )* _ => None }
+            }
+        }
+    };
+}
+
+codes! {
+    // SPEC §5.2, checks 1–12.
+    LeaseRequired = "ERR_LEASE_REQUIRED", 428, "Compensation lease required", Some(Lease);
+    LeaseMalformed = "ERR_LEASE_MALFORMED", 400, "Compensation lease malformed", Some(Lease);
+    LeaseUntrustedKey = "ERR_LEASE_UNTRUSTED_KEY", 403, "Lease signed by an untrusted key", Some(Lease);
+    LeaseSignature = "ERR_LEASE_SIGNATURE", 403, "Lease signature invalid", Some(Lease);
+    RecoveryWindow = "ERR_RECOVERY_WINDOW", 403, "Recovery window not satisfiable", Some(Lease);
+    ClockSkew = "ERR_CLOCK_SKEW", 403, "Lease issued in the future", Some(Lease);
+    /// 403 on a write; the compensate endpoint answers 410 with the same code (SPEC §5.4),
+    /// see [`Refusal::with_status`].
+    LeaseExpired = "ERR_LEASE_EXPIRED", 403, "Lease expired", Some(Lease);
+    TargetMismatch = "ERR_TARGET_MISMATCH", 403, "Lease target does not match the request", Some(Lease);
+    RecoveryMode = "ERR_RECOVERY_MODE", 403, "Recovery mode not allowed for this operation", Some(Lease);
+    ContractInput = "ERR_CONTRACT_INPUT", 422, "Request violates the input contract", Some(Structural);
+    InverseNotStaged = "ERR_INVERSE_NOT_STAGED", 428, "Inverse payload not staged", Some(Lease);
+    InverseDigest = "ERR_INVERSE_DIGEST", 403, "Inverse payload digest mismatch", Some(Lease);
+    StaleFenceEpoch = "ERR_STALE_FENCE_EPOCH", 409, "Stale fence epoch", Some(Fence);
+    PreimageUnavailable = "ERR_PREIMAGE_UNAVAILABLE", 503, "Pre-image unavailable", Some(Fence);
+    // SPEC §4.
+    UnboundOperation = "ERR_UNBOUND_OPERATION", 404, "Operation not bound by the lockfile", Some(Lockfile);
+    // SPEC §5.4.
+    AlreadyCompensated = "ERR_ALREADY_COMPENSATED", 409, "Lease already compensated", Some(Lease);
+    // SPEC §5.6.
+    IdempotencyKeyReused = "ERR_IDEMPOTENCY_KEY_REUSED", 422, "Idempotency key reused with a different request", Some(Idempotency);
+    IdempotencyInFlight = "ERR_IDEMPOTENCY_IN_FLIGHT", 409, "Request with this idempotency key in flight", Some(Idempotency);
+    IdempotencyKeyRequired = "ERR_IDEMPOTENCY_KEY_REQUIRED", 400, "Idempotency key required", Some(Idempotency);
+    // SPEC §5.7.
+    CallerUnidentified = "ERR_CALLER_UNIDENTIFIED", 401, "Caller identity required", Some(Lease);
+    LeaseNotYours = "ERR_LEASE_NOT_YOURS", 403, "Lease granted to another caller", Some(Lease);
+    // SPEC §7.
+    ContractOutput = "ERR_CONTRACT_OUTPUT", 502, "Upstream response violates the output contract", Some(Structural);
+    DeploymentIdentity = "ERR_DEPLOYMENT_IDENTITY", 502, "Upstream identity does not match the binding", Some(Identity);
+    ToolDrifted = "ERR_TOOL_DRIFTED", 409, "Tool definition drifted from its pin", Some(ToolDefinition);
+    // SPEC §11.
+    McpMethodMismatch = "ERR_MCP_METHOD_MISMATCH", 400, "Mcp-Method header disagrees with the JSON-RPC method", Some(Representation);
+    // SPEC §10: the fence store is part of enforcement, so its loss is fence drift.
+    StoreUnavailable = "ERR_STORE_UNAVAILABLE", 503, "State store unavailable", Some(Fence);
+    // Data plane (SPEC §3). Not drift: nothing violated a binding.
+    BodyTooLarge = "ERR_BODY_TOO_LARGE", 413, "Request body too large", None;
+    ResponseTooLarge = "ERR_RESPONSE_TOO_LARGE", 502, "Upstream response too large to check", None;
+    UpstreamUnavailable = "ERR_UPSTREAM_UNAVAILABLE", 502, "Upstream unavailable", None;
+    UpstreamTimeout = "ERR_UPSTREAM_TIMEOUT", 504, "Upstream timed out", None;
+    BadRequest = "ERR_BAD_REQUEST", 400, "Bad request", None;
+    NotFound = "ERR_NOT_FOUND", 404, "Not found", None;
+    Internal = "ERR_INTERNAL", 500, "Internal error", None;
+}
+
+impl ErrorCode {
+    /// The problem `type` URI: `urn:palisade:error:` + the code without `ERR_`, in kebab case
+    /// (`ERR_STALE_FENCE_EPOCH` → `urn:palisade:error:stale-fence-epoch`).
+    pub fn problem_type(self) -> String {
+        let name = self.as_str().trim_start_matches("ERR_");
+        format!(
+            "urn:palisade:error:{}",
+            name.to_ascii_lowercase().replace('_', "-")
+        )
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Policy's answer to a request that must not pass. Not an error: nothing broke.
+///
+/// `detail` names fields and rules, never their contents (SPEC §6), so it is safe to send to
+/// the client and to log.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Refusal {
+    pub code: ErrorCode,
+    pub detail: Cow<'static, str>,
+    /// A machine-readable sub-reason, e.g. `pre-image-mismatch` (SPEC §5.2 check 12).
+    pub reason: Option<&'static str>,
+    /// Overrides the table's status where the SPEC gives one code two statuses.
+    pub status: Option<u16>,
+}
+
+impl Refusal {
+    pub fn new(code: ErrorCode, detail: impl Into<Cow<'static, str>>) -> Self {
+        Self {
+            code,
+            detail: detail.into(),
+            reason: None,
+            status: None,
+        }
+    }
+
+    pub fn with_reason(mut self, reason: &'static str) -> Self {
+        self.reason = Some(reason);
+        self
+    }
+
+    pub fn with_status(mut self, status: u16) -> Self {
+        self.status = Some(status);
+        self
+    }
+
+    pub fn status(&self) -> u16 {
+        self.status.unwrap_or_else(|| self.code.status())
+    }
+}
+
+impl fmt::Display for Refusal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.code, self.detail)
+    }
+}
+
+#[cfg(test)]
+mod tests;

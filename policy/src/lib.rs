@@ -1,0 +1,31 @@
+//! Palisade's deciding core.
+//!
+//! Everything here is pure: no sockets, no files, no runtime, no clock reads. Functions take
+//! bytes, parsed values and the current time as arguments and return values (`VerifiedLease`,
+//! `Refusal`, signed receipts). The `palisade` crate gathers the data (headers, store reads,
+//! upstream answers) and acts on what this crate decides.
+//!
+//! What lives here:
+//! - [`json`]: a strict I-JSON (RFC 7493) parser, the only way untrusted JSON enters a decision.
+//! - [`canon`]: RFC 8785 JSON Canonicalization Scheme over parsed values.
+//! - [`digest`]: SHA-256 digests in their `sha256:`, `sha-256:` and `ni:` spellings.
+//! - [`codes`]: the single table of `ERR_*` codes (status, title, problem type, drift category).
+//! - [`keys`]: Ed25519 keys, key ids and the trust store of lease issuers.
+//! - [`lease`]: the PTCL lease model and its verification (SPEC §5.2 checks 2–8).
+//! - [`receipt`]: signed, hash-chained receipts and chain verification.
+//! - [`target`]: RFC 3986 normalisation of `sor_target_uri` for check 7.
+//!
+//! What does not: anything that waits, reads a file or a clock, or talks to a peer.
+#![forbid(unsafe_code)]
+
+pub mod canon;
+pub mod codes;
+pub mod digest;
+pub mod json;
+pub mod keys;
+pub mod lease;
+pub mod receipt;
+pub mod target;
+
+pub use codes::{DriftCategory, ErrorCode, Refusal};
+pub use digest::Sha256Digest;

@@ -1,0 +1,298 @@
+//! Signed, hash-chained receipts (SPEC §5.5).
+//!
+//! A receipt is signed by the sidecar key over the JCS of the receipt without `signature`, as
+//! leases are. Receipts form one chain per store: `prev` is `sha256:` + SHA-256 of the JCS of
+//! the previous receipt *with* its signature; the first receipt's `prev` is the digest of zero
+//! bytes. [`verify_chain`] walks a chain and names the first receipt that breaks it.
+//!
+//! No receipt ever holds a request or response body, only digests of them; the types here have
+//! no field that could carry one.
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::canon;
+use crate::digest::Sha256Digest;
+use crate::json;
+use crate::keys::{KeyPair, TrustStore};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReceiptKind {
+    Commit,
+    Rejection,
+    Compensation,
+    DryRun,
+    Escrow,
+}
+
+/// The unsigned content of a receipt. Optional members are left out when absent.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReceiptBody {
+    pub receipt_id: String,
+    pub kind: ReceiptKind,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lease_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub sor_target_uri: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cas_fence_epoch: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub request_digest: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pre_image_state_hash: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_status: Option<u16>,
+    /// The refusal code, on rejections only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// e.g. `"uncertain"` for an upstream timeout, `"dry-run"`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outcome: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lockfile_digest: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_id: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub trace_anchor_ref: Option<String>,
+    /// RFC 3339.
+    pub at: String,
+}
+
+impl ReceiptBody {
+    /// A receipt with only the required members; fill the rest with struct update syntax.
+    pub fn new(receipt_id: String, kind: ReceiptKind, at: String) -> Self {
+        Self {
+            receipt_id,
+            kind,
+            lease_id: None,
+            sor_target_uri: None,
+            cas_fence_epoch: None,
+            method: None,
+            request_digest: None,
+            pre_image_state_hash: None,
+            upstream_status: None,
+            code: None,
+            outcome: None,
+            lockfile_digest: None,
+            trace_id: None,
+            trace_anchor_ref: None,
+            at,
+        }
+    }
+}
+
+/// A signed receipt, in the three forms its users need.
+#[derive(Debug, Clone)]
+pub struct SealedReceipt {
+    pub value: Value,
+    /// JCS of the whole receipt, signature included: what the store keeps.
+    pub jcs: Vec<u8>,
+    /// SHA-256 of `jcs`: the next receipt's `prev`.
+    pub digest: Sha256Digest,
+}
+
+/// Signs `body` as the receipt following `prev`.
+pub fn seal(body: &ReceiptBody, prev: Sha256Digest, key: &KeyPair) -> SealedReceipt {
+    let mut value = serde_json::to_value(body).expect("a receipt body always serialises");
+    let obj = value
+        .as_object_mut()
+        .expect("a receipt body serialises as an object");
+    obj.insert("receipt_version".into(), json!("1.0"));
+    obj.insert("prev".into(), json!(prev.to_string()));
+    let sig = key.sign(&canon::to_vec(&Value::Object(obj.clone())));
+    obj.insert(
+        "signature".into(),
+        json!({"alg": "Ed25519", "kid": key.kid(), "sig": URL_SAFE_NO_PAD.encode(sig)}),
+    );
+    let jcs = canon::to_vec(&value);
+    let digest = Sha256Digest::of(&jcs);
+    SealedReceipt { value, jcs, digest }
+}
+
+/// What is wrong with a receipt in a chain.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ChainFault {
+    #[error("not a JSON object of I-JSON")]
+    Unparseable,
+    #[error("missing or malformed member {0}")]
+    Malformed(&'static str),
+    #[error("prev does not match the digest of the previous receipt")]
+    BrokenLink,
+    #[error("signed by a key that is not trusted")]
+    UnknownKey,
+    #[error("signature does not verify")]
+    BadSignature,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("receipt #{index} ({}) breaks the chain: {fault}", receipt_id.as_deref().unwrap_or("no receipt_id"))]
+pub struct ChainError {
+    /// 0-based position in the chain.
+    pub index: usize,
+    pub receipt_id: Option<String>,
+    pub fault: ChainFault,
+}
+
+/// A verified chain: how many receipts, and the digest the next receipt's `prev` must carry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChainHead {
+    pub count: usize,
+    pub head: Sha256Digest,
+}
+
+/// Verifies one receipt (its signature) and returns its `prev` link and its own digest.
+pub fn verify_one(
+    bytes: &[u8],
+    trust: &TrustStore,
+) -> Result<(Sha256Digest, Sha256Digest), (Option<String>, ChainFault)> {
+    let value = json::parse(bytes, 32).map_err(|_| (None, ChainFault::Unparseable))?;
+    let Value::Object(obj) = &value else {
+        return Err((None, ChainFault::Unparseable));
+    };
+    let id = obj
+        .get("receipt_id")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    let fail = |fault| (id.clone(), fault);
+    let prev = obj
+        .get("prev")
+        .and_then(Value::as_str)
+        .and_then(|s| Sha256Digest::parse_ptcl(s).ok())
+        .ok_or_else(|| fail(ChainFault::Malformed("prev")))?;
+    let sig = obj
+        .get("signature")
+        .and_then(Value::as_object)
+        .ok_or_else(|| fail(ChainFault::Malformed("signature")))?;
+    let kid = sig
+        .get("kid")
+        .and_then(Value::as_str)
+        .ok_or_else(|| fail(ChainFault::Malformed("signature.kid")))?;
+    let raw_sig: [u8; 64] = sig
+        .get("sig")
+        .and_then(Value::as_str)
+        .and_then(|s| URL_SAFE_NO_PAD.decode(s).ok())
+        .and_then(|b| b.try_into().ok())
+        .ok_or_else(|| fail(ChainFault::Malformed("signature.sig")))?;
+    if sig.get("alg").and_then(Value::as_str) != Some("Ed25519") {
+        return Err(fail(ChainFault::Malformed("signature.alg")));
+    }
+    let key = trust.get(kid).ok_or_else(|| fail(ChainFault::UnknownKey))?;
+    let mut input = Vec::with_capacity(bytes.len());
+    canon::write_object_without(&mut input, obj, "signature");
+    if !key.verify(&input, &raw_sig) {
+        return Err(fail(ChainFault::BadSignature));
+    }
+    Ok((prev, Sha256Digest::of(&canon::to_vec(&value))))
+}
+
+/// Walks a whole chain from its first receipt: every `prev` link and every signature.
+pub fn verify_chain<'a>(
+    receipts: impl IntoIterator<Item = &'a [u8]>,
+    trust: &TrustStore,
+) -> Result<ChainHead, ChainError> {
+    let mut expected_prev = Sha256Digest::empty();
+    let mut count = 0;
+    for (index, bytes) in receipts.into_iter().enumerate() {
+        let (prev, digest) =
+            verify_one(bytes, trust).map_err(|(receipt_id, fault)| ChainError {
+                index,
+                receipt_id,
+                fault,
+            })?;
+        if prev != expected_prev {
+            return Err(ChainError {
+                index,
+                receipt_id: json::parse(bytes, 32)
+                    .ok()
+                    .and_then(|v| v.get("receipt_id")?.as_str().map(str::to_owned)),
+                fault: ChainFault::BrokenLink,
+            });
+        }
+        expected_prev = digest;
+        count += 1;
+    }
+    Ok(ChainHead {
+        count,
+        head: expected_prev,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chain(n: usize, key: &KeyPair) -> Vec<SealedReceipt> {
+        let mut prev = Sha256Digest::empty();
+        (0..n)
+            .map(|i| {
+                let body = ReceiptBody {
+                    lease_id: Some(format!("urn:uuid:{i}")),
+                    cas_fence_epoch: Some(i as u64 + 1),
+                    upstream_status: Some(200),
+                    ..ReceiptBody::new(
+                        format!("urn:uuid:r{i}"),
+                        ReceiptKind::Commit,
+                        "2026-12-02T00:00:00.000Z".into(),
+                    )
+                };
+                let r = seal(&body, prev, key);
+                prev = r.digest;
+                r
+            })
+            .collect()
+    }
+
+    fn trust(key: &KeyPair) -> TrustStore {
+        let mut t = TrustStore::new();
+        t.insert(key.trusted("sidecar")).unwrap();
+        t
+    }
+
+    #[test]
+    fn a_sealed_chain_verifies() {
+        let key = KeyPair::from_seed([1; 32]);
+        let receipts = chain(5, &key);
+        let head = verify_chain(receipts.iter().map(|r| r.jcs.as_slice()), &trust(&key)).unwrap();
+        assert_eq!(head.count, 5);
+        assert_eq!(head.head, receipts[4].digest);
+        assert_eq!(receipts[0].value["prev"], Sha256Digest::empty().to_string());
+        assert_eq!(receipts[0].value["receipt_version"], "1.0");
+        assert_eq!(receipts[0].value["kind"], "commit");
+    }
+
+    #[test]
+    fn the_first_broken_receipt_is_named() {
+        let key = KeyPair::from_seed([1; 32]);
+        let t = trust(&key);
+        let receipts = chain(4, &key);
+        let mut bytes: Vec<Vec<u8>> = receipts.iter().map(|r| r.jcs.clone()).collect();
+
+        // A receipt removed from the middle breaks the next link.
+        let mut gap = bytes.clone();
+        gap.remove(1);
+        let err = verify_chain(gap.iter().map(Vec::as_slice), &t).unwrap_err();
+        assert_eq!((err.index, err.fault.clone()), (1, ChainFault::BrokenLink));
+        assert_eq!(err.receipt_id.as_deref(), Some("urn:uuid:r2"));
+
+        // An edited field breaks that receipt's signature.
+        let edited = String::from_utf8(bytes[2].clone())
+            .unwrap()
+            .replace("\"cas_fence_epoch\":3", "\"cas_fence_epoch\":9");
+        bytes[2] = edited.into_bytes();
+        let err = verify_chain(bytes.iter().map(Vec::as_slice), &t).unwrap_err();
+        assert_eq!((err.index, err.fault), (2, ChainFault::BadSignature));
+
+        // A receipt signed by another key is not trusted.
+        let other = chain(1, &KeyPair::from_seed([2; 32]));
+        let err = verify_chain([other[0].jcs.as_slice()], &t).unwrap_err();
+        assert_eq!((err.index, err.fault), (0, ChainFault::UnknownKey));
+
+        let err = verify_chain([b"not json".as_slice()], &t).unwrap_err();
+        assert_eq!(err.fault, ChainFault::Unparseable);
+    }
+}

@@ -1,0 +1,113 @@
+//! RFC 3986 §6.2.2 normalisation of `sor_target_uri` for check 7 (SPEC §4.3).
+//!
+//! Two spellings of one target must compare equal, and two targets must not: scheme and host
+//! are lowercased, a default port is dropped, dot segments are removed (all by the `url` crate),
+//! percent-encoded unreserved characters are decoded and the remaining escapes uppercased
+//! (done here, since WHATWG URL parsing leaves escapes alone).
+
+use url::Url;
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TargetError {
+    #[error("not an absolute URI")]
+    NotAbsolute,
+    #[error("scheme must be http or https")]
+    Scheme,
+}
+
+/// The normalised form of an absolute `http`/`https` URI, fragment removed.
+pub fn normalize(uri: &str) -> Result<String, TargetError> {
+    let mut url = Url::parse(uri).map_err(|_| TargetError::NotAbsolute)?;
+    if !matches!(url.scheme(), "http" | "https") {
+        return Err(TargetError::Scheme);
+    }
+    if url.host_str().is_none_or(str::is_empty) {
+        return Err(TargetError::NotAbsolute);
+    }
+    url.set_fragment(None);
+    let path = normalize_escapes(url.path());
+    url.set_path(&path);
+    if let Some(q) = url.query() {
+        let q = normalize_escapes(q);
+        url.set_query(Some(&q));
+    }
+    Ok(url.into())
+}
+
+/// Decodes `%XX` where it encodes an unreserved character and uppercases every other escape.
+pub fn normalize_escapes(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = String::with_capacity(s.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'%'
+            && i + 2 < b.len()
+            && b[i + 1].is_ascii_hexdigit()
+            && b[i + 2].is_ascii_hexdigit()
+        {
+            // Both bytes are ASCII hex digits, so this slice is on char boundaries.
+            let hex = &s[i + 1..i + 3];
+            if let Ok(v) = u8::from_str_radix(hex, 16) {
+                if v.is_ascii_alphanumeric() || matches!(v, b'-' | b'.' | b'_' | b'~') {
+                    out.push(v as char);
+                } else {
+                    out.push('%');
+                    out.push_str(&hex.to_ascii_uppercase());
+                }
+                i += 3;
+                continue;
+            }
+        }
+        // Copy one whole character (the input is a str, so this never splits one).
+        let ch = s[i..].chars().next().expect("i is on a char boundary");
+        out.push(ch);
+        i += ch.len_utf8();
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn equivalent_spellings_normalise_alike() {
+        let want = "https://erp.example.com/api/v2/items/A-1?x=%2F";
+        for spelling in [
+            "https://erp.example.com/api/v2/items/A-1?x=%2F",
+            "HTTPS://ERP.Example.COM:443/api/v2/items/A-1?x=%2f",
+            "https://erp.example.com/api/./v1/../v2/items/%41%2D1?x=%2F",
+            "https://erp.example.com/api/v2/items/A-1?x=%2F#frag",
+        ] {
+            assert_eq!(normalize(spelling).unwrap(), want, "{spelling}");
+        }
+    }
+
+    #[test]
+    fn different_targets_stay_different() {
+        let a = normalize("https://erp.example.com/items/1").unwrap();
+        for other in [
+            "http://erp.example.com/items/1",
+            "https://erp.example.com:8443/items/1",
+            "https://erp.example.com/items/1/",
+            "https://erp.example.com/items/1?",
+            "https://erp.example.com/items/%2F1",
+            "https://erp.example.org/items/1",
+        ] {
+            assert_ne!(normalize(other).unwrap(), a, "{other}");
+        }
+    }
+
+    #[test]
+    fn escapes_next_to_multibyte_characters_do_not_panic() {
+        assert_eq!(normalize_escapes("%é%4"), "%é%4");
+        assert_eq!(normalize_escapes("a%4a%zz%"), "aJ%zz%");
+    }
+
+    #[test]
+    fn non_http_or_relative_uris_are_refused() {
+        assert_eq!(normalize("/items/1"), Err(TargetError::NotAbsolute));
+        assert_eq!(normalize("ftp://x/items"), Err(TargetError::Scheme));
+        assert_eq!(normalize("mailto:a@b"), Err(TargetError::Scheme));
+    }
+}
