@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! RFC 8032 §7.1 and Project Wycheproof Ed25519 vectors, run through the same verification
 //! code the proxy uses for leases and receipts (`TrustedKey::from_bytes` + `TrustedKey::verify`).
 

@@ -1,3 +1,4 @@
+#![allow(clippy::unwrap_used)]
 //! RFC 8785 vectors from the reference implementation (testdata/jcs, copied into the repo).
 
 use std::path::PathBuf;

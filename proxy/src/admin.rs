@@ -1,0 +1,92 @@
+//! The admin listener (SPEC §9): health, readiness and metrics.
+//!
+//! Plain HTTP/1.1 on `admin.addr` (loopback by default). It is served apart from the data
+//! plane so a flood of agent traffic cannot starve probes, and it stops last on shutdown so
+//! that `/readyz` keeps answering 503 while the data plane drains.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::{header, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::body::{self, ProxyBody};
+use crate::pipeline::AppState;
+
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    metrics: PrometheusHandle,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Histograms are kept in windows that need draining now and then.
+    let upkeep = {
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                metrics.run_upkeep();
+            }
+        })
+    };
+    loop {
+        let (stream, _) = tokio::select! {
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(_) => continue,
+            },
+            _ = stop.changed() => break,
+        };
+        let state = state.clone();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| respond(req, state.clone(), metrics.clone()));
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+    upkeep.abort();
+}
+
+async fn respond(
+    req: Request<Incoming>,
+    state: Arc<AppState>,
+    metrics: PrometheusHandle,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let text = |status: StatusCode, body: &'static str| {
+        let mut r = Response::new(body::full(body));
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/plain"),
+        );
+        r
+    };
+    Ok(match (req.method(), req.uri().path()) {
+        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/readyz") => {
+            if state.is_draining() {
+                text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+            } else {
+                text(StatusCode::OK, "ready\n")
+            }
+        }
+        (&Method::GET, "/metrics") => {
+            let mut r = Response::new(body::full(metrics.render()));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            r
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    })
+}

@@ -1,0 +1,125 @@
+//! Body types shared by the data plane.
+//!
+//! Everything the proxy sends is a [`ProxyBody`]: a boxed body so that streamed upstream
+//! bodies, buffered bodies and problem documents share one type. Streaming stays streaming:
+//! boxing adds no buffering, and hyper applies backpressure through `poll_frame`.
+
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use http_body::{Body, Frame, SizeHint};
+use http_body_util::{BodyExt, Empty, Full};
+
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type ProxyBody = http_body_util::combinators::UnsyncBoxBody<Bytes, BoxError>;
+
+pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
+    Full::new(bytes.into())
+        .map_err(|never| match never {})
+        .boxed_unsync()
+}
+
+pub fn empty() -> ProxyBody {
+    Empty::new().map_err(|never| match never {}).boxed_unsync()
+}
+
+pub fn boxed<B>(body: B) -> ProxyBody
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    body.map_err(Into::into).boxed_unsync()
+}
+
+pin_project_lite::pin_project! {
+    /// Counts the bytes a body yields and calls `on_end` once with the total, when the body
+    /// ends or is dropped (a client that hangs up mid-stream still gets its access-log line).
+    pub struct Counted<B, F: FnOnce(u64)> {
+        #[pin]
+        inner: B,
+        bytes: u64,
+        on_end: Option<F>,
+    }
+
+    impl<B, F: FnOnce(u64)> PinnedDrop for Counted<B, F> {
+        fn drop(this: Pin<&mut Self>) {
+            let this = this.project();
+            if let Some(f) = this.on_end.take() {
+                f(*this.bytes);
+            }
+        }
+    }
+}
+
+impl<B, F: FnOnce(u64)> Counted<B, F> {
+    pub fn new(inner: B, on_end: F) -> Self {
+        Self {
+            inner,
+            bytes: 0,
+            on_end: Some(on_end),
+        }
+    }
+}
+
+impl<B: Body<Data = Bytes>, F: FnOnce(u64)> Body for Counted<B, F> {
+    type Data = Bytes;
+    type Error = B::Error;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        let this = self.project();
+        let polled = this.inner.poll_frame(cx);
+        match &polled {
+            Poll::Ready(Some(Ok(frame))) => {
+                if let Some(data) = frame.data_ref() {
+                    *this.bytes += data.len() as u64;
+                }
+            }
+            Poll::Ready(None) => {
+                if let Some(f) = this.on_end.take() {
+                    f(*this.bytes);
+                }
+            }
+            _ => {}
+        }
+        polled
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Why a body could not be buffered.
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    #[error("body exceeds the limit of {0} bytes")]
+    TooLarge(u64),
+    #[error("body could not be read: {0}")]
+    Read(BoxError),
+}
+
+/// Reads a whole body, refusing it as soon as it passes `limit` bytes (before reading the rest,
+/// SPEC §3), and at once when `Content-Length` already says so.
+pub async fn collect_limited<B>(body: B, limit: u64) -> Result<Bytes, CollectError>
+where
+    B: Body<Data = Bytes>,
+    B::Error: Into<BoxError>,
+{
+    if body.size_hint().lower() > limit {
+        return Err(CollectError::TooLarge(limit));
+    }
+    let limited = http_body_util::Limited::new(body, limit as usize);
+    match limited.collect().await {
+        Ok(c) => Ok(c.to_bytes()),
+        Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(CollectError::TooLarge(limit)),
+        Err(e) => Err(CollectError::Read(e)),
+    }
+}

@@ -1,0 +1,381 @@
+//! The `palisade` command line (SPEC §1).
+//!
+//! Exit codes: 0 ok, 1 the input was refused, 2 usage or configuration error. Errors go to
+//! stderr one per line, naming the file, field and reason.
+
+use std::io::{Read as _, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use palisade_policy::digest::{Sha256Digest, Spelling};
+use palisade_policy::keys::{KeyPair, TrustStore};
+use palisade_policy::lease::{self, RecoveryMode, VerifyContext};
+use palisade_policy::{canon, json};
+use serde_json::{json, Value};
+
+use crate::clock::WallClock;
+use crate::config::Config;
+
+/// Bound on what the JSON tools read from stdin.
+const MAX_STDIN: u64 = 64 << 20;
+const MAX_DEPTH: usize = 128;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "palisade",
+    version,
+    about = "Inline enforcement sidecar for agent writes"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the sidecar.
+    Run {
+        #[arg(long, env = "PALISADE_CONFIG")]
+        config: PathBuf,
+    },
+    /// Start a sample SoR with a sidecar in front of it and print curl lines to try.
+    Demo {
+        /// Data-plane port of the demo sidecar (0 picks a free one).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+    },
+    /// Write a new Ed25519 PKCS#8 PEM private key; print its kid and public key.
+    Keygen {
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Sign and verify compensation leases.
+    #[command(subcommand)]
+    Lease(LeaseCommand),
+    /// Print the RFC 8785 canonical form of the JSON on stdin.
+    Jcs,
+    /// Print the SHA-256 of the JCS form of the JSON on stdin.
+    Digest {
+        #[arg(long, value_parser = ["sha256", "sha-256"], default_value = "sha-256")]
+        prefix: String,
+    },
+    /// Configuration tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum LeaseCommand {
+    /// Print a lease signed with KEY.
+    Sign {
+        #[arg(long)]
+        key: PathBuf,
+        #[arg(long)]
+        target: String,
+        #[arg(long)]
+        epoch: u64,
+        #[arg(long = "pre-image")]
+        pre_image: String,
+        /// JSON file holding the inverse payload (SPEC §5.4).
+        #[arg(long)]
+        inverse: PathBuf,
+        #[arg(long, default_value = "COMPENSATING_ACTION")]
+        mode: String,
+        #[arg(long = "t-req", default_value_t = 30_000)]
+        t_req: u64,
+        #[arg(long = "t-granted", default_value_t = 60_000)]
+        t_granted: u64,
+    },
+    /// Verify the lease on stdin (checks 2–6 of SPEC §5.2) against an issuers file.
+    Verify {
+        #[arg(long)]
+        trust: PathBuf,
+        /// `ptcl.max_clock_skew`.
+        #[arg(long, default_value = "60s")]
+        max_clock_skew: humantime::Duration,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate a configuration (and the files it names) without starting.
+    Check {
+        #[arg(long, env = "PALISADE_CONFIG")]
+        config: PathBuf,
+    },
+}
+
+/// A failed command: the lines to print and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: u8,
+    pub lines: Vec<String>,
+}
+
+impl Failure {
+    fn refused(line: impl Into<String>) -> Self {
+        Self {
+            code: 1,
+            lines: vec![line.into()],
+        }
+    }
+
+    fn usage(line: impl Into<String>) -> Self {
+        Self {
+            code: 2,
+            lines: vec![line.into()],
+        }
+    }
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            let mut err = std::io::stderr().lock();
+            for line in f.lines {
+                let _ = writeln!(err, "palisade: {line}");
+            }
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Run { config } => run(&config),
+        Command::Demo { port } => {
+            crate::demo::run(port).map_err(|e| Failure::usage(format!("{e:#}")))
+        }
+        Command::Keygen { out } => keygen(&out),
+        Command::Lease(LeaseCommand::Sign {
+            key,
+            target,
+            epoch,
+            pre_image,
+            inverse,
+            mode,
+            t_req,
+            t_granted,
+        }) => lease_sign(
+            &key, &target, epoch, &pre_image, &inverse, &mode, t_req, t_granted,
+        ),
+        Command::Lease(LeaseCommand::Verify {
+            trust,
+            max_clock_skew,
+        }) => lease_verify(&trust, (*max_clock_skew).as_millis() as i64),
+        Command::Jcs => {
+            let out = canonical_stdin()?;
+            std::io::stdout()
+                .write_all(&out)
+                .map_err(|e| Failure::usage(format!("stdout: {e}")))
+        }
+        Command::Digest { prefix } => {
+            let out = canonical_stdin()?;
+            let spelling = if prefix == "sha256" {
+                Spelling::Sha256
+            } else {
+                Spelling::ShaDash256
+            };
+            println!("{}", Sha256Digest::of(&out).spelled(spelling));
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Check { config }) => {
+            let cfg = load_config(&config)?;
+            check_referenced_files(&cfg, &config)?;
+            println!("{}: ok", config.display());
+            Ok(())
+        }
+    }
+}
+
+fn read_stdin() -> Result<Vec<u8>, Failure> {
+    let mut buf = Vec::new();
+    std::io::stdin()
+        .take(MAX_STDIN + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| Failure::usage(format!("stdin: {e}")))?;
+    if buf.len() as u64 > MAX_STDIN {
+        return Err(Failure::refused(format!(
+            "stdin: input exceeds {MAX_STDIN} bytes"
+        )));
+    }
+    Ok(buf)
+}
+
+fn canonical_stdin() -> Result<Vec<u8>, Failure> {
+    let input = read_stdin()?;
+    canon::canonicalize(&input, MAX_DEPTH).map_err(|e| Failure::refused(format!("stdin: {e}")))
+}
+
+fn load_config(path: &Path) -> Result<Config, Failure> {
+    Config::load(path).map_err(|e| Failure {
+        code: 2,
+        lines: e.0.iter().map(ToString::to_string).collect(),
+    })
+}
+
+/// Loads every file the config names, reporting each one that is unusable.
+fn check_referenced_files(cfg: &Config, path: &Path) -> Result<(), Failure> {
+    let file = path.display().to_string();
+    let mut lines = Vec::new();
+    if let Some(tls) = &cfg.listen_tls {
+        if let Err(e) = crate::tls::ReloadingCert::load(&tls.cert, &tls.key) {
+            lines.push(format!("{file}: listen.tls: {e}"));
+        }
+        if let Some(ca) = &tls.client_ca {
+            if let Err(e) = crate::tls::root_store(ca) {
+                lines.push(format!("{file}: listen.tls.client_ca: {e}"));
+            }
+        }
+    }
+    if let Some(ca) = &cfg.upstream_ca {
+        if let Err(e) = crate::tls::root_store(ca) {
+            lines.push(format!("{file}: upstream.tls.ca: {e}"));
+        }
+    }
+    if let Some(key) = &cfg.signing_key {
+        if let Err(e) = read_key(key) {
+            lines.push(format!("{file}: signing.key: {}", e.lines.join("; ")));
+        }
+    }
+    if let Some(issuers) = &cfg.trust_issuers {
+        if let Err(e) = read_trust(issuers) {
+            lines.push(format!("{file}: trust.issuers: {}", e.lines.join("; ")));
+        }
+    }
+    if lines.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure { code: 2, lines })
+    }
+}
+
+fn run(config: &Path) -> Result<(), Failure> {
+    let cfg = load_config(config)?;
+    check_referenced_files(&cfg, config)?;
+    crate::telemetry::init_logging();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::usage(format!("runtime: {e}")))?;
+    runtime
+        .block_on(async {
+            let server = crate::server::Server::bind(cfg).await?;
+            server.run(crate::shutdown_signal()).await
+        })
+        .map_err(|e| Failure::usage(format!("{e:#}")))
+}
+
+fn keygen(out: &Path) -> Result<(), Failure> {
+    let mut seed = [0u8; 32];
+    rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut seed);
+    let key = KeyPair::from_seed(seed);
+    crate::write_private_file(out, key.to_pkcs8_pem().as_bytes())
+        .map_err(|e| Failure::usage(format!("{}: {e}", out.display())))?;
+    // The issuer-file entry form: paste it into `trust.issuers` of a sidecar that should
+    // accept leases signed with this key.
+    println!(
+        "{}",
+        json!({"kid": key.kid(), "public_key": key.public_b64(), "name": out.file_stem().and_then(|s| s.to_str()).unwrap_or("key")})
+    );
+    Ok(())
+}
+
+pub fn read_key(path: &Path) -> Result<KeyPair, Failure> {
+    let pem = std::fs::read_to_string(path)
+        .map_err(|e| Failure::usage(format!("{}: cannot read: {e}", path.display())))?;
+    KeyPair::from_pkcs8_pem(&pem).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+}
+
+fn read_trust(path: &Path) -> Result<TrustStore, Failure> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| Failure::usage(format!("{}: cannot read: {e}", path.display())))?;
+    let mut trust = TrustStore::new();
+    trust
+        .extend_from_issuers_json(&bytes)
+        .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+    Ok(trust)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn lease_sign(
+    key: &Path,
+    target: &str,
+    epoch: u64,
+    pre_image: &str,
+    inverse: &Path,
+    mode: &str,
+    t_req: u64,
+    t_granted: u64,
+) -> Result<(), Failure> {
+    let key = read_key(key)?;
+    let mode = RecoveryMode::parse(mode).ok_or_else(|| {
+        Failure::usage(
+            "--mode: must be COMPENSATING_ACTION, SNAPSHOT_RESTORE, DRY_RUN_SHADOW or HUMAN_ESCROW",
+        )
+    })?;
+    let pre_image = Sha256Digest::parse_ptcl(pre_image)
+        .map_err(|e| Failure::usage(format!("--pre-image: {e}")))?;
+    if palisade_policy::target::normalize(target).is_err() {
+        return Err(Failure::usage("--target: must be an absolute http(s) URI"));
+    }
+    let inverse_bytes = std::fs::read(inverse)
+        .map_err(|e| Failure::usage(format!("{}: cannot read: {e}", inverse.display())))?;
+    let inverse_value = json::parse(&inverse_bytes, MAX_DEPTH)
+        .map_err(|e| Failure::usage(format!("{}: {e}", inverse.display())))?;
+    let now = WallClock::now_ms();
+    let unsigned = json!({
+        "ptcl_version": "1.0",
+        "lease_id": format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+        "sor_target_uri": target,
+        "recovery_mode": mode.as_str(),
+        "t_req_ms": t_req,
+        "t_granted_ms": t_granted,
+        "cas_fence_epoch": epoch,
+        "pre_image_state_hash": pre_image.to_string(),
+        "inverse_payload_jcs_hash": Sha256Digest::of_json(&inverse_value).to_string(),
+        "issued_at": lease::format_rfc3339_ms(now),
+    });
+    let Value::Object(map) = unsigned else {
+        unreachable!("a json! object literal is an object")
+    };
+    println!("{}", lease::sign(map, &key));
+    Ok(())
+}
+
+fn lease_verify(trust: &Path, max_clock_skew_ms: i64) -> Result<(), Failure> {
+    let trust = read_trust(trust)?;
+    let input = read_stdin()?;
+    let raw = lease::decode_header(&input).map_err(|r| {
+        println!("{}", r.code);
+        Failure::refused(format!("{}: {}", r.code, r.detail))
+    })?;
+    let cx = VerifyContext {
+        now_ms: WallClock::now_ms(),
+        max_clock_skew_ms,
+        first_seen_ms: None,
+        request: None,
+    };
+    match lease::verify(&raw, &trust, &cx) {
+        Ok(v) => {
+            println!(
+                "ok {} epoch {} expires {}",
+                v.lease().lease_id,
+                v.lease().cas_fence_epoch,
+                lease::format_rfc3339_ms(v.expires_at_ms())
+            );
+            Ok(())
+        }
+        Err(r) => {
+            // The code alone on stdout for scripts; the reason on stderr for people.
+            println!("{}", r.code);
+            Err(Failure {
+                code: 1,
+                lines: vec![format!("{}: {}", r.code, r.detail)],
+            })
+        }
+    }
+}

@@ -1,0 +1,122 @@
+use super::*;
+
+#[test]
+fn minimal_config_gets_spec_defaults() {
+    let c = Config::parse("[upstream]\nurl = \"http://127.0.0.1:8081\"\n", "t.toml").unwrap();
+    assert_eq!(c.listen_addr, "0.0.0.0:8080");
+    assert_eq!(c.admin_addr, "127.0.0.1:9901");
+    assert_eq!(c.drain_timeout, Duration::from_secs(20));
+    assert_eq!(c.max_body, 1 << 20);
+    assert_eq!(c.max_response, 8 << 20);
+    assert_eq!(c.max_json_depth, 128);
+    assert_eq!(c.header_timeout, Duration::from_secs(10));
+    assert_eq!(c.upstream_connect_timeout, Duration::from_secs(2));
+    assert_eq!(c.upstream_timeout, Duration::from_secs(30));
+    assert_eq!(c.writes.len(), 4);
+    assert_eq!(c.unbound_writes, UnboundWrites::Deny);
+    assert_eq!(c.drift_sinks, vec![Sink::Stdout]);
+    assert!(c.pre_image_fetch && c.authority && c.watch);
+    assert!(c.mcp_path.is_none());
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let text = r#"
+        bogus_top = 1
+        [listen]
+        addr = "nonsense"
+        drain_timout = "5s"
+        [upstream]
+        timeout = "soon"
+        [limits]
+        max_body = "1 parsec"
+        [ptcl]
+        pre_image = "maybe"
+        [drift]
+        sinks = ["stderr"]
+    "#;
+    let err = Config::parse(text, "bad.toml").unwrap_err();
+    let keys: Vec<&str> = err.0.iter().map(|p| p.key.as_str()).collect();
+    for want in [
+        "listen.drain_timout",
+        "bogus_top",
+        "listen.addr",
+        "upstream.url",
+        "upstream.timeout",
+        "limits.max_body",
+        "ptcl.pre_image",
+        "drift.sinks",
+    ] {
+        assert!(keys.contains(&want), "{want} missing from {keys:?}");
+    }
+    assert!(err.0.iter().all(|p| p.file == "bad.toml"));
+    assert!(err
+        .to_string()
+        .contains("bad.toml: listen.drain_timout: unknown key"));
+}
+
+#[test]
+fn sizes_parse_with_binary_and_decimal_units() {
+    assert_eq!(parse_size("1MiB"), Some(1 << 20));
+    assert_eq!(parse_size("512KiB"), Some(512 << 10));
+    assert_eq!(parse_size("10MB"), Some(10_000_000));
+    assert_eq!(parse_size("4096"), Some(4096));
+    assert_eq!(parse_size("MiB"), None);
+    assert_eq!(parse_size("99999999999999GiB"), None);
+}
+
+#[test]
+fn full_spec_example_is_accepted() {
+    let text = r#"
+[listen]
+addr = "0.0.0.0:8080"
+drain_timeout = "20s"
+tls = { cert = "/etc/palisade/tls.crt", key = "/etc/palisade/tls.key", client_ca = "/etc/palisade/ca.crt" }
+public_base = "https://erp.example.com"
+[admin]
+addr = "127.0.0.1:9901"
+[upstream]
+url = "http://127.0.0.1:8081"
+connect_timeout = "2s"
+timeout = "30s"
+tls = { ca = "/ca.pem", identity = "spiffe://cluster.local/ns/erp/sa/erp" }
+shadow_url = "http://127.0.0.1:8082"
+[limits]
+max_body = "1MiB"
+max_response = "8MiB"
+max_json_depth = 128
+header_timeout = "10s"
+max_connections = 10000
+[store]
+kind = "embedded"
+path = "/var/lib/palisade/state.redb"
+[signing]
+key = "/etc/palisade/signing.pem"
+[trust]
+issuers = "/etc/palisade/issuers.json"
+[ptcl]
+writes = ["POST", "PUT", "PATCH", "DELETE"]
+max_clock_skew = "60s"
+pre_image = "fetch"
+max_grant = "5m"
+authority = true
+[rich]
+lockfile = "/etc/palisade/lock.json"
+contracts = "/etc/palisade/contracts"
+unbound_writes = "deny"
+watch = true
+[mcp]
+path = "/mcp"
+[drift]
+sinks = ["stdout", { file = "/var/log/palisade/drift.jsonl" }, { webhook = "http://collector:9000/events" }]
+quarantine_dir = "/var/lib/palisade/quarantine"
+"#;
+    let c = Config::parse(text, "spec.toml").unwrap();
+    assert_eq!(c.mcp_path.as_deref(), Some("/mcp"));
+    assert_eq!(c.drift_sinks.len(), 3);
+    assert!(c.listen_tls.unwrap().client_ca.is_some());
+    assert_eq!(
+        c.upstream_identity.as_deref(),
+        Some("spiffe://cluster.local/ns/erp/sa/erp")
+    );
+}

@@ -1,0 +1,274 @@
+//! One request, start to end (ARCHITECTURE.md "One request").
+//!
+//! ```text
+//! head → trace context → reserved paths → classify (read / write)
+//!   → reads: stream to upstream and back
+//!   → writes: read body (≤ max_body, else 413) → forward
+//!   → response: strip hop-by-hop, count bytes, access log, metrics
+//! ```
+//!
+//! Enforcement stages (lease, fence, contract) slot in between "read body" and "forward" as
+//! they land; this function lists them in request order so every await point is visible here.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use http::{header, HeaderValue, Method, Request, Response, Version};
+use hyper::body::Incoming;
+use palisade_policy::ErrorCode;
+use tokio::time::Instant;
+
+use crate::body::{self, CollectError, Counted, ProxyBody};
+use crate::config::Config;
+use crate::headers;
+use crate::problem::Problem;
+use crate::telemetry;
+use crate::upstream::{Upstream, UpstreamError};
+
+/// State shared by every request of one server.
+pub struct AppState {
+    pub config: Config,
+    pub upstream: Upstream,
+    /// Set on SIGTERM: `/readyz` turns 503 at once.
+    pub draining: AtomicBool,
+}
+
+impl AppState {
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+}
+
+/// What the connection knows about the downstream peer.
+#[derive(Debug, Clone)]
+pub struct ConnInfo {
+    pub peer: SocketAddr,
+    pub tls: bool,
+}
+
+/// Whether a request's body must be buffered before it may be forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    /// Streams both ways.
+    Read,
+    /// Buffered (≤ `max_body`) for the checks that need the whole body.
+    Write,
+}
+
+impl Kind {
+    fn label(self) -> &'static str {
+        match self {
+            Kind::Read => "read",
+            Kind::Write => "write",
+        }
+    }
+}
+
+/// Keeps `palisade_inflight_requests` right whichever way a request ends.
+struct InflightGuard;
+
+impl InflightGuard {
+    fn new() -> Self {
+        metrics::gauge!(telemetry::INFLIGHT).increment(1.0);
+        Self
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        metrics::gauge!(telemetry::INFLIGHT).decrement(1.0);
+    }
+}
+
+/// Per-request facts the access log and metrics need once the response body ends.
+struct Exchange {
+    method: Method,
+    path: String,
+    kind: Kind,
+    trace_id: String,
+    start: Instant,
+}
+
+/// The data-plane service: never fails; every failure becomes a response.
+pub async fn handle(
+    state: Arc<AppState>,
+    conn: Arc<ConnInfo>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let inflight = InflightGuard::new();
+    let start = Instant::now();
+    let (mut parts, body) = req.into_parts();
+    let trace_id = headers::ensure_traceparent(&mut parts.headers);
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let kind = if state.config.writes.contains(&parts.method) {
+        Kind::Write
+    } else {
+        Kind::Read
+    };
+    let ex = Exchange {
+        method: parts.method.clone(),
+        // The path only: a query string may carry secrets.
+        path: parts.uri.path().to_owned(),
+        kind,
+        trace_id: trace_id.clone(),
+        start,
+    };
+    let refuse = |code: ErrorCode, detail: &str| {
+        Problem::new(code, detail, &request_id, &trace_id).into_response()
+    };
+
+    // Reserved prefixes (SPEC §3) are the sidecar's own and never reach the upstream.
+    if ex.path.starts_with("/.well-known/ptcl/") || ex.path.starts_with("/.well-known/agtp/") {
+        let resp = refuse(ErrorCode::NotFound, "no sidecar endpoint at this path");
+        return Ok(finish(resp, ex, "refused", inflight));
+    }
+
+    let body = match kind {
+        Kind::Read => body::boxed(body),
+        Kind::Write => match body::collect_limited(body, state.config.max_body).await {
+            Ok(bytes) => body::full(bytes),
+            Err(CollectError::TooLarge(limit)) => {
+                metrics::counter!(telemetry::REFUSALS_TOTAL, "code" => ErrorCode::BodyTooLarge.as_str())
+                    .increment(1);
+                let resp = refuse(
+                    ErrorCode::BodyTooLarge,
+                    &format!("request body exceeds limits.max_body ({limit} bytes)"),
+                );
+                return Ok(finish(resp, ex, "refused", inflight));
+            }
+            Err(CollectError::Read(e)) => {
+                tracing::debug!(error = %e, "request body read failed");
+                let resp = refuse(ErrorCode::BadRequest, "request body could not be read");
+                return Ok(finish(resp, ex, "refused", inflight));
+            }
+        },
+    };
+
+    let upstream_req = match build_upstream_request(&state.upstream, parts, body, &conn) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(error = %e, "request target not forwardable");
+            let resp = refuse(ErrorCode::BadRequest, "request target cannot be forwarded");
+            return Ok(finish(resp, ex, "refused", inflight));
+        }
+    };
+
+    let sent_at = Instant::now();
+    let result = state.upstream.send(upstream_req).await;
+    metrics::histogram!(telemetry::UPSTREAM_DURATION).record(sent_at.elapsed().as_secs_f64());
+    match result {
+        Ok(resp) => {
+            let (mut rparts, rbody) = resp.into_parts();
+            headers::strip_hop_by_hop(&mut rparts.headers);
+            rparts.version = Version::default();
+            let resp = Response::from_parts(rparts, body::boxed(rbody));
+            Ok(finish(resp, ex, "forwarded", inflight))
+        }
+        Err(e) => {
+            // The full error goes to the log; the client learns only the code (STYLE §2).
+            tracing::warn!(error = %e, trace_id = %ex.trace_id, "upstream failure");
+            let (code, detail) = match e {
+                UpstreamError::Timeout(_) => (
+                    ErrorCode::UpstreamTimeout,
+                    "the upstream did not answer within upstream.timeout",
+                ),
+                UpstreamError::Connect(_) => (
+                    ErrorCode::UpstreamUnavailable,
+                    "the upstream could not be reached",
+                ),
+                UpstreamError::Failed(_) => (
+                    ErrorCode::UpstreamUnavailable,
+                    "the upstream connection failed",
+                ),
+            };
+            Ok(finish(refuse(code, detail), ex, "error", inflight))
+        }
+    }
+}
+
+/// Rewrites a downstream request for the upstream: its URI, hop-by-hop and PTCL headers,
+/// `Host` (kept as the client sent it, as Envoy does), forwarding headers, HTTP/1.1.
+fn build_upstream_request(
+    upstream: &Upstream,
+    mut parts: http::request::Parts,
+    body: ProxyBody,
+    conn: &ConnInfo,
+) -> Result<Request<ProxyBody>, http::Error> {
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map(|pq| pq.as_str())
+        .unwrap_or("/");
+    let uri = upstream.uri_for(pq)?;
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| parts.uri.authority().map(|a| a.to_string()));
+    headers::strip_hop_by_hop(&mut parts.headers);
+    for name in headers::PTCL_REQUEST_HEADERS {
+        parts.headers.remove(name);
+    }
+    headers::append_forwarded(
+        &mut parts.headers,
+        conn.peer,
+        if conn.tls { "https" } else { "http" },
+        host.as_deref(),
+    );
+    if let Some(h) = host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()) {
+        parts.headers.insert(header::HOST, h);
+    }
+    parts.uri = uri;
+    parts.version = Version::HTTP_11;
+    Ok(Request::from_parts(parts, body))
+}
+
+/// Records metrics now and writes the access-log line when the response body has been sent.
+fn finish(
+    resp: Response<ProxyBody>,
+    ex: Exchange,
+    outcome: &'static str,
+    inflight: InflightGuard,
+) -> Response<ProxyBody> {
+    let status = resp.status().as_u16();
+    metrics::counter!(
+        telemetry::REQUESTS_TOTAL,
+        "kind" => ex.kind.label(),
+        "method" => method_label(&ex.method),
+        "outcome" => outcome,
+    )
+    .increment(1);
+    metrics::histogram!(telemetry::REQUEST_DURATION).record(ex.start.elapsed().as_secs_f64());
+    let (parts, body) = resp.into_parts();
+    let counted = Counted::new(body, move |bytes| {
+        let _inflight = inflight;
+        tracing::info!(
+            target: "palisade::access",
+            method = %ex.method,
+            path = %ex.path,
+            status,
+            duration_ms = ex.start.elapsed().as_secs_f64() * 1000.0,
+            bytes,
+            trace_id = %ex.trace_id,
+            outcome,
+        );
+    });
+    Response::from_parts(parts, body::boxed(counted))
+}
+
+/// Methods as a closed label set (an attacker must not mint label values).
+fn method_label(m: &Method) -> &'static str {
+    match *m {
+        Method::GET => "GET",
+        Method::HEAD => "HEAD",
+        Method::POST => "POST",
+        Method::PUT => "PUT",
+        Method::PATCH => "PATCH",
+        Method::DELETE => "DELETE",
+        Method::OPTIONS => "OPTIONS",
+        _ => "other",
+    }
+}

@@ -1,0 +1,252 @@
+//! Listeners: accepting connections, TLS, HTTP/1.1 and HTTP/2, limits, graceful drain.
+//!
+//! [`Server::bind`] binds both listeners (so tests can use port 0 and ask for the address)
+//! and [`Server::run`] serves until the shutdown future completes, then drains:
+//! 1. readiness turns false at once (`/readyz` → 503), so load balancers stop sending;
+//! 2. for a short grace ([`ACCEPT_GRACE`]) new connections are still accepted, covering the
+//!    time endpoints take to propagate;
+//! 3. the listener is closed (new connections are refused) and in-flight requests get up to
+//!    `listen.drain_timeout` to finish, then remaining connections are dropped.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio_rustls::TlsAcceptor;
+
+use crate::config::Config;
+use crate::pipeline::{self, AppState, ConnInfo};
+use crate::tls::{self, ReloadingCert};
+use crate::upstream::Upstream;
+use crate::{admin, telemetry};
+
+/// How long new connections are still accepted after shutdown begins.
+pub const ACCEPT_GRACE: Duration = Duration::from_secs(1);
+/// How often the listener's certificate files are checked for rotation.
+pub const CERT_POLL: Duration = Duration::from_secs(1);
+
+pub struct Server {
+    data: TcpListener,
+    admin: TcpListener,
+    state: Arc<AppState>,
+    tls: Option<(TlsAcceptor, Arc<ReloadingCert>)>,
+}
+
+impl Server {
+    /// Loads what the config names (TLS material, upstream client) and binds both listeners.
+    pub async fn bind(config: Config) -> anyhow::Result<Self> {
+        let tls = match &config.listen_tls {
+            Some(t) => {
+                let resolver = ReloadingCert::load(&t.cert, &t.key)?;
+                let server_config = tls::server_config(resolver.clone(), t.client_ca.as_deref())?;
+                Some((TlsAcceptor::from(Arc::new(server_config)), resolver))
+            }
+            None => None,
+        };
+        let upstream = Upstream::new(&config)?;
+        let data = TcpListener::bind(&config.listen_addr)
+            .await
+            .with_context(|| format!("listen.addr: cannot bind {}", config.listen_addr))?;
+        let admin = TcpListener::bind(&config.admin_addr)
+            .await
+            .with_context(|| format!("admin.addr: cannot bind {}", config.admin_addr))?;
+        Ok(Self {
+            data,
+            admin,
+            tls,
+            state: Arc::new(AppState {
+                config,
+                upstream,
+                draining: false.into(),
+            }),
+        })
+    }
+
+    pub fn data_addr(&self) -> SocketAddr {
+        self.data
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    pub fn admin_addr(&self) -> SocketAddr {
+        self.admin
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Serves until `shutdown` completes, then drains (see the module docs).
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        let Server {
+            data,
+            admin,
+            state,
+            tls,
+        } = self;
+        let metrics = telemetry::metrics_handle();
+        let (admin_stop_tx, admin_stop) = watch::channel(false);
+        let admin_task = tokio::spawn(admin::serve(admin, state.clone(), metrics, admin_stop));
+        let tls = tls.map(|(acceptor, resolver)| {
+            tokio::spawn(resolver.clone().watch(CERT_POLL));
+            (acceptor, resolver)
+        });
+        let acceptor = tls.as_ref().map(|(a, _)| a.clone());
+
+        let mut builder = auto::Builder::new(TokioExecutor::new());
+        builder
+            .http1()
+            .timer(TokioTimer::new())
+            .header_read_timeout(state.config.header_timeout)
+            .keep_alive(true);
+        builder.http2().timer(TokioTimer::new());
+        let graceful = GracefulShutdown::new();
+        let permits = Arc::new(Semaphore::new(state.config.max_connections));
+
+        tracing::info!(
+            data = %data.local_addr()?,
+            tls = acceptor.is_some(),
+            upstream = %state.config.upstream_url,
+            "palisade listening"
+        );
+
+        let accept = Acceptor {
+            listener: &data,
+            permits,
+            state: &state,
+            builder,
+            tls: acceptor,
+            graceful: &graceful,
+        };
+        tokio::select! {
+            _ = accept.run() => {}
+            _ = shutdown => {}
+        }
+        state.draining.store(true, Ordering::Relaxed);
+        tracing::info!("shutdown requested: draining");
+        // Keep accepting for a moment: endpoints take time to learn we are not ready.
+        let _ = tokio::time::timeout(ACCEPT_GRACE, accept.run()).await;
+        drop(accept);
+        drop(data); // new connections are refused from here on
+        let drain = state.config.drain_timeout;
+        if tokio::time::timeout(drain, graceful.shutdown())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                ?drain,
+                "drain timeout reached; closing remaining connections"
+            );
+        }
+        let _ = admin_stop_tx.send(true);
+        let _ = admin_task.await;
+        tracing::info!("palisade stopped");
+        Ok(())
+    }
+}
+
+/// The accept loop's parts, so the loop can run again during the drain grace.
+struct Acceptor<'a> {
+    listener: &'a TcpListener,
+    /// Bounds concurrent connections (`limits.max_connections`). A permit lives as long as
+    /// its connection; accept waits for one, leaving excess clients in the kernel backlog.
+    permits: Arc<Semaphore>,
+    state: &'a Arc<AppState>,
+    builder: auto::Builder<TokioExecutor>,
+    tls: Option<TlsAcceptor>,
+    graceful: &'a GracefulShutdown,
+}
+
+impl Acceptor<'_> {
+    /// Accepts connections forever; cancel it by dropping the future.
+    async fn run(&self) {
+        loop {
+            let permit = self
+                .permits
+                .clone()
+                .acquire_owned()
+                .await
+                .expect("the semaphore is never closed");
+            let (stream, peer) = match self.listener.accept().await {
+                Ok(a) => a,
+                Err(e) => {
+                    // EMFILE and friends: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            };
+            let _ = stream.set_nodelay(true);
+            let state = self.state.clone();
+            let builder = self.builder.clone();
+            let tls = self.tls.clone();
+            let watcher = self.graceful.watcher();
+            tokio::spawn(async move {
+                let _permit = permit;
+                serve_connection(stream, peer, state, builder, tls, watcher).await;
+            });
+        }
+    }
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    state: Arc<AppState>,
+    builder: auto::Builder<TokioExecutor>,
+    acceptor: Option<TlsAcceptor>,
+    watcher: hyper_util::server::graceful::Watcher,
+) {
+    let header_timeout = state.config.header_timeout;
+    let info = Arc::new(ConnInfo {
+        peer,
+        tls: acceptor.is_some(),
+    });
+    let svc = {
+        let info = info.clone();
+        service_fn(move |req| pipeline::handle(state.clone(), info.clone(), req))
+    };
+    let result = match acceptor {
+        None => {
+            watcher
+                .watch(
+                    builder
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .into_owned(),
+                )
+                .await
+        }
+        Some(acceptor) => {
+            // The handshake counts against header_timeout: a client that stalls in TLS is
+            // cut off like one that stalls in HTTP.
+            let tls = match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
+                Ok(Ok(s)) => s,
+                Ok(Err(e)) => {
+                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+                Err(_) => {
+                    tracing::debug!(%peer, "TLS handshake timed out");
+                    return;
+                }
+            };
+            watcher
+                .watch(
+                    builder
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .into_owned(),
+                )
+                .await
+        }
+    };
+    if let Err(e) = result {
+        tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}

@@ -1,0 +1,83 @@
+//! Metrics and logs.
+//!
+//! Metrics go through the `metrics` facade into one process-wide Prometheus recorder
+//! (`metrics-exporter-prometheus`), rendered by the admin listener's `/metrics`. Labels only
+//! ever hold values from closed sets (method, outcome, code): never a path or a payload value.
+//!
+//! Logs go through `tracing`: JSON lines when stdout is not a terminal (the normal case in a
+//! pod), human-readable otherwise. `RUST_LOG` filters as usual; the default is `info`.
+
+use std::io::IsTerminal as _;
+use std::sync::OnceLock;
+
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+pub const REQUESTS_TOTAL: &str = "palisade_requests_total";
+pub const REQUEST_DURATION: &str = "palisade_request_duration_seconds";
+pub const UPSTREAM_DURATION: &str = "palisade_upstream_duration_seconds";
+pub const INFLIGHT: &str = "palisade_inflight_requests";
+pub const REFUSALS_TOTAL: &str = "palisade_refusals_total";
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide recorder once and returns its handle (later calls, e.g. a second
+/// server in one test process, share it).
+pub fn metrics_handle() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    Matcher::Suffix("duration_seconds".into()),
+                    &[
+                        0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+                        5.0, 10.0, 30.0,
+                    ],
+                )
+                .expect("bucket list is not empty")
+                .build_recorder();
+            let handle = recorder.handle();
+            if metrics::set_global_recorder(recorder).is_err() {
+                tracing::warn!("a metrics recorder was already installed; /metrics may be empty");
+            }
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    metrics::describe_counter!(
+        REQUESTS_TOTAL,
+        "Requests handled, by kind, method and outcome."
+    );
+    metrics::describe_histogram!(
+        REQUEST_DURATION,
+        metrics::Unit::Seconds,
+        "Time from request head to response head."
+    );
+    metrics::describe_histogram!(
+        UPSTREAM_DURATION,
+        metrics::Unit::Seconds,
+        "Time the upstream took to answer with a response head."
+    );
+    metrics::describe_gauge!(INFLIGHT, "Requests currently being handled.");
+    metrics::describe_counter!(REFUSALS_TOTAL, "Requests refused, by error code.");
+}
+
+/// Starts the log subscriber. Safe to call more than once (later calls do nothing).
+pub fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stdout);
+    let _ = if std::io::stdout().is_terminal() {
+        builder.try_init()
+    } else {
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .try_init()
+    };
+}
