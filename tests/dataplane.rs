@@ -1,1 +1,576 @@
+//! The data plane against a real upstream, through the real `palisade` binary (SPEC §3, §9).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod support;
+
+use std::time::Duration;
+
+use http::{Method, Request, StatusCode};
+use support::*;
+use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::time::Instant;
+
+fn config(upstream: &Upstream, extra: &str) -> String {
+    format!(
+        "[upstream]\nurl = \"{}\"\nconnect_timeout = \"1s\"\ntimeout = \"2s\"\n\
+         [rich]\nunbound_writes = \"allow\"\n{extra}",
+        upstream.url()
+    )
+}
+
+fn body_for(method: &Method) -> Vec<u8> {
+    // Binary, not valid UTF-8, with every byte value: byte-exactness is the point.
+    let mut b = pattern(method.as_str().len() as u64, 200_000);
+    b.extend_from_slice(&[0, 0xff, 0xfe, b'\r', b'\n']);
+    b
+}
+
+async fn assert_methods_pass_through(
+    mut send: impl AsyncFnMut(Request<BoxBody>) -> (http::response::Parts, bytes::Bytes),
+    upstream: &Upstream,
+    want_version: Option<http::Version>,
+) {
+    for method in [Method::GET, Method::POST, Method::PUT, Method::DELETE] {
+        let before = upstream.requests().len();
+        let body = if method == Method::GET {
+            Vec::new()
+        } else {
+            body_for(&method)
+        };
+        let req = Request::builder()
+            .method(method.clone())
+            .uri("/echo/items/7?x=1&y=%2F")
+            .header("content-type", "application/octet-stream")
+            .header("x-custom", "kept")
+            .body(full(body.clone()))
+            .unwrap();
+        let (parts, got) = send(req).await;
+        assert_eq!(parts.status, StatusCode::OK, "{method}");
+        if let Some(v) = want_version {
+            assert_eq!(parts.version, v, "{method}");
+        }
+        assert_eq!(
+            got.as_ref(),
+            body.as_slice(),
+            "{method}: response body byte-exact"
+        );
+        assert_eq!(parts.headers["x-upstream-method"], method.as_str());
+        assert!(
+            !parts.headers.contains_key("x-hop"),
+            "hop-by-hop response header removed"
+        );
+        let seen = upstream.requests();
+        assert_eq!(
+            seen.len(),
+            before + 1,
+            "{method}: exactly one upstream request"
+        );
+        let s = &seen[before];
+        assert_eq!(s.method, method.as_str());
+        assert_eq!(s.path_and_query, "/echo/items/7?x=1&y=%2F");
+        assert_eq!(
+            s.body_sha256,
+            sha256_hex(&body),
+            "{method}: request body byte-exact"
+        );
+        assert_eq!(s.headers["x-custom"], "kept");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn methods_pass_through_byte_exact_over_http1_and_h2c() {
+    let upstream = Upstream::start().await;
+    let p = Palisade::start(&config(&upstream, ""));
+    let base = p.url("");
+    let h1 = http1_client();
+    assert_methods_pass_through(
+        async |mut req| {
+            *req.uri_mut() = format!("{base}{}", req.uri()).parse().unwrap();
+            send(&h1, req).await
+        },
+        &upstream,
+        Some(http::Version::HTTP_11),
+    )
+    .await;
+    let h2 = h2c_client();
+    assert_methods_pass_through(
+        async |mut req| {
+            *req.uri_mut() = format!("{base}{}", req.uri()).parse().unwrap();
+            send(&h2, req).await
+        },
+        &upstream,
+        Some(http::Version::HTTP_2),
+    )
+    .await;
+    // The upstream hop is HTTP/1.1 whatever the downstream spoke.
+    assert!(upstream
+        .requests()
+        .iter()
+        .all(|s| s.version == http::Version::HTTP_11));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_negotiates_h2_by_alpn_and_passes_through() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    pki.write_server("palisade");
+    let tls = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\ntls = {{ cert = \"{}\", key = \"{}\" }}\n",
+        pki.path("server.crt").display(),
+        pki.path("server.key").display()
+    );
+    let p = Palisade::start_in(dir, &config(&upstream, &tls));
+
+    let mut conn = TlsConn::connect(p.data, tls_client_config(&pki.ca_pem, None))
+        .await
+        .unwrap();
+    assert_eq!(conn.alpn.as_deref(), Some(&b"h2"[..]), "ALPN negotiates h2");
+    assert_methods_pass_through(
+        async |req| conn.send(req).await.unwrap(),
+        &upstream,
+        Some(http::Version::HTTP_2),
+    )
+    .await;
+
+    // A client offering only http/1.1 gets HTTP/1.1 over TLS.
+    let mut cfg = tls_client_config(&pki.ca_pem, None);
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let mut conn = TlsConn::connect(p.data, cfg).await.unwrap();
+    assert_eq!(conn.alpn.as_deref(), Some(&b"http/1.1"[..]));
+    assert_methods_pass_through(
+        async |req| conn.send(req).await.unwrap(),
+        &upstream,
+        Some(http::Version::HTTP_11),
+    )
+    .await;
+    // Forwarded says the downstream hop was https.
+    let last = upstream.requests().pop().unwrap();
+    assert!(last.headers["forwarded"]
+        .to_str()
+        .unwrap()
+        .contains("proto=https"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mtls_refuses_clients_without_a_certificate_from_the_ca() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    pki.write_server("palisade");
+    let tls = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\ntls = {{ cert = \"{}\", key = \"{}\", client_ca = \"{}\" }}\n",
+        pki.path("server.crt").display(),
+        pki.path("server.key").display(),
+        pki.path("ca.pem").display()
+    );
+    let p = Palisade::start_in(dir, &config(&upstream, &tls));
+
+    // No certificate: the handshake (or the first read after it, in TLS 1.3) fails and no
+    // request reaches the upstream.
+    let anon = match TlsConn::connect(p.data, tls_client_config(&pki.ca_pem, None)).await {
+        Err(_) => true,
+        Ok(mut c) => c
+            .send(Request::get("/echo").body(full("")).unwrap())
+            .await
+            .is_err(),
+    };
+    assert!(anon, "a client without a certificate is refused");
+
+    // A certificate from another CA is refused too.
+    let other_dir = tempfile::tempdir().unwrap();
+    let other = Pki::new(other_dir.path());
+    let stranger = other.issue("stranger", false);
+    let refused =
+        match TlsConn::connect(p.data, tls_client_config(&pki.ca_pem, Some(&stranger))).await {
+            Err(_) => true,
+            Ok(mut c) => c
+                .send(Request::get("/echo").body(full("")).unwrap())
+                .await
+                .is_err(),
+        };
+    assert!(refused, "a certificate from another CA is refused");
+    assert!(
+        upstream.requests().is_empty(),
+        "nothing reached the upstream"
+    );
+
+    let client_id = pki.issue("agent-1", false);
+    let mut c = TlsConn::connect(p.data, tls_client_config(&pki.ca_pem, Some(&client_id)))
+        .await
+        .unwrap();
+    let (parts, body) = c
+        .send(Request::get("/echo").body(full("hi")).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(parts.status, StatusCode::OK);
+    assert_eq!(&body[..], b"hi");
+    assert_eq!(upstream.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotated_certificate_files_are_served_without_a_restart() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let first = pki.write_server("first");
+    let tls = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\ntls = {{ cert = \"{}\", key = \"{}\" }}\n",
+        pki.path("server.crt").display(),
+        pki.path("server.key").display()
+    );
+    let p = Palisade::start_in(dir, &config(&upstream, &tls));
+    let der_of = |pem: &str| {
+        rustls_pemfile::certs(&mut pem.as_bytes())
+            .next()
+            .unwrap()
+            .unwrap()
+            .to_vec()
+    };
+    let c = TlsConn::connect(p.data, tls_client_config(&pki.ca_pem, None))
+        .await
+        .unwrap();
+    assert_eq!(c.peer_cert_der, der_of(&first.cert_pem));
+
+    // Rotate as cert-manager does: new files written in place.
+    let second = pki.write_server("second");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let c = TlsConn::connect(p.data, tls_client_config(&pki.ca_pem, None))
+            .await
+            .unwrap();
+        if c.peer_cert_der == der_of(&second.cert_pem) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "new certificate not served within 10s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(p.logs().contains("listener certificate reloaded"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_header_sender_is_cut_off_after_header_timeout() {
+    let upstream = Upstream::start().await;
+    let p = Palisade::start(&config(&upstream, "[limits]\nheader_timeout = \"2s\"\n"));
+    let mut s = tokio::net::TcpStream::connect(p.data).await.unwrap();
+    let start = Instant::now();
+    let head = b"GET /echo HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaa\r\n\r\n";
+    let mut closed_at = None;
+    for b in head {
+        if s.write_all(&[*b]).await.is_err() {
+            closed_at = Some(start.elapsed());
+            break;
+        }
+        // Check whether the server hung up (read returns 0 or a 408 then EOF).
+        let mut buf = [0u8; 256];
+        match tokio::time::timeout(Duration::from_secs(1), s.read(&mut buf)).await {
+            Ok(Ok(_)) | Ok(Err(_)) => {
+                closed_at = Some(start.elapsed());
+                break;
+            }
+            Err(_) => {} // still open: one byte per second
+        }
+    }
+    let closed_at = closed_at.expect("connection was never cut off");
+    assert!(
+        closed_at >= Duration::from_millis(1500),
+        "cut off too early: {closed_at:?}"
+    );
+    assert!(
+        closed_at < Duration::from_secs(5),
+        "cut off too late: {closed_at:?}"
+    );
+    assert!(upstream.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_max_body_on_a_buffered_route_gets_413_and_reaches_nothing() {
+    let upstream = Upstream::start().await;
+    let p = Palisade::start(&config(&upstream, "[limits]\nmax_body = \"64KiB\"\n"));
+    let client = http1_client();
+    // With Content-Length: refused before the body is read.
+    let req = Request::put(p.url("/echo/1"))
+        .header("content-type", "application/json")
+        .body(full(vec![b'x'; 65 * 1024]))
+        .unwrap();
+    let (parts, body) = send(&client, req).await;
+    assert_eq!(parts.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(parts.headers["content-type"], "application/problem+json");
+    let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["code"], "ERR_BODY_TOO_LARGE");
+    assert_eq!(doc["status"], 413);
+    assert_eq!(doc["type"], "urn:palisade:error:body-too-large");
+
+    // Chunked, no length: refused once the limit is passed.
+    let chunks = futures_util::stream::iter((0..20).map(|_| {
+        Ok::<_, Box<dyn std::error::Error + Send + Sync>>(hyper::body::Frame::data(
+            bytes::Bytes::from(vec![b'y'; 8192]),
+        ))
+    }));
+    let req = Request::post(p.url("/echo/2"))
+        .body(http_body_util::BodyExt::boxed(
+            http_body_util::StreamBody::new(chunks),
+        ))
+        .unwrap();
+    let (parts, _) = send(&http1_client(), req).await;
+    assert_eq!(parts.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(upstream.requests().is_empty(), "the upstream saw nothing");
+
+    // At the limit it passes.
+    let req = Request::put(p.url("/echo/3"))
+        .body(full(vec![b'z'; 64 * 1024]))
+        .unwrap();
+    let (parts, body) = send(&client, req).await;
+    assert_eq!(parts.status, StatusCode::OK);
+    assert_eq!(body.len(), 64 * 1024);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upstream_down_is_502_and_silent_upstream_is_504() {
+    // A port with nothing listening: bind, note, close.
+    let dead = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let text = format!(
+        "[upstream]\nurl = \"http://{dead}\"\nconnect_timeout = \"1s\"\ntimeout = \"1s\"\n"
+    );
+    let p = Palisade::start(&text);
+    let (parts, body) = send(
+        &http1_client(),
+        Request::get(p.url("/x")).body(full("")).unwrap(),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(parts.headers["content-type"], "application/problem+json");
+    let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["code"], "ERR_UPSTREAM_UNAVAILABLE");
+    assert_eq!(doc["status"], 502);
+    assert!(doc["trace_id"].as_str().unwrap().len() == 32);
+    drop(p);
+
+    let upstream = Upstream::start().await;
+    let p = Palisade::start(&config(&upstream, "").replace("timeout = \"2s\"", "timeout = \"1s\""));
+    let start = Instant::now();
+    let (parts, body) = send(
+        &http1_client(),
+        Request::get(p.url("/hang")).body(full("")).unwrap(),
+    )
+    .await;
+    let took = start.elapsed();
+    assert_eq!(parts.status, StatusCode::GATEWAY_TIMEOUT);
+    let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["code"], "ERR_UPSTREAM_TIMEOUT");
+    assert!(
+        took >= Duration::from_millis(900) && took < Duration::from_secs(4),
+        "{took:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn headers_are_rewritten_as_a_proxy_should() {
+    let upstream = Upstream::start().await;
+    let p = Palisade::start(&config(&upstream, ""));
+    let tp = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let req = Request::get(p.url("/echo"))
+        .header("host", "erp.example.com")
+        .header("connection", "x-hop-req")
+        .header("x-hop-req", "1")
+        .header("keep-alive", "timeout=5")
+        .header("traceparent", tp)
+        .header("x-forwarded-for", "10.1.2.3")
+        .header("agent-compensation-lease", "e30")
+        .header("agent-compensation-inverse", "e30")
+        .body(full(""))
+        .unwrap();
+    send(&http1_client(), req).await;
+    let req = Request::get(p.url("/echo")).body(full("")).unwrap();
+    send(&http1_client(), req).await;
+    let seen = upstream.requests();
+    let h = &seen[0].headers;
+    assert_eq!(h["host"], "erp.example.com", "Host is kept");
+    assert!(!h.contains_key("x-hop-req") && !h.contains_key("keep-alive"));
+    assert_eq!(h["traceparent"], tp, "a valid traceparent is kept");
+    assert_eq!(h["x-forwarded-for"], "10.1.2.3, 127.0.0.1");
+    assert_eq!(
+        h["forwarded"],
+        "for=127.0.0.1;proto=http;host=\"erp.example.com\""
+    );
+    assert!(
+        !h.contains_key("agent-compensation-lease"),
+        "PTCL headers stay in the sidecar"
+    );
+    assert!(!h.contains_key("agent-compensation-inverse"));
+    let created = seen[1].headers["traceparent"].to_str().unwrap();
+    assert_eq!(created.len(), 55, "a traceparent is created: {created}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_reports_health_and_metrics_and_logs_hold_no_secrets() {
+    let upstream = Upstream::start().await;
+    let p = Palisade::start(&config(&upstream, ""));
+    assert_eq!(admin_get(p.admin, "/healthz").await.0, StatusCode::OK);
+    assert_eq!(admin_get(p.admin, "/readyz").await.0, StatusCode::OK);
+    let marker = "SECRET-MARKER-5b1f";
+    let req = Request::put(p.url(&format!("/echo/items/1?token={marker}")))
+        .header("authorization", format!("Bearer {marker}"))
+        .header("cookie", format!("session={marker}"))
+        .header("agent-compensation-lease", marker)
+        .body(full(format!("{{\"note\":\"{marker}\"}}")))
+        .unwrap();
+    let (parts, _) = send(&http1_client(), req).await;
+    assert_eq!(parts.status, StatusCode::OK);
+    let (status, metrics) = admin_get(p.admin, "/metrics").await;
+    assert_eq!(status, StatusCode::OK);
+    for name in [
+        "palisade_requests_total",
+        "palisade_request_duration_seconds",
+        "palisade_upstream_duration_seconds",
+        "palisade_inflight_requests",
+    ] {
+        assert!(
+            metrics.contains(name),
+            "{name} missing from /metrics:\n{metrics}"
+        );
+    }
+    assert!(
+        metrics.contains(
+            r#"palisade_requests_total{kind="write",method="PUT",outcome="forwarded"} 1"#
+        ),
+        "{metrics}"
+    );
+    // The access-log line is written when the body ends; give it a moment.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let logs = p.logs();
+    assert!(
+        logs.contains("\"path\":\"/echo/items/1\""),
+        "access log line present:\n{logs}"
+    );
+    assert!(!logs.contains(marker), "a secret reached the logs:\n{logs}");
+    assert!(!metrics.contains(marker));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_in_flight_requests_and_exits_zero() {
+    let upstream = Upstream::start().await;
+    let mut p = Palisade::start(
+        &config(
+            &upstream,
+            "[listen]\naddr = \"127.0.0.1:0\"\ndrain_timeout = \"10s\"\n",
+        )
+        .replace("timeout = \"2s\"", "timeout = \"10s\""),
+    );
+    let client = http1_client();
+    let slow: Vec<_> = (0..3)
+        .map(|_| {
+            let client = client.clone();
+            let url = p.url("/slow/2000");
+            tokio::spawn(
+                async move { send(&client, Request::get(url).body(full("")).unwrap()).await },
+            )
+        })
+        .collect();
+    // Let the slow requests reach the upstream.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while upstream.requests().len() < 3 {
+        assert!(
+            Instant::now() < deadline,
+            "slow requests never reached the upstream"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    p.sigterm();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(
+        admin_get(p.admin, "/readyz").await.0,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "readiness turns false at once"
+    );
+    for task in slow {
+        let (parts, body) = task.await.unwrap();
+        assert_eq!(parts.status, StatusCode::OK);
+        assert_eq!(&body[..], b"slow done");
+    }
+    let status = tokio::task::spawn_blocking(move || {
+        let status = p.child.wait().unwrap();
+        (status, p)
+    })
+    .await
+    .unwrap()
+    .0;
+    assert_eq!(status.code(), Some(0), "exit code 0 after draining");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn large_streams_pass_through_in_bounded_memory() {
+    const SIZE: u64 = 256 << 20;
+    let upstream = Upstream::start().await;
+    // writes = []: nothing is buffered, both directions stream.
+    let p = Palisade::start(
+        &config(&upstream, "[ptcl]\nwrites = []\n")
+            .replace("timeout = \"2s\"", "timeout = \"60s\""),
+    );
+
+    // Download: hash as it arrives, never hold it.
+    let req = Request::get(p.url(&format!("/big/{SIZE}")))
+        .body(full(""))
+        .unwrap();
+    let resp = http1_client().request(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let mut hasher = sha2::Sha256::new();
+    let mut got = 0u64;
+    use http_body_util::BodyExt as _;
+    use sha2::Digest as _;
+    while let Some(frame) = body.frame().await {
+        if let Some(d) = frame.unwrap().data_ref() {
+            hasher.update(d);
+            got += d.len() as u64;
+        }
+    }
+    assert_eq!(got, SIZE);
+    let mut expected = sha2::Sha256::new();
+    let mut off = 0u64;
+    while off < SIZE {
+        let n = (64 * 1024).min(SIZE - off) as usize;
+        expected.update(pattern(off, n));
+        off += n as u64;
+    }
+    let expected = hex::encode(expected.finalize());
+    assert_eq!(
+        hex::encode(hasher.finalize()),
+        expected,
+        "download byte-exact"
+    );
+
+    // Upload: generated as it is sent.
+    let chunks = futures_util::stream::unfold(0u64, |off| async move {
+        if off >= SIZE {
+            return None;
+        }
+        let n = (64 * 1024).min(SIZE - off) as usize;
+        Some((
+            Ok::<_, Box<dyn std::error::Error + Send + Sync>>(hyper::body::Frame::data(
+                bytes::Bytes::from(pattern(off, n)),
+            )),
+            off + n as u64,
+        ))
+    });
+    let req = Request::post(p.url("/sink"))
+        .body(http_body_util::BodyExt::boxed(
+            http_body_util::StreamBody::new(chunks),
+        ))
+        .unwrap();
+    let (parts, body) = send(&http1_client(), req).await;
+    assert_eq!(parts.status, StatusCode::OK);
+    let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["len"], SIZE);
+    assert_eq!(doc["sha256"], expected, "upload byte-exact");
+
+    let rss = p.peak_rss();
+    assert!(rss < 64 << 20, "peak RSS {} MiB exceeds 64 MiB", rss >> 20);
+    eprintln!("peak RSS after 2 x 256 MiB: {} MiB", rss >> 20);
+}

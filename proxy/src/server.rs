@@ -92,6 +92,7 @@ impl Server {
             tls,
         } = self;
         let metrics = telemetry::metrics_handle();
+        let admin_addr = admin.local_addr()?;
         let (admin_stop_tx, admin_stop) = watch::channel(false);
         let admin_task = tokio::spawn(admin::serve(admin, state.clone(), metrics, admin_stop));
         let tls = tls.map(|(acceptor, resolver)| {
@@ -112,6 +113,7 @@ impl Server {
 
         tracing::info!(
             data = %data.local_addr()?,
+            admin = %admin_addr,
             tls = acceptor.is_some(),
             upstream = %state.config.upstream_url,
             "palisade listening"
