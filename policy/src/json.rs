@@ -10,8 +10,14 @@
 //! - integer literals must lie within ±(2^53−1) (§2.2) and no number may overflow a double;
 //! - nesting is bounded by `max_depth`, so hostile input cannot exhaust the stack.
 //!
-//! The produced value keeps numbers as serde_json does (`u64`/`i64` for integer literals,
-//! `f64` otherwise), which is what [`crate::canon`] and schema validation expect.
+//! The parser builds a borrowed [`Node`] tree: strings without escapes point into the input,
+//! and object members are sorted into RFC 8785 order (UTF-16 code units) as each object closes,
+//! which is also where duplicates are found (they end up adjacent). [`crate::canon`] writes
+//! that tree straight out; [`parse`] converts it to a `serde_json::Value` (integer literals
+//! as `u64`/`i64`, others as `f64`) for code that wants one.
+
+use std::borrow::Cow;
+use std::cmp::Ordering;
 
 use serde_json::{Map, Number, Value};
 
@@ -45,10 +51,73 @@ pub enum JsonError {
     TrailingData(usize),
 }
 
+/// A parsed I-JSON value borrowing from its input.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Node<'a> {
+    Null,
+    Bool(bool),
+    /// An integer literal, within ±(2^53−1).
+    Int(i64),
+    /// Any other number literal (finite).
+    Float(f64),
+    /// `Borrowed` when the input held no escapes (so the text needs none when written back).
+    Str(Cow<'a, str>),
+    Array(Vec<Node<'a>>),
+    /// Members sorted by the UTF-16 code units of their names, no two names equal.
+    Object(Vec<Member<'a>>),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Member<'a> {
+    pub name: Cow<'a, str>,
+    /// Whether `name` holds a supplementary-plane character (so byte order ≠ UTF-16 order).
+    astral: bool,
+    /// Byte offset of the name in the input (for error messages).
+    at: usize,
+    pub value: Node<'a>,
+}
+
+impl Node<'_> {
+    /// Converts to a `serde_json::Value`.
+    pub fn to_value(&self) -> Value {
+        match self {
+            Node::Null => Value::Null,
+            Node::Bool(b) => Value::Bool(*b),
+            Node::Int(i) => Value::Number(Number::from(*i)),
+            Node::Float(f) => Number::from_f64(*f).map_or(Value::Null, Value::Number),
+            Node::Str(s) => Value::String(s.to_string()),
+            Node::Array(items) => Value::Array(items.iter().map(Node::to_value).collect()),
+            Node::Object(members) => Value::Object(
+                members
+                    .iter()
+                    .map(|m| (m.name.to_string(), m.value.to_value()))
+                    .collect::<Map<String, Value>>(),
+            ),
+        }
+    }
+}
+
+/// RFC 8785 §3.2.3 member order: by UTF-16 code units. UTF-8 byte order equals code-point
+/// order, which differs from UTF-16 order only when a supplementary-plane character meets
+/// one in U+E000..U+FFFF, so the byte comparison is used unless a name is `astral`.
+pub fn cmp_names(a: &str, a_astral: bool, b: &str, b_astral: bool) -> Ordering {
+    if a_astral || b_astral {
+        a.encode_utf16().cmp(b.encode_utf16())
+    } else {
+        a.as_bytes().cmp(b.as_bytes())
+    }
+}
+
 /// Parses `input` as one I-JSON value with at most `max_depth` nested arrays/objects.
 pub fn parse(input: &[u8], max_depth: usize) -> Result<Value, JsonError> {
+    parse_tree(input, max_depth).map(|n| n.to_value())
+}
+
+/// Parses `input` into a borrowed tree (see [`Node`]).
+pub fn parse_tree(input: &[u8], max_depth: usize) -> Result<Node<'_>, JsonError> {
     let text = std::str::from_utf8(input).map_err(|e| JsonError::InvalidUtf8(e.valid_up_to()))?;
     let mut p = Parser {
+        text,
         src: text.as_bytes(),
         pos: 0,
         depth: 0,
@@ -64,22 +133,25 @@ pub fn parse(input: &[u8], max_depth: usize) -> Result<Value, JsonError> {
 }
 
 struct Parser<'a> {
-    /// Known to be valid UTF-8: slicing between ASCII delimiters always yields a `str`.
+    /// The input, known to be UTF-8; slices are taken at ASCII delimiters only.
+    text: &'a str,
     src: &'a [u8],
     pos: usize,
     depth: usize,
     max_depth: usize,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
     fn peek(&self) -> Option<u8> {
         self.src.get(self.pos).copied()
     }
 
     fn skip_ws(&mut self) {
-        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.peek() {
-            self.pos += 1;
-        }
+        let n = self.src[self.pos..]
+            .iter()
+            .position(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+            .unwrap_or(self.src.len() - self.pos);
+        self.pos += n;
     }
 
     fn syntax(&self, expected: &'static str) -> JsonError {
@@ -98,19 +170,19 @@ impl Parser<'_> {
         }
     }
 
-    fn value(&mut self) -> Result<Value, JsonError> {
+    fn value(&mut self) -> Result<Node<'a>, JsonError> {
         match self.peek() {
             Some(b'{') => self.object(),
             Some(b'[') => self.array(),
-            Some(b'"') => Ok(Value::String(self.string()?)),
+            Some(b'"') => Ok(Node::Str(self.string()?.0)),
             Some(b't') => self
                 .expect_literal(b"true", "true")
-                .map(|_| Value::Bool(true)),
+                .map(|_| Node::Bool(true)),
             Some(b'f') => self
                 .expect_literal(b"false", "false")
-                .map(|_| Value::Bool(false)),
-            Some(b'n') => self.expect_literal(b"null", "null").map(|_| Value::Null),
-            Some(b'-' | b'0'..=b'9') => self.number().map(Value::Number),
+                .map(|_| Node::Bool(false)),
+            Some(b'n') => self.expect_literal(b"null", "null").map(|_| Node::Null),
+            Some(b'-' | b'0'..=b'9') => self.number(),
             _ => Err(self.syntax("a JSON value")),
         }
     }
@@ -123,23 +195,23 @@ impl Parser<'_> {
         Ok(())
     }
 
-    fn object(&mut self) -> Result<Value, JsonError> {
+    fn object(&mut self) -> Result<Node<'a>, JsonError> {
         self.enter()?;
         self.pos += 1; // '{'
-        let mut map = Map::new();
+        let mut members: Vec<Member<'a>> = Vec::new();
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
             self.depth -= 1;
-            return Ok(Value::Object(map));
+            return Ok(Node::Object(members));
         }
         loop {
             self.skip_ws();
             if self.peek() != Some(b'"') {
                 return Err(self.syntax("a member name"));
             }
-            let name_at = self.pos;
-            let name = self.string()?;
+            let at = self.pos;
+            let (name, astral) = self.string()?;
             self.skip_ws();
             if self.peek() != Some(b':') {
                 return Err(self.syntax("':'"));
@@ -147,9 +219,12 @@ impl Parser<'_> {
             self.pos += 1;
             self.skip_ws();
             let value = self.value()?;
-            if map.insert(name, value).is_some() {
-                return Err(JsonError::DuplicateMember(name_at));
-            }
+            members.push(Member {
+                name,
+                astral,
+                at,
+                value,
+            });
             self.skip_ws();
             match self.peek() {
                 Some(b',') => self.pos += 1,
@@ -161,10 +236,16 @@ impl Parser<'_> {
             }
         }
         self.depth -= 1;
-        Ok(Value::Object(map))
+        // Sorting puts members in canonical order and duplicates next to each other. The
+        // sort is stable, so the later of two duplicates is the one reported.
+        members.sort_by(|a, b| cmp_names(&a.name, a.astral, &b.name, b.astral));
+        if let Some(w) = members.windows(2).find(|w| w[0].name == w[1].name) {
+            return Err(JsonError::DuplicateMember(w[0].at.max(w[1].at)));
+        }
+        Ok(Node::Object(members))
     }
 
-    fn array(&mut self) -> Result<Value, JsonError> {
+    fn array(&mut self) -> Result<Node<'a>, JsonError> {
         self.enter()?;
         self.pos += 1; // '['
         let mut items = Vec::new();
@@ -172,7 +253,7 @@ impl Parser<'_> {
         if self.peek() == Some(b']') {
             self.pos += 1;
             self.depth -= 1;
-            return Ok(Value::Array(items));
+            return Ok(Node::Array(items));
         }
         loop {
             self.skip_ws();
@@ -188,38 +269,57 @@ impl Parser<'_> {
             }
         }
         self.depth -= 1;
-        Ok(Value::Array(items))
+        Ok(Node::Array(items))
     }
 
-    fn string(&mut self) -> Result<String, JsonError> {
+    /// A string and whether it holds a supplementary-plane character. Borrowed when the
+    /// input has no escapes in it.
+    fn string(&mut self) -> Result<(Cow<'a, str>, bool), JsonError> {
         self.pos += 1; // opening quote
-        let mut out = String::new();
+        let start = self.pos;
+        // Fast path: find the end of a run without escapes in one scan of the slice.
+        let rest = &self.src[start..];
+        let run = rest
+            .iter()
+            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
+            .unwrap_or(rest.len());
+        let mut astral = rest[..run].iter().any(|&b| b >= 0xF0);
+        self.pos = start + run;
+        match rest.get(run) {
+            Some(b'"') => {
+                let s = &self.text[start..self.pos];
+                self.pos += 1;
+                return Ok((Cow::Borrowed(s), astral));
+            }
+            Some(b'\\') => {}
+            Some(_) => return Err(JsonError::ControlCharacter(self.pos)),
+            None => return Err(self.syntax("'\"' closing the string")),
+        }
+        let mut out = String::from(&self.text[start..self.pos]);
         loop {
             let run_start = self.pos;
             while let Some(b) = self.peek() {
                 if b == b'"' || b == b'\\' || b < 0x20 {
                     break;
                 }
+                astral |= b >= 0xF0;
                 self.pos += 1;
             }
-            // The run lies between ASCII delimiters of valid UTF-8, so it is a whole `str`.
-            out.push_str(
-                std::str::from_utf8(&self.src[run_start..self.pos])
-                    .expect("input was validated as UTF-8 and runs end on ASCII bytes"),
-            );
+            out.push_str(&self.text[run_start..self.pos]);
             match self.peek() {
                 Some(b'"') => {
                     self.pos += 1;
-                    return Ok(out);
+                    return Ok((Cow::Owned(out), astral));
                 }
-                Some(b'\\') => self.escape(&mut out)?,
+                Some(b'\\') => astral |= self.escape(&mut out)?,
                 Some(_) => return Err(JsonError::ControlCharacter(self.pos)),
                 None => return Err(self.syntax("'\"' closing the string")),
             }
         }
     }
 
-    fn escape(&mut self, out: &mut String) -> Result<(), JsonError> {
+    /// Decodes one escape into `out`; returns whether it was a supplementary-plane character.
+    fn escape(&mut self, out: &mut String) -> Result<bool, JsonError> {
         let at = self.pos;
         self.pos += 1; // backslash
         let c = self
@@ -253,13 +353,14 @@ impl Parser<'_> {
                     other => other,
                 };
                 out.push(char::from_u32(ch).ok_or(JsonError::LoneSurrogate(at))?);
+                return Ok(ch >= 0x10000);
             }
             _ => {
                 self.pos = at;
                 return Err(self.syntax("a valid escape sequence"));
             }
         }
-        Ok(())
+        Ok(false)
     }
 
     fn hex4(&mut self) -> Result<u32, JsonError> {
@@ -279,14 +380,15 @@ impl Parser<'_> {
     }
 
     fn digits(&mut self) -> usize {
-        let start = self.pos;
-        while let Some(b'0'..=b'9') = self.peek() {
-            self.pos += 1;
-        }
-        self.pos - start
+        let n = self.src[self.pos..]
+            .iter()
+            .position(|b| !b.is_ascii_digit())
+            .unwrap_or(self.src.len() - self.pos);
+        self.pos += n;
+        n
     }
 
-    fn number(&mut self) -> Result<Number, JsonError> {
+    fn number(&mut self) -> Result<Node<'a>, JsonError> {
         let start = self.pos;
         let negative = self.peek() == Some(b'-');
         if negative {
@@ -319,30 +421,29 @@ impl Parser<'_> {
                 return Err(self.syntax("a digit in the exponent"));
             }
         }
-        let text =
-            std::str::from_utf8(&self.src[start..self.pos]).expect("a number literal is ASCII");
         if is_integer {
             // 2^53 − 1 has 16 digits: anything longer is out of range without parsing.
-            let magnitude_digits = &self.src[int_start..int_end];
-            if magnitude_digits.len() > 16 {
+            let digits = &self.src[int_start..int_end];
+            if digits.len() > 16 {
                 return Err(JsonError::UnsafeInteger(start));
             }
-            let magnitude: u64 = std::str::from_utf8(magnitude_digits)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or(JsonError::UnsafeInteger(start))?;
+            let magnitude = digits
+                .iter()
+                .fold(0u64, |acc, d| acc * 10 + u64::from(d - b'0'));
             if magnitude > MAX_SAFE_INTEGER {
                 return Err(JsonError::UnsafeInteger(start));
             }
-            return Ok(if negative {
-                // `magnitude` ≤ 2^53 − 1, so the negation cannot overflow.
-                Number::from(-(magnitude as i64))
-            } else {
-                Number::from(magnitude)
-            });
+            // `magnitude` ≤ 2^53 − 1, so it fits an i64 and its negation cannot overflow.
+            let m = magnitude as i64;
+            return Ok(Node::Int(if negative { -m } else { m }));
         }
-        let v: f64 = text.parse().map_err(|_| self.syntax("a number"))?;
-        Number::from_f64(v).ok_or(JsonError::NumberOutOfRange(start))
+        let v: f64 = self.text[start..self.pos]
+            .parse()
+            .map_err(|_| self.syntax("a number"))?;
+        if !v.is_finite() {
+            return Err(JsonError::NumberOutOfRange(start));
+        }
+        Ok(Node::Float(v))
     }
 }
 

@@ -184,12 +184,15 @@ pub fn verify(
     if raw.len() > MAX_LEASE_BYTES {
         return Err(malformed("lease exceeds the size limit"));
     }
-    let value = json::parse(raw, MAX_LEASE_DEPTH)
+    let tree = json::parse_tree(raw, MAX_LEASE_DEPTH)
         .map_err(|_| malformed("lease is not valid I-JSON (RFC 7493)"))?;
-    let Value::Object(object) = value else {
+    let json::Node::Object(members) = &tree else {
         return Err(malformed("lease must be a JSON object"));
     };
-    let lease = parse_form(&object)?;
+    let Value::Object(object) = tree.to_value() else {
+        unreachable!("an object node converts to an object value")
+    };
+    let (lease, normalized_target) = parse_form(&object)?;
 
     // Check 3: the key is one we trust.
     let key = trust.get(&lease.kid).ok_or_else(|| {
@@ -199,9 +202,12 @@ pub fn verify(
         )
     })?;
 
-    // Check 4: the signature covers the JCS of every member but `signature`.
-    let mut signing_input = Vec::with_capacity(raw.len());
-    canon::write_object_without(&mut signing_input, &object, "signature");
+    // Check 4: the signature covers the JCS of every member but `signature`. One pass writes
+    // the whole lease's JCS (its digest names the lease) and locates `signature` in it.
+    let mut full = Vec::with_capacity(raw.len());
+    let cut = canon::write_members_noting(&mut full, members, Some("signature"))
+        .expect("parse_form found a signature member");
+    let signing_input = canon::without(&full, cut);
     if !key.verify(&signing_input, &lease.sig) {
         return Err(Refusal::new(
             ErrorCode::LeaseSignature,
@@ -241,10 +247,7 @@ pub fn verify(
 
     if let Some(request) = cx.request {
         // Check 7: the lease names this request's target.
-        let matches = target::normalize(&lease.sor_target_uri)
-            .map(|t| t == request.target)
-            .unwrap_or(false);
-        if !matches {
+        if normalized_target != request.target {
             return Err(Refusal::new(
                 ErrorCode::TargetMismatch,
                 "sor_target_uri does not name the requested resource",
@@ -261,7 +264,7 @@ pub fn verify(
         }
     }
 
-    let digest = Sha256Digest::of(&canon::to_vec(&Value::Object(object)));
+    let digest = Sha256Digest::of(&full);
     Ok(VerifiedLease {
         lease,
         expires_at_ms,
@@ -308,8 +311,8 @@ fn digest_field(o: &Map<String, Value>, name: &'static str) -> Result<Sha256Dige
         .map_err(|_| malformed_field(name, "must be sha256: followed by 64 lowercase hex digits"))
 }
 
-/// Check 2: every field present with its type and form.
-fn parse_form(o: &Map<String, Value>) -> Result<Lease, Refusal> {
+/// Check 2: every field present with its type and form. Also returns the normalised target.
+fn parse_form(o: &Map<String, Value>) -> Result<(Lease, String), Refusal> {
     if str_field(o, "ptcl_version")? != "1.0" {
         return Err(malformed_field("ptcl_version", "must be \"1.0\""));
     }
@@ -318,12 +321,8 @@ fn parse_form(o: &Map<String, Value>) -> Result<Lease, Refusal> {
         return Err(malformed_field("lease_id", "must be 1 to 128 bytes"));
     }
     let sor_target_uri = str_field(o, "sor_target_uri")?;
-    if target::normalize(sor_target_uri).is_err() {
-        return Err(malformed_field(
-            "sor_target_uri",
-            "must be an absolute http(s) URI",
-        ));
-    }
+    let normalized_target = target::normalize(sor_target_uri)
+        .map_err(|_| malformed_field("sor_target_uri", "must be an absolute http(s) URI"))?;
     let recovery_mode = RecoveryMode::parse(str_field(o, "recovery_mode")?)
         .ok_or_else(|| malformed_field("recovery_mode", "must be one of the four PTCL modes"))?;
     let t_req_ms = int_field(o, "t_req_ms", 0)?;
@@ -372,7 +371,7 @@ fn parse_form(o: &Map<String, Value>) -> Result<Lease, Refusal> {
             malformed_field("signature.sig", "must be 64 bytes of unpadded base64url")
         })?;
 
-    Ok(Lease {
+    let lease = Lease {
         lease_id: lease_id.to_owned(),
         sor_target_uri: sor_target_uri.to_owned(),
         recovery_mode,
@@ -386,7 +385,8 @@ fn parse_form(o: &Map<String, Value>) -> Result<Lease, Refusal> {
         agent_id,
         kid: kid.to_owned(),
         sig,
-    })
+    };
+    Ok((lease, normalized_target))
 }
 
 /// Signs `unsigned` (a lease object without `signature`) with `key` and returns the lease.

@@ -146,3 +146,21 @@ proptest! {
         let _ = canonicalize(&bytes, 16);
     }
 }
+
+proptest! {
+    #[test]
+    fn cutting_a_member_equals_canonicalising_without_it(v in arb_json(), pick in any::<prop::sample::Index>()) {
+        let Value::Object(map) = &v else { return Ok(()); };
+        if map.is_empty() { return Ok(()); }
+        let name = map.keys().nth(pick.index(map.len())).unwrap().clone();
+        let text = to_vec(&v);
+        let tree = crate::json::parse_tree(&text, 64).unwrap();
+        let crate::json::Node::Object(members) = &tree else { unreachable!() };
+        let mut full = Vec::new();
+        let cut = write_members_noting(&mut full, members, Some(&name)).unwrap();
+        prop_assert_eq!(&full, &text);
+        let mut rest = map.clone();
+        rest.remove(&name);
+        prop_assert_eq!(without(&full, cut), to_vec(&Value::Object(rest)));
+    }
+}
