@@ -30,14 +30,7 @@ pub fn write_node(out: &mut Vec<u8>, node: &Node<'_>) {
         Node::Bool(false) => out.extend_from_slice(b"false"),
         Node::Int(i) => out.extend_from_slice(itoa::Buffer::new().format(*i).as_bytes()),
         Node::Float(f) => write_f64(out, *f),
-        // A borrowed string had no escapes in the input, so it has no character that needs
-        // one: no quote, backslash or control character.
-        Node::Str(Cow::Borrowed(s)) => {
-            out.push(b'"');
-            out.extend_from_slice(s.as_bytes());
-            out.push(b'"');
-        }
-        Node::Str(Cow::Owned(s)) => write_string(out, s),
+        Node::Str(s) => write_str_cow(out, s),
         Node::Array(items) => {
             out.push(b'[');
             for (i, item) in items.iter().enumerate() {
@@ -54,8 +47,12 @@ pub fn write_node(out: &mut Vec<u8>, node: &Node<'_>) {
     }
 }
 
+// The `Cow` itself is the information: `Borrowed` means the input had no escapes.
+#[allow(clippy::ptr_arg)]
 fn write_str_cow(out: &mut Vec<u8>, s: &Cow<'_, str>) {
     match s {
+        // A borrowed string had no escapes in the input, so it has no character that needs
+        // one: no quote, backslash or control character.
         Cow::Borrowed(s) => {
             out.push(b'"');
             out.extend_from_slice(s.as_bytes());
