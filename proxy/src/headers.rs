@@ -66,23 +66,32 @@ pub fn append_forwarded(
 ) {
     let ip = peer.ip().to_string();
     let xff = match headers.get("x-forwarded-for").and_then(|v| v.to_str().ok()) {
-        Some(prev) if !prev.trim().is_empty() => format!("{prev}, {ip}"),
-        _ => ip,
+        Some(prev) if !prev.trim().is_empty() => [prev, ", ", &ip].concat(),
+        _ => ip.clone(),
     };
     if let Ok(v) = HeaderValue::from_str(&xff) {
         headers.insert("x-forwarded-for", v);
     }
     // RFC 7239 §6: IPv6 addresses are bracketed and quoted.
-    let node = match peer.ip() {
-        std::net::IpAddr::V4(v4) => v4.to_string(),
-        std::net::IpAddr::V6(v6) => format!("\"[{v6}]\""),
-    };
-    let mut element = format!("for={node};proto={proto}");
+    let mut element = String::with_capacity(64);
+    element.push_str("for=");
+    match peer.ip() {
+        std::net::IpAddr::V4(_) => element.push_str(&ip),
+        std::net::IpAddr::V6(_) => {
+            element.push_str("\"[");
+            element.push_str(&ip);
+            element.push_str("]\"");
+        }
+    }
+    element.push_str(";proto=");
+    element.push_str(proto);
     if let Some(h) = host.filter(|h| h.bytes().all(|b| b.is_ascii_graphic() && b != b'"')) {
-        element.push_str(&format!(";host=\"{h}\""));
+        element.push_str(";host=\"");
+        element.push_str(h);
+        element.push('"');
     }
     let fwd = match headers.get(header::FORWARDED).and_then(|v| v.to_str().ok()) {
-        Some(prev) if !prev.trim().is_empty() => format!("{prev}, {element}"),
+        Some(prev) if !prev.trim().is_empty() => [prev, ", ", &element].concat(),
         _ => element,
     };
     if let Ok(v) = HeaderValue::from_str(&fwd) {
@@ -115,7 +124,13 @@ pub fn ensure_traceparent(headers: &mut HeaderMap) -> String {
 }
 
 fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(bytes.len() * 2);
+    for b in bytes {
+        s.push(DIGITS[(b >> 4) as usize] as char);
+        s.push(DIGITS[(b & 0xf) as usize] as char);
+    }
+    s
 }
 
 /// The trace id of a `traceparent` value valid per W3C Trace Context §3.2.

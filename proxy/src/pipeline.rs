@@ -30,6 +30,7 @@ use crate::upstream::{Upstream, UpstreamError};
 /// State shared by every request of one server.
 pub struct AppState {
     pub config: Config,
+    pub metrics: telemetry::Metrics,
     pub upstream: Upstream,
     /// Set on SIGTERM: `/readyz` turns 503 at once.
     pub draining: AtomicBool,
@@ -58,27 +59,28 @@ enum Kind {
 }
 
 impl Kind {
-    fn label(self) -> &'static str {
+    /// Index into [`telemetry::KINDS`].
+    fn index(self) -> usize {
         match self {
-            Kind::Read => "read",
-            Kind::Write => "write",
+            Kind::Read => 0,
+            Kind::Write => 1,
         }
     }
 }
 
 /// Keeps `palisade_inflight_requests` right whichever way a request ends.
-struct InflightGuard;
+struct InflightGuard(metrics::Gauge);
 
 impl InflightGuard {
-    fn new() -> Self {
-        metrics::gauge!(telemetry::INFLIGHT).increment(1.0);
-        Self
+    fn new(gauge: &metrics::Gauge) -> Self {
+        gauge.increment(1.0);
+        Self(gauge.clone())
     }
 }
 
 impl Drop for InflightGuard {
     fn drop(&mut self) {
-        metrics::gauge!(telemetry::INFLIGHT).decrement(1.0);
+        self.0.decrement(1.0);
     }
 }
 
@@ -97,11 +99,10 @@ pub async fn handle(
     conn: Arc<ConnInfo>,
     req: Request<Incoming>,
 ) -> Result<Response<ProxyBody>, Infallible> {
-    let inflight = InflightGuard::new();
+    let inflight = InflightGuard::new(&state.metrics.inflight);
     let start = Instant::now();
     let (mut parts, body) = req.into_parts();
     let trace_id = headers::ensure_traceparent(&mut parts.headers);
-    let request_id = uuid::Uuid::new_v4().to_string();
     let kind = if state.config.writes.contains(&parts.method) {
         Kind::Write
     } else {
@@ -115,14 +116,17 @@ pub async fn handle(
         trace_id: trace_id.clone(),
         start,
     };
+    // The request id (`instance`) is made only for problem responses: the happy path has no
+    // use for it, and randomness costs a syscall.
     let refuse = |code: ErrorCode, detail: &str| {
+        let request_id = uuid::Uuid::new_v4().to_string();
         Problem::new(code, detail, &request_id, &trace_id).into_response()
     };
 
     // Reserved prefixes (SPEC §3) are the sidecar's own and never reach the upstream.
     if ex.path.starts_with("/.well-known/ptcl/") || ex.path.starts_with("/.well-known/agtp/") {
         let resp = refuse(ErrorCode::NotFound, "no sidecar endpoint at this path");
-        return Ok(finish(resp, ex, "refused", inflight));
+        return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
     }
 
     let body = match kind {
@@ -130,18 +134,17 @@ pub async fn handle(
         Kind::Write => match body::collect_limited(body, state.config.max_body).await {
             Ok(bytes) => body::full(bytes),
             Err(CollectError::TooLarge(limit)) => {
-                metrics::counter!(telemetry::REFUSALS_TOTAL, "code" => ErrorCode::BodyTooLarge.as_str())
-                    .increment(1);
+                state.metrics.refusal(ErrorCode::BodyTooLarge);
                 let resp = refuse(
                     ErrorCode::BodyTooLarge,
                     &format!("request body exceeds limits.max_body ({limit} bytes)"),
                 );
-                return Ok(finish(resp, ex, "refused", inflight));
+                return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
             }
             Err(CollectError::Read(e)) => {
                 tracing::debug!(error = %e, "request body read failed");
                 let resp = refuse(ErrorCode::BadRequest, "request body could not be read");
-                return Ok(finish(resp, ex, "refused", inflight));
+                return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
             }
         },
     };
@@ -151,20 +154,23 @@ pub async fn handle(
         Err(e) => {
             tracing::debug!(error = %e, "request target not forwardable");
             let resp = refuse(ErrorCode::BadRequest, "request target cannot be forwarded");
-            return Ok(finish(resp, ex, "refused", inflight));
+            return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
         }
     };
 
     let sent_at = Instant::now();
     let result = state.upstream.send(upstream_req).await;
-    metrics::histogram!(telemetry::UPSTREAM_DURATION).record(sent_at.elapsed().as_secs_f64());
+    state
+        .metrics
+        .upstream_duration
+        .record(sent_at.elapsed().as_secs_f64());
     match result {
         Ok(resp) => {
             let (mut rparts, rbody) = resp.into_parts();
             headers::strip_hop_by_hop(&mut rparts.headers);
             rparts.version = Version::default();
             let resp = Response::from_parts(rparts, body::boxed(rbody));
-            Ok(finish(resp, ex, "forwarded", inflight))
+            Ok(finish(&state, resp, ex, Outcome::Forwarded, inflight))
         }
         Err(e) => {
             // The full error goes to the log; the client learns only the code (STYLE §2).
@@ -183,7 +189,13 @@ pub async fn handle(
                     "the upstream connection failed",
                 ),
             };
-            Ok(finish(refuse(code, detail), ex, "error", inflight))
+            Ok(finish(
+                &state,
+                refuse(code, detail),
+                ex,
+                Outcome::Error,
+                inflight,
+            ))
         }
     }
 }
@@ -226,22 +238,38 @@ fn build_upstream_request(
     Ok(Request::from_parts(parts, body))
 }
 
+/// How a request ended, for metrics and the access log.
+#[derive(Debug, Clone, Copy)]
+enum Outcome {
+    Forwarded,
+    Refused,
+    Error,
+}
+
+impl Outcome {
+    /// Index into [`telemetry::OUTCOMES`].
+    fn index(self) -> usize {
+        self as usize
+    }
+}
+
 /// Records metrics now and writes the access-log line when the response body has been sent.
 fn finish(
+    state: &AppState,
     resp: Response<ProxyBody>,
     ex: Exchange,
-    outcome: &'static str,
+    outcome: Outcome,
     inflight: InflightGuard,
 ) -> Response<ProxyBody> {
     let status = resp.status().as_u16();
-    metrics::counter!(
-        telemetry::REQUESTS_TOTAL,
-        "kind" => ex.kind.label(),
-        "method" => method_label(&ex.method),
-        "outcome" => outcome,
-    )
-    .increment(1);
-    metrics::histogram!(telemetry::REQUEST_DURATION).record(ex.start.elapsed().as_secs_f64());
+    state
+        .metrics
+        .request(ex.kind.index(), method_index(&ex.method), outcome.index());
+    state
+        .metrics
+        .request_duration
+        .record(ex.start.elapsed().as_secs_f64());
+    let outcome = telemetry::OUTCOMES[outcome.index()];
     let (parts, body) = resp.into_parts();
     let counted = Counted::new(body, move |bytes| {
         let _inflight = inflight;
@@ -259,16 +287,17 @@ fn finish(
     Response::from_parts(parts, body::boxed(counted))
 }
 
-/// Methods as a closed label set (an attacker must not mint label values).
-fn method_label(m: &Method) -> &'static str {
+/// Index into [`telemetry::METHODS`]: a closed label set (clients must not mint label
+/// values).
+fn method_index(m: &Method) -> usize {
     match *m {
-        Method::GET => "GET",
-        Method::HEAD => "HEAD",
-        Method::POST => "POST",
-        Method::PUT => "PUT",
-        Method::PATCH => "PATCH",
-        Method::DELETE => "DELETE",
-        Method::OPTIONS => "OPTIONS",
-        _ => "other",
+        Method::GET => 0,
+        Method::HEAD => 1,
+        Method::POST => 2,
+        Method::PUT => 3,
+        Method::PATCH => 4,
+        Method::DELETE => 5,
+        Method::OPTIONS => 6,
+        _ => 7,
     }
 }

@@ -65,6 +65,7 @@ impl Server {
             tls,
             state: Arc::new(AppState {
                 config,
+                metrics: crate::telemetry::Metrics::register(),
                 upstream,
                 draining: false.into(),
             }),

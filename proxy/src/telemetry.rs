@@ -20,6 +20,71 @@ pub const REFUSALS_TOTAL: &str = "palisade_refusals_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
+/// Label values of `palisade_requests_total`: closed sets, so every series is registered
+/// once at start (and shows as 0 until used) and the data path only bumps an atomic.
+pub const KINDS: [&str; 2] = ["read", "write"];
+pub const METHODS: [&str; 8] = [
+    "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other",
+];
+pub const OUTCOMES: [&str; 3] = ["forwarded", "refused", "error"];
+
+/// Metric handles resolved once; the data path never looks a metric up by name.
+pub struct Metrics {
+    pub inflight: metrics::Gauge,
+    pub request_duration: metrics::Histogram,
+    pub upstream_duration: metrics::Histogram,
+    requests: Vec<metrics::Counter>,
+    refusals: Vec<metrics::Counter>,
+}
+
+impl Metrics {
+    pub fn register() -> Self {
+        metrics_handle();
+        let mut requests = Vec::with_capacity(KINDS.len() * METHODS.len() * OUTCOMES.len());
+        for kind in KINDS {
+            for method in METHODS {
+                for outcome in OUTCOMES {
+                    requests.push(metrics::counter!(
+                        REQUESTS_TOTAL,
+                        "kind" => kind,
+                        "method" => method,
+                        "outcome" => outcome
+                    ));
+                }
+            }
+        }
+        let refusals = palisade_policy::ErrorCode::ALL
+            .iter()
+            .map(|c| metrics::counter!(REFUSALS_TOTAL, "code" => c.as_str()))
+            .collect();
+        Self {
+            inflight: metrics::gauge!(INFLIGHT),
+            request_duration: metrics::histogram!(REQUEST_DURATION),
+            upstream_duration: metrics::histogram!(UPSTREAM_DURATION),
+            requests,
+            refusals,
+        }
+    }
+
+    /// `palisade_requests_total{kind,method,outcome}`; indices into [`KINDS`], [`METHODS`],
+    /// [`OUTCOMES`].
+    pub fn request(&self, kind: usize, method: usize, outcome: usize) {
+        let i = (kind * METHODS.len() + method) * OUTCOMES.len() + outcome;
+        if let Some(c) = self.requests.get(i) {
+            c.increment(1);
+        }
+    }
+
+    pub fn refusal(&self, code: palisade_policy::ErrorCode) {
+        if let Some(i) = palisade_policy::ErrorCode::ALL
+            .iter()
+            .position(|c| *c == code)
+        {
+            self.refusals[i].increment(1);
+        }
+    }
+}
+
 /// Installs the process-wide recorder once and returns its handle (later calls, e.g. a second
 /// server in one test process, share it).
 pub fn metrics_handle() -> PrometheusHandle {

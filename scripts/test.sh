@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# The test command of the README: sets up what the tests need, then runs every check.
+#
+#   scripts/test.sh            formatting, lints, all tests, a short fuzz run
+#   PALISADE_FUZZ_SECONDS=0    skip the fuzz run (e.g. while iterating locally)
+#
+# Works on a fresh machine with the Rust toolchain: it installs what is missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '\n==> %s\n' "$*"; }
+
+# System packages the tests need. Installed only when missing and only as root (CI and the
+# development machines are root; elsewhere the script says what to install).
+need_pkgs=()
+command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)   # libfuzzer-sys builds C++
+command -v kill >/dev/null 2>&1 || need_pkgs+=(procps)
+if [ ${#need_pkgs[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+    say "installing ${need_pkgs[*]}"
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need_pkgs[@]}"
+  else
+    echo "missing system packages: ${need_pkgs[*]} (install them, then re-run)" >&2
+    exit 1
+  fi
+fi
+
+say "cargo fmt --check"
+cargo fmt --all -- --check
+
+say "cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+
+say "cargo test"
+cargo test --workspace --locked
+
+fuzz_seconds="${PALISADE_FUZZ_SECONDS:-10}"
+if [ "$fuzz_seconds" != 0 ]; then
+  say "fuzz targets (${fuzz_seconds}s each)"
+  scripts/fuzz.sh "$fuzz_seconds"
+fi
+say "all checks passed"
