@@ -32,7 +32,9 @@ say "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 say "cargo test"
-cargo test --workspace --locked
+test_log=$(mktemp)
+trap 'rm -f "$test_log"' EXIT
+cargo test --workspace --locked 2>&1 | tee "$test_log"
 
 fuzz_seconds="${PALISADE_FUZZ_SECONDS:-10}"
 if [ "$fuzz_seconds" != 0 ]; then
@@ -40,3 +42,6 @@ if [ "$fuzz_seconds" != 0 ]; then
   scripts/fuzz.sh "$fuzz_seconds"
 fi
 say "all checks passed"
+# One closing line with the totals of every cargo test binary (unit, property, vector and
+# integration tests), so the last line of the run says how many tests ran.
+awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f }' "$test_log"

@@ -132,6 +132,29 @@ pub fn parse_tree(input: &[u8], max_depth: usize) -> Result<Node<'_>, JsonError>
     Ok(value)
 }
 
+const PLAIN: u8 = 0;
+const STOP: u8 = 1;
+const ASTRAL_LEAD: u8 = 2;
+
+/// For string scanning: `"`, `\\` and control characters end a plain run; bytes 0xF0.. lead
+/// supplementary-plane characters.
+static BYTE_CLASS: [u8; 256] = {
+    let mut t = [PLAIN; 256];
+    let mut i = 0;
+    while i < 0x20 {
+        t[i] = STOP;
+        i += 1;
+    }
+    t[b'"' as usize] = STOP;
+    t[b'\\' as usize] = STOP;
+    let mut i = 0xF0;
+    while i < 256 {
+        t[i] = ASTRAL_LEAD;
+        i += 1;
+    }
+    t
+};
+
 struct Parser<'a> {
     /// The input, known to be UTF-8; slices are taken at ASCII delimiters only.
     text: &'a str,
@@ -198,7 +221,7 @@ impl<'a> Parser<'a> {
     fn object(&mut self) -> Result<Node<'a>, JsonError> {
         self.enter()?;
         self.pos += 1; // '{'
-        let mut members: Vec<Member<'a>> = Vec::new();
+        let mut members: Vec<Member<'a>> = Vec::with_capacity(8);
         self.skip_ws();
         if self.peek() == Some(b'}') {
             self.pos += 1;
@@ -248,7 +271,7 @@ impl<'a> Parser<'a> {
     fn array(&mut self) -> Result<Node<'a>, JsonError> {
         self.enter()?;
         self.pos += 1; // '['
-        let mut items = Vec::new();
+        let mut items = Vec::with_capacity(8);
         self.skip_ws();
         if self.peek() == Some(b']') {
             self.pos += 1;
@@ -277,13 +300,21 @@ impl<'a> Parser<'a> {
     fn string(&mut self) -> Result<(Cow<'a, str>, bool), JsonError> {
         self.pos += 1; // opening quote
         let start = self.pos;
-        // Fast path: find the end of a run without escapes in one scan of the slice.
+        // Fast path: one table lookup per byte finds the end of a run without escapes and
+        // notes supplementary-plane characters (their UTF-8 lead bytes are 0xF0..=0xF4).
         let rest = &self.src[start..];
-        let run = rest
-            .iter()
-            .position(|&b| b == b'"' || b == b'\\' || b < 0x20)
-            .unwrap_or(rest.len());
-        let mut astral = rest[..run].iter().any(|&b| b >= 0xF0);
+        let mut run = 0;
+        let mut astral = false;
+        while let Some(&b) = rest.get(run) {
+            match BYTE_CLASS[b as usize] {
+                PLAIN => run += 1,
+                ASTRAL_LEAD => {
+                    astral = true;
+                    run += 1;
+                }
+                _ => break,
+            }
+        }
         self.pos = start + run;
         match rest.get(run) {
             Some(b'"') => {
