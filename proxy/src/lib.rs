@@ -20,6 +20,7 @@ pub mod pipeline;
 pub mod problem;
 pub mod sample_sor;
 pub mod server;
+pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;

@@ -1,0 +1,322 @@
+//! The `embedded` store: one local redb file, ACID, for a single sidecar replica.
+//!
+//! Why redb: pure Rust (no C toolchain or server), one file, copy-on-write B-trees with
+//! checksummed commits, so a crash at any instant leaves the last committed transaction intact
+//! (no WAL replay to get wrong); `Durability::Immediate` fsyncs on commit.
+//!
+//! Writes go through one writer thread that owns every write transaction. Callers send jobs
+//! over a channel; the thread takes every job waiting, applies them in arrival order in *one*
+//! transaction, commits once (one fsync), then answers each caller. Under load, many writes
+//! share an fsync (group commit); alone, a write pays one. The receipt chain's head lives in
+//! that thread, so receipts are totally ordered without a lock.
+//!
+//! Reads (`epoch`, `inverse`, `receipts`) use redb read transactions on the caller's thread:
+//! they see the last committed state and never wait for the writer.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::keys::KeyPair;
+use palisade_policy::receipt::{self, ReceiptBody, SealedReceipt};
+use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use tokio::sync::oneshot;
+
+use super::{Advance, Store, StoreError, WriteIntent};
+
+const FENCES: TableDefinition<&str, u64> = TableDefinition::new("fences");
+const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
+const INVERSES: TableDefinition<&str, &[u8]> = TableDefinition::new("inverses");
+const SNAPSHOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshots");
+/// Sequence number → JCS of the sealed receipt, signature included.
+const RECEIPTS: TableDefinition<u64, &[u8]> = TableDefinition::new("receipts");
+
+/// Most jobs one transaction takes, so one slow batch cannot grow without bound.
+const MAX_BATCH: usize = 512;
+
+enum Job {
+    Advance(WriteIntent, oneshot::Sender<Result<Advance, StoreError>>),
+    Receipt(
+        Box<ReceiptBody>,
+        oneshot::Sender<Result<SealedReceipt, StoreError>>,
+    ),
+}
+
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    /// To the writer thread. The thread ends when the store (the last sender) is dropped.
+    jobs: mpsc::Sender<Job>,
+    /// Transactions committed by the writer: lets tests and metrics see group commit.
+    commits: Arc<AtomicU64>,
+    /// Joined on drop, so the file's lock is released when the store is gone.
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer after its current batch.
+        let (closed, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.jobs, closed));
+        if let Some(handle) = self.writer.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(e.to_string())
+}
+
+/// The receipt chain's position: the next sequence number and the digest `prev` must carry.
+#[derive(Clone, Copy)]
+struct ChainHead {
+    next_seq: u64,
+    head: Sha256Digest,
+}
+
+fn read_chain_head(db: &Database) -> Result<ChainHead, StoreError> {
+    let rtx = db.begin_read().map_err(unavailable)?;
+    let table = rtx.open_table(RECEIPTS).map_err(unavailable)?;
+    let last = table.last().map_err(unavailable)?;
+    let head = match last {
+        Some((seq, jcs)) => ChainHead {
+            next_seq: seq.value() + 1,
+            head: Sha256Digest::of(jcs.value()),
+        },
+        None => ChainHead {
+            next_seq: 0,
+            head: Sha256Digest::empty(),
+        },
+    };
+    Ok(head)
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store file. `key` signs the receipts this store appends.
+    pub fn open(path: &Path, key: Arc<KeyPair>) -> Result<Self, StoreError> {
+        let db =
+            Database::create(path).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+        // Create every table up front so readers never meet a missing one.
+        let wtx = db.begin_write().map_err(unavailable)?;
+        {
+            wtx.open_table(FENCES).map_err(unavailable)?;
+            wtx.open_table(LEASES).map_err(unavailable)?;
+            wtx.open_table(INVERSES).map_err(unavailable)?;
+            wtx.open_table(SNAPSHOTS).map_err(unavailable)?;
+            wtx.open_table(RECEIPTS).map_err(unavailable)?;
+        }
+        wtx.commit().map_err(unavailable)?;
+        let db = Arc::new(db);
+        let head = read_chain_head(&db)?;
+        let (jobs, rx) = mpsc::channel();
+        let commits = Arc::new(AtomicU64::new(0));
+        let writer = {
+            let db = db.clone();
+            let commits = commits.clone();
+            std::thread::Builder::new()
+                .name("palisade-store".into())
+                .spawn(move || writer(db, key, head, rx, commits))
+                .map_err(unavailable)?
+        };
+        Ok(Self {
+            db,
+            jobs,
+            commits,
+            writer: Some(writer),
+        })
+    }
+
+    /// Write transactions committed so far.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        self.jobs
+            .send(job)
+            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))
+    }
+}
+
+/// The writer thread: batches jobs into transactions until every sender is gone.
+fn writer(
+    db: Arc<Database>,
+    key: Arc<KeyPair>,
+    mut chain: ChainHead,
+    rx: mpsc::Receiver<Job>,
+    commits: Arc<AtomicU64>,
+) {
+    while let Ok(first) = rx.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match rx.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        match apply(&db, &key, chain, &batch) {
+            Ok((answers, new_chain)) => {
+                // Only now, after the commit, is the new chain head real.
+                chain = new_chain;
+                commits.fetch_add(1, Ordering::Relaxed);
+                for (job, answer) in batch.into_iter().zip(answers) {
+                    match (job, answer) {
+                        (Job::Advance(_, reply), Answer::Advance(a)) => {
+                            let _ = reply.send(Ok(a));
+                        }
+                        (Job::Receipt(_, reply), Answer::Receipt(r)) => {
+                            let _ = reply.send(Ok(*r));
+                        }
+                        // `apply` answers each job with its own kind, in order.
+                        _ => unreachable!("answers follow the jobs' order and kinds"),
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "store transaction failed; refusing its writes");
+                for job in batch {
+                    match job {
+                        Job::Advance(_, reply) => {
+                            let _ = reply.send(Err(e.clone()));
+                        }
+                        Job::Receipt(_, reply) => {
+                            let _ = reply.send(Err(e.clone()));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+enum Answer {
+    Advance(Advance),
+    Receipt(Box<SealedReceipt>),
+}
+
+/// Applies a batch in one durable transaction; nothing is visible or answered unless it
+/// commits.
+fn apply(
+    db: &Database,
+    key: &KeyPair,
+    mut chain: ChainHead,
+    batch: &[Job],
+) -> Result<(Vec<Answer>, ChainHead), StoreError> {
+    let wtx = db.begin_write().map_err(unavailable)?;
+    let mut answers = Vec::with_capacity(batch.len());
+    {
+        let mut fences = wtx.open_table(FENCES).map_err(unavailable)?;
+        let mut leases = wtx.open_table(LEASES).map_err(unavailable)?;
+        let mut inverses = wtx.open_table(INVERSES).map_err(unavailable)?;
+        let mut snapshots = wtx.open_table(SNAPSHOTS).map_err(unavailable)?;
+        let mut receipts = wtx.open_table(RECEIPTS).map_err(unavailable)?;
+        for job in batch {
+            match job {
+                Job::Advance(intent, _) => {
+                    let current = fences
+                        .get(intent.resource.as_str())
+                        .map_err(unavailable)?
+                        .map_or(0, |v| v.value());
+                    if intent.epoch <= current {
+                        answers.push(Answer::Advance(Advance::Stale { current }));
+                        continue;
+                    }
+                    fences
+                        .insert(intent.resource.as_str(), intent.epoch)
+                        .map_err(unavailable)?;
+                    leases
+                        .insert(intent.lease_id.as_str(), intent.lease_record.as_slice())
+                        .map_err(unavailable)?;
+                    if let Some(inv) = &intent.inverse {
+                        inverses
+                            .insert(intent.lease_id.as_str(), inv.as_slice())
+                            .map_err(unavailable)?;
+                    }
+                    if let Some(snap) = &intent.snapshot {
+                        snapshots
+                            .insert(intent.lease_id.as_str(), snap.as_slice())
+                            .map_err(unavailable)?;
+                    }
+                    answers.push(Answer::Advance(Advance::Advanced));
+                }
+                Job::Receipt(body, _) => {
+                    let sealed = receipt::seal(body, chain.head, key);
+                    receipts
+                        .insert(chain.next_seq, sealed.jcs.as_slice())
+                        .map_err(unavailable)?;
+                    chain = ChainHead {
+                        next_seq: chain.next_seq + 1,
+                        head: sealed.digest,
+                    };
+                    answers.push(Answer::Receipt(Box::new(sealed)));
+                }
+            }
+        }
+    }
+    // Durability::Immediate (the default): commit returns after fsync.
+    wtx.commit().map_err(unavailable)?;
+    Ok((answers, chain))
+}
+
+impl Store for EmbeddedStore {
+    fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let rtx = self.db.begin_read().map_err(unavailable)?;
+            let table = rtx.open_table(FENCES).map_err(unavailable)?;
+            let v = table.get(resource).map_err(unavailable)?;
+            Ok(v.map_or(0, |v| v.value()))
+        })
+    }
+
+    fn advance(&self, intent: WriteIntent) -> BoxFuture<'_, Result<Advance, StoreError>> {
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            self.send(Job::Advance(intent, tx))?;
+            rx.await
+                .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+        })
+    }
+
+    fn append_receipt(
+        &self,
+        body: ReceiptBody,
+    ) -> BoxFuture<'_, Result<SealedReceipt, StoreError>> {
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            self.send(Job::Receipt(Box::new(body), tx))?;
+            rx.await
+                .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+        })
+    }
+
+    fn inverse<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(async move {
+            let rtx = self.db.begin_read().map_err(unavailable)?;
+            let table = rtx.open_table(INVERSES).map_err(unavailable)?;
+            let v = table.get(lease_id).map_err(unavailable)?;
+            Ok(v.map(|v| v.value().to_vec()))
+        })
+    }
+
+    fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
+        Box::pin(async move {
+            let rtx = self.db.begin_read().map_err(unavailable)?;
+            let table = rtx.open_table(RECEIPTS).map_err(unavailable)?;
+            let mut out = Vec::with_capacity(table.len().map_err(unavailable)? as usize);
+            for row in table.iter().map_err(unavailable)? {
+                let (_, jcs) = row.map_err(unavailable)?;
+                out.push(jcs.value().to_vec());
+            }
+            Ok(out)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,74 @@
+//! The state store (SPEC §10): what must survive a crash.
+//!
+//! The trait's methods are the transactions the write pipeline needs, not a key-value API:
+//! "advance this resource's fence and stage this lease's inverse and snapshot, atomically, or
+//! tell me the epoch that beat me" is one call, so a second backend (PostgreSQL, many replicas)
+//! implements the same contract with its own locking and cannot be composed wrongly.
+//!
+//! Durability: every method that changes state returns only after the change is durable
+//! (fsync'd). The embedded backend batches concurrent callers into one transaction and one
+//! fsync (group commit), so durability costs one disk flush per batch, not per write.
+//!
+//! Not here yet: idempotency records, escrow and the per-resource lock; they land with the
+//! stages that use them.
+
+pub mod embedded;
+
+use futures_util::future::BoxFuture;
+use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// The store cannot be used (I/O error, corrupt file, the writer thread is gone). Writes
+    /// are refused with 503 `ERR_STORE_UNAVAILABLE`; reads keep flowing.
+    #[error("state store unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What a write makes durable before it is forwarded (SPEC §5.3, §5.4).
+#[derive(Debug, Clone)]
+pub struct WriteIntent {
+    /// The resource key (SPEC §4.3).
+    pub resource: String,
+    /// The lease's `cas_fence_epoch`; must be greater than the resource's current epoch.
+    pub epoch: u64,
+    pub lease_id: String,
+    /// The lease record (JSON): digest, mode, expiry, agent, state.
+    pub lease_record: Vec<u8>,
+    /// The JCS of the inverse payload, when one was staged.
+    pub inverse: Option<Vec<u8>>,
+    /// The pre-image representation, for SNAPSHOT_RESTORE (empty when the resource was absent).
+    pub snapshot: Option<Vec<u8>>,
+}
+
+/// The answer to [`Store::advance`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Advance {
+    /// The epoch moved to the intent's epoch; everything in the intent is durable.
+    Advanced,
+    /// The resource's epoch was already `current` ≥ the intent's: nothing changed.
+    Stale { current: u64 },
+}
+
+pub trait Store: Send + Sync {
+    /// The last committed epoch of `resource` (0 when never written).
+    fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>>;
+
+    /// Compare-and-advance the fence and stage the lease's data, atomically and durably.
+    /// Epochs never move backwards: a stale intent changes nothing.
+    fn advance(&self, intent: WriteIntent) -> BoxFuture<'_, Result<Advance, StoreError>>;
+
+    /// Seals `body` as the next receipt of the chain (its `prev` is the digest of the last
+    /// receipt) and stores it durably. Receipts are appended in one total order.
+    fn append_receipt(&self, body: ReceiptBody)
+        -> BoxFuture<'_, Result<SealedReceipt, StoreError>>;
+
+    /// The staged inverse payload of a lease, if any.
+    fn inverse<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
+
+    /// Every receipt, in chain order (for `palisade audit verify`).
+    fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>>;
+}
