@@ -330,3 +330,86 @@ fn config_check_loads_the_files_the_config_names() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn audit_verify_walks_the_chain_and_names_the_first_broken_receipt() {
+    use palisade::store::{embedded::EmbeddedStore, Store as _};
+    use palisade_policy::keys::KeyPair;
+    use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
+
+    let dir = tempfile::tempdir().unwrap();
+    let key_a = dir.path().join("a.pem");
+    let key_b = dir.path().join("b.pem");
+    palisade(&["keygen", "--out", key_a.to_str().unwrap()], b"");
+    palisade(&["keygen", "--out", key_b.to_str().unwrap()], b"");
+    let store_path = dir.path().join("state.redb");
+    {
+        let key = KeyPair::from_pkcs8_pem(&std::fs::read_to_string(&key_a).unwrap()).unwrap();
+        let store = EmbeddedStore::open(&store_path, std::sync::Arc::new(key)).unwrap();
+        for i in 0..3 {
+            let body = ReceiptBody::new(
+                format!("urn:uuid:r{i}"),
+                ReceiptKind::Rejection,
+                "2026-12-02T12:00:00.000Z".into(),
+            );
+            store.append_receipt(body).await.unwrap();
+        }
+    }
+    let config = |key: &Path| {
+        let p = dir.path().join(format!(
+            "{}.toml",
+            key.file_stem().unwrap().to_str().unwrap()
+        ));
+        std::fs::write(
+            &p,
+            format!(
+                "[upstream]\nurl = \"http://127.0.0.1:9\"\n[signing]\nkey = \"{}\"\n[store]\npath = \"{}\"\n",
+                key.display(),
+                store_path.display()
+            ),
+        )
+        .unwrap();
+        p
+    };
+    let o = palisade(
+        &[
+            "audit",
+            "verify",
+            "--config",
+            config(&key_a).to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("ok: 3 receipts"), "{}", stdout(&o));
+
+    // Verified against another key, the very first receipt is the broken one.
+    let o = palisade(
+        &[
+            "audit",
+            "verify",
+            "--config",
+            config(&key_b).to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(1));
+    let err = stderr(&o);
+    assert!(err.contains("receipt #0 (urn:uuid:r0)"), "{err}");
+
+    std::fs::remove_file(&store_path).unwrap();
+    let o = palisade(
+        &[
+            "audit",
+            "verify",
+            "--config",
+            config(&key_a).to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "a missing store is a configuration error"
+    );
+}

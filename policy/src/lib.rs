@@ -13,7 +13,10 @@
 //! - [`keys`]: Ed25519 keys, key ids and the trust store of lease issuers.
 //! - [`lease`]: the PTCL lease model and its verification (SPEC §5.2 checks 2–8).
 //! - [`receipt`]: signed, hash-chained receipts and chain verification.
-//! - [`target`]: RFC 3986 normalisation of `sor_target_uri` for check 7.
+//! - [`target`]: RFC 3986 normalisation of `sor_target_uri` for check 7, resource keys.
+//! - [`fence`]: checks 11–12 (epoch, pre-image digest of a fetched representation).
+//! - [`inverse`]: the inverse payload's shape and check 10.
+//! - [`drift`]: drift events (SPEC §8) built from refusals, carrying digests, never values.
 //!
 //! What does not: anything that waits, reads a file or a clock, or talks to a peer.
 #![forbid(unsafe_code)]
@@ -21,6 +24,9 @@
 pub mod canon;
 pub mod codes;
 pub mod digest;
+pub mod drift;
+pub mod fence;
+pub mod inverse;
 pub mod json;
 pub mod keys;
 pub mod lease;

@@ -34,6 +34,23 @@ pub fn normalize(uri: &str) -> Result<String, TargetError> {
     Ok(url.into())
 }
 
+/// The normalised target of a request: `origin` (`listen.public_base`, or the request's own
+/// `scheme://host[:port]`) followed by the request's path and query (SPEC §4.3).
+pub fn request_target(origin: &str, path_and_query: &str) -> Result<String, TargetError> {
+    if !path_and_query.starts_with('/') {
+        return Err(TargetError::NotAbsolute);
+    }
+    normalize(&format!("{}{path_and_query}", origin.trim_end_matches('/')))
+}
+
+/// The resource key of an HTTP write: its normalised target without the query (SPEC §4.3),
+/// so `/items/1?view=full` and `/items/%31` fence the same resource.
+pub fn resource_key(normalized_target: &str) -> &str {
+    normalized_target
+        .split_once('?')
+        .map_or(normalized_target, |(before, _)| before)
+}
+
 /// Decodes `%XX` where it encodes an unreserved character and uppercases every other escape.
 pub fn normalize_escapes(s: &str) -> String {
     let b = s.as_bytes();
@@ -102,6 +119,18 @@ mod tests {
     fn escapes_next_to_multibyte_characters_do_not_panic() {
         assert_eq!(normalize_escapes("%é%4"), "%é%4");
         assert_eq!(normalize_escapes("a%4a%zz%"), "aJ%zz%");
+    }
+
+    #[test]
+    fn request_targets_and_resource_keys() {
+        let t = request_target("https://ERP.example.com/", "/api/./items/%31?view=full").unwrap();
+        assert_eq!(t, "https://erp.example.com/api/items/1?view=full");
+        assert_eq!(resource_key(&t), "https://erp.example.com/api/items/1");
+        assert_eq!(resource_key("https://x/a"), "https://x/a");
+        assert_eq!(
+            request_target("https://x", "*"),
+            Err(TargetError::NotAbsolute)
+        );
     }
 
     #[test]

@@ -63,6 +63,18 @@ enum Command {
     /// Configuration tools.
     #[command(subcommand)]
     Config(ConfigCommand),
+    /// Audit tools.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Walk the receipt chain in the store: every `prev` link and every signature.
+    Verify {
+        #[arg(long, env = "PALISADE_CONFIG")]
+        config: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -182,6 +194,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             println!("{}", Sha256Digest::of(&out).spelled(spelling));
             Ok(())
         }
+        Command::Audit(AuditCommand::Verify { config }) => audit_verify(&config),
         Command::Config(ConfigCommand::Check { config }) => {
             let cfg = load_config(&config)?;
             check_referenced_files(&cfg, &config)?;
@@ -267,6 +280,45 @@ fn run(config: &Path) -> Result<(), Failure> {
             server.run(crate::shutdown_signal()).await
         })
         .map_err(|e| Failure::usage(format!("{e:#}")))
+}
+
+/// `palisade audit verify`: the embedded store holds an exclusive lock on its file, so this
+/// runs while the sidecar is stopped (or against a copy of the file).
+fn audit_verify(config: &Path) -> Result<(), Failure> {
+    let cfg = load_config(config)?;
+    let key_path = cfg
+        .signing_key
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(crate::config::DEFAULT_SIGNING_KEY));
+    let key = std::sync::Arc::new(read_key(&key_path)?);
+    let mut trust = TrustStore::new();
+    trust
+        .insert(key.trusted("sidecar"))
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    if !cfg.store_path.exists() {
+        return Err(Failure::usage(format!(
+            "{}: store file does not exist",
+            cfg.store_path.display()
+        )));
+    }
+    let store = crate::store::embedded::EmbeddedStore::open(&cfg.store_path, key)
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| Failure::usage(format!("runtime: {e}")))?;
+    let receipts = runtime
+        .block_on(crate::store::Store::receipts(&store))
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    match palisade_policy::receipt::verify_chain(receipts.iter().map(Vec::as_slice), &trust) {
+        Ok(head) => {
+            println!("ok: {} receipts, head {}", head.count, head.head);
+            Ok(())
+        }
+        Err(e) => Err(Failure::refused(format!(
+            "{}: {e}",
+            cfg.store_path.display()
+        ))),
+    }
 }
 
 fn keygen(out: &Path) -> Result<(), Failure> {

@@ -17,6 +17,9 @@ use std::time::Duration;
 use serde::de::DeserializeOwned;
 use serde::Deserialize;
 
+/// Where `signing.key` is looked for when the config does not say.
+pub const DEFAULT_SIGNING_KEY: &str = "/etc/palisade/signing.pem";
+
 /// One thing wrong with a configuration file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ConfigProblem {
