@@ -10,10 +10,17 @@ use support::*;
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::time::Instant;
 
+/// A pass-through config (`ptcl.writes = []`: no request is buffered or enforced) unless
+/// `extra` has its own `[ptcl]`.
 fn config(upstream: &Upstream, extra: &str) -> String {
+    let ptcl = if extra.contains("[ptcl]") {
+        ""
+    } else {
+        "[ptcl]\nwrites = []\n"
+    };
     format!(
         "[upstream]\nurl = \"{}\"\nconnect_timeout = \"1s\"\ntimeout = \"2s\"\n\
-         [rich]\nunbound_writes = \"allow\"\n{extra}",
+         [rich]\nunbound_writes = \"allow\"\n{ptcl}{extra}",
         upstream.url()
     )
 }
@@ -289,7 +296,16 @@ async fn a_slow_header_sender_is_cut_off_after_header_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_body_over_max_body_on_a_buffered_route_gets_413_and_reaches_nothing() {
     let upstream = Upstream::start().await;
-    let p = Palisade::start(&config(&upstream, "[limits]\nmax_body = \"64KiB\"\n"));
+    // Writes are enforced (buffered) here: the sidecar needs its key and store.
+    let dir = tempfile::tempdir().unwrap();
+    let key = palisade_policy::keys::KeyPair::from_seed([1; 32]);
+    std::fs::write(dir.path().join("signing.pem"), key.to_pkcs8_pem()).unwrap();
+    let extra = format!(
+        "[limits]\nmax_body = \"64KiB\"\n[ptcl]\npre_image = \"off\"\n\
+         [signing]\nkey = \"{0}/signing.pem\"\n[store]\npath = \"{0}/state.redb\"\n",
+        dir.path().display()
+    );
+    let p = Palisade::start_in(dir, &config(&upstream, &extra));
     let client = http1_client();
     // With Content-Length: refused before the body is read.
     let req = Request::put(p.url("/echo/1"))
@@ -319,13 +335,15 @@ async fn a_body_over_max_body_on_a_buffered_route_gets_413_and_reaches_nothing()
     assert_eq!(parts.status, StatusCode::PAYLOAD_TOO_LARGE);
     assert!(upstream.requests().is_empty(), "the upstream saw nothing");
 
-    // At the limit it passes.
+    // At the limit the body is read, and the next stage (the lease) decides.
     let req = Request::put(p.url("/echo/3"))
         .body(full(vec![b'z'; 64 * 1024]))
         .unwrap();
     let (parts, body) = send(&client, req).await;
-    assert_eq!(parts.status, StatusCode::OK);
-    assert_eq!(body.len(), 64 * 1024);
+    assert_eq!(parts.status, StatusCode::PRECONDITION_REQUIRED);
+    let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["code"], "ERR_LEASE_REQUIRED");
+    assert!(upstream.requests().is_empty(), "the upstream saw nothing");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -336,7 +354,8 @@ async fn upstream_down_is_502_and_silent_upstream_is_504() {
         .local_addr()
         .unwrap();
     let text = format!(
-        "[upstream]\nurl = \"http://{dead}\"\nconnect_timeout = \"1s\"\ntimeout = \"1s\"\n"
+        "[upstream]\nurl = \"http://{dead}\"\nconnect_timeout = \"1s\"\ntimeout = \"1s\"\n\
+         [ptcl]\nwrites = []\n"
     );
     let p = Palisade::start(&text);
     let (parts, body) = send(
@@ -437,9 +456,8 @@ async fn admin_reports_health_and_metrics_and_logs_hold_no_secrets() {
         );
     }
     assert!(
-        metrics.contains(
-            r#"palisade_requests_total{kind="write",method="PUT",outcome="forwarded"} 1"#
-        ),
+        metrics
+            .contains(r#"palisade_requests_total{kind="read",method="PUT",outcome="forwarded"} 1"#),
         "{metrics}"
     );
     // The access-log line is written when the body ends; give it a moment.

@@ -321,10 +321,15 @@ fn audit_verify(config: &Path) -> Result<(), Failure> {
     }
 }
 
-fn keygen(out: &Path) -> Result<(), Failure> {
+/// A new Ed25519 key from the OS's randomness.
+pub fn fresh_key() -> KeyPair {
     let mut seed = [0u8; 32];
     rand::RngCore::fill_bytes(&mut rand::rngs::OsRng, &mut seed);
-    let key = KeyPair::from_seed(seed);
+    KeyPair::from_seed(seed)
+}
+
+fn keygen(out: &Path) -> Result<(), Failure> {
+    let key = fresh_key();
     crate::write_private_file(out, key.to_pkcs8_pem().as_bytes())
         .map_err(|e| Failure::usage(format!("{}: {e}", out.display())))?;
     // The issuer-file entry form: paste it into `trust.issuers` of a sidecar that should

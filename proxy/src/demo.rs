@@ -3,8 +3,9 @@
 //! Everything lives in a fresh temp directory (the SoR's data file, the sidecar's key and
 //! config) that is printed at start, so a newcomer can look at what the demo set up.
 //!
-//! This build's sidecar is a transparent proxy: write enforcement (leases, fences, receipts)
-//! lands with the enforcement issue, and the demo says so when it starts.
+//! The sidecar enforces leases, fences and receipts on writes. This build has no lease endpoint
+//! yet, so the demo also makes an "agent" key that the sidecar trusts, and prints the
+//! `palisade lease sign` line an agent gateway would run.
 
 use std::time::Duration;
 
@@ -28,11 +29,29 @@ pub fn run(port: u16) -> anyhow::Result<()> {
         let sor = SampleSor::open(&dir.join("inventory.json"))?;
         tokio::spawn(sor.serve(sor_listener));
 
+        // The sidecar's key (receipts) and an agent gateway's key (leases), both fresh.
+        let sidecar = crate::cli::fresh_key();
+        let agent = crate::cli::fresh_key();
+        crate::write_private_file(&dir.join("signing.pem"), sidecar.to_pkcs8_pem().as_bytes())?;
+        crate::write_private_file(&dir.join("agent.pem"), agent.to_pkcs8_pem().as_bytes())?;
+        std::fs::write(
+            dir.join("issuers.json"),
+            serde_json::json!([{"kid": agent.kid(), "public_key": agent.public_b64(), "name": "demo-agent"}])
+                .to_string(),
+        )?;
+        std::fs::write(
+            dir.join("inverse.json"),
+            r#"{"method":"PUT","path":"/api/v2/items/1","body":{"sku":"BOLT-M8","qty":1200,"warehouse":"BER-1"}}"#,
+        )?;
+        let d = dir.display();
         let config_text = format!(
             "# written by `palisade demo`\n\
              [listen]\naddr = \"127.0.0.1:{port}\"\ndrain_timeout = \"2s\"\n\
              [admin]\naddr = \"127.0.0.1:0\"\n\
              [upstream]\nurl = \"http://{sor_addr}\"\ntimeout = \"5s\"\n\
+             [signing]\nkey = \"{d}/signing.pem\"\n\
+             [trust]\nissuers = \"{d}/issuers.json\"\n\
+             [store]\npath = \"{d}/state.redb\"\n\
              [rich]\nunbound_writes = \"allow\"\n"
         );
         let config_path = dir.join("palisade.toml");
@@ -42,28 +61,46 @@ pub fn run(port: u16) -> anyhow::Result<()> {
         let server = Server::bind(config).await?;
         let data = server.data_addr();
         let admin = server.admin_addr();
+        let exe = std::env::current_exe()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|_| "palisade".into());
         println!(
             r#"
 Palisade demo
-  sample inventory SoR  http://{sor_addr}   (data in {dir}/inventory.json)
+  sample inventory SoR  http://{sor_addr}   (data in {d}/inventory.json)
   sidecar data plane    http://{data}
   sidecar admin         http://{admin}      (/healthz /readyz /metrics)
-  config                {config}
+  config, keys, store   {d}
 
-NOTE: this build runs the sidecar as a transparent pass-through proxy. Lease, fence and
-receipt enforcement is not in this build yet; every request below reaches the SoR.
+Try, in another shell:
 
-Try:
-  curl -s http://{data}/api/v2/items
+  # Reads pass straight through.
   curl -s http://{data}/api/v2/items/1
-  curl -s -X PUT http://{data}/api/v2/items/1 -H 'content-type: application/json' \
-       -d '{{"sku":"BOLT-M8","qty":1150,"warehouse":"BER-1"}}'
-  curl -s http://{admin}/metrics | grep palisade_requests_total
 
-Ctrl-C stops the demo.
-"#,
-            dir = dir.display(),
-            config = config_path.display(),
+  # A write without a lease is refused: 428 ERR_LEASE_REQUIRED, with a signed receipt.
+  curl -si -X PUT http://{data}/api/v2/items/1 -H 'content-type: application/json' \
+       -d '{{"sku":"BOLT-M8","qty":1150,"warehouse":"BER-1"}}'
+
+  # An agent gateway signs a lease: epoch 1, the record's current state, an inverse.
+  PRE=$(curl -s http://{data}/api/v2/items/1 | {exe} digest --prefix sha256)
+  LEASE=$({exe} lease sign --key {d}/agent.pem --epoch 1 --pre-image $PRE \
+       --target http://{data}/api/v2/items/1 --inverse {d}/inverse.json)
+  INV=$(base64 -w0 < {d}/inverse.json | tr '+/' '-_' | tr -d '=')
+
+  # The write goes through: 200, Agent-Fence-Token: 1, Agent-Commit-Receipt.
+  curl -si -X PUT http://{data}/api/v2/items/1 -H 'content-type: application/json' \
+       -H "agent-compensation-lease: $LEASE" -H "agent-compensation-inverse: $INV" \
+       -d '{{"sku":"BOLT-M8","qty":1150,"warehouse":"BER-1"}}'
+
+  # The same lease again: 409 ERR_STALE_FENCE_EPOCH (current_epoch 1).
+  curl -si -X PUT http://{data}/api/v2/items/1 -H 'content-type: application/json' \
+       -H "agent-compensation-lease: $LEASE" -H "agent-compensation-inverse: $INV" \
+       -d '{{"sku":"BOLT-M8","qty":1,"warehouse":"BER-1"}}'
+
+  curl -s http://{admin}/metrics | grep palisade_refusals_total | grep -v ' 0$'
+
+Stop with Ctrl-C, then check the receipt chain:  {exe} audit verify --config {d}/palisade.toml
+"#
         );
         server.run(crate::shutdown_signal()).await?;
         tokio::time::sleep(Duration::from_millis(10)).await;

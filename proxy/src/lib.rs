@@ -15,6 +15,8 @@ pub mod cli;
 pub mod clock;
 pub mod config;
 pub mod demo;
+pub mod drift_sink;
+pub mod enforce;
 pub mod headers;
 pub mod pipeline;
 pub mod problem;

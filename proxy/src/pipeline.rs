@@ -22,15 +22,17 @@ use tokio::time::Instant;
 
 use crate::body::{self, CollectError, Counted, ProxyBody};
 use crate::config::Config;
-use crate::headers;
 use crate::problem::Problem;
 use crate::telemetry;
 use crate::upstream::{Upstream, UpstreamError};
+use crate::{enforce, headers};
 
 /// State shared by every request of one server.
 pub struct AppState {
     pub config: Config,
     pub metrics: telemetry::Metrics,
+    /// Present when `ptcl.writes` is not empty: every write goes through it.
+    pub enforcement: Option<crate::enforce::Enforcement>,
     pub upstream: Upstream,
     /// Set on SIGTERM: `/readyz` turns 503 at once.
     pub draining: AtomicBool,
@@ -129,24 +131,58 @@ pub async fn handle(
         return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
     }
 
+    let mut permit = None;
     let body = match kind {
         Kind::Read => body::boxed(body),
-        Kind::Write => match body::collect_limited(body, state.config.max_body).await {
-            Ok(bytes) => body::full(bytes),
-            Err(CollectError::TooLarge(limit)) => {
-                state.metrics.refusal(ErrorCode::BodyTooLarge);
-                let resp = refuse(
-                    ErrorCode::BodyTooLarge,
-                    &format!("request body exceeds limits.max_body ({limit} bytes)"),
-                );
-                return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+        Kind::Write => {
+            let bytes = match body::collect_limited(body, state.config.max_body).await {
+                Ok(bytes) => bytes,
+                Err(CollectError::TooLarge(limit)) => {
+                    state.metrics.refusal(ErrorCode::BodyTooLarge);
+                    let resp = refuse(
+                        ErrorCode::BodyTooLarge,
+                        &format!("request body exceeds limits.max_body ({limit} bytes)"),
+                    );
+                    return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+                }
+                Err(CollectError::Read(e)) => {
+                    tracing::debug!(error = %e, "request body read failed");
+                    let resp = refuse(ErrorCode::BadRequest, "request body could not be read");
+                    return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+                }
+            };
+            if let Some(enf) = &state.enforcement {
+                let cx = write_context(&ex);
+                match enforce::check(&state.config, enf, &state.upstream, &parts, &bytes, &conn)
+                    .await
+                {
+                    Ok(p) => {
+                        // The fence token travels upstream; the PTCL headers do not.
+                        parts
+                            .headers
+                            .insert(enforce::FENCE_HEADER, HeaderValue::from(p.epoch()));
+                        permit = Some(p);
+                    }
+                    Err(denied) => {
+                        state.metrics.refusal(denied.refusal.code);
+                        let lease = parts
+                            .headers
+                            .get(enforce::LEASE_HEADER)
+                            .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
+                        let resp = enforce::refuse(
+                            enf,
+                            &denied.refusal,
+                            &cx,
+                            lease.as_deref(),
+                            denied.current_epoch,
+                        )
+                        .await;
+                        return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+                    }
+                }
             }
-            Err(CollectError::Read(e)) => {
-                tracing::debug!(error = %e, "request body read failed");
-                let resp = refuse(ErrorCode::BadRequest, "request body could not be read");
-                return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
-            }
-        },
+            body::full(bytes)
+        }
     };
 
     let upstream_req = match build_upstream_request(&state.upstream, parts, body, &conn) {
@@ -169,7 +205,10 @@ pub async fn handle(
             let (mut rparts, rbody) = resp.into_parts();
             headers::strip_hop_by_hop(&mut rparts.headers);
             rparts.version = Version::default();
-            let resp = Response::from_parts(rparts, body::boxed(rbody));
+            let mut resp = Response::from_parts(rparts, body::boxed(rbody));
+            if let (Some(permit), Some(enf)) = (permit, &state.enforcement) {
+                enforce::commit(enf, permit, &write_context(&ex), None, &mut resp).await;
+            }
             Ok(finish(&state, resp, ex, Outcome::Forwarded, inflight))
         }
         Err(e) => {
@@ -189,14 +228,22 @@ pub async fn handle(
                     "the upstream connection failed",
                 ),
             };
-            Ok(finish(
-                &state,
-                refuse(code, detail),
-                ex,
-                Outcome::Error,
-                inflight,
-            ))
+            let mut resp = refuse(code, detail);
+            // The write may have reached the upstream: its epoch stays advanced and its
+            // receipt records the failure the client saw.
+            if let (Some(permit), Some(enf)) = (permit, &state.enforcement) {
+                enforce::commit(enf, permit, &write_context(&ex), None, &mut resp).await;
+            }
+            Ok(finish(&state, resp, ex, Outcome::Error, inflight))
         }
+    }
+}
+
+fn write_context(ex: &Exchange) -> enforce::WriteContext<'_> {
+    enforce::WriteContext {
+        method: &ex.method,
+        trace_id: &ex.trace_id,
+        operation: format!("{} {}", ex.method, ex.path),
     }
 }
 

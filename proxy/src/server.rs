@@ -53,6 +53,11 @@ impl Server {
             None => None,
         };
         let upstream = Upstream::new(&config)?;
+        let enforcement = if config.writes.is_empty() {
+            None
+        } else {
+            Some(crate::enforce::Enforcement::load(&config)?)
+        };
         let data = TcpListener::bind(&config.listen_addr)
             .await
             .with_context(|| format!("listen.addr: cannot bind {}", config.listen_addr))?;
@@ -66,6 +71,7 @@ impl Server {
             state: Arc::new(AppState {
                 config,
                 metrics: crate::telemetry::Metrics::register(),
+                enforcement,
                 upstream,
                 draining: false.into(),
             }),

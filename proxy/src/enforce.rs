@@ -1,0 +1,525 @@
+//! Write enforcement (SPEC §5.2), in the SPEC's order: pure checks first, I/O last.
+//!
+//! ```text
+//! unbound? (404) → 1 lease present (428) → 2–8 policy::lease::verify
+//!   → 10 inverse staged and matching → [per-resource lock]
+//!   → 11 fence epoch (store read) → 12 pre-image (upstream GET)
+//!   → durable: advance epoch + stage inverse (store, fsync) → Permit
+//! ```
+//! The caller forwards the write while holding the [`Permit`] (and so the resource's lock),
+//! then calls [`commit`] for the receipt. A refusal at any step goes through [`refuse`]:
+//! problem+json, a signed rejection receipt in the chain, a drift event; nothing reaches the
+//! upstream and no epoch moves.
+//!
+//! Not here yet (issue 4 continues): contract checks 8–9 from RICH bindings, idempotency keys,
+//! the lease-authority and inverse-staging endpoints, recovery modes other than forwarding,
+//! `agent_id` binding.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{header, HeaderValue, Request, Response};
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::drift::{DriftEvent, EventContext};
+use palisade_policy::keys::{KeyPair, TrustStore};
+use palisade_policy::lease::{self, RequestFacts, VerifiedLease, VerifyContext};
+use palisade_policy::receipt::{ReceiptBody, ReceiptKind, SealedReceipt};
+use palisade_policy::{fence, inverse, target, ErrorCode, Refusal};
+use tokio::sync::OwnedMutexGuard;
+
+use crate::body::{self, ProxyBody};
+use crate::clock::AnchoredClock;
+use crate::config::{Config, UnboundWrites};
+use crate::drift_sink::DriftSink;
+use crate::pipeline::ConnInfo;
+use crate::problem::Problem;
+use crate::store::{Advance, Store, StoreError, WriteIntent};
+use crate::upstream::Upstream;
+
+pub const LEASE_HEADER: &str = "agent-compensation-lease";
+pub const INVERSE_HEADER: &str = "agent-compensation-inverse";
+pub const RECEIPT_HEADER: &str = "agent-commit-receipt";
+pub const FENCE_HEADER: &str = "agent-fence-token";
+
+/// Everything write enforcement needs, built once at start.
+pub struct Enforcement {
+    pub key: Arc<KeyPair>,
+    pub trust: TrustStore,
+    pub store: Arc<dyn Store>,
+    pub locks: ResourceLocks,
+    pub clock: AnchoredClock,
+    pub first_seen: FirstSeen,
+    pub drift: DriftSink,
+}
+
+impl Enforcement {
+    /// Loads the sidecar key and the issuers, opens the store, starts the drift sink. Must run
+    /// inside the runtime (the drift sink spawns its writer task).
+    pub fn load(config: &Config) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let key_path = config
+            .signing_key
+            .clone()
+            .unwrap_or_else(|| crate::config::DEFAULT_SIGNING_KEY.into());
+        let pem = std::fs::read_to_string(&key_path)
+            .with_context(|| format!("signing.key: cannot read {}", key_path.display()))?;
+        let key = Arc::new(
+            KeyPair::from_pkcs8_pem(&pem)
+                .with_context(|| format!("signing.key: {}", key_path.display()))?,
+        );
+        let mut trust = TrustStore::new();
+        trust.insert(key.trusted("sidecar"))?;
+        if let Some(path) = &config.trust_issuers {
+            let bytes = std::fs::read(path)
+                .with_context(|| format!("trust.issuers: cannot read {}", path.display()))?;
+            trust
+                .extend_from_issuers_json(&bytes)
+                .with_context(|| format!("trust.issuers: {}", path.display()))?;
+        }
+        let store: Arc<dyn Store> = match config.store_kind {
+            crate::config::StoreKind::Embedded => Arc::new(
+                crate::store::embedded::EmbeddedStore::open(&config.store_path, key.clone())
+                    .context("store")?,
+            ),
+            crate::config::StoreKind::Postgres => {
+                anyhow::bail!("store.kind: \"postgres\" is not available in this build")
+            }
+        };
+        Ok(Self {
+            key,
+            trust,
+            store,
+            locks: ResourceLocks::default(),
+            clock: AnchoredClock::new(),
+            first_seen: FirstSeen::default(),
+            drift: DriftSink::start(),
+        })
+    }
+}
+
+/// In-process per-resource write locks (SPEC §5.3). One sidecar owns an embedded store, so an
+/// in-process lock is the lock every writer respects; a shared (PostgreSQL) store takes its
+/// lock in the database instead.
+#[derive(Default)]
+pub struct ResourceLocks {
+    /// Weak entries: a lock lives as long as someone holds or waits for it; dead entries are
+    /// swept when the map grows.
+    map: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl ResourceLocks {
+    pub async fn lock(&self, resource: &str) -> OwnedMutexGuard<()> {
+        let lock = {
+            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(l) = map.get(resource).and_then(Weak::upgrade) {
+                l
+            } else {
+                if map.len() > 4096 {
+                    map.retain(|_, w| w.strong_count() > 0);
+                }
+                let l = Arc::new(tokio::sync::Mutex::new(()));
+                map.insert(resource.to_owned(), Arc::downgrade(&l));
+                l
+            }
+        };
+        lock.lock_owned().await
+    }
+}
+
+/// When this sidecar first saw a lease that has no `issued_at` (its window starts then).
+/// Bounded: when full, the oldest half is forgotten (such a lease then starts a new window,
+/// which is the same as it never having been seen). Kept in memory: after a restart a
+/// never-used lease starts a new window; a used one is refused by its fence anyway.
+#[derive(Default)]
+pub struct FirstSeen {
+    map: Mutex<HashMap<String, i64>>,
+}
+
+impl FirstSeen {
+    const CAP: usize = 100_000;
+
+    pub fn get_or_insert(&self, lease_id: &str, now_ms: i64) -> i64 {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = map.get(lease_id) {
+            return *t;
+        }
+        if map.len() >= Self::CAP {
+            let mut times: Vec<i64> = map.values().copied().collect();
+            times.sort_unstable();
+            let cutoff = times[times.len() / 2];
+            map.retain(|_, t| *t > cutoff);
+        }
+        map.insert(lease_id.to_owned(), now_ms);
+        now_ms
+    }
+}
+
+/// A write that passed every check and whose epoch advance is durable. Holding it holds the
+/// resource's lock, so the forward happens under the lock too.
+pub struct Permit {
+    _lock: OwnedMutexGuard<()>,
+    lease: VerifiedLease,
+    target: String,
+    request_digest: Sha256Digest,
+    pre_image: Option<Sha256Digest>,
+}
+
+/// A refused write: the refusal, and the resource's epoch when the refusal came from the
+/// fence (checks 11–12), for `current_epoch` and `Agent-Fence-Token`.
+#[derive(Debug)]
+pub struct Denied {
+    pub refusal: Refusal,
+    pub current_epoch: Option<u64>,
+}
+
+impl From<Refusal> for Denied {
+    fn from(refusal: Refusal) -> Self {
+        Self {
+            refusal,
+            current_epoch: None,
+        }
+    }
+}
+
+impl Permit {
+    /// The epoch this write advanced its resource to.
+    pub fn epoch(&self) -> u64 {
+        self.lease.lease().cas_fence_epoch
+    }
+}
+
+/// Facts about the request that receipts and events name.
+pub struct WriteContext<'a> {
+    pub method: &'a http::Method,
+    pub trace_id: &'a str,
+    /// `METHOD path` without the query.
+    pub operation: String,
+}
+
+/// The origin agents name in `sor_target_uri`: `listen.public_base`, else the request's own.
+fn origin(config: &Config, parts: &http::request::Parts, conn: &ConnInfo) -> Option<String> {
+    if let Some(base) = &config.public_base {
+        return Some(base.clone());
+    }
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| parts.uri.authority().map(|a| a.to_string()))?;
+    Some(format!(
+        "{}://{host}",
+        if conn.tls { "https" } else { "http" }
+    ))
+}
+
+/// Runs checks in SPEC order; `Ok` means the write may be forwarded now.
+pub async fn check(
+    config: &Config,
+    enf: &Enforcement,
+    upstream: &Upstream,
+    parts: &http::request::Parts,
+    body: &Bytes,
+    conn: &ConnInfo,
+) -> Result<Permit, Denied> {
+    // SPEC §4.2: without a lockfile every write is unbound.
+    if config.unbound_writes == UnboundWrites::Deny {
+        return Err(Refusal::new(
+            ErrorCode::UnboundOperation,
+            "no lockfile binding for this operation and rich.unbound_writes is deny",
+        )
+        .into());
+    }
+    // Check 1.
+    let header_value = parts.headers.get(LEASE_HEADER).ok_or_else(|| {
+        Refusal::new(
+            ErrorCode::LeaseRequired,
+            "a write needs an Agent-Compensation-Lease",
+        )
+    })?;
+    let raw = lease::decode_header(header_value.as_bytes())?;
+    let raw: &[u8] = &raw;
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let target = origin(config, parts, conn)
+        .and_then(|o| target::request_target(&o, pq).ok())
+        .ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::TargetMismatch,
+                "the request's target cannot be formed (Host missing or invalid)",
+            )
+        })?;
+    // Checks 2–8. The window of a lease without issued_at starts when first seen (check 6).
+    let now = enf.clock.now_ms();
+    let first_seen = lease_id_hint(raw).map(|id| enf.first_seen.get_or_insert(&id, now));
+    let cx = VerifyContext {
+        now_ms: now,
+        max_clock_skew_ms: config.max_clock_skew.as_millis() as i64,
+        first_seen_ms: first_seen,
+        request: Some(RequestFacts {
+            target: &target,
+            reversibility: None,
+        }),
+    };
+    let verified = lease::verify(raw, &enf.trust, &cx)?;
+    let l = verified.lease();
+
+    // Check 10: the inverse travels inline or was staged earlier.
+    let staged = match parts.headers.get(INVERSE_HEADER) {
+        Some(v) => {
+            let bytes = URL_SAFE_NO_PAD.decode(v.as_bytes()).map_err(|_| {
+                Refusal::new(
+                    ErrorCode::InverseNotStaged,
+                    "Agent-Compensation-Inverse is not unpadded base64url",
+                )
+            })?;
+            Some(inverse::parse(&bytes, config.max_json_depth)?)
+        }
+        None => match enf
+            .store
+            .inverse(&l.lease_id)
+            .await
+            .map_err(store_refusal)?
+        {
+            Some(bytes) => Some(inverse::parse(&bytes, config.max_json_depth)?),
+            None => None,
+        },
+    };
+    inverse::check(staged.as_ref(), l)?;
+
+    // Checks 11–12 and the forward happen under the resource's lock.
+    let resource = target::resource_key(&target).to_owned();
+    let guard = enf.locks.lock(&resource).await;
+    let current = enf.store.epoch(&resource).await.map_err(store_refusal)?;
+    let at_epoch = |refusal| Denied {
+        refusal,
+        current_epoch: Some(current),
+    };
+    fence::check_epoch(current, l.cas_fence_epoch).map_err(at_epoch)?;
+    let pre_image = if config.pre_image_fetch {
+        let actual = fetch_pre_image(config, upstream, parts)
+            .await
+            .map_err(at_epoch)?;
+        fence::check_pre_image(&l.pre_image_state_hash, &actual).map_err(at_epoch)?;
+        Some(actual)
+    } else {
+        None
+    };
+
+    // Durable before the write leaves (SPEC §5.3).
+    let record = serde_json::json!({
+        "lease_id": l.lease_id,
+        "lease_digest": verified.digest().to_string(),
+        "recovery_mode": l.recovery_mode.as_str(),
+        "expires_at_ms": verified.expires_at_ms(),
+        "resource": resource,
+        "epoch": l.cas_fence_epoch,
+        "state": "committed",
+    });
+    let intent = WriteIntent {
+        resource: resource.clone(),
+        epoch: l.cas_fence_epoch,
+        lease_id: l.lease_id.clone(),
+        lease_record: serde_json::to_vec(&record).unwrap_or_default(),
+        inverse: staged.map(|s| s.jcs),
+        snapshot: None,
+    };
+    match enf.store.advance(intent).await.map_err(store_refusal)? {
+        Advance::Advanced => {}
+        Advance::Stale { current } => {
+            return Err(Denied {
+                refusal: Refusal::new(
+                    ErrorCode::StaleFenceEpoch,
+                    "another write advanced the resource's epoch first",
+                ),
+                current_epoch: Some(current),
+            })
+        }
+    }
+    Ok(Permit {
+        _lock: guard,
+        target,
+        request_digest: Sha256Digest::of(body),
+        pre_image,
+        lease: verified,
+    })
+}
+
+/// The `lease_id` of a lease document, read before verification only to find its first sight.
+fn lease_id_hint(raw: &[u8]) -> Option<String> {
+    let v = palisade_policy::json::parse(raw, lease::MAX_LEASE_DEPTH).ok()?;
+    v.get("lease_id")?.as_str().map(str::to_owned)
+}
+
+fn store_refusal(e: StoreError) -> Refusal {
+    tracing::warn!(error = %e, "store unavailable; refusing the write");
+    Refusal::new(
+        ErrorCode::StoreUnavailable,
+        "the state store cannot record this write",
+    )
+}
+
+/// Check 12's GET: the resource as the upstream has it now, with the caller's credentials.
+async fn fetch_pre_image(
+    config: &Config,
+    upstream: &Upstream,
+    parts: &http::request::Parts,
+) -> Result<Sha256Digest, Refusal> {
+    let unavailable = || {
+        Refusal::new(
+            ErrorCode::PreimageUnavailable,
+            "the upstream did not return the resource's current representation",
+        )
+    };
+    let pq = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .unwrap_or("/");
+    let uri = upstream.uri_for(pq).map_err(|_| unavailable())?;
+    let mut req = Request::get(uri);
+    for name in [header::AUTHORIZATION, header::COOKIE, header::HOST] {
+        if let Some(v) = parts.headers.get(&name) {
+            req = req.header(name, v.clone());
+        }
+    }
+    let req = req.body(body::empty()).map_err(|_| unavailable())?;
+    let resp = upstream.send(req).await.map_err(|e| {
+        tracing::warn!(error = %e, "pre-image fetch failed");
+        unavailable()
+    })?;
+    let status = resp.status().as_u16();
+    let content_type = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    let bytes = body::collect_limited(resp.into_body(), config.max_response)
+        .await
+        .map_err(|_| unavailable())?;
+    fence::pre_image_digest(
+        &fence::Fetched {
+            status,
+            content_type: content_type.as_deref(),
+            body: &bytes,
+        },
+        config.max_json_depth,
+    )
+}
+
+fn receipt_header(r: &SealedReceipt) -> Option<HeaderValue> {
+    HeaderValue::from_str(&URL_SAFE_NO_PAD.encode(serde_json::to_vec(&r.value).ok()?)).ok()
+}
+
+fn now_rfc3339(enf: &Enforcement) -> String {
+    lease::format_rfc3339_ms(enf.clock.now_ms())
+}
+
+/// After the forward: the commit receipt, `Agent-Commit-Receipt` and `Agent-Fence-Token`.
+pub async fn commit(
+    enf: &Enforcement,
+    permit: Permit,
+    cx: &WriteContext<'_>,
+    lockfile_digest: Option<String>,
+    resp: &mut Response<ProxyBody>,
+) {
+    let l = permit.lease.lease();
+    let body = ReceiptBody {
+        lease_id: Some(l.lease_id.clone()),
+        sor_target_uri: Some(permit.target.clone()),
+        cas_fence_epoch: Some(l.cas_fence_epoch),
+        method: Some(cx.method.to_string()),
+        request_digest: Some(permit.request_digest.to_string()),
+        pre_image_state_hash: permit.pre_image.map(|d| d.to_string()),
+        upstream_status: Some(resp.status().as_u16()),
+        lockfile_digest,
+        trace_id: Some(cx.trace_id.to_owned()),
+        trace_anchor_ref: l.trace_anchor_ref.map(|d| d.to_string()),
+        ..ReceiptBody::new(
+            format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+            ReceiptKind::Commit,
+            now_rfc3339(enf),
+        )
+    };
+    match enf.store.append_receipt(body).await {
+        Ok(sealed) => {
+            if let Some(v) = receipt_header(&sealed) {
+                resp.headers_mut().insert(RECEIPT_HEADER, v);
+            }
+        }
+        // The write happened and its epoch is durable; only its receipt is missing. Say so
+        // loudly: the audit chain will not show this write.
+        Err(e) => tracing::error!(error = %e, lease_id = %l.lease_id, "commit receipt not stored"),
+    }
+    resp.headers_mut()
+        .insert(FENCE_HEADER, HeaderValue::from(l.cas_fence_epoch));
+}
+
+/// A refused write: problem+json with the rejection receipt, and a drift event.
+pub async fn refuse(
+    enf: &Enforcement,
+    refusal: &Refusal,
+    cx: &WriteContext<'_>,
+    lease_raw: Option<&[u8]>,
+    current_epoch: Option<u64>,
+) -> Response<ProxyBody> {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let lease_id = lease_raw.and_then(lease_id_hint);
+    let body = ReceiptBody {
+        lease_id: lease_id.clone(),
+        method: Some(cx.method.to_string()),
+        code: Some(refusal.code.as_str().to_owned()),
+        trace_id: Some(cx.trace_id.to_owned()),
+        cas_fence_epoch: current_epoch,
+        ..ReceiptBody::new(
+            format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+            ReceiptKind::Rejection,
+            now_rfc3339(enf),
+        )
+    };
+    let sealed = enf.store.append_receipt(body).await;
+    if let Some(event) = DriftEvent::for_refusal(
+        refusal,
+        EventContext {
+            event_id: uuid::Uuid::now_v7().to_string(),
+            timestamp: now_rfc3339(enf),
+            trace_id: cx.trace_id.to_owned(),
+            observed_identifier: Some(cx.operation.clone()),
+            evidence: lease_raw.map(<[u8]>::to_vec),
+            ..Default::default()
+        },
+    ) {
+        enf.drift.emit(&event);
+    }
+    let mut problem = Problem::from_refusal(refusal, &request_id, cx.trace_id);
+    if let Some(epoch) = current_epoch {
+        problem
+            .extensions
+            .insert("current_epoch".into(), serde_json::json!(epoch));
+    }
+    let receipt_value = match &sealed {
+        Ok(r) => {
+            problem.extensions.insert("receipt".into(), r.value.clone());
+            receipt_header(r)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "rejection receipt not stored");
+            None
+        }
+    };
+    let mut resp = problem.into_response();
+    if let Some(v) = receipt_value {
+        resp.headers_mut().insert(RECEIPT_HEADER, v);
+    }
+    if let Some(epoch) = current_epoch {
+        resp.headers_mut()
+            .insert(FENCE_HEADER, HeaderValue::from(epoch));
+    }
+    resp
+}

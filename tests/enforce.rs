@@ -1,0 +1,511 @@
+//! Write enforcement through the real binary against a real upstream (SPEC §5.2, §5.3, §5.5):
+//! each refusal's status, code, signed rejection receipt and drift event, and that no write
+//! reached the upstream; the fence invariant under concurrency; epochs across a restart.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use http::{Request, StatusCode};
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::keys::{KeyPair, TrustStore};
+use palisade_policy::lease;
+use serde_json::{json, Value};
+use support::*;
+
+const BASE: &str = "https://erp.example.com";
+const SIDECAR_SEED: [u8; 32] = [11; 32];
+const AGENT_SEED: [u8; 32] = [22; 32];
+
+/// The upstream's answer to the pre-image GET of any `/items/…` path: `{"ok":true}` served
+/// as `application/octet-stream`, so its digest is over the raw bytes.
+fn upstream_state() -> Sha256Digest {
+    Sha256Digest::of(br#"{"ok":true}"#)
+}
+
+fn inverse() -> Vec<u8> {
+    br#"{"method":"PUT","path":"/items/1","body":{"qty":1200}}"#.to_vec()
+}
+
+struct Setup {
+    upstream: Upstream,
+    p: Palisade,
+}
+
+fn start_in(upstream: Upstream, dir: tempfile::TempDir, extra: &str) -> Setup {
+    let sidecar = KeyPair::from_seed(SIDECAR_SEED);
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    std::fs::write(dir.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
+    std::fs::write(
+        dir.path().join("issuers.json"),
+        json!([{"kid": agent.kid(), "public_key": agent.public_b64(), "name": "agent-gw"}])
+            .to_string(),
+    )
+    .unwrap();
+    let d = dir.path().display();
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\npublic_base = \"{BASE}\"\n\
+         [upstream]\nurl = \"{}\"\ntimeout = \"5s\"\n\
+         [signing]\nkey = \"{d}/signing.pem\"\n[trust]\nissuers = \"{d}/issuers.json\"\n\
+         [store]\npath = \"{d}/state.redb\"\n{extra}",
+        upstream.url()
+    );
+    let text = if text.contains("[rich]") {
+        text
+    } else {
+        text + "[rich]\nunbound_writes = \"allow\"\n"
+    };
+    let p = Palisade::start_in(dir, &text);
+    Setup { upstream, p }
+}
+
+async fn start(extra: &str) -> Setup {
+    start_in(Upstream::start().await, tempfile::tempdir().unwrap(), extra)
+}
+
+/// A lease signed by `key` for `path`, with `edit` applied to its fields before signing.
+fn lease_for(
+    key: &KeyPair,
+    path: &str,
+    epoch: u64,
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> String {
+    let mut f = json!({
+        "ptcl_version": "1.0",
+        "lease_id": format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+        "sor_target_uri": format!("{BASE}{path}"),
+        "recovery_mode": "COMPENSATING_ACTION",
+        "t_req_ms": 1000,
+        "t_granted_ms": 60000,
+        "cas_fence_epoch": epoch,
+        "pre_image_state_hash": upstream_state().to_string(),
+        "inverse_payload_jcs_hash": Sha256Digest::of(&palisade_policy::canon::canonicalize(&inverse(), 8).unwrap()).to_string(),
+        "issued_at": lease::format_rfc3339_ms(palisade::clock::WallClock::now_ms()),
+    })
+    .as_object()
+    .unwrap()
+    .clone();
+    edit(&mut f);
+    URL_SAFE_NO_PAD.encode(serde_json::to_vec(&lease::sign(f, key)).unwrap())
+}
+
+fn put(p: &Palisade, path: &str, lease: Option<&str>, inverse: Option<&[u8]>) -> Request<BoxBody> {
+    let mut b = Request::put(p.url(path)).header("content-type", "application/json");
+    if let Some(l) = lease {
+        b = b.header("agent-compensation-lease", l);
+    }
+    if let Some(i) = inverse {
+        b = b.header("agent-compensation-inverse", URL_SAFE_NO_PAD.encode(i));
+    }
+    b.body(full(r#"{"qty":1150}"#)).unwrap()
+}
+
+fn sidecar_trust() -> TrustStore {
+    let mut t = TrustStore::new();
+    t.insert(KeyPair::from_seed(SIDECAR_SEED).trusted("sidecar"))
+        .unwrap();
+    t
+}
+
+/// Verifies a receipt (from the header or the problem body) with the sidecar's key.
+fn assert_receipt_verifies(receipt: &Value, kind: &str) {
+    let bytes = palisade_policy::canon::to_vec(receipt);
+    palisade_policy::receipt::verify_one(&bytes, &sidecar_trust()).expect("receipt verifies");
+    assert_eq!(receipt["kind"], kind);
+}
+
+fn writes_seen(u: &Upstream) -> usize {
+    u.requests().iter().filter(|s| s.method != "GET").count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leased_write_is_forwarded_once_with_receipt_and_fence_token() {
+    let s = start("").await;
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let l = lease_for(&agent, "/items/1", 1, |_| {});
+    let (parts, body) = send(
+        &http1_client(),
+        put(&s.p, "/items/1", Some(&l), Some(&inverse())),
+    )
+    .await;
+    assert_eq!(
+        parts.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert_eq!(parts.headers["agent-fence-token"], "1");
+    let receipt: Value = serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(parts.headers["agent-commit-receipt"].as_bytes())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_receipt_verifies(&receipt, "commit");
+    assert_eq!(receipt["cas_fence_epoch"], 1);
+    assert_eq!(receipt["upstream_status"], 200);
+    assert_eq!(receipt["sor_target_uri"], format!("{BASE}/items/1"));
+    assert_eq!(
+        receipt["pre_image_state_hash"],
+        upstream_state().to_string()
+    );
+    assert_eq!(
+        receipt["prev"],
+        Sha256Digest::empty().to_string(),
+        "first receipt of the chain"
+    );
+    assert!(
+        !receipt.to_string().contains("1150"),
+        "no body in a receipt"
+    );
+
+    let seen = s.upstream.requests();
+    assert_eq!(seen.len(), 2, "the pre-image GET, then the write");
+    assert_eq!(seen[0].method, "GET");
+    assert_eq!(seen[1].method, "PUT");
+    assert_eq!(seen[1].headers["agent-fence-token"], "1");
+    assert!(!seen[1].headers.contains_key("agent-compensation-lease"));
+    assert!(!seen[1].headers.contains_key("agent-compensation-inverse"));
+
+    // The same lease again: its epoch is spent.
+    let (parts, _) = send(
+        &http1_client(),
+        put(&s.p, "/items/1", Some(&l), Some(&inverse())),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::CONFLICT);
+    assert_eq!(
+        writes_seen(&s.upstream),
+        1,
+        "a lease's write is forwarded at most once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_has_its_code_receipt_and_drift_event_and_reaches_no_one() {
+    let s = start("").await;
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let stranger = KeyPair::from_seed([99; 32]);
+    let now = palisade::clock::WallClock::now_ms();
+    let inv = inverse();
+    let wrong_inv = br#"{"method":"DELETE","path":"/items/1"}"#.to_vec();
+    let mut tampered: Value = serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(lease_for(&agent, "/items/1", 1, |_| {}))
+            .unwrap(),
+    )
+    .unwrap();
+    tampered["cas_fence_epoch"] = json!(2);
+    let tampered = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&tampered).unwrap());
+
+    /// name, lease header, inline inverse, expected status, expected code
+    type Row<'a> = (&'a str, Option<String>, Option<&'a [u8]>, u16, &'a str);
+    let rows: Vec<Row<'_>> = vec![
+        ("no lease", None, Some(&inv), 428, "ERR_LEASE_REQUIRED"),
+        (
+            "garbage",
+            Some("!!not-a-lease".into()),
+            Some(&inv),
+            400,
+            "ERR_LEASE_MALFORMED",
+        ),
+        (
+            "stranger's key",
+            Some(lease_for(&stranger, "/items/1", 1, |_| {})),
+            Some(&inv),
+            403,
+            "ERR_LEASE_UNTRUSTED_KEY",
+        ),
+        (
+            "tampered",
+            Some(tampered),
+            Some(&inv),
+            403,
+            "ERR_LEASE_SIGNATURE",
+        ),
+        (
+            "window",
+            Some(lease_for(&agent, "/items/1", 1, |f| {
+                f.insert("t_req_ms".into(), json!(70000));
+            })),
+            Some(&inv),
+            403,
+            "ERR_RECOVERY_WINDOW",
+        ),
+        (
+            "future",
+            Some(lease_for(&agent, "/items/1", 1, |f| {
+                f.insert(
+                    "issued_at".into(),
+                    json!(lease::format_rfc3339_ms(now + 3_600_000)),
+                );
+            })),
+            Some(&inv),
+            403,
+            "ERR_CLOCK_SKEW",
+        ),
+        (
+            "expired",
+            Some(lease_for(&agent, "/items/1", 1, |f| {
+                f.insert(
+                    "issued_at".into(),
+                    json!(lease::format_rfc3339_ms(now - 120_000)),
+                );
+            })),
+            Some(&inv),
+            403,
+            "ERR_LEASE_EXPIRED",
+        ),
+        (
+            "other target",
+            Some(lease_for(&agent, "/items/2", 1, |_| {})),
+            Some(&inv),
+            403,
+            "ERR_TARGET_MISMATCH",
+        ),
+        (
+            "no inverse",
+            Some(lease_for(&agent, "/items/1", 1, |_| {})),
+            None,
+            428,
+            "ERR_INVERSE_NOT_STAGED",
+        ),
+        (
+            "wrong inverse",
+            Some(lease_for(&agent, "/items/1", 1, |_| {})),
+            Some(&wrong_inv),
+            403,
+            "ERR_INVERSE_DIGEST",
+        ),
+        (
+            "state changed",
+            Some(lease_for(&agent, "/items/1", 1, |f| {
+                f.insert(
+                    "pre_image_state_hash".into(),
+                    json!(Sha256Digest::empty().to_string()),
+                );
+            })),
+            Some(&inv),
+            409,
+            "ERR_STALE_FENCE_EPOCH",
+        ),
+    ];
+    let client = http1_client();
+    for (name, l, inv, status, code) in &rows {
+        let (parts, body) = send(&client, put(&s.p, "/items/1", l.as_deref(), *inv)).await;
+        assert_eq!(
+            parts.status.as_u16(),
+            *status,
+            "{name}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        assert_eq!(
+            parts.headers["content-type"], "application/problem+json",
+            "{name}"
+        );
+        let doc: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(doc["code"], *code, "{name}");
+        assert_receipt_verifies(&doc["receipt"], "rejection");
+        assert_eq!(doc["receipt"]["code"], *code, "{name}");
+        let header: Value = serde_json::from_slice(
+            &URL_SAFE_NO_PAD
+                .decode(parts.headers["agent-commit-receipt"].as_bytes())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            header, doc["receipt"],
+            "{name}: header and body carry the same receipt"
+        );
+    }
+    let pre_image_mismatch = send(
+        &client,
+        put(&s.p, "/items/1", rows[10].1.as_deref(), Some(&inv)),
+    )
+    .await;
+    let doc: Value = serde_json::from_slice(&pre_image_mismatch.1).unwrap();
+    assert_eq!(doc["reason"], "pre-image-mismatch");
+    assert_eq!(doc["current_epoch"], 0);
+    assert_eq!(pre_image_mismatch.0.headers["agent-fence-token"], "0");
+
+    assert_eq!(
+        writes_seen(&s.upstream),
+        0,
+        "no refused write reached the upstream"
+    );
+    // One drift event per refusal, each naming its code, none carrying the body.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let logs = s.p.logs();
+    let events: Vec<Value> = logs
+        .lines()
+        .filter(|l| l.contains("\"eventId\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    for (name, _, _, _, code) in &rows {
+        assert!(
+            events.iter().any(|e| e["code"] == *code),
+            "{name}: no drift event for {code}"
+        );
+    }
+    assert!(events
+        .iter()
+        .all(|e| e["actionTaken"] == "blocked" && e["traceId"].as_str().unwrap().len() == 32));
+    assert!(events.iter().any(|e| e["category"] == "fence"));
+    assert!(!logs.contains("1150"), "a request body reached the logs");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbound_writes_are_refused_before_any_lease_check_when_denied() {
+    let s = start("[rich]\nunbound_writes = \"deny\"\n").await;
+    let (parts, body) = send(&http1_client(), put(&s.p, "/items/1", None, None)).await;
+    assert_eq!(parts.status, StatusCode::NOT_FOUND);
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["code"], "ERR_UNBOUND_OPERATION");
+    assert_receipt_verifies(&doc["receipt"], "rejection");
+    assert!(s.upstream.requests().is_empty());
+    // Reads still flow.
+    let (parts, _) = send(
+        &http1_client(),
+        Request::get(s.p.url("/items/1")).body(full("")).unwrap(),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::OK);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_writes_with_one_epoch_forward_exactly_one() {
+    let s = start("").await;
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let client = http1_client();
+    let mut tasks = Vec::new();
+    for _ in 0..64 {
+        let req = put(
+            &s.p,
+            "/items/7",
+            Some(&lease_for(&agent, "/items/7", 1, |_| {})),
+            Some(&inverse()),
+        );
+        let client = client.clone();
+        tasks.push(tokio::spawn(
+            async move { send(&client, req).await.0.status },
+        ));
+    }
+    let mut ok = 0;
+    let mut conflict = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            StatusCode::OK => ok += 1,
+            StatusCode::CONFLICT => conflict += 1,
+            other => panic!("unexpected {other}"),
+        }
+    }
+    assert_eq!((ok, conflict), (1, 63));
+    assert_eq!(writes_seen(&s.upstream), 1);
+
+    // A spread of epochs, sent concurrently: the upstream sees strictly increasing epochs.
+    let mut tasks = Vec::new();
+    for epoch in [5u64, 3, 9, 2, 8, 4, 12, 6, 10, 11] {
+        let req = put(
+            &s.p,
+            "/items/8",
+            Some(&lease_for(&agent, "/items/8", epoch, |_| {})),
+            Some(&inverse()),
+        );
+        let client = client.clone();
+        tasks.push(tokio::spawn(
+            async move { send(&client, req).await.0.status },
+        ));
+    }
+    for t in tasks {
+        let st = t.await.unwrap();
+        assert!(st == StatusCode::OK || st == StatusCode::CONFLICT, "{st}");
+    }
+    let epochs: Vec<u64> = s
+        .upstream
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path_and_query == "/items/8")
+        .map(|r| {
+            r.headers["agent-fence-token"]
+                .to_str()
+                .unwrap()
+                .parse()
+                .unwrap()
+        })
+        .collect();
+    assert!(!epochs.is_empty());
+    assert!(
+        epochs.windows(2).all(|w| w[0] < w[1]),
+        "epochs forwarded out of order: {epochs:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn committed_epochs_and_receipts_survive_a_restart() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().to_owned();
+    let s = start_in(upstream, dir, "");
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let l = lease_for(&agent, "/items/3", 5, |_| {});
+    let (parts, _) = send(
+        &http1_client(),
+        put(&s.p, "/items/3", Some(&l), Some(&inverse())),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::OK);
+    // Restart on the same store (copy the temp dir's files into a new dir for the new process).
+    let Setup { upstream, mut p } = s;
+    p.child.kill().unwrap(); // SIGKILL: no clean shutdown
+    p.child.wait().unwrap();
+    let dir2 = tempfile::tempdir().unwrap();
+    for f in ["signing.pem", "issuers.json", "state.redb"] {
+        std::fs::copy(keep.join(f), dir2.path().join(f)).unwrap();
+    }
+    drop(p);
+    let s = start_in(upstream, dir2, "");
+    for epoch in [5, 4] {
+        let l = lease_for(&agent, "/items/3", epoch, |_| {});
+        let (parts, body) = send(
+            &http1_client(),
+            put(&s.p, "/items/3", Some(&l), Some(&inverse())),
+        )
+        .await;
+        assert_eq!(
+            parts.status,
+            StatusCode::CONFLICT,
+            "epoch {epoch} after restart"
+        );
+        let doc: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(doc["current_epoch"], 5);
+    }
+    let l = lease_for(&agent, "/items/3", 6, |_| {});
+    let (parts, _) = send(
+        &http1_client(),
+        put(&s.p, "/items/3", Some(&l), Some(&inverse())),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::OK);
+    // Stop it and audit the chain across both runs: 1 commit, 2 rejections, 1 commit.
+    let mut p = s.p;
+    let config = p.dir.path().join("palisade.toml");
+    p.sigterm();
+    p.child.wait().unwrap();
+    let o = std::process::Command::new(support::bin())
+        .args(["audit", "verify", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&o.stdout).starts_with("ok: 4 receipts"),
+        "{}",
+        String::from_utf8_lossy(&o.stdout)
+    );
+}
