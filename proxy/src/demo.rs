@@ -3,9 +3,9 @@
 //! Everything lives in a fresh temp directory (the SoR's data file, the sidecar's key and
 //! config) that is printed at start, so a newcomer can look at what the demo set up.
 //!
-//! The sidecar enforces leases, fences and receipts on writes. This build has no lease endpoint
-//! yet, so the demo also makes an "agent" key that the sidecar trusts, and prints the
-//! `palisade lease sign` line an agent gateway would run.
+//! The sidecar enforces leases, fences and receipts on writes; the printed lines get a lease
+//! from the sidecar's lease authority and use it. An "agent" key that the sidecar trusts is
+//! made too, for trying `palisade lease sign`.
 
 use std::time::Duration;
 
@@ -38,6 +38,12 @@ pub fn run(port: u16) -> anyhow::Result<()> {
             dir.join("issuers.json"),
             serde_json::json!([{"kid": agent.kid(), "public_key": agent.public_b64(), "name": "demo-agent"}])
                 .to_string(),
+        )?;
+        std::fs::write(
+            dir.join("grant.json"),
+            format!(
+                r#"{{"sor_target_uri":"http://127.0.0.1:{port}/api/v2/items/1","recovery_mode":"COMPENSATING_ACTION","t_req_ms":60000,"inverse_payload":{{"method":"PUT","path":"/api/v2/items/1","body":{{"sku":"BOLT-M8","qty":1200,"warehouse":"BER-1"}}}}}}"#
+            ),
         )?;
         std::fs::write(
             dir.join("inverse.json"),
@@ -81,21 +87,24 @@ Try, in another shell:
   curl -si -X PUT http://{data}/api/v2/items/1 -H 'content-type: application/json' \
        -d '{{"sku":"BOLT-M8","qty":1150,"warehouse":"BER-1"}}'
 
-  # An agent gateway signs a lease: epoch 1, the record's current state, an inverse.
-  PRE=$(curl -s http://{data}/api/v2/items/1 | {exe} digest --prefix sha256)
-  LEASE=$({exe} lease sign --key {d}/agent.pem --epoch 1 --pre-image $PRE \
-       --target http://{data}/api/v2/items/1 --inverse {d}/inverse.json)
-  INV=$(base64 -w0 < {d}/inverse.json | tr '+/' '-_' | tr -d '=')
+  # Ask the sidecar's lease authority for a lease: it picks the next epoch, hashes the
+  # record's current state, stages the inverse and binds the lease to this caller.
+  LEASE=$(curl -s -X POST http://{data}/.well-known/ptcl/v1/leases -H 'authorization: Bearer demo-agent' \
+       -d @{d}/grant.json)
+  echo "$LEASE"
 
   # The write goes through: 200, Agent-Fence-Token: 1, Agent-Commit-Receipt.
   curl -si -X PUT http://{data}/api/v2/items/1 -H 'content-type: application/json' \
-       -H "agent-compensation-lease: $LEASE" -H "agent-compensation-inverse: $INV" \
+       -H 'authorization: Bearer demo-agent' -H "agent-compensation-lease: $LEASE" \
        -d '{{"sku":"BOLT-M8","qty":1150,"warehouse":"BER-1"}}'
 
   # The same lease again: 409 ERR_STALE_FENCE_EPOCH (current_epoch 1).
   curl -si -X PUT http://{data}/api/v2/items/1 -H 'content-type: application/json' \
-       -H "agent-compensation-lease: $LEASE" -H "agent-compensation-inverse: $INV" \
+       -H 'authorization: Bearer demo-agent' -H "agent-compensation-lease: $LEASE" \
        -d '{{"sku":"BOLT-M8","qty":1,"warehouse":"BER-1"}}'
+
+  # Agents with their own signing key use `{exe} lease sign` instead (trusted issuer:
+  # {d}/agent.pem, listed in {d}/issuers.json).
 
   curl -s http://{admin}/metrics | grep palisade_refusals_total | grep -v ' 0$'
 

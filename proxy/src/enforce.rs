@@ -200,7 +200,11 @@ pub struct WriteContext<'a> {
 }
 
 /// The origin agents name in `sor_target_uri`: `listen.public_base`, else the request's own.
-fn origin(config: &Config, parts: &http::request::Parts, conn: &ConnInfo) -> Option<String> {
+pub(crate) fn origin(
+    config: &Config,
+    parts: &http::request::Parts,
+    conn: &ConnInfo,
+) -> Option<String> {
     if let Some(base) = &config.public_base {
         return Some(base.clone());
     }
@@ -269,6 +273,16 @@ pub async fn check(
     };
     let verified = lease::verify(raw, &enf.trust, &cx)?;
     let l = verified.lease();
+    // A lease this sidecar granted names its caller (SPEC §5.7): only that caller may use it.
+    if let Some(agent) = &l.agent_id {
+        if conn.caller(&parts.headers).as_deref() != Some(agent.as_str()) {
+            return Err(Refusal::new(
+                ErrorCode::LeaseNotYours,
+                "the lease was granted to another caller",
+            )
+            .into());
+        }
+    }
 
     // Check 10: the inverse travels inline or was staged earlier.
     let staged = match parts.headers.get(INVERSE_HEADER) {
@@ -303,7 +317,7 @@ pub async fn check(
     };
     fence::check_epoch(current, l.cas_fence_epoch).map_err(at_epoch)?;
     let pre_image = if config.pre_image_fetch {
-        let actual = fetch_pre_image(config, upstream, parts)
+        let actual = fetch_state(config, upstream, pq, &parts.headers)
             .await
             .map_err(at_epoch)?;
         fence::check_pre_image(&l.pre_image_state_hash, &actual).map_err(at_epoch)?;
@@ -357,7 +371,7 @@ fn lease_id_hint(raw: &[u8]) -> Option<String> {
     v.get("lease_id")?.as_str().map(str::to_owned)
 }
 
-fn store_refusal(e: StoreError) -> Refusal {
+pub(crate) fn store_refusal(e: StoreError) -> Refusal {
     tracing::warn!(error = %e, "store unavailable; refusing the write");
     Refusal::new(
         ErrorCode::StoreUnavailable,
@@ -365,11 +379,13 @@ fn store_refusal(e: StoreError) -> Refusal {
     )
 }
 
-/// Check 12's GET: the resource as the upstream has it now, with the caller's credentials.
-async fn fetch_pre_image(
+/// Check 12's GET (and the lease authority's): the resource at `pq` as the upstream has it
+/// now, fetched with the caller's `Authorization` and `Cookie`.
+pub(crate) async fn fetch_state(
     config: &Config,
     upstream: &Upstream,
-    parts: &http::request::Parts,
+    pq: &str,
+    headers: &http::HeaderMap,
 ) -> Result<Sha256Digest, Refusal> {
     let unavailable = || {
         Refusal::new(
@@ -377,15 +393,10 @@ async fn fetch_pre_image(
             "the upstream did not return the resource's current representation",
         )
     };
-    let pq = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
     let uri = upstream.uri_for(pq).map_err(|_| unavailable())?;
     let mut req = Request::get(uri);
     for name in [header::AUTHORIZATION, header::COOKIE, header::HOST] {
-        if let Some(v) = parts.headers.get(&name) {
+        if let Some(v) = headers.get(&name) {
             req = req.header(name, v.clone());
         }
     }
@@ -417,7 +428,7 @@ fn receipt_header(r: &SealedReceipt) -> Option<HeaderValue> {
     HeaderValue::from_str(&URL_SAFE_NO_PAD.encode(serde_json::to_vec(&r.value).ok()?)).ok()
 }
 
-fn now_rfc3339(enf: &Enforcement) -> String {
+pub(crate) fn now_rfc3339(enf: &Enforcement) -> String {
     lease::format_rfc3339_ms(enf.clock.now_ms())
 }
 

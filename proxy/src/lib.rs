@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 pub mod admin;
+pub mod authority;
 pub mod body;
 pub mod cli;
 pub mod clock;

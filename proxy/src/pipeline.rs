@@ -25,7 +25,7 @@ use crate::config::Config;
 use crate::problem::Problem;
 use crate::telemetry;
 use crate::upstream::{Upstream, UpstreamError};
-use crate::{enforce, headers};
+use crate::{authority, enforce, headers};
 
 /// State shared by every request of one server.
 pub struct AppState {
@@ -49,6 +49,23 @@ impl AppState {
 pub struct ConnInfo {
     pub peer: SocketAddr,
     pub tls: bool,
+    /// DER of the client's verified leaf certificate (mTLS only).
+    pub client_cert: Option<Vec<u8>>,
+}
+
+impl ConnInfo {
+    /// The caller's identity (SPEC §5.6, §5.7): the client certificate under mTLS, else a
+    /// digest of `Authorization`; `None` for a caller with neither. Digests, so no credential
+    /// is ever stored or signed into a lease.
+    pub fn caller(&self, headers: &http::HeaderMap) -> Option<String> {
+        use palisade_policy::digest::Sha256Digest;
+        if let Some(der) = &self.client_cert {
+            return Some(format!("x509:{}", Sha256Digest::of(der)));
+        }
+        headers
+            .get(http::header::AUTHORIZATION)
+            .map(|v| format!("authz:{}", Sha256Digest::of(v.as_bytes())))
+    }
 }
 
 /// Whether a request's body must be buffered before it may be forwarded.
@@ -125,6 +142,19 @@ pub async fn handle(
         Problem::new(code, detail, &request_id, &trace_id).into_response()
     };
 
+    // The lease authority (SPEC §5.7) lives under the reserved PTCL prefix.
+    if let (true, Some(enf)) = (state.config.authority, &state.enforcement) {
+        if ex.path.starts_with(authority::PREFIX) {
+            let cx = write_context(&ex);
+            let resp = authority::handle(&state, enf, parts, body, &conn, &cx).await;
+            let outcome = if resp.status().is_success() {
+                Outcome::Forwarded
+            } else {
+                Outcome::Refused
+            };
+            return Ok(finish(&state, resp, ex, outcome, inflight));
+        }
+    }
     // Reserved prefixes (SPEC §3) are the sidecar's own and never reach the upstream.
     if ex.path.starts_with("/.well-known/ptcl/") || ex.path.starts_with("/.well-known/agtp/") {
         let resp = refuse(ErrorCode::NotFound, "no sidecar endpoint at this path");

@@ -214,16 +214,18 @@ async fn serve_connection(
     watcher: hyper_util::server::graceful::Watcher,
 ) {
     let header_timeout = state.config.header_timeout;
-    let info = Arc::new(ConnInfo {
-        peer,
-        tls: acceptor.is_some(),
-    });
-    let svc = {
-        let info = info.clone();
+    let serve = |info: ConnInfo| {
+        let info = Arc::new(info);
+        let state = state.clone();
         service_fn(move |req| pipeline::handle(state.clone(), info.clone(), req))
     };
     let result = match acceptor {
         None => {
+            let svc = serve(ConnInfo {
+                peer,
+                tls: false,
+                client_cert: None,
+            });
             watcher
                 .watch(
                     builder
@@ -246,6 +248,18 @@ async fn serve_connection(
                     return;
                 }
             };
+            // Under mTLS the verified leaf certificate is the caller's identity (SPEC §5.7).
+            let client_cert = tls
+                .get_ref()
+                .1
+                .peer_certificates()
+                .and_then(|c| c.first())
+                .map(|leaf| leaf.as_ref().to_vec());
+            let svc = serve(ConnInfo {
+                peer,
+                tls: true,
+                client_cert,
+            });
             watcher
                 .watch(
                     builder

@@ -39,6 +39,12 @@ const MAX_BATCH: usize = 512;
 
 enum Job {
     Advance(WriteIntent, oneshot::Sender<Result<Advance, StoreError>>),
+    Stage {
+        lease_id: String,
+        record: Option<Vec<u8>>,
+        inverse: Option<Vec<u8>>,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
     Receipt(
         Box<ReceiptBody>,
         oneshot::Sender<Result<SealedReceipt, StoreError>>,
@@ -170,6 +176,9 @@ fn writer(
                         (Job::Receipt(_, reply), Answer::Receipt(r)) => {
                             let _ = reply.send(Ok(*r));
                         }
+                        (Job::Stage { reply, .. }, Answer::Staged) => {
+                            let _ = reply.send(Ok(()));
+                        }
                         // `apply` answers each job with its own kind, in order.
                         _ => unreachable!("answers follow the jobs' order and kinds"),
                     }
@@ -185,6 +194,9 @@ fn writer(
                         Job::Receipt(_, reply) => {
                             let _ = reply.send(Err(e.clone()));
                         }
+                        Job::Stage { reply, .. } => {
+                            let _ = reply.send(Err(e.clone()));
+                        }
                     }
                 }
             }
@@ -194,6 +206,7 @@ fn writer(
 
 enum Answer {
     Advance(Advance),
+    Staged,
     Receipt(Box<SealedReceipt>),
 }
 
@@ -242,6 +255,24 @@ fn apply(
                     }
                     answers.push(Answer::Advance(Advance::Advanced));
                 }
+                Job::Stage {
+                    lease_id,
+                    record,
+                    inverse,
+                    ..
+                } => {
+                    if let Some(r) = record {
+                        leases
+                            .insert(lease_id.as_str(), r.as_slice())
+                            .map_err(unavailable)?;
+                    }
+                    if let Some(inv) = inverse {
+                        inverses
+                            .insert(lease_id.as_str(), inv.as_slice())
+                            .map_err(unavailable)?;
+                    }
+                    answers.push(Answer::Staged);
+                }
                 Job::Receipt(body, _) => {
                     let sealed = receipt::seal(body, chain.head, key);
                     receipts
@@ -287,6 +318,25 @@ impl Store for EmbeddedStore {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
             self.send(Job::Receipt(Box::new(body), tx))?;
+            rx.await
+                .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+        })
+    }
+
+    fn stage(
+        &self,
+        lease_id: String,
+        record: Option<Vec<u8>>,
+        inverse: Option<Vec<u8>>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let (reply, rx) = oneshot::channel();
+            self.send(Job::Stage {
+                lease_id,
+                record,
+                inverse,
+                reply,
+            })?;
             rx.await
                 .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
         })

@@ -63,6 +63,15 @@ pub trait Store: Send + Sync {
     fn append_receipt(&self, body: ReceiptBody)
         -> BoxFuture<'_, Result<SealedReceipt, StoreError>>;
 
+    /// Stores a lease record (a grant) and/or its inverse payload durably, replacing earlier
+    /// ones for the same `lease_id`. Moves no epoch.
+    fn stage(
+        &self,
+        lease_id: String,
+        record: Option<Vec<u8>>,
+        inverse: Option<Vec<u8>>,
+    ) -> BoxFuture<'_, Result<(), StoreError>>;
+
     /// The staged inverse payload of a lease, if any.
     fn inverse<'a>(
         &'a self,
