@@ -689,3 +689,205 @@ async fn an_inverse_staged_by_put_satisfies_check_10() {
     let doc: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(doc["code"], "ERR_INVERSE_NOT_STAGED");
 }
+
+/// The sample inventory SoR (a real HTTP app with state in a file) behind a sidecar.
+async fn start_with_sor() -> (Palisade, std::net::SocketAddr, tempfile::TempDir) {
+    let sor_dir = tempfile::tempdir().unwrap();
+    let sor =
+        palisade::sample_sor::SampleSor::open(&sor_dir.path().join("inventory.json")).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(sor.serve(listener));
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = KeyPair::from_seed(SIDECAR_SEED);
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    std::fs::write(dir.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
+    std::fs::write(
+        dir.path().join("issuers.json"),
+        json!([{"kid": agent.kid(), "public_key": agent.public_b64()}]).to_string(),
+    )
+    .unwrap();
+    let d = dir.path().display();
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\npublic_base = \"{BASE}\"\n[upstream]\nurl = \"http://{addr}\"\n\
+         [signing]\nkey = \"{d}/signing.pem\"\n[trust]\nissuers = \"{d}/issuers.json\"\n\
+         [store]\npath = \"{d}/state.redb\"\n[rich]\nunbound_writes = \"allow\"\n"
+    );
+    (Palisade::start_in(dir, &text), addr, sor_dir)
+}
+
+async fn sor_get(addr: std::net::SocketAddr, id: &str) -> (StatusCode, Value) {
+    let req = Request::get(format!("http://{addr}/api/v2/items/{id}"))
+        .body(full(""))
+        .unwrap();
+    let (parts, body) = send(&http1_client(), req).await;
+    (
+        parts.status,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+    )
+}
+
+/// A lease for `/api/v2/items/{id}` whose pre-image is the SoR's current record.
+async fn sor_lease(
+    addr: std::net::SocketAddr,
+    id: &str,
+    epoch: u64,
+    mode: &str,
+    inverse: &[u8],
+    issued_ago_ms: i64,
+    t_granted: u64,
+) -> String {
+    let (status, current) = sor_get(addr, id).await;
+    let pre = if status == StatusCode::NOT_FOUND {
+        Sha256Digest::empty()
+    } else {
+        Sha256Digest::of_json(&current)
+    };
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let inverse_digest =
+        Sha256Digest::of(&palisade_policy::canon::canonicalize(inverse, 8).unwrap());
+    let f = json!({
+        "ptcl_version": "1.0",
+        "lease_id": format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+        "sor_target_uri": format!("{BASE}/api/v2/items/{id}"),
+        "recovery_mode": mode,
+        "t_req_ms": 500,
+        "t_granted_ms": t_granted,
+        "cas_fence_epoch": epoch,
+        "pre_image_state_hash": pre.to_string(),
+        "inverse_payload_jcs_hash": inverse_digest.to_string(),
+        "issued_at": lease::format_rfc3339_ms(palisade::clock::WallClock::now_ms() - issued_ago_ms),
+    });
+    serde_json::to_string(&lease::sign(f.as_object().unwrap().clone(), &agent)).unwrap()
+}
+
+async fn sor_write(p: &Palisade, id: &str, lease: &str, inverse: &[u8], body: &str) -> StatusCode {
+    let req = Request::put(p.url(&format!("/api/v2/items/{id}")))
+        .header("content-type", "application/json")
+        .header("agent-compensation-lease", lease)
+        .header(
+            "agent-compensation-inverse",
+            URL_SAFE_NO_PAD.encode(inverse),
+        )
+        .body(full(body.to_owned()))
+        .unwrap();
+    send(&http1_client(), req).await.0.status
+}
+
+async fn compensate(p: &Palisade, lease: &str) -> (StatusCode, Value, http::HeaderMap) {
+    let id: Value = serde_json::from_str(lease).unwrap();
+    let url = p.url(&format!(
+        "/.well-known/ptcl/v1/leases/{}/compensate",
+        id["lease_id"].as_str().unwrap()
+    ));
+    let (parts, body) = send(&http1_client(), Request::post(url).body(full("")).unwrap()).await;
+    (
+        parts.status,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+        parts.headers,
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compensating_action_restores_the_record_once() {
+    let (p, sor, _sor_dir) = start_with_sor().await;
+    let (_, original) = sor_get(sor, "1").await;
+    let inverse =
+        serde_json::to_vec(&json!({"method": "PUT", "path": "/api/v2/items/1", "body": original}))
+            .unwrap();
+    let l = sor_lease(sor, "1", 1, "COMPENSATING_ACTION", &inverse, 0, 60_000).await;
+    assert_eq!(
+        sor_write(
+            &p,
+            "1",
+            &l,
+            &inverse,
+            r#"{"sku":"BOLT-M8","qty":1150,"warehouse":"BER-1"}"#
+        )
+        .await,
+        StatusCode::OK
+    );
+    assert_eq!(sor_get(sor, "1").await.1["qty"], 1150);
+
+    let (status, doc, headers) = compensate(&p, &l).await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert_eq!(doc["upstream_status"], 200);
+    assert_receipt_verifies(&doc["receipt"], "compensation");
+    assert_eq!(
+        doc["receipt"]["cas_fence_epoch"], 2,
+        "the inverse is fenced with the next epoch"
+    );
+    assert_eq!(headers["agent-fence-token"], "2");
+    assert_eq!(
+        sor_get(sor, "1").await.1,
+        original,
+        "the record is restored"
+    );
+
+    let (status, doc, _) = compensate(&p, &l).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(doc["code"], "ERR_ALREADY_COMPENSATED");
+    assert_receipt_verifies(&doc["receipt"], "rejection");
+    // The write's own epoch is spent too: a lease at epoch 2 is now stale.
+    let l2 = sor_lease(sor, "1", 2, "COMPENSATING_ACTION", &inverse, 0, 60_000).await;
+    assert_eq!(
+        sor_write(&p, "1", &l2, &inverse, "{}").await,
+        StatusCode::CONFLICT
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn snapshot_restore_puts_back_the_pre_image_or_deletes_what_was_absent() {
+    let (p, sor, _sor_dir) = start_with_sor().await;
+    let inverse = br#"{"method":"DELETE","path":"/api/v2/items/2"}"#.to_vec();
+
+    // An existing record: the stored representation is PUT back.
+    let (_, original) = sor_get(sor, "2").await;
+    let l = sor_lease(sor, "2", 1, "SNAPSHOT_RESTORE", &inverse, 0, 60_000).await;
+    assert_eq!(
+        sor_write(&p, "2", &l, &inverse, r#"{"sku":"NUT-M8","qty":1}"#).await,
+        StatusCode::OK
+    );
+    assert_eq!(sor_get(sor, "2").await.1["qty"], 1);
+    let (status, doc, _) = compensate(&p, &l).await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert_eq!(doc["receipt"]["method"], "PUT");
+    assert_eq!(sor_get(sor, "2").await.1, original);
+
+    // An absent record: compensation deletes what the write created.
+    assert_eq!(sor_get(sor, "77").await.0, StatusCode::NOT_FOUND);
+    let l = sor_lease(sor, "77", 1, "SNAPSHOT_RESTORE", &inverse, 0, 60_000).await;
+    assert_eq!(
+        sor_write(&p, "77", &l, &inverse, r#"{"sku":"NEW","qty":5}"#).await,
+        StatusCode::CREATED
+    );
+    assert_eq!(sor_get(sor, "77").await.0, StatusCode::OK);
+    let (status, doc, _) = compensate(&p, &l).await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert_eq!(doc["receipt"]["method"], "DELETE");
+    assert_eq!(sor_get(sor, "77").await.0, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compensation_after_the_window_is_gone() {
+    let (p, sor, _sor_dir) = start_with_sor().await;
+    let (_, original) = sor_get(sor, "3").await;
+    let inverse =
+        serde_json::to_vec(&json!({"method": "PUT", "path": "/api/v2/items/3", "body": original}))
+            .unwrap();
+    // 1.5 s of the window left at the write.
+    let l = sor_lease(sor, "3", 1, "COMPENSATING_ACTION", &inverse, 58_500, 60_000).await;
+    assert_eq!(
+        sor_write(&p, "3", &l, &inverse, r#"{"qty":0}"#).await,
+        StatusCode::OK
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(1_800)).await;
+    let (status, doc, _) = compensate(&p, &l).await;
+    assert_eq!(status, StatusCode::GONE, "{doc}");
+    assert_eq!(doc["code"], "ERR_LEASE_EXPIRED");
+    assert_receipt_verifies(&doc["receipt"], "rejection");
+    assert_eq!(sor_get(sor, "3").await.1["qty"], 0, "nothing was undone");
+    // An unknown lease has nothing to compensate.
+    let (status, doc, _) = compensate(&p, r#"{"lease_id":"urn:uuid:nope"}"#).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "{doc}");
+}

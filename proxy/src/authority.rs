@@ -10,7 +10,13 @@
 //!
 //! Refusals here are refusals like any other: problem+json, rejection receipt, drift event.
 //!
-//! Not here yet: `GET …/leases/{lease_id}` (state and receipts) and `…/compensate`.
+//! - `POST …/leases/{lease_id}/compensate` undoes a committed write within the lease's window
+//!   (SPEC §5.4): COMPENSATING_ACTION sends the staged inverse, SNAPSHOT_RESTORE puts the
+//!   stored pre-image back (or DELETEs when the resource was absent). The lease is marked
+//!   compensated and the resource's fence advanced *before* the inverse is sent, so it is sent
+//!   at most once and with a newer epoch than the write it undoes.
+//!
+//! Not here yet: `GET …/leases/{lease_id}` (state and receipts).
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode};
@@ -41,6 +47,10 @@ pub async fn handle(
             Ok(b) => grant(state, enf, &parts, &b, conn).await,
             Err(r) => Err(r),
         },
+        (&Method::POST, r) if r.starts_with('/') && r.ends_with("/compensate") => {
+            let lease_id = &r[1..r.len() - "/compensate".len()];
+            compensate(state, enf, &parts, lease_id, conn).await
+        }
         (&Method::PUT, r) if r.starts_with('/') && r.ends_with("/inverse") => {
             let lease_id = &r[1..r.len() - "/inverse".len()];
             match read_body(state, body).await {
@@ -169,7 +179,9 @@ async fn grant(
         .map_err(enforce::store_refusal)?;
     let pq = &normalized[own.len() - 1..];
     let pre_image = if config.pre_image_fetch {
-        enforce::fetch_state(config, &state.upstream, pq, &parts.headers).await?
+        enforce::fetch_state(config, &state.upstream, pq, &parts.headers)
+            .await?
+            .digest
     } else {
         Sha256Digest::empty()
     };
@@ -237,4 +249,197 @@ async fn stage_inverse(
         StatusCode::CREATED,
         &json!({"lease_id": lease_id, "inverse_payload_jcs_hash": digest}),
     ))
+}
+
+/// Undoes a committed write (SPEC §5.4).
+async fn compensate(
+    state: &AppState,
+    enf: &Enforcement,
+    parts: &http::request::Parts,
+    lease_id: &str,
+    conn: &ConnInfo,
+) -> Result<Response<ProxyBody>, Refusal> {
+    let not_found = || {
+        Refusal::new(
+            ErrorCode::NotFound,
+            "no lease with this id has a record here",
+        )
+    };
+    let record: Value = enf
+        .store
+        .lease_record(lease_id)
+        .await
+        .map_err(enforce::store_refusal)?
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(not_found)?;
+    if let Some(agent) = record["agent_id"].as_str() {
+        if conn.caller(&parts.headers).as_deref() != Some(agent) {
+            return Err(Refusal::new(
+                ErrorCode::LeaseNotYours,
+                "the lease was granted to another caller",
+            ));
+        }
+    }
+    match record["state"].as_str() {
+        Some("committed") => {}
+        Some("compensated") => {
+            return Err(Refusal::new(
+                ErrorCode::AlreadyCompensated,
+                "the lease's write was already compensated",
+            ))
+        }
+        _ => return Err(bad("the lease has no committed write to compensate")),
+    }
+    if enf.clock.now_ms() > record["expires_at_ms"].as_i64().unwrap_or(0) {
+        return Err(Refusal::new(
+            ErrorCode::LeaseExpired,
+            "the lease's recovery window has passed",
+        )
+        .with_status(410));
+    }
+    let path = record["path"].as_str().unwrap_or("/").to_owned();
+    let resource = record["resource"].as_str().unwrap_or_default().to_owned();
+    // The request that undoes the write.
+    let (method, inv_path, inv_headers, inv_body): (Method, String, Vec<(String, String)>, Bytes) =
+        match record["recovery_mode"].as_str() {
+            Some("COMPENSATING_ACTION") => {
+                let bytes = enf
+                    .store
+                    .inverse(lease_id)
+                    .await
+                    .map_err(enforce::store_refusal)?
+                    .ok_or_else(|| {
+                        Refusal::new(
+                            ErrorCode::InverseNotStaged,
+                            "no inverse payload is staged for this lease",
+                        )
+                    })?;
+                let inv = inverse::parse(&bytes, state.config.max_json_depth)?;
+                let body = inv
+                    .body
+                    .as_ref()
+                    .map(|b| Bytes::from(serde_json::to_vec(b).unwrap_or_default()))
+                    .unwrap_or_default();
+                let mut headers: Vec<(String, String)> = inv.headers.into_iter().collect();
+                if inv.body.is_some() && !headers.iter().any(|(k, _)| k == "content-type") {
+                    headers.push(("content-type".into(), "application/json".into()));
+                }
+                let method =
+                    Method::from_bytes(inv.method.as_bytes()).map_err(|_| bad("inverse method"))?;
+                (method, inv.path, headers, body)
+            }
+            Some("SNAPSHOT_RESTORE") => {
+                let snap: Value = enf
+                    .store
+                    .snapshot(lease_id)
+                    .await
+                    .map_err(enforce::store_refusal)?
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .ok_or_else(|| {
+                        bad("no snapshot was kept for this lease (pre_image = \"off\"?)")
+                    })?;
+                if snap["absent"] == true {
+                    (Method::DELETE, path.clone(), Vec::new(), Bytes::new())
+                } else {
+                    let body = snap["body_b64"]
+                        .as_str()
+                        .and_then(|b| {
+                            base64::Engine::decode(
+                                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                                b,
+                            )
+                            .ok()
+                        })
+                        .unwrap_or_default();
+                    let headers = snap["content_type"]
+                        .as_str()
+                        .map(|ct| vec![("content-type".to_owned(), ct.to_owned())])
+                        .unwrap_or_default();
+                    (Method::PUT, path.clone(), headers, Bytes::from(body))
+                }
+            }
+            _ => {
+                return Err(bad(
+                    "only COMPENSATING_ACTION and SNAPSHOT_RESTORE leases are compensated",
+                ))
+            }
+        };
+
+    let _lock = enf.locks.lock(&resource).await;
+    let epoch = match enf
+        .store
+        .begin_compensation(lease_id.to_owned())
+        .await
+        .map_err(enforce::store_refusal)?
+    {
+        crate::store::Compensation::Started { epoch } => epoch,
+        crate::store::Compensation::AlreadyCompensated => {
+            return Err(Refusal::new(
+                ErrorCode::AlreadyCompensated,
+                "the lease's write was already compensated",
+            ))
+        }
+        crate::store::Compensation::NotCommitted => {
+            return Err(bad("the lease has no committed write to compensate"))
+        }
+    };
+    let uri = state
+        .upstream
+        .uri_for(&inv_path)
+        .map_err(|_| bad("inverse path cannot be forwarded"))?;
+    let mut req = http::Request::builder().method(method.clone()).uri(uri);
+    for name in [header::AUTHORIZATION, header::COOKIE, header::HOST] {
+        if let Some(v) = parts.headers.get(&name) {
+            req = req.header(name, v.clone());
+        }
+    }
+    for (k, v) in &inv_headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    req = req.header(enforce::FENCE_HEADER, epoch);
+    let req = req
+        .body(body::full(inv_body))
+        .map_err(|_| bad("inverse request cannot be built"))?;
+    let upstream_status = match state.upstream.send(req).await {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            // Drain the answer so the connection returns to the pool.
+            let _ = body::collect_limited(resp.into_body(), state.config.max_response).await;
+            status
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, lease_id, "compensation request failed; outcome uncertain");
+            502
+        }
+    };
+    let body = palisade_policy::receipt::ReceiptBody {
+        lease_id: Some(lease_id.to_owned()),
+        sor_target_uri: Some(resource.clone()),
+        cas_fence_epoch: Some(epoch),
+        method: Some(method.to_string()),
+        upstream_status: Some(upstream_status),
+        outcome: (upstream_status >= 500).then(|| "uncertain".to_owned()),
+        ..palisade_policy::receipt::ReceiptBody::new(
+            format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+            palisade_policy::receipt::ReceiptKind::Compensation,
+            enforce::now_rfc3339(enf),
+        )
+    };
+    let sealed = enf
+        .store
+        .append_receipt(body)
+        .await
+        .map_err(enforce::store_refusal)?;
+    let status = if upstream_status < 400 {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    let mut resp = json_response(
+        status,
+        &json!({"lease_id": lease_id, "upstream_status": upstream_status, "receipt": sealed.value}),
+    );
+    resp.headers_mut()
+        .insert(enforce::FENCE_HEADER, HeaderValue::from(epoch));
+    Ok(resp)
 }

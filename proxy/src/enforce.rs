@@ -320,10 +320,15 @@ pub async fn check(
         let actual = fetch_state(config, upstream, pq, &parts.headers)
             .await
             .map_err(at_epoch)?;
-        fence::check_pre_image(&l.pre_image_state_hash, &actual).map_err(at_epoch)?;
+        fence::check_pre_image(&l.pre_image_state_hash, &actual.digest).map_err(at_epoch)?;
         Some(actual)
     } else {
         None
+    };
+    // SNAPSHOT_RESTORE keeps what the write replaces.
+    let snapshot = match (l.recovery_mode, &pre_image) {
+        (lease::RecoveryMode::SnapshotRestore, Some(state)) => Some(state.snapshot()),
+        _ => None,
     };
 
     // Durable before the write leaves (SPEC §5.3).
@@ -333,8 +338,10 @@ pub async fn check(
         "recovery_mode": l.recovery_mode.as_str(),
         "expires_at_ms": verified.expires_at_ms(),
         "resource": resource,
+        "path": pq,
         "epoch": l.cas_fence_epoch,
         "state": "committed",
+        "agent_id": l.agent_id,
     });
     let intent = WriteIntent {
         resource: resource.clone(),
@@ -342,7 +349,7 @@ pub async fn check(
         lease_id: l.lease_id.clone(),
         lease_record: serde_json::to_vec(&record).unwrap_or_default(),
         inverse: staged.map(|s| s.jcs),
-        snapshot: None,
+        snapshot,
     };
     match enf.store.advance(intent).await.map_err(store_refusal)? {
         Advance::Advanced => {}
@@ -360,7 +367,7 @@ pub async fn check(
         _lock: guard,
         target,
         request_digest: Sha256Digest::of(body),
-        pre_image,
+        pre_image: pre_image.map(|s| s.digest),
         lease: verified,
     })
 }
@@ -379,6 +386,27 @@ pub(crate) fn store_refusal(e: StoreError) -> Refusal {
     )
 }
 
+/// The resource's representation as fetched for check 12: what SNAPSHOT_RESTORE puts back.
+pub(crate) struct State {
+    pub digest: Sha256Digest,
+    /// `None` when the resource was absent (404/410).
+    pub representation: Option<(Option<String>, Bytes)>,
+}
+
+impl State {
+    /// The snapshot as stored: `{"absent":true}` or `{"content_type":…,"body_b64":…}`.
+    fn snapshot(&self) -> Vec<u8> {
+        let doc = match &self.representation {
+            None => serde_json::json!({"absent": true}),
+            Some((ct, body)) => serde_json::json!({
+                "content_type": ct,
+                "body_b64": URL_SAFE_NO_PAD.encode(body),
+            }),
+        };
+        serde_json::to_vec(&doc).unwrap_or_default()
+    }
+}
+
 /// Check 12's GET (and the lease authority's): the resource at `pq` as the upstream has it
 /// now, fetched with the caller's `Authorization` and `Cookie`.
 pub(crate) async fn fetch_state(
@@ -386,7 +414,7 @@ pub(crate) async fn fetch_state(
     upstream: &Upstream,
     pq: &str,
     headers: &http::HeaderMap,
-) -> Result<Sha256Digest, Refusal> {
+) -> Result<State, Refusal> {
     let unavailable = || {
         Refusal::new(
             ErrorCode::PreimageUnavailable,
@@ -414,14 +442,19 @@ pub(crate) async fn fetch_state(
     let bytes = body::collect_limited(resp.into_body(), config.max_response)
         .await
         .map_err(|_| unavailable())?;
-    fence::pre_image_digest(
+    let digest = fence::pre_image_digest(
         &fence::Fetched {
             status,
             content_type: content_type.as_deref(),
             body: &bytes,
         },
         config.max_json_depth,
-    )
+    )?;
+    let representation = (!matches!(status, 404 | 410)).then_some((content_type, bytes));
+    Ok(State {
+        digest,
+        representation,
+    })
 }
 
 fn receipt_header(r: &SealedReceipt) -> Option<HeaderValue> {

@@ -25,7 +25,7 @@ use palisade_policy::receipt::{self, ReceiptBody, SealedReceipt};
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
-use super::{Advance, Store, StoreError, WriteIntent};
+use super::{Advance, Compensation, Store, StoreError, WriteIntent};
 
 const FENCES: TableDefinition<&str, u64> = TableDefinition::new("fences");
 const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
@@ -39,6 +39,7 @@ const MAX_BATCH: usize = 512;
 
 enum Job {
     Advance(WriteIntent, oneshot::Sender<Result<Advance, StoreError>>),
+    Compensate(String, oneshot::Sender<Result<Compensation, StoreError>>),
     Stage {
         lease_id: String,
         record: Option<Vec<u8>>,
@@ -140,6 +141,17 @@ impl EmbeddedStore {
         self.commits.load(Ordering::Relaxed)
     }
 
+    fn read_bytes(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let rtx = self.db.begin_read().map_err(unavailable)?;
+        let table = rtx.open_table(table).map_err(unavailable)?;
+        let v = table.get(key).map_err(unavailable)?;
+        Ok(v.map(|v| v.value().to_vec()))
+    }
+
     fn send(&self, job: Job) -> Result<(), StoreError> {
         self.jobs
             .send(job)
@@ -179,6 +191,9 @@ fn writer(
                         (Job::Stage { reply, .. }, Answer::Staged) => {
                             let _ = reply.send(Ok(()));
                         }
+                        (Job::Compensate(_, reply), Answer::Compensate(c)) => {
+                            let _ = reply.send(Ok(c));
+                        }
                         // `apply` answers each job with its own kind, in order.
                         _ => unreachable!("answers follow the jobs' order and kinds"),
                     }
@@ -197,6 +212,9 @@ fn writer(
                         Job::Stage { reply, .. } => {
                             let _ = reply.send(Err(e.clone()));
                         }
+                        Job::Compensate(_, reply) => {
+                            let _ = reply.send(Err(e.clone()));
+                        }
                     }
                 }
             }
@@ -207,6 +225,7 @@ fn writer(
 enum Answer {
     Advance(Advance),
     Staged,
+    Compensate(Compensation),
     Receipt(Box<SealedReceipt>),
 }
 
@@ -254,6 +273,37 @@ fn apply(
                             .map_err(unavailable)?;
                     }
                     answers.push(Answer::Advance(Advance::Advanced));
+                }
+                Job::Compensate(lease_id, _) => {
+                    let record: Option<serde_json::Value> = leases
+                        .get(lease_id.as_str())
+                        .map_err(unavailable)?
+                        .and_then(|v| serde_json::from_slice(v.value()).ok());
+                    let answer = match record {
+                        Some(mut rec) if rec["state"] == "committed" => {
+                            let resource = rec["resource"].as_str().unwrap_or_default().to_owned();
+                            let current = fences
+                                .get(resource.as_str())
+                                .map_err(unavailable)?
+                                .map_or(0, |v| v.value());
+                            let epoch = current + 1;
+                            fences
+                                .insert(resource.as_str(), epoch)
+                                .map_err(unavailable)?;
+                            rec["state"] = "compensated".into();
+                            rec["compensation_epoch"] = epoch.into();
+                            let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
+                            leases
+                                .insert(lease_id.as_str(), bytes.as_slice())
+                                .map_err(unavailable)?;
+                            Compensation::Started { epoch }
+                        }
+                        Some(rec) if rec["state"] == "compensated" => {
+                            Compensation::AlreadyCompensated
+                        }
+                        _ => Compensation::NotCommitted,
+                    };
+                    answers.push(Answer::Compensate(answer));
                 }
                 Job::Stage {
                     lease_id,
@@ -346,11 +396,32 @@ impl Store for EmbeddedStore {
         &'a self,
         lease_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(async move { self.read_bytes(INVERSES, lease_id) })
+    }
+
+    fn lease_record<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(async move { self.read_bytes(LEASES, lease_id) })
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(async move { self.read_bytes(SNAPSHOTS, lease_id) })
+    }
+
+    fn begin_compensation(
+        &self,
+        lease_id: String,
+    ) -> BoxFuture<'_, Result<Compensation, StoreError>> {
         Box::pin(async move {
-            let rtx = self.db.begin_read().map_err(unavailable)?;
-            let table = rtx.open_table(INVERSES).map_err(unavailable)?;
-            let v = table.get(lease_id).map_err(unavailable)?;
-            Ok(v.map(|v| v.value().to_vec()))
+            let (tx, rx) = oneshot::channel();
+            self.send(Job::Compensate(lease_id, tx))?;
+            rx.await
+                .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
         })
     }
 

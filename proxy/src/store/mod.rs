@@ -50,6 +50,19 @@ pub enum Advance {
     Stale { current: u64 },
 }
 
+/// The answer to [`Store::begin_compensation`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Compensation {
+    /// The lease is now `compensated` and its resource's epoch advanced to `epoch`, durably:
+    /// the inverse may be sent, fenced with `epoch`.
+    Started {
+        epoch: u64,
+    },
+    AlreadyCompensated,
+    /// The lease has no committed write (granted only, or unknown).
+    NotCommitted,
+}
+
 pub trait Store: Send + Sync {
     /// The last committed epoch of `resource` (0 when never written).
     fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>>;
@@ -71,6 +84,25 @@ pub trait Store: Send + Sync {
         record: Option<Vec<u8>>,
         inverse: Option<Vec<u8>>,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
+
+    /// The lease record stored at grant or commit, if any.
+    fn lease_record<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
+
+    /// The pre-image snapshot kept for a SNAPSHOT_RESTORE lease, if any.
+    fn snapshot<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
+
+    /// Marks a committed lease compensated and advances its resource's fence, atomically, so
+    /// that a lease is compensated at most once and the inverse travels with a newer epoch.
+    fn begin_compensation(
+        &self,
+        lease_id: String,
+    ) -> BoxFuture<'_, Result<Compensation, StoreError>>;
 
     /// The staged inverse payload of a lease, if any.
     fn inverse<'a>(
