@@ -639,6 +639,54 @@ async fn the_lease_authority_grants_leases_bound_to_their_caller() {
     // The next grant for the resource names the next epoch.
     let (_, next) = post_json(&s.p, LEASES, Some("Bearer agent-a"), &grant(1000, &item)).await;
     assert_eq!(next["cas_fence_epoch"], 2);
+
+    // Lookup: state, epoch and receipts, for the lease's caller only.
+    let lookup = |id: &str, auth: &str| {
+        Request::get(s.p.url(&format!("{LEASES}/{id}")))
+            .header("authorization", auth)
+            .body(full(""))
+            .unwrap()
+    };
+    let id = lease["lease_id"].as_str().unwrap();
+    let (parts, body) = send(&http1_client(), lookup(id, "Bearer agent-a")).await;
+    assert_eq!(parts.status, StatusCode::OK);
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["state"], "committed");
+    assert_eq!(doc["epoch"], 1);
+    let kinds: Vec<&str> = doc["receipts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["kind"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        ["rejection", "commit"],
+        "the refused try by agent-b, then the commit"
+    );
+    for r in doc["receipts"].as_array().unwrap() {
+        assert_receipt_verifies(r, r["kind"].as_str().unwrap());
+    }
+    let (_, body) = send(
+        &http1_client(),
+        lookup(next["lease_id"].as_str().unwrap(), "Bearer agent-a"),
+    )
+    .await;
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["state"], "granted");
+    assert_eq!(doc["receipts"], json!([]));
+    let (parts, body) = send(&http1_client(), lookup(id, "Bearer agent-b")).await;
+    assert_eq!(parts.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap()["code"],
+        "ERR_LEASE_NOT_YOURS"
+    );
+    let (parts, _) = send(
+        &http1_client(),
+        lookup("urn:uuid:unknown", "Bearer agent-a"),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::NOT_FOUND);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

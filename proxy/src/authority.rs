@@ -16,7 +16,8 @@
 //!   compensated and the resource's fence advanced *before* the inverse is sent, so it is sent
 //!   at most once and with a newer epoch than the write it undoes.
 //!
-//! Not here yet: `GET …/leases/{lease_id}` (state and receipts).
+//! - `GET …/leases/{lease_id}`: the lease's state (`granted|committed|compensated|expired`),
+//!   epoch and receipts.
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode};
@@ -47,6 +48,9 @@ pub async fn handle(
             Ok(b) => grant(state, enf, &parts, &b, conn).await,
             Err(r) => Err(r),
         },
+        (&Method::GET, r) if r.starts_with('/') && !r[1..].contains('/') => {
+            lookup(enf, &parts, &r[1..], conn).await
+        }
         (&Method::POST, r) if r.starts_with('/') && r.ends_with("/compensate") => {
             let lease_id = &r[1..r.len() - "/compensate".len()];
             compensate(state, enf, &parts, lease_id, conn).await
@@ -442,4 +446,58 @@ async fn compensate(
     resp.headers_mut()
         .insert(enforce::FENCE_HEADER, HeaderValue::from(epoch));
     Ok(resp)
+}
+
+/// `GET …/leases/{lease_id}` (SPEC §5.7).
+async fn lookup(
+    enf: &Enforcement,
+    parts: &http::request::Parts,
+    lease_id: &str,
+    conn: &ConnInfo,
+) -> Result<Response<ProxyBody>, Refusal> {
+    let record: Value = enf
+        .store
+        .lease_record(lease_id)
+        .await
+        .map_err(enforce::store_refusal)?
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::NotFound,
+                "no lease with this id has a record here",
+            )
+        })?;
+    if let Some(agent) = record["agent_id"].as_str() {
+        if conn.caller(&parts.headers).as_deref() != Some(agent) {
+            return Err(Refusal::new(
+                ErrorCode::LeaseNotYours,
+                "the lease was granted to another caller",
+            ));
+        }
+    }
+    let expired = enf.clock.now_ms() > record["expires_at_ms"].as_i64().unwrap_or(0);
+    let state = match record["state"].as_str() {
+        Some("granted") if expired => "expired",
+        Some(s) => s,
+        None => "unknown",
+    };
+    let receipts: Vec<Value> = enf
+        .store
+        .lease_receipts(lease_id)
+        .await
+        .map_err(enforce::store_refusal)?
+        .iter()
+        .filter_map(|r| serde_json::from_slice(r).ok())
+        .collect();
+    Ok(json_response(
+        StatusCode::OK,
+        &json!({
+            "lease_id": lease_id,
+            "state": state,
+            "epoch": record["epoch"],
+            "recovery_mode": record["recovery_mode"],
+            "expires_at": lease::format_rfc3339_ms(record["expires_at_ms"].as_i64().unwrap_or(0)),
+            "receipts": receipts,
+        }),
+    ))
 }

@@ -33,6 +33,8 @@ const INVERSES: TableDefinition<&str, &[u8]> = TableDefinition::new("inverses");
 const SNAPSHOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshots");
 /// Sequence number → JCS of the sealed receipt, signature included.
 const RECEIPTS: TableDefinition<u64, &[u8]> = TableDefinition::new("receipts");
+/// Lease id → JSON array of the sequence numbers of its receipts.
+const LEASE_RECEIPTS: TableDefinition<&str, &[u8]> = TableDefinition::new("lease_receipts");
 
 /// Most jobs one transaction takes, so one slow batch cannot grow without bound.
 const MAX_BATCH: usize = 512;
@@ -114,6 +116,7 @@ impl EmbeddedStore {
             wtx.open_table(INVERSES).map_err(unavailable)?;
             wtx.open_table(SNAPSHOTS).map_err(unavailable)?;
             wtx.open_table(RECEIPTS).map_err(unavailable)?;
+            wtx.open_table(LEASE_RECEIPTS).map_err(unavailable)?;
         }
         wtx.commit().map_err(unavailable)?;
         let db = Arc::new(db);
@@ -245,6 +248,7 @@ fn apply(
         let mut inverses = wtx.open_table(INVERSES).map_err(unavailable)?;
         let mut snapshots = wtx.open_table(SNAPSHOTS).map_err(unavailable)?;
         let mut receipts = wtx.open_table(RECEIPTS).map_err(unavailable)?;
+        let mut lease_receipts = wtx.open_table(LEASE_RECEIPTS).map_err(unavailable)?;
         for job in batch {
             match job {
                 Job::Advance(intent, _) => {
@@ -328,6 +332,18 @@ fn apply(
                     receipts
                         .insert(chain.next_seq, sealed.jcs.as_slice())
                         .map_err(unavailable)?;
+                    if let Some(lease_id) = &body.lease_id {
+                        let mut seqs: Vec<u64> = lease_receipts
+                            .get(lease_id.as_str())
+                            .map_err(unavailable)?
+                            .and_then(|v| serde_json::from_slice(v.value()).ok())
+                            .unwrap_or_default();
+                        seqs.push(chain.next_seq);
+                        let bytes = serde_json::to_vec(&seqs).map_err(unavailable)?;
+                        lease_receipts
+                            .insert(lease_id.as_str(), bytes.as_slice())
+                            .map_err(unavailable)?;
+                    }
                     chain = ChainHead {
                         next_seq: chain.next_seq + 1,
                         head: sealed.digest,
@@ -404,6 +420,29 @@ impl Store for EmbeddedStore {
         lease_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
         Box::pin(async move { self.read_bytes(LEASES, lease_id) })
+    }
+
+    fn lease_receipts<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, StoreError>> {
+        Box::pin(async move {
+            let rtx = self.db.begin_read().map_err(unavailable)?;
+            let index = rtx.open_table(LEASE_RECEIPTS).map_err(unavailable)?;
+            let seqs: Vec<u64> = index
+                .get(lease_id)
+                .map_err(unavailable)?
+                .and_then(|v| serde_json::from_slice(v.value()).ok())
+                .unwrap_or_default();
+            let receipts = rtx.open_table(RECEIPTS).map_err(unavailable)?;
+            let mut out = Vec::with_capacity(seqs.len());
+            for seq in seqs {
+                if let Some(v) = receipts.get(seq).map_err(unavailable)? {
+                    out.push(v.value().to_vec());
+                }
+            }
+            Ok(out)
+        })
     }
 
     fn snapshot<'a>(

@@ -91,6 +91,12 @@ pub trait Store: Send + Sync {
         lease_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
 
+    /// Every receipt that names `lease_id`, in chain order.
+    fn lease_receipts<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, StoreError>>;
+
     /// The pre-image snapshot kept for a SNAPSHOT_RESTORE lease, if any.
     fn snapshot<'a>(
         &'a self,
