@@ -34,6 +34,20 @@ struct Setup {
 }
 
 fn start_in(upstream: Upstream, dir: tempfile::TempDir, extra: &str) -> Setup {
+    start_configured(upstream, dir, "", extra)
+}
+
+/// As [`start_in`], with `upstream_extra` added to the `[upstream]` table.
+fn start_in_with(upstream: Upstream, dir: tempfile::TempDir, upstream_extra: &str) -> Setup {
+    start_configured(upstream, dir, upstream_extra, "")
+}
+
+fn start_configured(
+    upstream: Upstream,
+    dir: tempfile::TempDir,
+    upstream_extra: &str,
+    extra: &str,
+) -> Setup {
     let sidecar = KeyPair::from_seed(SIDECAR_SEED);
     let agent = KeyPair::from_seed(AGENT_SEED);
     std::fs::write(dir.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
@@ -46,7 +60,7 @@ fn start_in(upstream: Upstream, dir: tempfile::TempDir, extra: &str) -> Setup {
     let d = dir.path().display();
     let text = format!(
         "[listen]\naddr = \"127.0.0.1:0\"\npublic_base = \"{BASE}\"\n\
-         [upstream]\nurl = \"{}\"\ntimeout = \"5s\"\n\
+         [upstream]\nurl = \"{}\"\ntimeout = \"5s\"\n{upstream_extra}\
          [signing]\nkey = \"{d}/signing.pem\"\n[trust]\nissuers = \"{d}/issuers.json\"\n\
          [store]\npath = \"{d}/state.redb\"\n{extra}",
         upstream.url()
@@ -938,4 +952,75 @@ async fn compensation_after_the_window_is_gone() {
     // An unknown lease has nothing to compensate.
     let (status, doc, _) = compensate(&p, r#"{"lease_id":"urn:uuid:nope"}"#).await;
     assert_eq!(status, StatusCode::NOT_FOUND, "{doc}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dry_runs_touch_neither_the_sor_nor_the_epoch() {
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let dry = |epoch| {
+        lease_for(&agent, "/items/1", epoch, |f| {
+            f.insert("recovery_mode".into(), json!("DRY_RUN_SHADOW"));
+        })
+    };
+
+    // Without a shadow deployment the sidecar answers.
+    let s = start("").await;
+    let (parts, body) = send(
+        &http1_client(),
+        put(&s.p, "/items/1", Some(&dry(1)), Some(&inverse())),
+    )
+    .await;
+    assert_eq!(
+        parts.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert_eq!(parts.headers["agent-dry-run"], "1");
+    assert!(!parts.headers.contains_key("agent-fence-token"));
+    let receipt: Value = serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(parts.headers["agent-commit-receipt"].as_bytes())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_receipt_verifies(&receipt, "dry-run");
+    assert_eq!(receipt["outcome"], "dry-run");
+    assert_eq!(writes_seen(&s.upstream), 0, "nothing was sent to the SoR");
+    // The epoch did not move: a real write at epoch 1 still passes.
+    let real = lease_for(&agent, "/items/1", 1, |_| {});
+    let (parts, _) = send(
+        &http1_client(),
+        put(&s.p, "/items/1", Some(&real), Some(&inverse())),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::OK);
+    // A dry run is checked like the real write: now its epoch is stale.
+    let (parts, _) = send(
+        &http1_client(),
+        put(&s.p, "/items/1", Some(&dry(1)), Some(&inverse())),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::CONFLICT);
+
+    // With `upstream.shadow_url` the write goes to the shadow, not the SoR.
+    let shadow = Upstream::start().await;
+    let sor = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_in_with(sor, dir, &format!("shadow_url = \"{}\"\n", shadow.url()));
+    let (parts, body) = send(
+        &http1_client(),
+        put(&s.p, "/items/1", Some(&dry(1)), Some(&inverse())),
+    )
+    .await;
+    assert_eq!(
+        parts.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    assert_eq!(parts.headers["agent-dry-run"], "1");
+    assert_eq!(&body[..], br#"{"ok":true}"#, "the shadow's answer");
+    assert_eq!(writes_seen(&s.upstream), 0, "the SoR saw no write");
+    assert_eq!(writes_seen(&shadow), 1, "the shadow got the write");
 }

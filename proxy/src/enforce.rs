@@ -43,6 +43,7 @@ pub const LEASE_HEADER: &str = "agent-compensation-lease";
 pub const INVERSE_HEADER: &str = "agent-compensation-inverse";
 pub const RECEIPT_HEADER: &str = "agent-commit-receipt";
 pub const FENCE_HEADER: &str = "agent-fence-token";
+pub const DRY_RUN_HEADER: &str = "agent-dry-run";
 
 /// Everything write enforcement needs, built once at start.
 pub struct Enforcement {
@@ -185,9 +186,13 @@ impl From<Refusal> for Denied {
 }
 
 impl Permit {
-    /// The epoch this write advanced its resource to.
+    /// The epoch this write advanced its resource to (a dry run advanced nothing).
     pub fn epoch(&self) -> u64 {
         self.lease.lease().cas_fence_epoch
+    }
+
+    pub fn is_dry_run(&self) -> bool {
+        self.lease.lease().recovery_mode == lease::RecoveryMode::DryRunShadow
     }
 }
 
@@ -330,6 +335,17 @@ pub async fn check(
         (lease::RecoveryMode::SnapshotRestore, Some(state)) => Some(state.snapshot()),
         _ => None,
     };
+
+    // A dry run passes every check the real write would, but moves nothing (SPEC §5.4).
+    if l.recovery_mode == lease::RecoveryMode::DryRunShadow {
+        return Ok(Permit {
+            _lock: guard,
+            target,
+            request_digest: Sha256Digest::of(body),
+            pre_image: pre_image.map(|s| s.digest),
+            lease: verified,
+        });
+    }
 
     // Durable before the write leaves (SPEC §5.3).
     let record = serde_json::json!({
@@ -474,7 +490,9 @@ pub async fn commit(
     resp: &mut Response<ProxyBody>,
 ) {
     let l = permit.lease.lease();
+    let dry_run = permit.is_dry_run();
     let body = ReceiptBody {
+        outcome: dry_run.then(|| "dry-run".to_owned()),
         lease_id: Some(l.lease_id.clone()),
         sor_target_uri: Some(permit.target.clone()),
         cas_fence_epoch: Some(l.cas_fence_epoch),
@@ -487,7 +505,11 @@ pub async fn commit(
         trace_anchor_ref: l.trace_anchor_ref.map(|d| d.to_string()),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
-            ReceiptKind::Commit,
+            if dry_run {
+                ReceiptKind::DryRun
+            } else {
+                ReceiptKind::Commit
+            },
             now_rfc3339(enf),
         )
     };
@@ -501,8 +523,13 @@ pub async fn commit(
         // loudly: the audit chain will not show this write.
         Err(e) => tracing::error!(error = %e, lease_id = %l.lease_id, "commit receipt not stored"),
     }
-    resp.headers_mut()
-        .insert(FENCE_HEADER, HeaderValue::from(l.cas_fence_epoch));
+    if dry_run {
+        resp.headers_mut()
+            .insert(DRY_RUN_HEADER, HeaderValue::from_static("1"));
+    } else {
+        resp.headers_mut()
+            .insert(FENCE_HEADER, HeaderValue::from(l.cas_fence_epoch));
+    }
 }
 
 /// A refused write: problem+json with the rejection receipt, and a drift event.

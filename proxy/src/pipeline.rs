@@ -33,6 +33,8 @@ pub struct AppState {
     pub metrics: telemetry::Metrics,
     /// Present when `ptcl.writes` is not empty: every write goes through it.
     pub enforcement: Option<crate::enforce::Enforcement>,
+    /// `upstream.shadow_url`: where DRY_RUN_SHADOW writes go instead of the SoR.
+    pub shadow: Option<Upstream>,
     pub upstream: Upstream,
     /// Set on SIGTERM: `/readyz` turns 503 at once.
     pub draining: AtomicBool,
@@ -215,7 +217,25 @@ pub async fn handle(
         }
     };
 
-    let upstream_req = match build_upstream_request(&state.upstream, parts, body, &conn) {
+    // DRY_RUN_SHADOW (SPEC §5.4): nothing reaches the SoR and the epoch does not move; the
+    // shadow deployment answers when there is one, else the sidecar does.
+    let dry_run = permit.as_ref().is_some_and(enforce::Permit::is_dry_run);
+    let target = match (&state.shadow, dry_run) {
+        (Some(shadow), true) => shadow,
+        (None, true) => {
+            let mut resp = Response::new(body::full(r#"{"dry_run":true}"#));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            if let (Some(permit), Some(enf)) = (permit, &state.enforcement) {
+                enforce::commit(enf, permit, &write_context(&ex), None, &mut resp).await;
+            }
+            return Ok(finish(&state, resp, ex, Outcome::Forwarded, inflight));
+        }
+        _ => &state.upstream,
+    };
+    let upstream_req = match build_upstream_request(target, parts, body, &conn) {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "request target not forwardable");
@@ -225,7 +245,7 @@ pub async fn handle(
     };
 
     let sent_at = Instant::now();
-    let result = state.upstream.send(upstream_req).await;
+    let result = target.send(upstream_req).await;
     state
         .metrics
         .upstream_duration

@@ -53,6 +53,15 @@ impl Server {
             None => None,
         };
         let upstream = Upstream::new(&config)?;
+        let shadow = match &config.shadow_url {
+            Some(url) => Some(Upstream::with_base(
+                url.clone(),
+                config.upstream_connect_timeout,
+                config.upstream_timeout,
+                config.upstream_ca.as_deref(),
+            )?),
+            None => None,
+        };
         let enforcement = if config.writes.is_empty() {
             None
         } else {
@@ -72,6 +81,7 @@ impl Server {
                 config,
                 metrics: crate::telemetry::Metrics::register(),
                 enforcement,
+                shadow,
                 upstream,
                 draining: false.into(),
             }),
