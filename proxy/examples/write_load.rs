@@ -1,0 +1,149 @@
+//! Closed-loop write load for `benches/writes`: C connections each send PUTs back to back for
+//! a fixed time and report throughput and latency percentiles as one JSON line.
+//!
+//!   write_load URL CONNS SECONDS passthrough
+//!   write_load URL CONNS SECONDS enforced AGENT_KEY.pem PUBLIC_BASE PRE_IMAGE_DIGEST
+//!
+//! In `enforced` mode every request carries a fresh lease (a new resource each time, epoch 1)
+//! signed with AGENT_KEY and its inverse inline, so every write passes every check and
+//! advances a fence durably. Leases are signed before the clock starts for each request, so
+//! signing time is not counted as the sidecar's latency.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::keys::KeyPair;
+use palisade_policy::lease;
+use serde_json::json;
+use tokio::time::Instant;
+
+const INVERSE: &[u8] = br#"{"method":"DELETE","path":"/x"}"#;
+
+struct Leases {
+    key: KeyPair,
+    base: String,
+    pre_image: String,
+    inverse_digest: String,
+    inverse_b64: String,
+}
+
+impl Leases {
+    fn make(&self, path: &str) -> String {
+        let f = json!({
+            "ptcl_version": "1.0",
+            "lease_id": format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+            "sor_target_uri": format!("{}{path}", self.base),
+            "recovery_mode": "COMPENSATING_ACTION",
+            "t_req_ms": 1000,
+            "t_granted_ms": 600_000,
+            "cas_fence_epoch": 1,
+            "pre_image_state_hash": self.pre_image,
+            "inverse_payload_jcs_hash": self.inverse_digest,
+            "issued_at": lease::format_rfc3339_ms(palisade::clock::WallClock::now_ms()),
+        });
+        serde_json::to_string(&lease::sign(
+            f.as_object().cloned().unwrap_or_default(),
+            &self.key,
+        ))
+        .unwrap()
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    let url = args[1].clone();
+    let conns: usize = args[2].parse().unwrap();
+    let seconds: u64 = args[3].parse().unwrap();
+    let leases = (args[4] == "enforced").then(|| {
+        let pem = std::fs::read_to_string(&args[5]).unwrap();
+        let jcs = palisade_policy::canon::canonicalize(INVERSE, 8).unwrap();
+        Arc::new(Leases {
+            key: KeyPair::from_pkcs8_pem(&pem).unwrap(),
+            base: args[6].clone(),
+            pre_image: args[7].clone(),
+            inverse_digest: Sha256Digest::of(&jcs).to_string(),
+            inverse_b64: URL_SAFE_NO_PAD.encode(INVERSE),
+        })
+    });
+    let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
+    let counter = Arc::new(AtomicU64::new(0));
+    // Resources are new in every run, so a lease at epoch 1 is always fresh.
+    let run = Arc::new(uuid::Uuid::new_v4().simple().to_string());
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let (client, url, leases, counter, run) = (
+            client.clone(),
+            url.clone(),
+            leases.clone(),
+            counter.clone(),
+            run.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            let mut errors = 0u64;
+            while Instant::now() < deadline {
+                let n = counter.fetch_add(1, Ordering::Relaxed);
+                let path = format!("/items/{run}-{n}");
+                let mut req = hyper::Request::put(format!("{url}{path}"))
+                    .header("content-type", "application/json");
+                if let Some(l) = &leases {
+                    req = req
+                        .header("agent-compensation-lease", l.make(&path))
+                        .header("agent-compensation-inverse", l.inverse_b64.as_str());
+                }
+                let req = req
+                    .body(Full::new(Bytes::from_static(br#"{"qty":1}"#)))
+                    .unwrap();
+                let t = Instant::now();
+                match client.request(req).await {
+                    Ok(resp) => {
+                        let ok = resp.status().is_success();
+                        let _ = resp.into_body().collect().await;
+                        if ok {
+                            lat.push(t.elapsed().as_micros() as u64);
+                        } else {
+                            errors += 1;
+                        }
+                    }
+                    Err(_) => errors += 1,
+                }
+            }
+            (lat, errors)
+        }));
+    }
+    let mut all = Vec::new();
+    let mut errors = 0;
+    for t in tasks {
+        let (lat, e) = t.await.unwrap();
+        all.extend(lat);
+        errors += e;
+    }
+    all.sort_unstable();
+    let pct = |p: f64| {
+        all.get(((all.len() as f64 * p) as usize).min(all.len().saturating_sub(1)))
+            .copied()
+            .unwrap_or(0) as f64
+            / 1000.0
+    };
+    println!(
+        "{}",
+        json!({
+            "rps": all.len() as f64 / seconds as f64,
+            "p50_ms": pct(0.50),
+            "p99_ms": pct(0.99),
+            "ok": all.len(),
+            "errors": errors,
+        })
+    );
+}
