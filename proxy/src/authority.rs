@@ -263,27 +263,7 @@ async fn compensate(
     lease_id: &str,
     conn: &ConnInfo,
 ) -> Result<Response<ProxyBody>, Refusal> {
-    let not_found = || {
-        Refusal::new(
-            ErrorCode::NotFound,
-            "no lease with this id has a record here",
-        )
-    };
-    let record: Value = enf
-        .store
-        .lease_record(lease_id)
-        .await
-        .map_err(enforce::store_refusal)?
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(not_found)?;
-    if let Some(agent) = record["agent_id"].as_str() {
-        if conn.caller(&parts.headers).as_deref() != Some(agent) {
-            return Err(Refusal::new(
-                ErrorCode::LeaseNotYours,
-                "the lease was granted to another caller",
-            ));
-        }
-    }
+    let record = caller_record(enf, parts, lease_id, conn).await?;
     match record["state"].as_str() {
         Some("committed") => {}
         Some("compensated") => {
@@ -455,26 +435,7 @@ async fn lookup(
     lease_id: &str,
     conn: &ConnInfo,
 ) -> Result<Response<ProxyBody>, Refusal> {
-    let record: Value = enf
-        .store
-        .lease_record(lease_id)
-        .await
-        .map_err(enforce::store_refusal)?
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .ok_or_else(|| {
-            Refusal::new(
-                ErrorCode::NotFound,
-                "no lease with this id has a record here",
-            )
-        })?;
-    if let Some(agent) = record["agent_id"].as_str() {
-        if conn.caller(&parts.headers).as_deref() != Some(agent) {
-            return Err(Refusal::new(
-                ErrorCode::LeaseNotYours,
-                "the lease was granted to another caller",
-            ));
-        }
-    }
+    let record = caller_record(enf, parts, lease_id, conn).await?;
     let expired = enf.clock.now_ms() > record["expires_at_ms"].as_i64().unwrap_or(0);
     let state = match record["state"].as_str() {
         Some("granted") if expired => "expired",
@@ -500,4 +461,35 @@ async fn lookup(
             "receipts": receipts,
         }),
     ))
+}
+
+/// A lease's stored record, for its caller only: 404 when there is none, 403 when the lease is
+/// bound to another caller.
+async fn caller_record(
+    enf: &Enforcement,
+    parts: &http::request::Parts,
+    lease_id: &str,
+    conn: &ConnInfo,
+) -> Result<Value, Refusal> {
+    let record: Value = enf
+        .store
+        .lease_record(lease_id)
+        .await
+        .map_err(enforce::store_refusal)?
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::NotFound,
+                "no lease with this id has a record here",
+            )
+        })?;
+    if let Some(agent) = record["agent_id"].as_str() {
+        if conn.caller(&parts.headers).as_deref() != Some(agent) {
+            return Err(Refusal::new(
+                ErrorCode::LeaseNotYours,
+                "the lease was granted to another caller",
+            ));
+        }
+    }
+    Ok(record)
 }
