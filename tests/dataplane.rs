@@ -146,7 +146,11 @@ async fn tls_negotiates_h2_by_alpn_and_passes_through() {
     let mut conn = TlsConn::connect(p.data, cfg).await.unwrap();
     assert_eq!(conn.alpn.as_deref(), Some(&b"http/1.1"[..]));
     assert_methods_pass_through(
-        async |req| conn.send(req).await.unwrap(),
+        async |req| {
+            conn.send(req)
+                .await
+                .unwrap_or_else(|e| panic!("{e}\n{}", p.logs()))
+        },
         &upstream,
         Some(http::Version::HTTP_11),
     )

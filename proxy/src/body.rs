@@ -123,3 +123,51 @@ where
         Err(e) => Err(CollectError::Read(e)),
     }
 }
+
+/// How much of an over-limit request body is read and discarded after the 413 is sent.
+pub const LINGER_BYTES: u64 = 16 << 20;
+/// How long an over-limit request body is read and discarded after the 413 is sent.
+pub const LINGER_TIME: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Reads a downstream request body, refusing it as soon as it passes `limit` bytes (at once
+/// when `Content-Length` says so). On refusal the rest of the body is read and discarded in
+/// the background, up to [`LINGER_BYTES`] or [`LINGER_TIME`] ("lingering close", as nginx
+/// does): a client that is still sending then reads the 413 instead of a connection reset.
+pub async fn read_request_body(
+    mut body: hyper::body::Incoming,
+    limit: u64,
+) -> Result<Bytes, CollectError> {
+    if body.size_hint().lower() > limit {
+        linger(body);
+        return Err(CollectError::TooLarge(limit));
+    }
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|e| CollectError::Read(e.into()))?;
+        if let Some(data) = frame.data_ref() {
+            if buf.len() as u64 + data.len() as u64 > limit {
+                linger(body);
+                return Err(CollectError::TooLarge(limit));
+            }
+            buf.extend_from_slice(data);
+        }
+    }
+    Ok(buf.freeze())
+}
+
+fn linger(mut body: hyper::body::Incoming) {
+    tokio::spawn(async move {
+        let drain = async {
+            let mut seen = 0u64;
+            while let Some(Ok(frame)) = body.frame().await {
+                if let Some(d) = frame.data_ref() {
+                    seen += d.len() as u64;
+                    if seen > LINGER_BYTES {
+                        break;
+                    }
+                }
+            }
+        };
+        let _ = tokio::time::timeout(LINGER_TIME, drain).await;
+    });
+}

@@ -167,7 +167,7 @@ pub async fn handle(
     let body = match kind {
         Kind::Read => body::boxed(body),
         Kind::Write => {
-            let bytes = match body::collect_limited(body, state.config.max_body).await {
+            let bytes = match body::read_request_body(body, state.config.max_body).await {
                 Ok(bytes) => bytes,
                 Err(CollectError::TooLarge(limit)) => {
                     state.metrics.refusal(ErrorCode::BodyTooLarge);

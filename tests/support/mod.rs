@@ -497,6 +497,7 @@ impl TlsConn {
                     .build()
                     .unwrap();
                 *req.version_mut() = http::Version::HTTP_2;
+                s.ready().await.map_err(|e| e.to_string())?;
                 s.send_request(req).await
             }
         }
