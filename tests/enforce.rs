@@ -182,6 +182,23 @@ async fn a_leased_write_is_forwarded_once_with_receipt_and_fence_token() {
     assert!(!seen[1].headers.contains_key("agent-compensation-lease"));
     assert!(!seen[1].headers.contains_key("agent-compensation-inverse"));
 
+    // Reads of the fenced resource carry its epoch; reads of others do not.
+    let (parts, _) = send(
+        &http1_client(),
+        Request::get(s.p.url("/items/1")).body(full("")).unwrap(),
+    )
+    .await;
+    assert_eq!(parts.headers["agent-fence-token"], "1");
+    let (parts, _) = send(
+        &http1_client(),
+        Request::get(s.p.url("/items/2?x=1"))
+            .body(full(""))
+            .unwrap(),
+    )
+    .await;
+    assert!(!parts.headers.contains_key("agent-fence-token"));
+    assert_eq!(admin_get(s.p.admin, "/readyz").await.0, StatusCode::OK);
+
     // The same lease again: its epoch is spent.
     let (parts, _) = send(
         &http1_client(),

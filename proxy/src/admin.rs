@@ -73,8 +73,15 @@ async fn respond(
     Ok(match (req.method(), req.uri().path()) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readyz") => {
+            // Ready: not draining, and the store answers (SPEC §9).
+            let store_ok = match &state.enforcement {
+                Some(enf) => enf.store.epoch("/readyz").await.is_ok(),
+                None => true,
+            };
             if state.is_draining() {
                 text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+            } else if !store_ok {
+                text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n")
             } else {
                 text(StatusCode::OK, "ready\n")
             }

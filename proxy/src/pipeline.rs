@@ -164,6 +164,17 @@ pub async fn handle(
     }
 
     let mut permit = None;
+    // Reads of a fenced resource carry its epoch too (SPEC §5.3), so an agent can lease the
+    // next write from what it read.
+    let fenced_read = match (&state.enforcement, kind) {
+        (Some(_), Kind::Read) => enforce::origin(&state.config, &parts, &conn).and_then(|o| {
+            let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            palisade_policy::target::request_target(&o, pq)
+                .ok()
+                .map(|t| palisade_policy::target::resource_key(&t).to_owned())
+        }),
+        _ => None,
+    };
     let body = match kind {
         Kind::Read => body::boxed(body),
         Kind::Write => {
@@ -258,6 +269,13 @@ pub async fn handle(
             let mut resp = Response::from_parts(rparts, body::boxed(rbody));
             if let (Some(permit), Some(enf)) = (permit, &state.enforcement) {
                 enforce::commit(enf, permit, &write_context(&ex), None, &mut resp).await;
+            }
+            if let (Some(resource), Some(enf)) = (fenced_read, &state.enforcement) {
+                // A store that cannot answer costs the read nothing but this header.
+                if let Ok(epoch @ 1..) = enf.store.epoch(&resource).await {
+                    resp.headers_mut()
+                        .insert(enforce::FENCE_HEADER, HeaderValue::from(epoch));
+                }
             }
             Ok(finish(&state, resp, ex, Outcome::Forwarded, inflight))
         }
