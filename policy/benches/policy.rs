@@ -64,7 +64,7 @@ fn leases(c: &mut Criterion) {
     let cx = VerifyContext {
         now_ms: 1_796_212_801_000,
         max_clock_skew_ms: 60_000,
-        first_seen_ms: None,
+        first_seen: None,
         request: Some(RequestFacts {
             target: &normalized,
             reversibility: Some(Reversibility::Reversible),

@@ -167,7 +167,7 @@ mod tests {
         let cx = crate::lease::VerifyContext {
             now_ms: 0,
             max_clock_skew_ms: 0,
-            first_seen_ms: None,
+            first_seen: None,
             request: None,
         };
         crate::lease::verify(&raw, &trust, &cx).unwrap()

@@ -141,15 +141,16 @@ pub struct RequestFacts<'a> {
 }
 
 /// Everything besides the lease that verification depends on.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone, Copy)]
 pub struct VerifyContext<'a> {
     /// Now, in Unix milliseconds.
     pub now_ms: i64,
     /// `ptcl.max_clock_skew`.
     pub max_clock_skew_ms: i64,
-    /// When the store first saw this `lease_id` (leases without `issued_at` expire at first
-    /// sight + `t_granted_ms`). `None` means now: this is the first sight.
-    pub first_seen_ms: Option<i64>,
+    /// When this sidecar first saw a `lease_id` (leases without `issued_at` expire at first
+    /// sight + `t_granted_ms`); asked only for such leases, after the signature checks.
+    /// `None` means now: this is the first sight.
+    pub first_seen: Option<&'a (dyn Fn(&str) -> i64 + Sync + 'a)>,
     /// `None` runs checks 2–6 only (`palisade lease verify`); the proxy always passes facts.
     pub request: Option<RequestFacts<'a>>,
 }
@@ -234,7 +235,7 @@ pub fn verify(
             }
             issued
         }
-        None => cx.first_seen_ms.unwrap_or(cx.now_ms),
+        None => cx.first_seen.map_or(cx.now_ms, |f| f(&lease.lease_id)),
     };
     // t_granted_ms ≤ 2^53−1, so the sum cannot overflow an i64 for any sane start.
     let expires_at_ms = start.saturating_add(lease.t_granted_ms as i64);
@@ -432,7 +433,7 @@ pub fn fuzz_decode_and_verify(data: &[u8]) {
     let cx = VerifyContext {
         now_ms: 0,
         max_clock_skew_ms: 60_000,
-        first_seen_ms: None,
+        first_seen: None,
         request: Some(RequestFacts {
             target: "https://erp.example.com/x",
             reversibility: Some(Reversibility::Irreversible),

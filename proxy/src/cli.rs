@@ -413,7 +413,7 @@ fn lease_verify(trust: &Path, max_clock_skew_ms: i64) -> Result<(), Failure> {
     let cx = VerifyContext {
         now_ms: WallClock::now_ms(),
         max_clock_skew_ms,
-        first_seen_ms: None,
+        first_seen: None,
         request: None,
     };
     match lease::verify(&raw, &trust, &cx) {

@@ -266,11 +266,11 @@ pub async fn check(
         })?;
     // Checks 2–8. The window of a lease without issued_at starts when first seen (check 6).
     let now = enf.clock.now_ms();
-    let first_seen = lease_id_hint(raw).map(|id| enf.first_seen.get_or_insert(&id, now));
+    let first_seen = |lease_id: &str| enf.first_seen.get_or_insert(lease_id, now);
     let cx = VerifyContext {
         now_ms: now,
         max_clock_skew_ms: config.max_clock_skew.as_millis() as i64,
-        first_seen_ms: first_seen,
+        first_seen: Some(&first_seen),
         request: Some(RequestFacts {
             target: &target,
             reversibility: None,
@@ -388,7 +388,7 @@ pub async fn check(
     })
 }
 
-/// The `lease_id` of a lease document, read before verification only to find its first sight.
+/// The `lease_id` of a refused lease document (which may not verify), for its receipt.
 fn lease_id_hint(raw: &[u8]) -> Option<String> {
     let v = palisade_policy::json::parse(raw, lease::MAX_LEASE_DEPTH).ok()?;
     v.get("lease_id")?.as_str().map(str::to_owned)

@@ -43,7 +43,7 @@ fn cx(request: Option<RequestFacts<'static>>) -> VerifyContext<'static> {
     VerifyContext {
         now_ms: NOW,
         max_clock_skew_ms: 60_000,
-        first_seen_ms: None,
+        first_seen: None,
         request,
     }
 }
@@ -222,7 +222,7 @@ fn each_check_refuses_with_its_code() {
                 m.remove("issued_at");
             })),
             VerifyContext {
-                first_seen_ms: Some(NOW - 2_001),
+                first_seen: Some(&|_| NOW - 2_001),
                 ..cx(None)
             },
             ErrorCode::LeaseExpired,
