@@ -101,6 +101,8 @@ codes! {
     UnboundOperation = "ERR_UNBOUND_OPERATION", 404, "Operation not bound by the lockfile", Some(Lockfile);
     // SPEC §5.4.
     AlreadyCompensated = "ERR_ALREADY_COMPENSATED", 409, "Lease already compensated", Some(Lease);
+    // SPEC §5.4 is silent on deciding an escrow twice; an operator's conflict, not a drift.
+    EscrowNotHeld = "ERR_ESCROW_NOT_HELD", 409, "Escrow already decided", None;
     // SPEC §5.6.
     IdempotencyKeyReused = "ERR_IDEMPOTENCY_KEY_REUSED", 422, "Idempotency key reused with a different request", Some(Idempotency);
     IdempotencyInFlight = "ERR_IDEMPOTENCY_IN_FLIGHT", 409, "Request with this idempotency key in flight", Some(Idempotency);

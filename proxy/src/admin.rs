@@ -1,4 +1,5 @@
-//! The admin listener (SPEC §9): health, readiness and metrics.
+//! The admin listener (SPEC §9): health, readiness, metrics, and the escrow decisions
+//! (`POST /admin/v1/escrow/{id}/approve|reject`, `GET /admin/v1/escrow`).
 //!
 //! Plain HTTP/1.1 on `admin.addr` (loopback by default). It is served apart from the data
 //! plane so a flood of agent traffic cannot starve probes, and it stops last on shutdown so
@@ -70,7 +71,24 @@ async fn respond(
         );
         r
     };
-    Ok(match (req.method(), req.uri().path()) {
+    let path = req.uri().path();
+    if let Some(rest) = path.strip_prefix("/admin/v1/escrow") {
+        let resp = match (req.method(), rest) {
+            (&Method::GET, "" | "/") => crate::escrow::list(state).await,
+            (&Method::POST, r) => match r.strip_prefix('/').and_then(|r| r.split_once('/')) {
+                Some((id, "approve")) if !id.is_empty() => {
+                    crate::escrow::approve(state, id.to_owned()).await
+                }
+                Some((id, "reject")) if !id.is_empty() => {
+                    crate::escrow::reject(state, id.to_owned()).await
+                }
+                _ => text(StatusCode::NOT_FOUND, "not found\n"),
+            },
+            _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        };
+        return Ok(resp);
+    }
+    Ok(match (req.method(), path) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
         (&Method::GET, "/readyz") => {
             // Ready: not draining, and the store answers (SPEC §9).

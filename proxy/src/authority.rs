@@ -39,7 +39,7 @@ pub async fn handle(
     parts: http::request::Parts,
     body: Incoming,
     conn: &ConnInfo,
-    cx: &WriteContext<'_>,
+    cx: &WriteContext,
 ) -> Response<ProxyBody> {
     let path = parts.uri.path().to_owned();
     let rest = &path[PREFIX.len()..];

@@ -124,6 +124,25 @@ where
     }
 }
 
+/// [`collect_limited`] for a [`ProxyBody`]. Not generic on purpose: a generic `Into` bound
+/// inside a spawned future trips rustc's higher-ranked `Send` check.
+pub async fn collect_proxy(mut body: ProxyBody, limit: u64) -> Result<Bytes, CollectError> {
+    if body.size_hint().lower() > limit {
+        return Err(CollectError::TooLarge(limit));
+    }
+    let mut buf = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(CollectError::Read)?;
+        if let Some(data) = frame.data_ref() {
+            if buf.len() as u64 + data.len() as u64 > limit {
+                return Err(CollectError::TooLarge(limit));
+            }
+            buf.extend_from_slice(data);
+        }
+    }
+    Ok(buf.freeze())
+}
+
 /// How much of an over-limit request body is read and discarded after the 413 is sent.
 pub const LINGER_BYTES: u64 = 16 << 20;
 /// How long an over-limit request body is read and discarded after the 413 is sent.

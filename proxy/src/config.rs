@@ -120,6 +120,7 @@ pub struct RawPtcl {
     pub pre_image: Option<String>,
     pub max_grant: Option<String>,
     pub authority: Option<bool>,
+    pub idempotency_retention: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -226,6 +227,8 @@ pub struct Config {
     pub pre_image_fetch: bool,
     pub max_grant: Duration,
     pub authority: bool,
+    /// How long an Idempotency-Key's outcome is kept (SPEC §5.6: 24 h by default).
+    pub idempotency_retention: Duration,
     pub lockfile: Option<PathBuf>,
     pub contracts: Option<PathBuf>,
     pub expected_digest: Option<String>,
@@ -553,6 +556,11 @@ impl RawConfig {
             pre_image_fetch,
             max_grant: c.duration("ptcl.max_grant", &self.ptcl.max_grant, "5m"),
             authority: self.ptcl.authority.unwrap_or(true),
+            idempotency_retention: c.duration(
+                "ptcl.idempotency_retention",
+                &self.ptcl.idempotency_retention,
+                "24h",
+            ),
             lockfile: self.rich.lockfile,
             contracts: self.rich.contracts,
             expected_digest: self.rich.expected_digest,

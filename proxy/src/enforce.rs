@@ -11,9 +11,10 @@
 //! problem+json, a signed rejection receipt in the chain, a drift event; nothing reaches the
 //! upstream and no epoch moves.
 //!
-//! Not here yet (issue 4 continues): contract checks 8–9 from RICH bindings, idempotency keys,
-//! the lease-authority and inverse-staging endpoints, recovery modes other than forwarding,
-//! `agent_id` binding.
+//! A permit says what happens next ([`Disposition`]): forward, dry-run (nothing moves) or
+//! hold in escrow (nothing moves until an operator releases it, when every check runs again).
+//!
+//! Not here yet: contract checks 8–9 from RICH bindings (issue 5).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
@@ -36,7 +37,7 @@ use crate::config::{Config, UnboundWrites};
 use crate::drift_sink::DriftSink;
 use crate::pipeline::ConnInfo;
 use crate::problem::Problem;
-use crate::store::{Advance, Store, StoreError, WriteIntent};
+use crate::store::{Advance, Attachments, Store, StoreError, WriteIntent};
 use crate::upstream::Upstream;
 
 pub const LEASE_HEADER: &str = "agent-compensation-lease";
@@ -54,6 +55,8 @@ pub struct Enforcement {
     pub clock: AnchoredClock,
     pub first_seen: FirstSeen,
     pub drift: DriftSink,
+    /// Idempotency keys whose first request is still running (SPEC §5.6).
+    pub idempotency: crate::idempotency::InFlight,
 }
 
 impl Enforcement {
@@ -97,6 +100,7 @@ impl Enforcement {
             clock: AnchoredClock::new(),
             first_seen: FirstSeen::default(),
             drift: DriftSink::start(),
+            idempotency: Default::default(),
         })
     }
 }
@@ -166,6 +170,8 @@ pub struct Permit {
     target: String,
     request_digest: Sha256Digest,
     pre_image: Option<Sha256Digest>,
+    /// An escrowed write on its release: forwarded, not held again.
+    released: bool,
 }
 
 /// A refused write: the refusal, and the resource's epoch when the refusal came from the
@@ -185,23 +191,77 @@ impl From<Refusal> for Denied {
     }
 }
 
+/// What a permitted write does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Its epoch advance is durable: forward it.
+    Forward,
+    /// DRY_RUN_SHADOW: to the shadow (or nowhere); no epoch moved.
+    DryRun,
+    /// HUMAN_ESCROW, first pass: hold it durably; no epoch moved.
+    Hold,
+}
+
 impl Permit {
-    /// The epoch this write advanced its resource to (a dry run advanced nothing).
+    /// The lease's epoch (what a forwarded write advanced its resource to).
     pub fn epoch(&self) -> u64 {
         self.lease.lease().cas_fence_epoch
     }
 
+    pub fn disposition(&self) -> Disposition {
+        match self.lease.lease().recovery_mode {
+            lease::RecoveryMode::DryRunShadow => Disposition::DryRun,
+            lease::RecoveryMode::HumanEscrow if !self.released => Disposition::Hold,
+            _ => Disposition::Forward,
+        }
+    }
+
     pub fn is_dry_run(&self) -> bool {
-        self.lease.lease().recovery_mode == lease::RecoveryMode::DryRunShadow
+        self.disposition() == Disposition::DryRun
+    }
+
+    pub fn lease(&self) -> &lease::Lease {
+        self.lease.lease()
+    }
+
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    pub fn request_digest(&self) -> Sha256Digest {
+        self.request_digest
+    }
+
+    pub fn pre_image(&self) -> Option<Sha256Digest> {
+        self.pre_image
     }
 }
 
 /// Facts about the request that receipts and events name.
-pub struct WriteContext<'a> {
-    pub method: &'a http::Method,
-    pub trace_id: &'a str,
+#[derive(Debug, Clone)]
+pub struct WriteContext {
+    pub method: http::Method,
+    pub trace_id: String,
     /// `METHOD path` without the query.
     pub operation: String,
+}
+
+/// Who sent a write, as the checks need it: the origin its `sor_target_uri` must name and the
+/// caller identity an `agent_id` must match. Taken from the connection for a live request and
+/// from the escrow record for a released one.
+#[derive(Debug, Clone, Default)]
+pub struct Requester {
+    pub origin: Option<String>,
+    pub caller: Option<String>,
+}
+
+impl Requester {
+    pub fn of(config: &Config, parts: &http::request::Parts, conn: &ConnInfo) -> Self {
+        Self {
+            origin: origin(config, parts, conn),
+            caller: conn.caller(&parts.headers),
+        }
+    }
 }
 
 /// The origin agents name in `sor_target_uri`: `listen.public_base`, else the request's own.
@@ -225,14 +285,16 @@ pub(crate) fn origin(
     ))
 }
 
-/// Runs checks in SPEC order; `Ok` means the write may be forwarded now.
+/// Runs checks in SPEC order; `Ok` means the write may go on as its [`Permit::disposition`]
+/// says. `releasing`: an escrowed write being released (it is forwarded, not held again).
 pub async fn check(
     config: &Config,
     enf: &Enforcement,
     upstream: &Upstream,
     parts: &http::request::Parts,
     body: &Bytes,
-    conn: &ConnInfo,
+    who: &Requester,
+    releasing: bool,
 ) -> Result<Permit, Denied> {
     // SPEC §4.2: without a lockfile every write is unbound.
     if config.unbound_writes == UnboundWrites::Deny {
@@ -256,8 +318,10 @@ pub async fn check(
         .path_and_query()
         .map(|p| p.as_str())
         .unwrap_or("/");
-    let target = origin(config, parts, conn)
-        .and_then(|o| target::request_target(&o, pq).ok())
+    let target = who
+        .origin
+        .as_deref()
+        .and_then(|o| target::request_target(o, pq).ok())
         .ok_or_else(|| {
             Refusal::new(
                 ErrorCode::TargetMismatch,
@@ -265,22 +329,27 @@ pub async fn check(
             )
         })?;
     // Checks 2–8. The window of a lease without issued_at starts when first seen (check 6).
-    let now = enf.clock.now_ms();
-    let first_seen = |lease_id: &str| enf.first_seen.get_or_insert(lease_id, now);
-    let cx = VerifyContext {
-        now_ms: now,
-        max_clock_skew_ms: config.max_clock_skew.as_millis() as i64,
-        first_seen: Some(&first_seen),
-        request: Some(RequestFacts {
-            target: &target,
-            reversibility: None,
-        }),
+    // Scoped so that the borrowed callback is gone before the next await (the future must be
+    // Send for every lifetime).
+    let verified = {
+        let now = enf.clock.now_ms();
+        let first_seen = |lease_id: &str| enf.first_seen.get_or_insert(lease_id, now);
+        let cx = VerifyContext {
+            now_ms: now,
+            max_clock_skew_ms: config.max_clock_skew.as_millis() as i64,
+            first_seen: Some(&first_seen),
+            request: Some(RequestFacts {
+                target: &target,
+                reversibility: None,
+            }),
+        };
+        lease::verify(raw, &enf.trust, &cx)
     };
-    let verified = lease::verify(raw, &enf.trust, &cx)?;
+    let verified = verified?;
     let l = verified.lease();
     // A lease this sidecar granted names its caller (SPEC §5.7): only that caller may use it.
     if let Some(agent) = &l.agent_id {
-        if conn.caller(&parts.headers).as_deref() != Some(agent.as_str()) {
+        if who.caller.as_deref() != Some(agent.as_str()) {
             return Err(Refusal::new(
                 ErrorCode::LeaseNotYours,
                 "the lease was granted to another caller",
@@ -336,14 +405,21 @@ pub async fn check(
         _ => None,
     };
 
-    // A dry run passes every check the real write would, but moves nothing (SPEC §5.4).
-    if l.recovery_mode == lease::RecoveryMode::DryRunShadow {
+    // A dry run passes every check the real write would, but moves nothing; so does an
+    // escrowed write until it is released (SPEC §5.4).
+    let moves = match l.recovery_mode {
+        lease::RecoveryMode::DryRunShadow => false,
+        lease::RecoveryMode::HumanEscrow => releasing,
+        _ => true,
+    };
+    if !moves {
         return Ok(Permit {
             _lock: guard,
             target,
             request_digest: Sha256Digest::of(body),
             pre_image: pre_image.map(|s| s.digest),
             lease: verified,
+            released: releasing,
         });
     }
 
@@ -385,6 +461,7 @@ pub async fn check(
         request_digest: Sha256Digest::of(body),
         pre_image: pre_image.map(|s| s.digest),
         lease: verified,
+        released: releasing,
     })
 }
 
@@ -474,7 +551,15 @@ pub(crate) async fn fetch_state(
 }
 
 fn receipt_header(r: &SealedReceipt) -> Option<HeaderValue> {
-    HeaderValue::from_str(&URL_SAFE_NO_PAD.encode(serde_json::to_vec(&r.value).ok()?)).ok()
+    receipt_header_value(&r.value)
+}
+
+/// `Agent-Commit-Receipt`: base64url of the receipt's JSON.
+pub(crate) fn receipt_header_value(receipt: &serde_json::Value) -> Option<HeaderValue> {
+    if !receipt.is_object() {
+        return None;
+    }
+    HeaderValue::from_str(&URL_SAFE_NO_PAD.encode(serde_json::to_vec(receipt).ok()?)).ok()
 }
 
 pub(crate) fn now_rfc3339(enf: &Enforcement) -> String {
@@ -482,47 +567,21 @@ pub(crate) fn now_rfc3339(enf: &Enforcement) -> String {
 }
 
 /// After the forward: the commit receipt, `Agent-Commit-Receipt` and `Agent-Fence-Token`.
+/// `outcome` marks what the receipt cannot otherwise say (`"uncertain"`: the upstream did
+/// not answer in time, so the write may or may not have happened). `attach` builds what must
+/// be stored with the receipt from the response as the client will get it (headers final
+/// except the receipt).
 pub async fn commit(
     enf: &Enforcement,
     permit: Permit,
-    cx: &WriteContext<'_>,
+    cx: &WriteContext,
     lockfile_digest: Option<String>,
+    outcome: Option<&str>,
     resp: &mut Response<ProxyBody>,
-) {
+    attach: impl FnOnce(&Response<ProxyBody>) -> Attachments,
+) -> Option<SealedReceipt> {
     let l = permit.lease.lease();
     let dry_run = permit.is_dry_run();
-    let body = ReceiptBody {
-        outcome: dry_run.then(|| "dry-run".to_owned()),
-        lease_id: Some(l.lease_id.clone()),
-        sor_target_uri: Some(permit.target.clone()),
-        cas_fence_epoch: Some(l.cas_fence_epoch),
-        method: Some(cx.method.to_string()),
-        request_digest: Some(permit.request_digest.to_string()),
-        pre_image_state_hash: permit.pre_image.map(|d| d.to_string()),
-        upstream_status: Some(resp.status().as_u16()),
-        lockfile_digest,
-        trace_id: Some(cx.trace_id.to_owned()),
-        trace_anchor_ref: l.trace_anchor_ref.map(|d| d.to_string()),
-        ..ReceiptBody::new(
-            format!("urn:uuid:{}", uuid::Uuid::new_v4()),
-            if dry_run {
-                ReceiptKind::DryRun
-            } else {
-                ReceiptKind::Commit
-            },
-            now_rfc3339(enf),
-        )
-    };
-    match enf.store.append_receipt(body).await {
-        Ok(sealed) => {
-            if let Some(v) = receipt_header(&sealed) {
-                resp.headers_mut().insert(RECEIPT_HEADER, v);
-            }
-        }
-        // The write happened and its epoch is durable; only its receipt is missing. Say so
-        // loudly: the audit chain will not show this write.
-        Err(e) => tracing::error!(error = %e, lease_id = %l.lease_id, "commit receipt not stored"),
-    }
     if dry_run {
         resp.headers_mut()
             .insert(DRY_RUN_HEADER, HeaderValue::from_static("1"));
@@ -530,13 +589,76 @@ pub async fn commit(
         resp.headers_mut()
             .insert(FENCE_HEADER, HeaderValue::from(l.cas_fence_epoch));
     }
+    let body = ReceiptBody {
+        outcome: if dry_run {
+            Some("dry-run".to_owned())
+        } else {
+            outcome.map(str::to_owned)
+        },
+        lockfile_digest,
+        upstream_status: Some(resp.status().as_u16()),
+        ..permit_receipt(
+            enf,
+            &permit,
+            cx,
+            if dry_run {
+                ReceiptKind::DryRun
+            } else {
+                ReceiptKind::Commit
+            },
+        )
+    };
+    let attachments = attach(resp);
+    match enf.store.append_receipt_with(body, attachments).await {
+        Ok(Some(sealed)) => {
+            if let Some(v) = receipt_header(&sealed) {
+                resp.headers_mut().insert(RECEIPT_HEADER, v);
+            }
+            Some(sealed)
+        }
+        Ok(None) => {
+            tracing::error!(lease_id = %l.lease_id, "commit receipt refused by an escrow state change");
+            None
+        }
+        // The write happened and its epoch is durable; only its receipt is missing. Say so
+        // loudly: the audit chain will not show this write.
+        Err(e) => {
+            tracing::error!(error = %e, lease_id = %l.lease_id, "commit receipt not stored");
+            None
+        }
+    }
+}
+
+/// A receipt body naming a permitted write: lease, target, epoch, method, digests, trace.
+pub(crate) fn permit_receipt(
+    enf: &Enforcement,
+    permit: &Permit,
+    cx: &WriteContext,
+    kind: ReceiptKind,
+) -> ReceiptBody {
+    let l = permit.lease.lease();
+    ReceiptBody {
+        lease_id: Some(l.lease_id.clone()),
+        sor_target_uri: Some(permit.target.clone()),
+        cas_fence_epoch: Some(l.cas_fence_epoch),
+        method: Some(cx.method.to_string()),
+        request_digest: Some(permit.request_digest.to_string()),
+        pre_image_state_hash: permit.pre_image.map(|d| d.to_string()),
+        trace_id: Some(cx.trace_id.clone()),
+        trace_anchor_ref: l.trace_anchor_ref.map(|d| d.to_string()),
+        ..ReceiptBody::new(
+            format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+            kind,
+            now_rfc3339(enf),
+        )
+    }
 }
 
 /// A refused write: problem+json with the rejection receipt, and a drift event.
 pub async fn refuse(
     enf: &Enforcement,
     refusal: &Refusal,
-    cx: &WriteContext<'_>,
+    cx: &WriteContext,
     lease_raw: Option<&[u8]>,
     current_epoch: Option<u64>,
 ) -> Response<ProxyBody> {
@@ -546,7 +668,7 @@ pub async fn refuse(
         lease_id: lease_id.clone(),
         method: Some(cx.method.to_string()),
         code: Some(refusal.code.as_str().to_owned()),
-        trace_id: Some(cx.trace_id.to_owned()),
+        trace_id: Some(cx.trace_id.clone()),
         cas_fence_epoch: current_epoch,
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
@@ -560,7 +682,7 @@ pub async fn refuse(
         EventContext {
             event_id: uuid::Uuid::now_v7().to_string(),
             timestamp: now_rfc3339(enf),
-            trace_id: cx.trace_id.to_owned(),
+            trace_id: cx.trace_id.clone(),
             observed_identifier: Some(cx.operation.clone()),
             evidence: lease_raw.map(<[u8]>::to_vec),
             ..Default::default()
@@ -568,7 +690,7 @@ pub async fn refuse(
     ) {
         enf.drift.emit(&event);
     }
-    let mut problem = Problem::from_refusal(refusal, &request_id, cx.trace_id);
+    let mut problem = Problem::from_refusal(refusal, &request_id, &cx.trace_id);
     if let Some(epoch) = current_epoch {
         problem
             .extensions

@@ -4,6 +4,8 @@
 //! (headers, bodies, files, the upstream's answers), asks, and acts:
 //! - [`server`]: listeners, TLS, HTTP/1.1 and HTTP/2, limits, graceful drain;
 //! - [`pipeline`]: one request from head to response, stage by stage;
+//! - [`write`]: the enforced write path ([`enforce`] checks, [`idempotency`], [`escrow`]);
+//! - [`authority`]: the lease endpoints; [`store`]: what survives a crash;
 //! - [`upstream`]: the pooled client to the protected application;
 //! - [`admin`]: health, readiness, metrics;
 //! - [`cli`], [`demo`], [`sample_sor`]: the command line and its sample application.
@@ -18,7 +20,9 @@ pub mod config;
 pub mod demo;
 pub mod drift_sink;
 pub mod enforce;
+pub mod escrow;
 pub mod headers;
+pub mod idempotency;
 pub mod pipeline;
 pub mod problem;
 pub mod sample_sor;
@@ -27,6 +31,7 @@ pub mod store;
 pub mod telemetry;
 pub mod tls;
 pub mod upstream;
+pub mod write;
 
 use std::path::Path;
 

@@ -1,14 +1,12 @@
 //! One request, start to end (ARCHITECTURE.md "One request").
 //!
 //! ```text
-//! head → trace context → reserved paths → classify (read / write)
-//!   → reads: stream to upstream and back
-//!   → writes: read body (≤ max_body, else 413) → forward
+//! head → trace context → reserved paths (lease authority, escrow status) → classify
+//!   → reads: stream to upstream and back (fence token on fenced resources)
+//!   → writes: read body (≤ max_body, else 413) → write::handle (idempotency, checks,
+//!     forward | dry-run | escrow, receipt) — or straight to the upstream without enforcement
 //!   → response: strip hop-by-hop, count bytes, access log, metrics
 //! ```
-//!
-//! Enforcement stages (lease, fence, contract) slot in between "read body" and "forward" as
-//! they land; this function lists them in request order so every await point is visible here.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -25,14 +23,14 @@ use crate::config::Config;
 use crate::problem::Problem;
 use crate::telemetry;
 use crate::upstream::{Upstream, UpstreamError};
-use crate::{authority, enforce, headers};
+use crate::{authority, enforce, escrow, headers, write};
 
 /// State shared by every request of one server.
 pub struct AppState {
     pub config: Config,
     pub metrics: telemetry::Metrics,
     /// Present when `ptcl.writes` is not empty: every write goes through it.
-    pub enforcement: Option<crate::enforce::Enforcement>,
+    pub enforcement: Option<Arc<crate::enforce::Enforcement>>,
     /// `upstream.shadow_url`: where DRY_RUN_SHADOW writes go instead of the SoR.
     pub shadow: Option<Upstream>,
     pub upstream: Upstream,
@@ -163,18 +161,24 @@ pub async fn handle(
         return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
     }
 
-    let mut permit = None;
-    // Reads of a fenced resource carry its epoch too (SPEC §5.3), so an agent can lease the
-    // next write from what it read.
-    let fenced_read = match (&state.enforcement, kind) {
-        (Some(_), Kind::Read) => enforce::origin(&state.config, &parts, &conn).and_then(|o| {
-            let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-            palisade_policy::target::request_target(&o, pq)
-                .ok()
-                .map(|t| palisade_policy::target::resource_key(&t).to_owned())
-        }),
-        _ => None,
-    };
+    // Escrow status (SPEC §5.4), for the caller that submitted the write.
+    if let (Some(enf), true) = (&state.enforcement, ex.path.starts_with(escrow::PREFIX)) {
+        if parts.method == Method::GET {
+            let resp = escrow::lookup(enf, &ex.path, conn.caller(&parts.headers)).await;
+            let outcome = if resp.status().is_success() {
+                Outcome::Forwarded
+            } else {
+                Outcome::Refused
+            };
+            return Ok(finish(&state, resp, ex, outcome, inflight));
+        }
+    }
+    // Reserved prefixes (SPEC §3) are the sidecar's own and never reach the upstream.
+    if ex.path.starts_with("/.well-known/ptcl/") || ex.path.starts_with("/.well-known/agtp/") {
+        let resp = refuse(ErrorCode::NotFound, "no sidecar endpoint at this path");
+        return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+    }
+
     let body = match kind {
         Kind::Read => body::boxed(body),
         Kind::Write => {
@@ -196,57 +200,25 @@ pub async fn handle(
             };
             if let Some(enf) = &state.enforcement {
                 let cx = write_context(&ex);
-                match enforce::check(&state.config, enf, &state.upstream, &parts, &bytes, &conn)
-                    .await
-                {
-                    Ok(p) => {
-                        // The fence token travels upstream; the PTCL headers do not.
-                        parts
-                            .headers
-                            .insert(enforce::FENCE_HEADER, HeaderValue::from(p.epoch()));
-                        permit = Some(p);
-                    }
-                    Err(denied) => {
-                        state.metrics.refusal(denied.refusal.code);
-                        let lease = parts
-                            .headers
-                            .get(enforce::LEASE_HEADER)
-                            .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
-                        let resp = enforce::refuse(
-                            enf,
-                            &denied.refusal,
-                            &cx,
-                            lease.as_deref(),
-                            denied.current_epoch,
-                        )
-                        .await;
-                        return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
-                    }
-                }
+                let (resp, outcome) = write::handle(&state, enf, &conn, parts, bytes, cx).await;
+                return Ok(finish(&state, resp, ex, outcome, inflight));
             }
             body::full(bytes)
         }
     };
 
-    // DRY_RUN_SHADOW (SPEC §5.4): nothing reaches the SoR and the epoch does not move; the
-    // shadow deployment answers when there is one, else the sidecar does.
-    let dry_run = permit.as_ref().is_some_and(enforce::Permit::is_dry_run);
-    let target = match (&state.shadow, dry_run) {
-        (Some(shadow), true) => shadow,
-        (None, true) => {
-            let mut resp = Response::new(body::full(r#"{"dry_run":true}"#));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            if let (Some(permit), Some(enf)) = (permit, &state.enforcement) {
-                enforce::commit(enf, permit, &write_context(&ex), None, &mut resp).await;
-            }
-            return Ok(finish(&state, resp, ex, Outcome::Forwarded, inflight));
-        }
-        _ => &state.upstream,
+    // Reads of a fenced resource carry its epoch too (SPEC §5.3), so an agent can lease the
+    // next write from what it read.
+    let fenced_read = match (&state.enforcement, kind) {
+        (Some(_), Kind::Read) => enforce::origin(&state.config, &parts, &conn).and_then(|o| {
+            let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            palisade_policy::target::request_target(&o, pq)
+                .ok()
+                .map(|t| palisade_policy::target::resource_key(&t).to_owned())
+        }),
+        _ => None,
     };
-    let upstream_req = match build_upstream_request(target, parts, body, &conn) {
+    let upstream_req = match build_upstream_request(&state.upstream, parts, body, &conn) {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "request target not forwardable");
@@ -256,7 +228,7 @@ pub async fn handle(
     };
 
     let sent_at = Instant::now();
-    let result = target.send(upstream_req).await;
+    let result = state.upstream.send(upstream_req).await;
     state
         .metrics
         .upstream_duration
@@ -267,9 +239,6 @@ pub async fn handle(
             headers::strip_hop_by_hop(&mut rparts.headers);
             rparts.version = Version::default();
             let mut resp = Response::from_parts(rparts, body::boxed(rbody));
-            if let (Some(permit), Some(enf)) = (permit, &state.enforcement) {
-                enforce::commit(enf, permit, &write_context(&ex), None, &mut resp).await;
-            }
             if let (Some(resource), Some(enf)) = (fenced_read, &state.enforcement) {
                 // A store that cannot answer costs the read nothing but this header.
                 if let Ok(epoch @ 1..) = enf.store.epoch(&resource).await {
@@ -296,28 +265,23 @@ pub async fn handle(
                     "the upstream connection failed",
                 ),
             };
-            let mut resp = refuse(code, detail);
-            // The write may have reached the upstream: its epoch stays advanced and its
-            // receipt records the failure the client saw.
-            if let (Some(permit), Some(enf)) = (permit, &state.enforcement) {
-                enforce::commit(enf, permit, &write_context(&ex), None, &mut resp).await;
-            }
+            let resp = refuse(code, detail);
             Ok(finish(&state, resp, ex, Outcome::Error, inflight))
         }
     }
 }
 
-fn write_context(ex: &Exchange) -> enforce::WriteContext<'_> {
+fn write_context(ex: &Exchange) -> enforce::WriteContext {
     enforce::WriteContext {
-        method: &ex.method,
-        trace_id: &ex.trace_id,
+        method: ex.method.clone(),
+        trace_id: ex.trace_id.clone(),
         operation: format!("{} {}", ex.method, ex.path),
     }
 }
 
 /// Rewrites a downstream request for the upstream: its URI, hop-by-hop and PTCL headers,
 /// `Host` (kept as the client sent it, as Envoy does), forwarding headers, HTTP/1.1.
-fn build_upstream_request(
+pub(crate) fn build_upstream_request(
     upstream: &Upstream,
     mut parts: http::request::Parts,
     body: ProxyBody,
@@ -355,10 +319,12 @@ fn build_upstream_request(
 
 /// How a request ended, for metrics and the access log.
 #[derive(Debug, Clone, Copy)]
-enum Outcome {
+pub(crate) enum Outcome {
     Forwarded,
     Refused,
     Error,
+    /// An idempotency key's stored outcome, sent again (SPEC §5.6).
+    Replayed,
 }
 
 impl Outcome {

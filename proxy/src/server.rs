@@ -65,7 +65,7 @@ impl Server {
         let enforcement = if config.writes.is_empty() {
             None
         } else {
-            Some(crate::enforce::Enforcement::load(&config)?)
+            Some(Arc::new(crate::enforce::Enforcement::load(&config)?))
         };
         let data = TcpListener::bind(&config.listen_addr)
             .await

@@ -26,7 +26,7 @@ pub const KINDS: [&str; 2] = ["read", "write"];
 pub const METHODS: [&str; 8] = [
     "GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "other",
 ];
-pub const OUTCOMES: [&str; 3] = ["forwarded", "refused", "error"];
+pub const OUTCOMES: [&str; 4] = ["forwarded", "refused", "error", "replayed"];
 
 /// Metric handles resolved once; the data path never looks a metric up by name.
 pub struct Metrics {

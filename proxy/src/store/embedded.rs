@@ -25,7 +25,9 @@ use palisade_policy::receipt::{self, ReceiptBody, SealedReceipt};
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
-use super::{Advance, Compensation, Store, StoreError, WriteIntent};
+use super::{
+    Advance, Attachments, Compensation, EscrowUpdate, Store, StoreError, WriteIntent,
+};
 
 const FENCES: TableDefinition<&str, u64> = TableDefinition::new("fences");
 const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
@@ -35,6 +37,18 @@ const SNAPSHOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshots"
 const RECEIPTS: TableDefinition<u64, &[u8]> = TableDefinition::new("receipts");
 /// Lease id → JSON array of the sequence numbers of its receipts.
 const LEASE_RECEIPTS: TableDefinition<&str, &[u8]> = TableDefinition::new("lease_receipts");
+
+/// Scoped idempotency key → its stored outcome (JSON, with `expires_ms`).
+const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
+/// (expiry in unix ms, scoped key): lets the writer sweep expired keys oldest first.
+const IDEMPOTENCY_EXPIRY: TableDefinition<(u64, &str), ()> =
+    TableDefinition::new("idempotency_expiry");
+/// Escrow id (UUIDv7, so ids sort by creation) → escrow record (JSON).
+const ESCROWS: TableDefinition<&str, &[u8]> = TableDefinition::new("escrows");
+
+/// Expired idempotency keys removed per transaction that stores one: the sweep keeps pace with
+/// new keys without ever making one commit long.
+const SWEEP_PER_BATCH: usize = 64;
 
 /// Most jobs one transaction takes, so one slow batch cannot grow without bound.
 const MAX_BATCH: usize = 512;
@@ -49,9 +63,10 @@ enum Job {
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
     Receipt(
-        Box<ReceiptBody>,
-        oneshot::Sender<Result<SealedReceipt, StoreError>>,
+        Box<(ReceiptBody, Attachments)>,
+        oneshot::Sender<Result<Option<SealedReceipt>, StoreError>>,
     ),
+    EscrowPut(EscrowUpdate, oneshot::Sender<Result<bool, StoreError>>),
 }
 
 pub struct EmbeddedStore {
@@ -117,6 +132,9 @@ impl EmbeddedStore {
             wtx.open_table(SNAPSHOTS).map_err(unavailable)?;
             wtx.open_table(RECEIPTS).map_err(unavailable)?;
             wtx.open_table(LEASE_RECEIPTS).map_err(unavailable)?;
+            wtx.open_table(IDEMPOTENCY).map_err(unavailable)?;
+            wtx.open_table(IDEMPOTENCY_EXPIRY).map_err(unavailable)?;
+            wtx.open_table(ESCROWS).map_err(unavailable)?;
         }
         wtx.commit().map_err(unavailable)?;
         let db = Arc::new(db);
@@ -189,7 +207,10 @@ fn writer(
                             let _ = reply.send(Ok(a));
                         }
                         (Job::Receipt(_, reply), Answer::Receipt(r)) => {
-                            let _ = reply.send(Ok(*r));
+                            let _ = reply.send(Ok(r.map(|r| *r)));
+                        }
+                        (Job::EscrowPut(_, reply), Answer::EscrowPut(done)) => {
+                            let _ = reply.send(Ok(done));
                         }
                         (Job::Stage { reply, .. }, Answer::Staged) => {
                             let _ = reply.send(Ok(()));
@@ -218,6 +239,9 @@ fn writer(
                         Job::Compensate(_, reply) => {
                             let _ = reply.send(Err(e.clone()));
                         }
+                        Job::EscrowPut(_, reply) => {
+                            let _ = reply.send(Err(e.clone()));
+                        }
                     }
                 }
             }
@@ -229,7 +253,32 @@ enum Answer {
     Advance(Advance),
     Staged,
     Compensate(Compensation),
-    Receipt(Box<SealedReceipt>),
+    /// `None`: the attached escrow update's expected state did not hold.
+    Receipt(Option<Box<SealedReceipt>>),
+    EscrowPut(bool),
+}
+
+/// Whether the escrow `id` is in the state `expect` (`None`: absent).
+fn escrow_state_is(
+    escrows: &redb::Table<&str, &[u8]>,
+    id: &str,
+    expect: Option<&str>,
+) -> Result<bool, StoreError> {
+    let current: Option<serde_json::Value> = escrows
+        .get(id)
+        .map_err(unavailable)?
+        .and_then(|v| serde_json::from_slice(v.value()).ok());
+    Ok(match (current, expect) {
+        (None, None) => true,
+        (Some(rec), Some(state)) => rec["state"] == state,
+        _ => false,
+    })
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Applies a batch in one durable transaction; nothing is visible or answered unless it
@@ -249,6 +298,10 @@ fn apply(
         let mut snapshots = wtx.open_table(SNAPSHOTS).map_err(unavailable)?;
         let mut receipts = wtx.open_table(RECEIPTS).map_err(unavailable)?;
         let mut lease_receipts = wtx.open_table(LEASE_RECEIPTS).map_err(unavailable)?;
+        let mut idempotency = wtx.open_table(IDEMPOTENCY).map_err(unavailable)?;
+        let mut idempotency_expiry = wtx.open_table(IDEMPOTENCY_EXPIRY).map_err(unavailable)?;
+        let mut escrows = wtx.open_table(ESCROWS).map_err(unavailable)?;
+        let mut stored_keys = false;
         for job in batch {
             match job {
                 Job::Advance(intent, _) => {
@@ -327,8 +380,47 @@ fn apply(
                     }
                     answers.push(Answer::Staged);
                 }
-                Job::Receipt(body, _) => {
+                Job::EscrowPut(update, _) => {
+                    let ok =
+                        escrow_state_is(&escrows, &update.id, update.expect.as_deref())?;
+                    if ok {
+                        let bytes = serde_json::to_vec(&update.record).map_err(unavailable)?;
+                        escrows
+                            .insert(update.id.as_str(), bytes.as_slice())
+                            .map_err(unavailable)?;
+                    }
+                    answers.push(Answer::EscrowPut(ok));
+                }
+                Job::Receipt(job, _) => {
+                    let (body, attach) = &**job;
+                    if let Some(update) = &attach.escrow {
+                        if !escrow_state_is(&escrows, &update.id, update.expect.as_deref())? {
+                            answers.push(Answer::Receipt(None));
+                            continue;
+                        }
+                    }
                     let sealed = receipt::seal(body, chain.head, key);
+                    if let Some(update) = &attach.escrow {
+                        let mut record = update.record.clone();
+                        record["receipt"] = sealed.value.clone();
+                        let bytes = serde_json::to_vec(&record).map_err(unavailable)?;
+                        escrows
+                            .insert(update.id.as_str(), bytes.as_slice())
+                            .map_err(unavailable)?;
+                    }
+                    if let Some(idem) = &attach.idempotency {
+                        let mut record = idem.record.clone();
+                        record["receipt"] = sealed.value.clone();
+                        record["expires_ms"] = idem.expires_ms.into();
+                        let bytes = serde_json::to_vec(&record).map_err(unavailable)?;
+                        idempotency
+                            .insert(idem.key.as_str(), bytes.as_slice())
+                            .map_err(unavailable)?;
+                        idempotency_expiry
+                            .insert((idem.expires_ms.max(0) as u64, idem.key.as_str()), ())
+                            .map_err(unavailable)?;
+                        stored_keys = true;
+                    }
                     receipts
                         .insert(chain.next_seq, sealed.jcs.as_slice())
                         .map_err(unavailable)?;
@@ -348,14 +440,75 @@ fn apply(
                         next_seq: chain.next_seq + 1,
                         head: sealed.digest,
                     };
-                    answers.push(Answer::Receipt(Box::new(sealed)));
+                    answers.push(Answer::Receipt(Some(Box::new(sealed))));
                 }
             }
+        }
+        if stored_keys {
+            sweep_expired(&mut idempotency, &mut idempotency_expiry)?;
         }
     }
     // Durability::Immediate (the default): commit returns after fsync.
     wtx.commit().map_err(unavailable)?;
     Ok((answers, chain))
+}
+
+/// Removes up to [`SWEEP_PER_BATCH`] expired idempotency keys (SPEC §5.6 retention).
+fn sweep_expired(
+    idempotency: &mut redb::Table<&str, &[u8]>,
+    expiry: &mut redb::Table<(u64, &str), ()>,
+) -> Result<(), StoreError> {
+    let now = now_ms();
+    let mut expired: Vec<(u64, String)> = Vec::new();
+    for row in expiry.range::<(u64, &str)>(..(now, "")).map_err(unavailable)? {
+        let (k, _) = row.map_err(unavailable)?;
+        let (at, key) = k.value();
+        expired.push((at, key.to_owned()));
+        if expired.len() >= SWEEP_PER_BATCH {
+            break;
+        }
+    }
+    for (at, key) in expired {
+        expiry.remove((at, key.as_str())).map_err(unavailable)?;
+        // A key re-stored later has a later expiry: remove the record only if it is this one.
+        let current_expiry = idempotency
+            .get(key.as_str())
+            .map_err(unavailable)?
+            .and_then(|v| serde_json::from_slice::<serde_json::Value>(v.value()).ok())
+            .and_then(|r| r["expires_ms"].as_u64());
+        if current_expiry.is_none_or(|e| e <= at) {
+            idempotency.remove(key.as_str()).map_err(unavailable)?;
+        }
+    }
+    Ok(())
+}
+
+impl EmbeddedStore {
+    fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Job,
+    ) -> BoxFuture<'_, Result<T, StoreError>>
+    where
+        T: Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.send(make(tx));
+        Box::pin(async move {
+            sent?;
+            rx.await
+                .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+        })
+    }
+
+    fn read_json(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        Ok(self
+            .read_bytes(table, key)?
+            .and_then(|b| serde_json::from_slice(&b).ok()))
+    }
 }
 
 impl Store for EmbeddedStore {
@@ -377,15 +530,51 @@ impl Store for EmbeddedStore {
         })
     }
 
-    fn append_receipt(
+    fn append_receipt_with(
         &self,
         body: ReceiptBody,
-    ) -> BoxFuture<'_, Result<SealedReceipt, StoreError>> {
+        attach: Attachments,
+    ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>> {
+        self.ask(|tx| Job::Receipt(Box::new((body, attach)), tx))
+    }
+
+    fn idempotency<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>> {
         Box::pin(async move {
-            let (tx, rx) = oneshot::channel();
-            self.send(Job::Receipt(Box::new(body), tx))?;
-            rx.await
-                .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+            let record = self.read_json(IDEMPOTENCY, key)?;
+            // Expired but not yet swept: gone, as far as callers can tell.
+            Ok(record.filter(|r| r["expires_ms"].as_u64().is_some_and(|e| e > now_ms())))
+        })
+    }
+
+    fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>> {
+        self.ask(|tx| Job::EscrowPut(update, tx))
+    }
+
+    fn escrow<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>> {
+        Box::pin(async move { self.read_json(ESCROWS, id) })
+    }
+
+    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<serde_json::Value>, StoreError>> {
+        Box::pin(async move {
+            let rtx = self.db.begin_read().map_err(unavailable)?;
+            let table = rtx.open_table(ESCROWS).map_err(unavailable)?;
+            let mut out = Vec::new();
+            for row in table.iter().map_err(unavailable)? {
+                let (_, v) = row.map_err(unavailable)?;
+                if let Ok(rec) = serde_json::from_slice(v.value()) {
+                    out.push(rec);
+                }
+                if out.len() >= limit {
+                    break;
+                }
+            }
+            Ok(out)
         })
     }
 

@@ -9,8 +9,8 @@
 //! (fsync'd). The embedded backend batches concurrent callers into one transaction and one
 //! fsync (group commit), so durability costs one disk flush per batch, not per write.
 //!
-//! Not here yet: idempotency records, escrow and the per-resource lock; they land with the
-//! stages that use them.
+//! The per-resource write lock is not here: one sidecar owns an embedded store, so the lock is
+//! in-process (`enforce::ResourceLocks`); a shared backend takes it in the database.
 
 pub mod embedded;
 
@@ -63,6 +63,36 @@ pub enum Compensation {
     NotCommitted,
 }
 
+/// What a receipt carries into its transaction: records that must be durable exactly when the
+/// receipt is (one fsync for both, and never one without the other).
+#[derive(Debug, Clone, Default)]
+pub struct Attachments {
+    /// SPEC §5.6: the final outcome of an idempotency key.
+    pub idempotency: Option<IdempotencyRecord>,
+    /// SPEC §5.4: an escrow's new state.
+    pub escrow: Option<EscrowUpdate>,
+}
+
+/// An idempotency key's stored outcome. The store adds the sealed receipt to `record` as
+/// `receipt` before storing it.
+#[derive(Debug, Clone)]
+pub struct IdempotencyRecord {
+    /// The scoped key (a digest of caller scope and key: bounded, and no credential stored).
+    pub key: String,
+    pub record: serde_json::Value,
+    /// Unix ms after which the record is gone.
+    pub expires_ms: i64,
+}
+
+/// Replaces an escrow's record if its current state is `expect` (`None`: the escrow must not
+/// exist yet). The store adds the sealed receipt, when there is one, as `receipt`.
+#[derive(Debug, Clone)]
+pub struct EscrowUpdate {
+    pub id: String,
+    pub expect: Option<String>,
+    pub record: serde_json::Value,
+}
+
 pub trait Store: Send + Sync {
     /// The last committed epoch of `resource` (0 when never written).
     fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>>;
@@ -73,8 +103,43 @@ pub trait Store: Send + Sync {
 
     /// Seals `body` as the next receipt of the chain (its `prev` is the digest of the last
     /// receipt) and stores it durably. Receipts are appended in one total order.
-    fn append_receipt(&self, body: ReceiptBody)
-        -> BoxFuture<'_, Result<SealedReceipt, StoreError>>;
+    fn append_receipt(
+        &self,
+        body: ReceiptBody,
+    ) -> BoxFuture<'_, Result<SealedReceipt, StoreError>> {
+        Box::pin(async move {
+            self.append_receipt_with(body, Attachments::default())
+                .await?
+                .ok_or_else(|| StoreError::Unavailable("receipt without attachments refused".into()))
+        })
+    }
+
+    /// As [`Store::append_receipt`], storing `attach` in the same transaction. `Ok(None)`: an
+    /// escrow update's expected state did not hold, and nothing (not even the receipt) was
+    /// stored.
+    fn append_receipt_with(
+        &self,
+        body: ReceiptBody,
+        attach: Attachments,
+    ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>>;
+
+    /// The stored outcome of a scoped idempotency key, unless it has expired.
+    fn idempotency<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>>;
+
+    /// Applies an escrow update without a receipt; `false` when its expected state did not hold.
+    fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// An escrow's record.
+    fn escrow<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>>;
+
+    /// Up to `limit` escrow records, oldest first.
+    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<serde_json::Value>, StoreError>>;
 
     /// Stores a lease record (a grant) and/or its inverse payload durably, replacing earlier
     /// ones for the same `lease_id`. Moves no epoch.

@@ -1,0 +1,405 @@
+//! HUMAN_ESCROW (SPEC §5.4): a write held durably until an operator releases or drops it.
+//!
+//! ```text
+//! write (checks 1–12 pass, no epoch moves) → held: request stored with an escrow receipt
+//!   → 202 + Location /.well-known/ptcl/v1/escrow/{id}
+//! POST /admin/v1/escrow/{id}/approve → releasing → every check again (releasing = true)
+//!   → forwarded: released (upstream status, body, commit receipt)  | refused: refused (code)
+//! POST /admin/v1/escrow/{id}/reject  → rejected (escrow receipt), never forwarded
+//! ```
+//! Each transition is a compare-and-set on the escrow's state in the store, so approve and
+//! reject race safely and a write is released at most once. The held record keeps the request
+//! as it came (headers and body; the SoR needs its credentials); the request leaves the record
+//! when the escrow is decided.
+//!
+//! A crash while an escrow is `releasing` leaves it so: the write may or may not have been
+//! forwarded, and its lease's fence epoch keeps it from being forwarded twice. Such an escrow
+//! shows in `GET /admin/v1/escrow` for an operator to look at.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{header, HeaderName, HeaderValue, Method, Response, StatusCode};
+use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::{json, Value};
+
+use crate::body::{self, ProxyBody};
+use crate::enforce::{self, Enforcement, Permit, Requester, WriteContext};
+use crate::idempotency::Pending;
+use crate::pipeline::{AppState, ConnInfo, Outcome};
+use crate::problem::Problem;
+use crate::store::{Attachments, EscrowUpdate};
+use crate::write::{self, Keep};
+
+pub const PREFIX: &str = "/.well-known/ptcl/v1/escrow";
+
+/// Most escrow records `GET /admin/v1/escrow` looks through.
+const LIST_SCAN: usize = 10_000;
+
+fn json_response(status: StatusCode, doc: &Value) -> Response<ProxyBody> {
+    let mut r = Response::new(body::full(serde_json::to_vec(doc).unwrap_or_default()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    r
+}
+
+fn problem(code: ErrorCode, detail: &str) -> Response<ProxyBody> {
+    Problem::new(
+        code,
+        detail,
+        &uuid::Uuid::new_v4().to_string(),
+        &uuid::Uuid::new_v4().simple().to_string(),
+    )
+    .into_response()
+}
+
+/// A decided escrow's record: the held request (credentials, body) leaves it.
+fn without_request(record: &Value) -> Value {
+    let mut doc = record.clone();
+    if let Some(obj) = doc.as_object_mut() {
+        obj.remove("request");
+    }
+    doc
+}
+
+/// What an escrow looks like from outside: no request, no caller digest.
+fn status_doc(record: &Value) -> Value {
+    let mut doc = without_request(record);
+    if let Some(obj) = doc.as_object_mut() {
+        obj.remove("caller");
+    }
+    doc
+}
+
+/// Holds a permitted HUMAN_ESCROW write: 202 with its Location and an escrow receipt.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn hold(
+    enf: &Enforcement,
+    permit: Permit,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    conn: &ConnInfo,
+    who: &Requester,
+    cx: &WriteContext,
+    pending: Option<Pending>,
+) -> (Response<ProxyBody>, Outcome) {
+    let id = uuid::Uuid::now_v7().to_string();
+    let location = format!("{PREFIX}/{id}");
+    let mut headers = parts.headers.clone();
+    crate::headers::strip_hop_by_hop(&mut headers);
+    let headers: Vec<Value> = headers
+        .iter()
+        .map(|(n, v)| json!([n.as_str(), STANDARD.encode(v.as_bytes())]))
+        .collect();
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let record = json!({
+        "escrow_id": id,
+        "state": "held",
+        "lease_id": permit.lease().lease_id,
+        "operation": cx.operation,
+        "trace_id": cx.trace_id,
+        "held_at": enforce::now_rfc3339(enf),
+        "caller": who.caller,
+        "request": {
+            "method": parts.method.as_str(),
+            "target": target,
+            "headers": headers,
+            "body_b64": STANDARD.encode(&bytes),
+            "origin": who.origin,
+            "peer": conn.peer.to_string(),
+            "tls": conn.tls,
+        },
+    });
+    let doc = json!({"escrow_id": id, "state": "held", "location": location});
+    let mut resp = json_response(StatusCode::ACCEPTED, &doc);
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    let body = ReceiptBody {
+        outcome: Some("held".into()),
+        ..enforce::permit_receipt(enf, &permit, cx, ReceiptKind::Escrow)
+    };
+    let resp_body = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
+    let attach = Attachments {
+        idempotency: pending.as_ref().map(|p| p.record(&resp, &resp_body)),
+        escrow: Some(EscrowUpdate {
+            id,
+            expect: None,
+            record,
+        }),
+    };
+    match enf.store.append_receipt_with(body, attach).await {
+        Ok(Some(sealed)) => {
+            if let Some(v) = enforce::receipt_header_value(&sealed.value) {
+                resp.headers_mut().insert(enforce::RECEIPT_HEADER, v);
+            }
+            (resp, Outcome::Forwarded)
+        }
+        Ok(None) | Err(_) => {
+            let refusal = Refusal::new(
+                ErrorCode::StoreUnavailable,
+                "the state store cannot hold this write",
+            );
+            let lease = parts
+                .headers
+                .get(enforce::LEASE_HEADER)
+                .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
+            let resp = enforce::refuse(enf, &refusal, cx, lease.as_deref(), None).await;
+            (resp, Outcome::Refused)
+        }
+    }
+}
+
+/// The held request, rebuilt as it came: its parts, body, connection facts and sender.
+fn rebuild(
+    request: &Value,
+) -> Option<(http::request::Parts, Bytes, ConnInfo, Requester)> {
+    let method = Method::from_bytes(request["method"].as_str()?.as_bytes()).ok()?;
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(request["target"].as_str()?);
+    for pair in request["headers"].as_array()? {
+        let name = HeaderName::from_bytes(pair[0].as_str()?.as_bytes()).ok()?;
+        let value = STANDARD.decode(pair[1].as_str()?).ok()?;
+        b = b.header(name, HeaderValue::from_bytes(&value).ok()?);
+    }
+    let (parts, ()) = b.body(()).ok()?.into_parts();
+    let bytes = Bytes::from(STANDARD.decode(request["body_b64"].as_str()?).ok()?);
+    let conn = ConnInfo {
+        peer: request["peer"].as_str()?.parse::<SocketAddr>().ok()?,
+        tls: request["tls"].as_bool()?,
+        client_cert: None,
+    };
+    Some((parts, bytes, conn, Requester::default()))
+}
+
+async fn load(enf: &Enforcement, id: &str) -> Result<Value, Response<ProxyBody>> {
+    match enf.store.escrow(id).await {
+        Ok(Some(rec)) => Ok(rec),
+        Ok(None) => Err(problem(ErrorCode::NotFound, "no escrow with this id")),
+        Err(e) => {
+            tracing::warn!(error = %e, "escrow lookup failed");
+            Err(problem(
+                ErrorCode::StoreUnavailable,
+                "the state store cannot be read",
+            ))
+        }
+    }
+}
+
+fn not_held() -> Response<ProxyBody> {
+    problem(
+        ErrorCode::EscrowNotHeld,
+        "the escrow has already been decided",
+    )
+}
+
+/// `POST /admin/v1/escrow/{id}/approve`: releases a held write; every check runs again.
+pub async fn approve(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
+    let Some(enf) = state.enforcement.clone() else {
+        return problem(ErrorCode::NotFound, "write enforcement is off");
+    };
+    // The release runs to its end even if the operator's connection goes away.
+    let task = tokio::spawn(async move { release(&state, &enf, &id).await });
+    task.await
+        .unwrap_or_else(|_| problem(ErrorCode::Internal, "the release could not be completed"))
+}
+
+async fn release(state: &AppState, enf: &Enforcement, id: &str) -> Response<ProxyBody> {
+    let rec = match load(enf, id).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    if rec["state"] != "held" {
+        return not_held();
+    }
+    let mut releasing = rec.clone();
+    releasing["state"] = json!("releasing");
+    releasing["released_at"] = json!(enforce::now_rfc3339(enf));
+    let update = EscrowUpdate {
+        id: id.to_owned(),
+        expect: Some("held".into()),
+        record: releasing.clone(),
+    };
+    match enf.store.escrow_put(update).await {
+        Ok(true) => {}
+        Ok(false) => return not_held(),
+        Err(_) => {
+            return problem(
+                ErrorCode::StoreUnavailable,
+                "the state store cannot record the release",
+            )
+        }
+    }
+    let decided = without_request(&releasing);
+    let cx = WriteContext {
+        method: Method::from_bytes(rec["request"]["method"].as_str().unwrap_or("").as_bytes())
+            .unwrap_or(Method::POST),
+        trace_id: rec["trace_id"].as_str().unwrap_or_default().to_owned(),
+        operation: rec["operation"].as_str().unwrap_or_default().to_owned(),
+    };
+    let finish_refused = |code: &str, receipt: Value| {
+        let mut r = decided.clone();
+        r["state"] = json!("refused");
+        r["code"] = json!(code);
+        r["receipt"] = receipt;
+        EscrowUpdate {
+            id: id.to_owned(),
+            expect: Some("releasing".into()),
+            record: r,
+        }
+    };
+    let Some((parts, bytes, conn, mut who)) = rebuild(&rec["request"]) else {
+        tracing::error!(escrow_id = %id, "held request unreadable; refusing its release");
+        let _ = enf
+            .store
+            .escrow_put(finish_refused(ErrorCode::Internal.as_str(), Value::Null))
+            .await;
+        return problem(ErrorCode::Internal, "the held request cannot be read");
+    };
+    who.origin = rec["request"]["origin"].as_str().map(str::to_owned);
+    who.caller = rec["caller"].as_str().map(str::to_owned);
+    match enforce::check(
+        &state.config,
+        enf,
+        &state.upstream,
+        &parts,
+        &bytes,
+        &who,
+        true,
+    )
+    .await
+    {
+        Ok(permit) => {
+            let keep = Keep::Escrow {
+                id: id.to_owned(),
+                record: decided,
+            };
+            write::forward(state, enf, permit, parts, bytes, &conn, &cx, keep).await;
+        }
+        Err(denied) => {
+            let code = denied.refusal.code;
+            let resp = write::refuse(state, enf, &parts, denied, &cx).await;
+            let receipt = resp
+                .headers()
+                .get(enforce::RECEIPT_HEADER)
+                .and_then(|v| {
+                    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+                    URL_SAFE_NO_PAD.decode(v.as_bytes()).ok()
+                })
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or(Value::Null);
+            if let Err(e) = enf
+                .store
+                .escrow_put(finish_refused(code.as_str(), receipt))
+                .await
+            {
+                tracing::error!(error = %e, escrow_id = %id, "escrow refusal not recorded");
+            }
+        }
+    }
+    match load(enf, id).await {
+        Ok(rec) => json_response(StatusCode::OK, &status_doc(&rec)),
+        Err(resp) => resp,
+    }
+}
+
+/// `POST /admin/v1/escrow/{id}/reject`: drops a held write with an escrow receipt.
+pub async fn reject(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
+    let Some(enf) = state.enforcement.clone() else {
+        return problem(ErrorCode::NotFound, "write enforcement is off");
+    };
+    let rec = match load(&enf, &id).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    if rec["state"] != "held" {
+        return not_held();
+    }
+    let mut rejected = without_request(&rec);
+    rejected["state"] = json!("rejected");
+    rejected["rejected_at"] = json!(enforce::now_rfc3339(&enf));
+    let body = ReceiptBody {
+        outcome: Some("rejected".into()),
+        lease_id: rec["lease_id"].as_str().map(str::to_owned),
+        method: rec["request"]["method"].as_str().map(str::to_owned),
+        trace_id: rec["trace_id"].as_str().map(str::to_owned),
+        ..ReceiptBody::new(
+            format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+            ReceiptKind::Escrow,
+            enforce::now_rfc3339(&enf),
+        )
+    };
+    let attach = Attachments {
+        idempotency: None,
+        escrow: Some(EscrowUpdate {
+            id: id.clone(),
+            expect: Some("held".into()),
+            record: rejected,
+        }),
+    };
+    match enf.store.append_receipt_with(body, attach).await {
+        Ok(Some(_)) => match load(&enf, &id).await {
+            Ok(rec) => json_response(StatusCode::OK, &status_doc(&rec)),
+            Err(resp) => resp,
+        },
+        Ok(None) => not_held(),
+        Err(_) => problem(
+            ErrorCode::StoreUnavailable,
+            "the state store cannot record the rejection",
+        ),
+    }
+}
+
+/// `GET /admin/v1/escrow`: escrows not yet decided (held, or left releasing by a crash).
+pub async fn list(state: Arc<AppState>) -> Response<ProxyBody> {
+    let Some(enf) = state.enforcement.clone() else {
+        return json_response(StatusCode::OK, &json!({"escrows": []}));
+    };
+    match enf.store.escrows(LIST_SCAN).await {
+        Ok(all) => {
+            let open: Vec<Value> = all
+                .iter()
+                .filter(|r| r["state"] == "held" || r["state"] == "releasing")
+                .map(status_doc)
+                .collect();
+            json_response(StatusCode::OK, &json!({"escrows": open}))
+        }
+        Err(_) => problem(
+            ErrorCode::StoreUnavailable,
+            "the state store cannot be read",
+        ),
+    }
+}
+
+/// `GET /.well-known/ptcl/v1/escrow/{id}` on the data plane: the escrow's state for the
+/// caller that submitted it (anyone else gets 404, as for an unknown id).
+pub(crate) async fn lookup(
+    enf: &Enforcement,
+    path: &str,
+    caller: Option<String>,
+) -> Response<ProxyBody> {
+    let id = path
+        .strip_prefix(PREFIX)
+        .and_then(|r| r.strip_prefix('/'))
+        .filter(|id| !id.is_empty() && !id.contains('/'));
+    let Some(id) = id else {
+        return problem(ErrorCode::NotFound, "no escrow endpoint at this path");
+    };
+    match load(enf, id).await {
+        Ok(rec) if rec["caller"].as_str().map(str::to_owned) == caller => {
+            json_response(StatusCode::OK, &status_doc(&rec))
+        }
+        Ok(_) => problem(ErrorCode::NotFound, "no escrow with this id"),
+        Err(resp) => resp,
+    }
+}

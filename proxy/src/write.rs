@@ -1,0 +1,302 @@
+//! The enforced write path, once the body is read (SPEC §5):
+//!
+//! ```text
+//! Idempotency-Key (5.6): replay / 409 / 422, or reserve the key
+//!   → checks 1–12 (enforce::check) → Permit
+//!   → [own task from here] forward | dry-run (shadow or nowhere) | hold in escrow
+//!   → commit: receipt + the key's outcome (+ escrow state) in one durable transaction
+//! ```
+//! Once a permit exists the write's epoch may already be durable, so the rest runs in a task
+//! of its own: a client that hangs up cannot cut the write between forwarding and its
+//! receipt, and an idempotency key's outcome is stored whatever the client does.
+
+use std::sync::Arc;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{header, HeaderValue, Response, Version};
+use palisade_policy::ErrorCode;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::body::{self, CollectError, ProxyBody};
+use crate::enforce::{self, Denied, Disposition, Enforcement, Permit, Requester, WriteContext};
+use crate::idempotency::{self, Begin};
+use crate::pipeline::{build_upstream_request, AppState, ConnInfo, Outcome};
+use crate::problem::Problem;
+use crate::store::{Attachments, EscrowUpdate};
+use crate::upstream::UpstreamError;
+use crate::escrow;
+
+/// What must be stored with a forwarded write's receipt. Anything but `Nothing` buffers the
+/// response body (≤ `limits.max_response`), since it is stored.
+pub(crate) enum Keep {
+    Nothing,
+    /// The idempotency key's outcome (SPEC §5.6).
+    Key(idempotency::Pending),
+    /// A released escrow: its final record (the held record without the request).
+    Escrow { id: String, record: Value },
+}
+
+/// An enforced write whose body has been read.
+pub(crate) async fn handle(
+    state: &Arc<AppState>,
+    enf: &Arc<Enforcement>,
+    conn: &Arc<ConnInfo>,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    cx: WriteContext,
+) -> (Response<ProxyBody>, Outcome) {
+    let who = Requester::of(&state.config, &parts, conn);
+    let target = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let key = idempotency::Request {
+        headers: &parts.headers,
+        method: &parts.method,
+        target: &target,
+        body: &bytes,
+        caller: who.caller.as_deref(),
+    };
+    let retention = state.config.idempotency_retention.as_millis() as i64;
+    let keep = match idempotency::begin(enf, &key, retention).await {
+        Ok(None) => Keep::Nothing,
+        Ok(Some(Begin::Fresh(pending))) => Keep::Key(pending),
+        Ok(Some(Begin::Replay(resp))) => return (resp, Outcome::Replayed),
+        Err(refusal) => {
+            let resp = refuse(state, enf, &parts, refusal.into(), &cx).await;
+            return (resp, Outcome::Refused);
+        }
+    };
+    let permit = match enforce::check(
+        &state.config,
+        enf,
+        &state.upstream,
+        &parts,
+        &bytes,
+        &who,
+        false,
+    )
+    .await
+    {
+        Ok(p) => p,
+        Err(denied) => {
+            let resp = refuse(state, enf, &parts, denied, &cx).await;
+            return (resp, Outcome::Refused);
+        }
+    };
+    let trace_id = cx.trace_id.clone();
+    let task = {
+        let (state, enf, conn) = (state.clone(), enf.clone(), conn.clone());
+        tokio::spawn(async move {
+            match permit.disposition() {
+                Disposition::Hold => {
+                    let pending = match keep {
+                        Keep::Key(p) => Some(p),
+                        _ => None,
+                    };
+                    escrow::hold(&enf, permit, parts, bytes, &conn, &who, &cx, pending).await
+                }
+                _ => forward(&state, &enf, permit, parts, bytes, &conn, &cx, keep).await,
+            }
+        })
+    };
+    match task.await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "write task failed");
+            let resp = Problem::new(
+                ErrorCode::Internal,
+                "the write could not be completed",
+                &uuid::Uuid::new_v4().to_string(),
+                &trace_id,
+            )
+            .into_response();
+            (resp, Outcome::Error)
+        }
+    }
+}
+
+/// A refused write: problem+json, rejection receipt, drift event, refusal metric.
+pub(crate) async fn refuse(
+    state: &AppState,
+    enf: &Enforcement,
+    parts: &http::request::Parts,
+    denied: Denied,
+    cx: &WriteContext,
+) -> Response<ProxyBody> {
+    state.metrics.refusal(denied.refusal.code);
+    let lease = parts
+        .headers
+        .get(enforce::LEASE_HEADER)
+        .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
+    enforce::refuse(
+        enf,
+        &denied.refusal,
+        cx,
+        lease.as_deref(),
+        denied.current_epoch,
+    )
+    .await
+}
+
+/// Sends a permitted write to the SoR (a dry run to the shadow, or nowhere), then commits:
+/// the receipt and what `keep` asks to store with it. The upstream's failure is the write's
+/// outcome too: its epoch stays advanced (the write may have landed) and its receipt says
+/// what the client saw.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn forward(
+    state: &AppState,
+    enf: &Enforcement,
+    permit: Permit,
+    mut parts: http::request::Parts,
+    bytes: Bytes,
+    conn: &ConnInfo,
+    cx: &WriteContext,
+    keep: Keep,
+) -> (Response<ProxyBody>, Outcome) {
+    // The fence token travels upstream; the PTCL headers do not.
+    parts
+        .headers
+        .insert(enforce::FENCE_HEADER, HeaderValue::from(permit.epoch()));
+    let buffer = !matches!(keep, Keep::Nothing);
+    let problem = |code: ErrorCode, detail: &str| {
+        Problem::new(
+            code,
+            detail,
+            &uuid::Uuid::new_v4().to_string(),
+            &cx.trace_id,
+        )
+    };
+    let dry_run = permit.is_dry_run();
+    let target = match (&state.shadow, dry_run) {
+        (Some(shadow), true) => Some(shadow),
+        (None, true) => None,
+        _ => Some(&state.upstream),
+    };
+    let mut note = None;
+    let (mut resp, outcome) = match target {
+        // DRY_RUN_SHADOW without a shadow deployment: the sidecar answers (SPEC §5.4).
+        None => {
+            let mut resp = Response::new(body::full(r#"{"dry_run":true}"#));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            (resp, Outcome::Forwarded)
+        }
+        Some(upstream) => match build_upstream_request(upstream, parts, body::full(bytes), conn) {
+            Err(e) => {
+                tracing::warn!(error = %e, "request target not forwardable");
+                let p = problem(ErrorCode::BadRequest, "request target cannot be forwarded");
+                (p.into_response(), Outcome::Error)
+            }
+            Ok(req) => {
+                let sent_at = Instant::now();
+                let result = upstream.send(req).await;
+                state
+                    .metrics
+                    .upstream_duration
+                    .record(sent_at.elapsed().as_secs_f64());
+                match result {
+                    Ok(resp) => {
+                        let (mut rparts, rbody) = resp.into_parts();
+                        crate::headers::strip_hop_by_hop(&mut rparts.headers);
+                        rparts.version = Version::default();
+                        (
+                            Response::from_parts(rparts, body::boxed(rbody)),
+                            Outcome::Forwarded,
+                        )
+                    }
+                    Err(e) => {
+                        // The full error goes to the log; the client learns only the code.
+                        tracing::warn!(error = %e, trace_id = %cx.trace_id, "upstream failure");
+                        let mut p = match e {
+                            UpstreamError::Timeout(_) => problem(
+                                ErrorCode::UpstreamTimeout,
+                                "the upstream did not answer within upstream.timeout",
+                            ),
+                            UpstreamError::Connect(_) => problem(
+                                ErrorCode::UpstreamUnavailable,
+                                "the upstream could not be reached",
+                            ),
+                            UpstreamError::Failed(_) => problem(
+                                ErrorCode::UpstreamUnavailable,
+                                "the upstream connection failed",
+                            ),
+                        };
+                        // Sent but unanswered: the write may or may not have happened.
+                        if p.code == ErrorCode::UpstreamTimeout {
+                            p.extensions.insert("outcome".into(), json!("uncertain"));
+                            note = Some("uncertain");
+                        }
+                        (p.into_response(), Outcome::Error)
+                    }
+                }
+            }
+        },
+    };
+    let mut buffered = Bytes::new();
+    if buffer {
+        let (rparts, rbody) = resp.into_parts();
+        resp = match body::collect_proxy(rbody, state.config.max_response).await {
+            Ok(b) => {
+                buffered = b.clone();
+                Response::from_parts(rparts, body::full(b))
+            }
+            Err(e) => {
+                let p = match e {
+                    CollectError::TooLarge(_) => problem(
+                        ErrorCode::ResponseTooLarge,
+                        "the upstream response exceeds limits.max_response and cannot be stored",
+                    ),
+                    CollectError::Read(_) => problem(
+                        ErrorCode::UpstreamUnavailable,
+                        "the upstream connection failed",
+                    ),
+                };
+                let resp = p.into_response();
+                // The problem is what the client gets and what the key replays.
+                let (p_parts, p_body) = resp.into_parts();
+                let b = body::collect_proxy(p_body, u64::MAX)
+                    .await
+                    .unwrap_or_default();
+                buffered = b.clone();
+                Response::from_parts(p_parts, body::full(b))
+            }
+        };
+    }
+    let attach = |r: &Response<ProxyBody>| match &keep {
+        Keep::Nothing => Attachments::default(),
+        Keep::Key(pending) => Attachments {
+            idempotency: Some(pending.record(r, &buffered)),
+            escrow: None,
+        },
+        Keep::Escrow { id, record } => {
+            let mut record = record.clone();
+            record["state"] = json!("released");
+            record["upstream_status"] = json!(r.status().as_u16());
+            record["content_type"] = r
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map_or(Value::Null, |v| json!(v));
+            record["body_b64"] = json!(STANDARD.encode(&buffered));
+            Attachments {
+                idempotency: None,
+                escrow: Some(EscrowUpdate {
+                    id: id.clone(),
+                    expect: Some("releasing".into()),
+                    record,
+                }),
+            }
+        }
+    };
+    enforce::commit(enf, permit, cx, None, note, &mut resp, attach).await;
+    // Released only now: the key's outcome is durable, so a retry finds it.
+    drop(keep);
+    (resp, outcome)
+}
