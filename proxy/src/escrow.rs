@@ -160,9 +160,7 @@ pub(crate) async fn hold(
 }
 
 /// The held request, rebuilt as it came: its parts, body, connection facts and sender.
-fn rebuild(
-    request: &Value,
-) -> Option<(http::request::Parts, Bytes, ConnInfo, Requester)> {
+fn rebuild(request: &Value) -> Option<(http::request::Parts, Bytes, ConnInfo, Requester)> {
     let method = Method::from_bytes(request["method"].as_str()?.as_bytes()).ok()?;
     let mut b = http::Request::builder()
         .method(method)

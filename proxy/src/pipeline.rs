@@ -155,11 +155,6 @@ pub async fn handle(
             return Ok(finish(&state, resp, ex, outcome, inflight));
         }
     }
-    // Reserved prefixes (SPEC §3) are the sidecar's own and never reach the upstream.
-    if ex.path.starts_with("/.well-known/ptcl/") || ex.path.starts_with("/.well-known/agtp/") {
-        let resp = refuse(ErrorCode::NotFound, "no sidecar endpoint at this path");
-        return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
-    }
 
     // Escrow status (SPEC §5.4), for the caller that submitted the write.
     if let (Some(enf), true) = (&state.enforcement, ex.path.starts_with(escrow::PREFIX)) {

@@ -22,12 +22,12 @@ use tokio::time::Instant;
 
 use crate::body::{self, CollectError, ProxyBody};
 use crate::enforce::{self, Denied, Disposition, Enforcement, Permit, Requester, WriteContext};
+use crate::escrow;
 use crate::idempotency::{self, Begin};
 use crate::pipeline::{build_upstream_request, AppState, ConnInfo, Outcome};
 use crate::problem::Problem;
 use crate::store::{Attachments, EscrowUpdate};
 use crate::upstream::UpstreamError;
-use crate::escrow;
 
 /// What must be stored with a forwarded write's receipt. Anything but `Nothing` buffers the
 /// response body (≤ `limits.max_response`), since it is stored.
@@ -36,7 +36,10 @@ pub(crate) enum Keep {
     /// The idempotency key's outcome (SPEC §5.6).
     Key(idempotency::Pending),
     /// A released escrow: its final record (the held record without the request).
-    Escrow { id: String, record: Value },
+    Escrow {
+        id: String,
+        record: Value,
+    },
 }
 
 /// An enforced write whose body has been read.

@@ -20,6 +20,8 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use sha2::{Digest as _, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 
+pub mod writes;
+
 pub type BoxBody =
     http_body_util::combinators::BoxBody<Bytes, Box<dyn std::error::Error + Send + Sync>>;
 

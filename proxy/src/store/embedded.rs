@@ -25,9 +25,7 @@ use palisade_policy::receipt::{self, ReceiptBody, SealedReceipt};
 use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
-use super::{
-    Advance, Attachments, Compensation, EscrowUpdate, Store, StoreError, WriteIntent,
-};
+use super::{Advance, Attachments, Compensation, EscrowUpdate, Store, StoreError, WriteIntent};
 
 const FENCES: TableDefinition<&str, u64> = TableDefinition::new("fences");
 const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
@@ -381,8 +379,7 @@ fn apply(
                     answers.push(Answer::Staged);
                 }
                 Job::EscrowPut(update, _) => {
-                    let ok =
-                        escrow_state_is(&escrows, &update.id, update.expect.as_deref())?;
+                    let ok = escrow_state_is(&escrows, &update.id, update.expect.as_deref())?;
                     if ok {
                         let bytes = serde_json::to_vec(&update.record).map_err(unavailable)?;
                         escrows
@@ -460,7 +457,10 @@ fn sweep_expired(
 ) -> Result<(), StoreError> {
     let now = now_ms();
     let mut expired: Vec<(u64, String)> = Vec::new();
-    for row in expiry.range::<(u64, &str)>(..(now, "")).map_err(unavailable)? {
+    for row in expiry
+        .range::<(u64, &str)>(..(now, ""))
+        .map_err(unavailable)?
+    {
         let (k, _) = row.map_err(unavailable)?;
         let (at, key) = k.value();
         expired.push((at, key.to_owned()));

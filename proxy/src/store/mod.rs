@@ -110,7 +110,9 @@ pub trait Store: Send + Sync {
         Box::pin(async move {
             self.append_receipt_with(body, Attachments::default())
                 .await?
-                .ok_or_else(|| StoreError::Unavailable("receipt without attachments refused".into()))
+                .ok_or_else(|| {
+                    StoreError::Unavailable("receipt without attachments refused".into())
+                })
         })
     }
 

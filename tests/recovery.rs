@@ -1,0 +1,401 @@
+//! Idempotency keys (SPEC §5.6), HUMAN_ESCROW (SPEC §5.4), a failing store (SPEC §10), a
+//! crash under load, and that no secret leaks into receipts, events, logs or metrics — all
+//! through the real binary against a real upstream.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
+use base64::Engine as _;
+use http::{Request, StatusCode};
+use palisade_policy::keys::KeyPair;
+use serde_json::{json, Value};
+use support::writes::*;
+use support::*;
+
+fn receipt_of(headers: &http::HeaderMap) -> Value {
+    serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(headers["agent-commit-receipt"].as_bytes())
+            .unwrap(),
+    )
+    .unwrap()
+}
+
+fn drift_events(p: &Palisade) -> Vec<Value> {
+    p.logs()
+        .lines()
+        .filter(|l| l.contains("\"eventId\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// A PUT of `body` to `path` with a lease, an inline inverse and optional extra headers.
+fn keyed_put(
+    p: &Palisade,
+    path: &str,
+    lease: &str,
+    body: &str,
+    headers: &[(&str, &str)],
+) -> Request<BoxBody> {
+    let mut b = Request::put(p.url(path))
+        .header("content-type", "application/json")
+        .header("agent-compensation-lease", lease)
+        .header(
+            "agent-compensation-inverse",
+            URL_SAFE_NO_PAD.encode(inverse()),
+        );
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(full(body.to_owned())).unwrap()
+}
+
+fn puts_to(u: &Upstream, path: &str) -> usize {
+    u.requests()
+        .iter()
+        .filter(|s| s.method == "PUT" && s.path_and_query == path)
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idempotency_keys_replay_refuse_reuse_and_are_scoped_per_caller() {
+    let s = start("").await;
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let client = http1_client();
+    let alice = [
+        ("idempotency-key", "\"k-1\""),
+        ("authorization", "Bearer alice"),
+    ];
+
+    let l1 = lease_for(&agent, "/items/1", 1, |_| {});
+    let (first, first_body) = send(
+        &client,
+        keyed_put(&s.p, "/items/1", &l1, r#"{"qty":1}"#, &alice),
+    )
+    .await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert!(!first.headers.contains_key("idempotent-replayed"));
+    let receipt = receipt_of(&first.headers);
+    assert_receipt_verifies(&receipt, "commit");
+
+    // The same request again: the stored response, not forwarded.
+    let (again, again_body) = send(
+        &client,
+        keyed_put(&s.p, "/items/1", &l1, r#"{"qty":1}"#, &alice),
+    )
+    .await;
+    assert_eq!(again.status, StatusCode::OK);
+    assert_eq!(again.headers["idempotent-replayed"], "true");
+    assert_eq!(again_body, first_body);
+    assert_eq!(receipt_of(&again.headers), receipt, "the same receipt");
+    assert_eq!(again.headers["agent-fence-token"], "1");
+    assert_eq!(again.headers["content-type"], first.headers["content-type"]);
+    assert_eq!(
+        puts_to(&s.upstream, "/items/1"),
+        1,
+        "a replay is not forwarded"
+    );
+
+    // The same key with another body: 422, with receipt and drift event; nothing forwarded.
+    let l2 = lease_for(&agent, "/items/1", 2, |_| {});
+    let (reused, body) = send(
+        &client,
+        keyed_put(&s.p, "/items/1", &l2, r#"{"qty":2}"#, &alice),
+    )
+    .await;
+    assert_eq!(reused.status, StatusCode::UNPROCESSABLE_ENTITY);
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["code"], "ERR_IDEMPOTENCY_KEY_REUSED");
+    assert_receipt_verifies(&doc["receipt"], "rejection");
+    assert_eq!(puts_to(&s.upstream, "/items/1"), 1);
+
+    // Another caller's key of the same name is another key.
+    let bob = [
+        ("idempotency-key", "\"k-1\""),
+        ("authorization", "Bearer bob"),
+    ];
+    let (other, _) = send(
+        &client,
+        keyed_put(&s.p, "/items/1", &l2, r#"{"qty":2}"#, &bob),
+    )
+    .await;
+    assert_eq!(other.status, StatusCode::OK);
+    assert!(!other.headers.contains_key("idempotent-replayed"));
+    assert_eq!(puts_to(&s.upstream, "/items/1"), 2);
+
+    // A refusal before forwarding stores nothing: the key stays usable.
+    let k2 = [
+        ("idempotency-key", "k-2"),
+        ("authorization", "Bearer alice"),
+    ];
+    let stale = lease_for(&agent, "/items/1", 2, |_| {});
+    let (refused, _) = send(
+        &client,
+        keyed_put(&s.p, "/items/1", &stale, r#"{"qty":3}"#, &k2),
+    )
+    .await;
+    assert_eq!(refused.status, StatusCode::CONFLICT);
+    let l3 = lease_for(&agent, "/items/1", 3, |_| {});
+    let (ok, _) = send(
+        &client,
+        keyed_put(&s.p, "/items/1", &l3, r#"{"qty":3}"#, &k2),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::OK);
+    assert!(!ok.headers.contains_key("idempotent-replayed"));
+    assert_eq!(puts_to(&s.upstream, "/items/1"), 3);
+
+    // A malformed key is a plain 400.
+    let long = "k".repeat(300);
+    let (bad, _) = send(
+        &client,
+        keyed_put(&s.p, "/items/1", &l3, "{}", &[("idempotency-key", &long)]),
+    )
+    .await;
+    assert_eq!(bad.status, StatusCode::BAD_REQUEST);
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let events = drift_events(&s.p);
+    assert!(events
+        .iter()
+        .any(|e| e["code"] == "ERR_IDEMPOTENCY_KEY_REUSED" && e["category"] == "idempotency"));
+    assert!(!s.p.logs().contains("k-1"), "keys are not logged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_in_flight_key_is_409_and_an_uncertain_outcome_is_replayed_not_retried() {
+    // No pre-image fetch: the upstream's /slow and /hang answer GETs slowly or never.
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_configured(
+        upstream,
+        dir,
+        "timeout = \"1s\"\n",
+        "[ptcl]\npre_image = \"off\"\n",
+    );
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let key = [("idempotency-key", "\"slow-1\"")];
+
+    let l = lease_for(&agent, "/slow/700", 1, |_| {});
+    let first = {
+        let req = keyed_put(&s.p, "/slow/700", &l, "{}", &key);
+        tokio::spawn(async move { send(&http1_client(), req).await })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (dup, body) = send(
+        &http1_client(),
+        keyed_put(&s.p, "/slow/700", &l, "{}", &key),
+    )
+    .await;
+    assert_eq!(dup.status, StatusCode::CONFLICT);
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["code"], "ERR_IDEMPOTENCY_IN_FLIGHT");
+    assert_receipt_verifies(&doc["receipt"], "rejection");
+    let (first, _) = first.await.unwrap();
+    assert_eq!(first.status, StatusCode::OK);
+    let (replay, body) = send(
+        &http1_client(),
+        keyed_put(&s.p, "/slow/700", &l, "{}", &key),
+    )
+    .await;
+    assert_eq!(replay.status, StatusCode::OK);
+    assert_eq!(replay.headers["idempotent-replayed"], "true");
+    assert_eq!(&body[..], b"slow done");
+    assert_eq!(puts_to(&s.upstream, "/slow/700"), 1);
+
+    // Sent, never answered: 504 "uncertain", stored as the key's outcome and replayed.
+    let key = [("idempotency-key", "\"hang-1\"")];
+    let l = lease_for(&agent, "/hang", 1, |_| {});
+    let (timeout, body) = send(&http1_client(), keyed_put(&s.p, "/hang", &l, "{}", &key)).await;
+    assert_eq!(timeout.status, StatusCode::GATEWAY_TIMEOUT);
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["code"], "ERR_UPSTREAM_TIMEOUT");
+    assert_eq!(doc["outcome"], "uncertain");
+    let receipt = receipt_of(&timeout.headers);
+    assert_receipt_verifies(&receipt, "commit");
+    assert_eq!(receipt["outcome"], "uncertain");
+    assert_eq!(receipt["upstream_status"], 504);
+    let (again, again_body) = send(&http1_client(), keyed_put(&s.p, "/hang", &l, "{}", &key)).await;
+    assert_eq!(again.status, StatusCode::GATEWAY_TIMEOUT);
+    assert_eq!(again.headers["idempotent-replayed"], "true");
+    assert_eq!(again_body, body);
+    assert_eq!(puts_to(&s.upstream, "/hang"), 1, "never re-executed");
+}
+
+fn escrow_lease(agent: &KeyPair, path: &str, epoch: u64, expires_in_ms: Option<i64>) -> String {
+    lease_for(agent, path, epoch, |f| {
+        f.insert("recovery_mode".into(), json!("HUMAN_ESCROW"));
+        if let Some(ms) = expires_in_ms {
+            let now = palisade::clock::WallClock::now_ms();
+            f.insert(
+                "issued_at".into(),
+                json!(palisade_policy::lease::format_rfc3339_ms(now + ms - 60_000)),
+            );
+        }
+    })
+}
+
+async fn admin_post(admin: std::net::SocketAddr, path: &str) -> (StatusCode, Value) {
+    let req = Request::post(format!("http://{admin}{path}"))
+        .body(full(""))
+        .unwrap();
+    let (parts, body) = send(&http1_client(), req).await;
+    (
+        parts.status,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+    )
+}
+
+/// Holds a write: 202, Location, an escrow receipt; returns the escrow id.
+async fn hold(s: &Setup, path: &str, lease: &str) -> String {
+    let (parts, body) = send(
+        &http1_client(),
+        keyed_put(&s.p, path, lease, r#"{"qty":7}"#, &[]),
+    )
+    .await;
+    assert_eq!(
+        parts.status,
+        StatusCode::ACCEPTED,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let receipt = receipt_of(&parts.headers);
+    assert_receipt_verifies(&receipt, "escrow");
+    assert_eq!(receipt["outcome"], "held");
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["state"], "held");
+    let location = parts.headers["location"].to_str().unwrap().to_owned();
+    assert_eq!(doc["location"], location);
+    location.rsplit('/').next().unwrap().to_owned()
+}
+
+async fn escrow_status(p: &Palisade, id: &str, auth: Option<&str>) -> (StatusCode, Value) {
+    let mut b = Request::get(p.url(&format!("/.well-known/ptcl/v1/escrow/{id}")));
+    if let Some(a) = auth {
+        b = b.header("authorization", a);
+    }
+    let (parts, body) = send(&http1_client(), b.body(full("")).unwrap()).await;
+    (
+        parts.status,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escrow_holds_until_an_operator_decides_and_rechecks_on_release() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let keep = dir.path().to_owned();
+    let s = start_in(upstream, dir, "");
+    let agent = KeyPair::from_seed(AGENT_SEED);
+
+    // Held: nothing reaches the SoR and the epoch does not move.
+    let approved = hold(&s, "/items/1", &escrow_lease(&agent, "/items/1", 1, None)).await;
+    assert_eq!(puts_to(&s.upstream, "/items/1"), 0);
+    let (status, doc) = escrow_status(&s.p, &approved, None).await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert_eq!(doc["state"], "held");
+    assert!(
+        doc.get("request").is_none(),
+        "the held request is not shown"
+    );
+    let (status, _) = escrow_status(&s.p, &approved, Some("Bearer someone-else")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND, "another caller's escrow");
+    let (status, list) = admin_get(s.p.admin, "/admin/v1/escrow").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(list.contains(&approved));
+
+    // The hold survives a crash.
+    let Setup { upstream, mut p } = s;
+    p.child.kill().unwrap();
+    p.child.wait().unwrap();
+    let dir2 = tempfile::tempdir().unwrap();
+    for f in ["signing.pem", "issuers.json", "state.redb"] {
+        std::fs::copy(keep.join(f), dir2.path().join(f)).unwrap();
+    }
+    drop(p);
+    let s = start_in(upstream, dir2, "");
+
+    // Approve: forwarded once, with the original body and the lease's epoch.
+    let (status, doc) =
+        admin_post(s.p.admin, &format!("/admin/v1/escrow/{approved}/approve")).await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert_eq!(doc["state"], "released");
+    assert_eq!(doc["upstream_status"], 200);
+    assert_receipt_verifies(&doc["receipt"], "commit");
+    let seen: Vec<Seen> = s
+        .upstream
+        .requests()
+        .into_iter()
+        .filter(|r| r.method == "PUT")
+        .collect();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(seen[0].headers["agent-fence-token"], "1");
+    assert_eq!(seen[0].body_sha256, sha256_hex(br#"{"qty":7}"#));
+    assert!(!seen[0].headers.contains_key("agent-compensation-lease"));
+    let (status, doc) =
+        admin_post(s.p.admin, &format!("/admin/v1/escrow/{approved}/approve")).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(doc["code"], "ERR_ESCROW_NOT_HELD");
+    assert_eq!(puts_to(&s.upstream, "/items/1"), 1, "released once");
+    let (_, doc) = escrow_status(&s.p, &approved, None).await;
+    assert_eq!(doc["state"], "released");
+    assert_eq!(
+        STANDARD.decode(doc["body_b64"].as_str().unwrap()).unwrap(),
+        br#"{"ok":true}"#
+    );
+
+    // Reject: never forwarded, and cannot be approved afterwards.
+    let rejected = hold(&s, "/items/2", &escrow_lease(&agent, "/items/2", 1, None)).await;
+    let (status, doc) = admin_post(s.p.admin, &format!("/admin/v1/escrow/{rejected}/reject")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc["state"], "rejected");
+    assert_receipt_verifies(&doc["receipt"], "escrow");
+    assert_eq!(doc["receipt"]["outcome"], "rejected");
+    let (status, _) = admin_post(s.p.admin, &format!("/admin/v1/escrow/{rejected}/approve")).await;
+    assert_eq!(status, StatusCode::CONFLICT);
+    assert_eq!(puts_to(&s.upstream, "/items/2"), 0);
+
+    // A lease that expires while held is refused on release, with receipt and drift event.
+    let expiring = hold(
+        &s,
+        "/items/3",
+        &escrow_lease(&agent, "/items/3", 1, Some(1200)),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(1600)).await;
+    let (status, doc) =
+        admin_post(s.p.admin, &format!("/admin/v1/escrow/{expiring}/approve")).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(doc["state"], "refused");
+    assert_eq!(doc["code"], "ERR_LEASE_EXPIRED");
+    assert_receipt_verifies(&doc["receipt"], "rejection");
+    assert_eq!(puts_to(&s.upstream, "/items/3"), 0);
+    let (status, doc) = admin_post(s.p.admin, "/admin/v1/escrow/nope/approve").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(doc["code"], "ERR_NOT_FOUND");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(drift_events(&s.p)
+        .iter()
+        .any(|e| e["code"] == "ERR_LEASE_EXPIRED"));
+    // Only undecided escrows are listed.
+    let (_, list) = admin_get(s.p.admin, "/admin/v1/escrow").await;
+    let list: Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(list["escrows"], json!([]));
+    // The epoch moved for the released write only.
+    let (parts, _) = send(
+        &http1_client(),
+        Request::get(s.p.url("/items/1")).body(full("")).unwrap(),
+    )
+    .await;
+    assert_eq!(parts.headers["agent-fence-token"], "1");
+    let (parts, _) = send(
+        &http1_client(),
+        Request::get(s.p.url("/items/2")).body(full("")).unwrap(),
+    )
+    .await;
+    assert!(!parts.headers.contains_key("agent-fence-token"));
+}

@@ -1,0 +1,265 @@
+//! Helpers for the write-enforcement tests: a sidecar with keys and a store in a temp dir,
+//! leases signed by a test agent key, the sample SoR behind a sidecar.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use http::{Request, StatusCode};
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::keys::{KeyPair, TrustStore};
+use palisade_policy::lease;
+use serde_json::{json, Value};
+
+use super::*;
+
+pub const BASE: &str = "https://erp.example.com";
+pub const SIDECAR_SEED: [u8; 32] = [11; 32];
+pub const AGENT_SEED: [u8; 32] = [22; 32];
+
+/// The upstream's answer to the pre-image GET of any `/items/…` path: `{"ok":true}` served
+/// as `application/octet-stream`, so its digest is over the raw bytes.
+pub fn upstream_state() -> Sha256Digest {
+    Sha256Digest::of(br#"{"ok":true}"#)
+}
+
+pub fn inverse() -> Vec<u8> {
+    br#"{"method":"PUT","path":"/items/1","body":{"qty":1200}}"#.to_vec()
+}
+
+pub struct Setup {
+    pub upstream: Upstream,
+    pub p: Palisade,
+}
+
+pub fn start_in(upstream: Upstream, dir: tempfile::TempDir, extra: &str) -> Setup {
+    start_configured(upstream, dir, "", extra)
+}
+
+/// As [`start_in`], with `upstream_extra` added to the `[upstream]` table.
+pub fn start_in_with(upstream: Upstream, dir: tempfile::TempDir, upstream_extra: &str) -> Setup {
+    start_configured(upstream, dir, upstream_extra, "")
+}
+
+pub fn start_configured(
+    upstream: Upstream,
+    dir: tempfile::TempDir,
+    upstream_extra: &str,
+    extra: &str,
+) -> Setup {
+    let sidecar = KeyPair::from_seed(SIDECAR_SEED);
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    std::fs::write(dir.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
+    std::fs::write(
+        dir.path().join("issuers.json"),
+        json!([{"kid": agent.kid(), "public_key": agent.public_b64(), "name": "agent-gw"}])
+            .to_string(),
+    )
+    .unwrap();
+    let d = dir.path().display();
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\npublic_base = \"{BASE}\"\n\
+         [upstream]\nurl = \"{}\"\n{}{upstream_extra}\
+         [signing]\nkey = \"{d}/signing.pem\"\n[trust]\nissuers = \"{d}/issuers.json\"\n\
+         [store]\npath = \"{d}/state.redb\"\n{extra}",
+        upstream.url(),
+        if upstream_extra.contains("timeout =") {
+            ""
+        } else {
+            "timeout = \"5s\"\n"
+        }
+    );
+    let text = if text.contains("[rich]") {
+        text
+    } else {
+        text + "[rich]\nunbound_writes = \"allow\"\n"
+    };
+    let p = Palisade::start_in(dir, &text);
+    Setup { upstream, p }
+}
+
+pub async fn start(extra: &str) -> Setup {
+    start_in(Upstream::start().await, tempfile::tempdir().unwrap(), extra)
+}
+
+/// A lease signed by `key` for `path`, with `edit` applied to its fields before signing.
+pub fn lease_for(
+    key: &KeyPair,
+    path: &str,
+    epoch: u64,
+    edit: impl FnOnce(&mut serde_json::Map<String, Value>),
+) -> String {
+    let mut f = json!({
+        "ptcl_version": "1.0",
+        "lease_id": format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+        "sor_target_uri": format!("{BASE}{path}"),
+        "recovery_mode": "COMPENSATING_ACTION",
+        "t_req_ms": 1000,
+        "t_granted_ms": 60000,
+        "cas_fence_epoch": epoch,
+        "pre_image_state_hash": upstream_state().to_string(),
+        "inverse_payload_jcs_hash": Sha256Digest::of(&palisade_policy::canon::canonicalize(&inverse(), 8).unwrap()).to_string(),
+        "issued_at": lease::format_rfc3339_ms(palisade::clock::WallClock::now_ms()),
+    })
+    .as_object()
+    .unwrap()
+    .clone();
+    edit(&mut f);
+    URL_SAFE_NO_PAD.encode(serde_json::to_vec(&lease::sign(f, key)).unwrap())
+}
+
+pub fn put(
+    p: &Palisade,
+    path: &str,
+    lease: Option<&str>,
+    inverse: Option<&[u8]>,
+) -> Request<BoxBody> {
+    let mut b = Request::put(p.url(path)).header("content-type", "application/json");
+    if let Some(l) = lease {
+        b = b.header("agent-compensation-lease", l);
+    }
+    if let Some(i) = inverse {
+        b = b.header("agent-compensation-inverse", URL_SAFE_NO_PAD.encode(i));
+    }
+    b.body(full(r#"{"qty":1150}"#)).unwrap()
+}
+
+pub fn sidecar_trust() -> TrustStore {
+    let mut t = TrustStore::new();
+    t.insert(KeyPair::from_seed(SIDECAR_SEED).trusted("sidecar"))
+        .unwrap();
+    t
+}
+
+/// Verifies a receipt (from the header or the problem body) with the sidecar's key.
+pub fn assert_receipt_verifies(receipt: &Value, kind: &str) {
+    let bytes = palisade_policy::canon::to_vec(receipt);
+    palisade_policy::receipt::verify_one(&bytes, &sidecar_trust()).expect("receipt verifies");
+    assert_eq!(receipt["kind"], kind);
+}
+
+pub fn writes_seen(u: &Upstream) -> usize {
+    u.requests().iter().filter(|s| s.method != "GET").count()
+}
+
+pub async fn post_json(
+    p: &Palisade,
+    path: &str,
+    auth: Option<&str>,
+    body: &Value,
+) -> (http::response::Parts, Value) {
+    let mut b = Request::post(p.url(path)).header("content-type", "application/json");
+    if let Some(a) = auth {
+        b = b.header("authorization", a);
+    }
+    let (parts, bytes) = send(
+        &http1_client(),
+        b.body(full(serde_json::to_vec(body).unwrap())).unwrap(),
+    )
+    .await;
+    let v = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+    (parts, v)
+}
+
+/// The sample inventory SoR (a real HTTP app with state in a file) behind a sidecar.
+pub async fn start_with_sor() -> (Palisade, std::net::SocketAddr, tempfile::TempDir) {
+    let sor_dir = tempfile::tempdir().unwrap();
+    let sor =
+        palisade::sample_sor::SampleSor::open(&sor_dir.path().join("inventory.json")).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(sor.serve(listener));
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = KeyPair::from_seed(SIDECAR_SEED);
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    std::fs::write(dir.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
+    std::fs::write(
+        dir.path().join("issuers.json"),
+        json!([{"kid": agent.kid(), "public_key": agent.public_b64()}]).to_string(),
+    )
+    .unwrap();
+    let d = dir.path().display();
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\npublic_base = \"{BASE}\"\n[upstream]\nurl = \"http://{addr}\"\n\
+         [signing]\nkey = \"{d}/signing.pem\"\n[trust]\nissuers = \"{d}/issuers.json\"\n\
+         [store]\npath = \"{d}/state.redb\"\n[rich]\nunbound_writes = \"allow\"\n"
+    );
+    (Palisade::start_in(dir, &text), addr, sor_dir)
+}
+
+pub async fn sor_get(addr: std::net::SocketAddr, id: &str) -> (StatusCode, Value) {
+    let req = Request::get(format!("http://{addr}/api/v2/items/{id}"))
+        .body(full(""))
+        .unwrap();
+    let (parts, body) = send(&http1_client(), req).await;
+    (
+        parts.status,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+    )
+}
+
+/// A lease for `/api/v2/items/{id}` whose pre-image is the SoR's current record.
+pub async fn sor_lease(
+    addr: std::net::SocketAddr,
+    id: &str,
+    epoch: u64,
+    mode: &str,
+    inverse: &[u8],
+    issued_ago_ms: i64,
+    t_granted: u64,
+) -> String {
+    let (status, current) = sor_get(addr, id).await;
+    let pre = if status == StatusCode::NOT_FOUND {
+        Sha256Digest::empty()
+    } else {
+        Sha256Digest::of_json(&current)
+    };
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let inverse_digest =
+        Sha256Digest::of(&palisade_policy::canon::canonicalize(inverse, 8).unwrap());
+    let f = json!({
+        "ptcl_version": "1.0",
+        "lease_id": format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+        "sor_target_uri": format!("{BASE}/api/v2/items/{id}"),
+        "recovery_mode": mode,
+        "t_req_ms": 500,
+        "t_granted_ms": t_granted,
+        "cas_fence_epoch": epoch,
+        "pre_image_state_hash": pre.to_string(),
+        "inverse_payload_jcs_hash": inverse_digest.to_string(),
+        "issued_at": lease::format_rfc3339_ms(palisade::clock::WallClock::now_ms() - issued_ago_ms),
+    });
+    serde_json::to_string(&lease::sign(f.as_object().unwrap().clone(), &agent)).unwrap()
+}
+
+pub async fn sor_write(
+    p: &Palisade,
+    id: &str,
+    lease: &str,
+    inverse: &[u8],
+    body: &str,
+) -> StatusCode {
+    let req = Request::put(p.url(&format!("/api/v2/items/{id}")))
+        .header("content-type", "application/json")
+        .header("agent-compensation-lease", lease)
+        .header(
+            "agent-compensation-inverse",
+            URL_SAFE_NO_PAD.encode(inverse),
+        )
+        .body(full(body.to_owned()))
+        .unwrap();
+    send(&http1_client(), req).await.0.status
+}
+
+pub async fn compensate(p: &Palisade, lease: &str) -> (StatusCode, Value, http::HeaderMap) {
+    let id: Value = serde_json::from_str(lease).unwrap();
+    let url = p.url(&format!(
+        "/.well-known/ptcl/v1/leases/{}/compensate",
+        id["lease_id"].as_str().unwrap()
+    ));
+    let (parts, body) = send(&http1_client(), Request::post(url).body(full("")).unwrap()).await;
+    (
+        parts.status,
+        serde_json::from_slice(&body).unwrap_or(Value::Null),
+        parts.headers,
+    )
+}
