@@ -399,3 +399,130 @@ async fn escrow_holds_until_an_operator_decides_and_rechecks_on_release() {
     .await;
     assert!(!parts.headers.contains_key("agent-fence-token"));
 }
+
+/// How to give the sidecar a mount namespace of its own (`unshare`) and enter it later
+/// (`nsenter`, after `-t PID`): as root directly, else through a user namespace.
+fn mount_namespace_tools() -> Option<(Vec<&'static str>, Vec<&'static str>)> {
+    let works = |args: &[&str]| {
+        std::process::Command::new(args[0])
+            .args(&args[1..])
+            .args(["sh", "-c", "mount -t tmpfs tmpfs /mnt"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if works(&["unshare", "-m"]) {
+        return Some((vec!["unshare", "-m"], vec!["nsenter", "-m"]));
+    }
+    if works(&["unshare", "-rm"]) {
+        return Some((
+            vec!["unshare", "-rm"],
+            vec!["nsenter", "-U", "-m", "--preserve-credentials"],
+        ));
+    }
+    None
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_store_refuses_writes_with_503_while_reads_flow() {
+    // A real I/O failure: the store lives on a small tmpfs mounted in the sidecar's own mount
+    // namespace; filling that filesystem makes the store's next growth fail with ENOSPC.
+    let Some((unshare, nsenter)) = mount_namespace_tools() else {
+        panic!("this test needs mount namespaces (root, or unprivileged user namespaces)");
+    };
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store_dir = dir.path().join("store");
+    std::fs::create_dir(&store_dir).unwrap();
+    let text = write_config(&upstream, dir.path(), "", "").replace(
+        &format!("{}/state.redb", dir.path().display()),
+        &format!("{}/state.redb", store_dir.display()),
+    );
+    let script = format!(
+        "mount -t tmpfs -o size=3m tmpfs '{}' && exec \"$0\" \"$@\"",
+        store_dir.display()
+    );
+    let mut wrapper = unshare.clone();
+    wrapper.extend(["sh", "-c", &script]);
+    let p = Palisade::start_wrapped(dir, &text, &wrapper);
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let client = http1_client();
+
+    let (ok, _) = send(
+        &client,
+        put(
+            &p,
+            "/items/1",
+            Some(&lease_for(&agent, "/items/1", 1, |_| {})),
+            Some(&inverse()),
+        ),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::OK, "a healthy store first");
+
+    let fill = format!("cat /dev/zero > '{}/filler'", store_dir.display());
+    let pid = p.pid().to_string();
+    let mut cmd = std::process::Command::new(nsenter[0]);
+    cmd.args(&nsenter[1..])
+        .args(["-t", &pid, "--", "sh", "-c", &fill]);
+    let _ = cmd.stderr(std::process::Stdio::null()).status().unwrap(); // ends with ENOSPC
+
+    // Staging a large inverse needs new pages: the commit fails.
+    let big = json!({"method": "PUT", "path": "/items/1", "body": "x".repeat(700 * 1024)});
+    let req = Request::put(p.url("/.well-known/ptcl/v1/leases/urn:uuid:big/inverse"))
+        .header("content-type", "application/json")
+        .body(full(serde_json::to_vec(&big).unwrap()))
+        .unwrap();
+    let (parts, body) = send(&client, req).await;
+    assert_eq!(
+        parts.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["code"], "ERR_STORE_UNAVAILABLE");
+
+    // Writes are refused with 503 and reach no one.
+    let (parts, body) = send(
+        &client,
+        put(
+            &p,
+            "/items/2",
+            Some(&lease_for(&agent, "/items/2", 1, |_| {})),
+            Some(&inverse()),
+        ),
+    )
+    .await;
+    assert_eq!(
+        parts.status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["code"], "ERR_STORE_UNAVAILABLE");
+    assert_eq!(
+        writes_seen(&upstream),
+        1,
+        "only the healthy write reached the upstream"
+    );
+
+    // Reads keep flowing.
+    let (parts, body) = send(
+        &client,
+        Request::get(p.url("/items/1")).body(full("")).unwrap(),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::OK);
+    assert_eq!(&body[..], br#"{"ok":true}"#);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Not ready: the store cannot take writes (it stays so until a restart reopens it).
+    let (status, body) = admin_get(p.admin, "/readyz").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(body, "store unavailable\n");
+    assert_eq!(admin_get(p.admin, "/healthz").await.0, StatusCode::OK);
+    assert!(drift_events(&p)
+        .iter()
+        .any(|e| e["code"] == "ERR_STORE_UNAVAILABLE"));
+}

@@ -93,7 +93,7 @@ async fn respond(
         (&Method::GET, "/readyz") => {
             // Ready: not draining, and the store answers (SPEC §9).
             let store_ok = match &state.enforcement {
-                Some(enf) => enf.store.epoch("/readyz").await.is_ok(),
+                Some(enf) => enf.store.ready().await.is_ok(),
                 None => true,
             };
             if state.is_draining() {

@@ -288,6 +288,13 @@ impl Palisade {
     }
 
     pub fn start_in(dir: tempfile::TempDir, config_body: &str) -> Palisade {
+        Self::start_wrapped(dir, config_body, &[])
+    }
+
+    /// As [`Palisade::start_in`], run through `wrapper` (a command that ends by exec'ing its
+    /// arguments, e.g. `unshare -m sh -c '…; exec "$0" "$@"'`): the binary and its arguments
+    /// are appended to it. The process keeps its pid when the wrapper execs.
+    pub fn start_wrapped(dir: tempfile::TempDir, config_body: &str, wrapper: &[&str]) -> Palisade {
         let mut text = String::new();
         if !config_body.contains("[listen]") {
             text.push_str("[listen]\naddr = \"127.0.0.1:0\"\n");
@@ -298,7 +305,15 @@ impl Palisade {
         text.push_str(config_body);
         let path = dir.path().join("palisade.toml");
         std::fs::write(&path, text).unwrap();
-        let mut child = Command::new(bin())
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin());
+                c
+            }
+            None => Command::new(bin()),
+        };
+        let mut child = cmd
             .args(["run", "--config"])
             .arg(&path)
             .env("RUST_LOG", "info")

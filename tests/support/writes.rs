@@ -46,16 +46,29 @@ pub fn start_configured(
     upstream_extra: &str,
     extra: &str,
 ) -> Setup {
+    let text = write_config(&upstream, dir.path(), upstream_extra, extra);
+    let p = Palisade::start_in(dir, &text);
+    Setup { upstream, p }
+}
+
+/// Writes the sidecar and agent keys into `dir` and returns a config for them: `public_base`
+/// [`BASE`], the store at `dir/state.redb`, unbound writes allowed unless `extra` has `[rich]`.
+pub fn write_config(
+    upstream: &Upstream,
+    dir: &std::path::Path,
+    upstream_extra: &str,
+    extra: &str,
+) -> String {
     let sidecar = KeyPair::from_seed(SIDECAR_SEED);
     let agent = KeyPair::from_seed(AGENT_SEED);
-    std::fs::write(dir.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
+    std::fs::write(dir.join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
     std::fs::write(
-        dir.path().join("issuers.json"),
+        dir.join("issuers.json"),
         json!([{"kid": agent.kid(), "public_key": agent.public_b64(), "name": "agent-gw"}])
             .to_string(),
     )
     .unwrap();
-    let d = dir.path().display();
+    let d = dir.display();
     let text = format!(
         "[listen]\naddr = \"127.0.0.1:0\"\npublic_base = \"{BASE}\"\n\
          [upstream]\nurl = \"{}\"\n{}{upstream_extra}\
@@ -68,13 +81,11 @@ pub fn start_configured(
             "timeout = \"5s\"\n"
         }
     );
-    let text = if text.contains("[rich]") {
+    if text.contains("[rich]") {
         text
     } else {
         text + "[rich]\nunbound_writes = \"allow\"\n"
-    };
-    let p = Palisade::start_in(dir, &text);
-    Setup { upstream, p }
+    }
 }
 
 pub async fn start(extra: &str) -> Setup {

@@ -14,7 +14,7 @@
 //! they see the last committed state and never wait for the writer.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::Arc;
 
@@ -73,6 +73,10 @@ pub struct EmbeddedStore {
     jobs: mpsc::Sender<Job>,
     /// Transactions committed by the writer: lets tests and metrics see group commit.
     commits: Arc<AtomicU64>,
+    /// Set when a write transaction fails, cleared when one commits. redb refuses every write
+    /// after an I/O error until the file is reopened, so in practice this stays set until a
+    /// restart; `/readyz` reports it.
+    failed: Arc<AtomicBool>,
     /// Joined on drop, so the file's lock is released when the store is gone.
     writer: Option<std::thread::JoinHandle<()>>,
 }
@@ -139,18 +143,21 @@ impl EmbeddedStore {
         let head = read_chain_head(&db)?;
         let (jobs, rx) = mpsc::channel();
         let commits = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicBool::new(false));
         let writer = {
             let db = db.clone();
             let commits = commits.clone();
+            let failed = failed.clone();
             std::thread::Builder::new()
                 .name("palisade-store".into())
-                .spawn(move || writer(db, key, head, rx, commits))
+                .spawn(move || writer(db, key, head, rx, commits, failed))
                 .map_err(unavailable)?
         };
         Ok(Self {
             db,
             jobs,
             commits,
+            failed,
             writer: Some(writer),
         })
     }
@@ -185,6 +192,7 @@ fn writer(
     mut chain: ChainHead,
     rx: mpsc::Receiver<Job>,
     commits: Arc<AtomicU64>,
+    failed: Arc<AtomicBool>,
 ) {
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
@@ -199,6 +207,7 @@ fn writer(
                 // Only now, after the commit, is the new chain head real.
                 chain = new_chain;
                 commits.fetch_add(1, Ordering::Relaxed);
+                failed.store(false, Ordering::Relaxed);
                 for (job, answer) in batch.into_iter().zip(answers) {
                     match (job, answer) {
                         (Job::Advance(_, reply), Answer::Advance(a)) => {
@@ -223,6 +232,7 @@ fn writer(
             }
             Err(e) => {
                 tracing::error!(error = %e, "store transaction failed; refusing its writes");
+                failed.store(true, Ordering::Relaxed);
                 for job in batch {
                     match job {
                         Job::Advance(_, reply) => {
@@ -650,6 +660,17 @@ impl Store for EmbeddedStore {
             self.send(Job::Compensate(lease_id, tx))?;
             rx.await
                 .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+        })
+    }
+
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            if self.failed.load(Ordering::Relaxed) {
+                return Err(StoreError::Unavailable(
+                    "the last write transaction failed".into(),
+                ));
+            }
+            self.epoch("").await.map(|_| ())
         })
     }
 

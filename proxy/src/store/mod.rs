@@ -183,6 +183,10 @@ pub trait Store: Send + Sync {
         lease_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
 
+    /// Whether the store can take writes now (for `/readyz`): it answers reads and its last
+    /// write transaction, if any, did not fail.
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+
     /// Every receipt, in chain order (for `palisade audit verify`).
     fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>>;
 }
