@@ -526,3 +526,180 @@ async fn a_failed_store_refuses_writes_with_503_while_reads_flow() {
         .iter()
         .any(|e| e["code"] == "ERR_STORE_UNAVAILABLE"));
 }
+
+/// One accepted write of the crash test: what the client was told.
+#[derive(Clone)]
+struct Accepted {
+    item: String,
+    epoch: u64,
+    lease: String,
+    inverse_qty: u64,
+    receipt: Value,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_crash_under_load_loses_no_epoch_receipt_or_inverse() {
+    use palisade::store::Store as _;
+    let (p, sor, _sor_dir) = start_with_sor().await;
+    let accepted: std::sync::Arc<std::sync::Mutex<Vec<Accepted>>> = Default::default();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let url = p.url("");
+    let mut writers = Vec::new();
+    for w in 0..4 {
+        let (accepted, stop, url) = (accepted.clone(), stop.clone(), url.clone());
+        writers.push(tokio::spawn(async move {
+            let client = http1_client();
+            let item = format!("crash-{w}");
+            for epoch in 1u64.. {
+                if stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    break;
+                }
+                let inverse_qty = epoch * 10 + w;
+                let inverse = serde_json::to_vec(&json!({
+                    "method": "PUT", "path": format!("/api/v2/items/{item}"),
+                    "body": {"sku": item, "qty": inverse_qty},
+                }))
+                .unwrap();
+                let lease = sor_lease(
+                    sor,
+                    &item,
+                    epoch,
+                    "COMPENSATING_ACTION",
+                    &inverse,
+                    0,
+                    60_000,
+                )
+                .await;
+                let req = Request::put(format!("{url}/api/v2/items/{item}"))
+                    .header("content-type", "application/json")
+                    .header("agent-compensation-lease", &lease)
+                    .header(
+                        "agent-compensation-inverse",
+                        URL_SAFE_NO_PAD.encode(&inverse),
+                    )
+                    .body(full(json!({"sku": item, "qty": epoch}).to_string()))
+                    .unwrap();
+                // After the kill, requests fail: that ends this writer.
+                let Ok(resp) = client.request(req).await else {
+                    break;
+                };
+                if resp.status() != StatusCode::OK && resp.status() != StatusCode::CREATED {
+                    break;
+                }
+                let receipt = receipt_of(resp.headers());
+                accepted.lock().unwrap().push(Accepted {
+                    item: item.clone(),
+                    epoch,
+                    lease,
+                    inverse_qty,
+                    receipt,
+                });
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let dir = kill_and_keep_state(p); // SIGKILL mid-stream
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for w in writers {
+        w.await.unwrap();
+    }
+    let accepted = accepted.lock().unwrap().clone();
+    assert!(
+        accepted.len() >= 8,
+        "only {} writes before the kill",
+        accepted.len()
+    );
+    eprintln!("{} writes accepted before the kill", accepted.len());
+
+    // The store file as the crash left it: every receipt a client got is in the chain, every
+    // committed epoch is there, every staged inverse is there.
+    {
+        let key = std::sync::Arc::new(KeyPair::from_seed(SIDECAR_SEED));
+        let store =
+            palisade::store::embedded::EmbeddedStore::open(&dir.path().join("state.redb"), key)
+                .unwrap();
+        let chain: Vec<Value> = store
+            .receipts()
+            .await
+            .unwrap()
+            .iter()
+            .map(|b| serde_json::from_slice(b).unwrap())
+            .collect();
+        for a in &accepted {
+            assert!(
+                chain.contains(&a.receipt),
+                "receipt of {} epoch {} lost",
+                a.item,
+                a.epoch
+            );
+            let lease: Value = serde_json::from_str(&a.lease).unwrap();
+            let id = lease["lease_id"].as_str().unwrap();
+            assert!(
+                store.inverse(id).await.unwrap().is_some(),
+                "inverse of {id} lost"
+            );
+            let target =
+                palisade_policy::target::request_target(BASE, &format!("/api/v2/items/{}", a.item))
+                    .unwrap();
+            let epoch = store
+                .epoch(palisade_policy::target::resource_key(&target))
+                .await
+                .unwrap();
+            assert!(
+                epoch >= a.epoch,
+                "{}: epoch {epoch} < committed {}",
+                a.item,
+                a.epoch
+            );
+        }
+    }
+
+    // Restarted on the same store: a lease at any committed epoch is refused, and the last
+    // committed write of each item can still be compensated.
+    let p = sidecar_for_sor(sor, dir);
+    for w in 0..4u64 {
+        let item = format!("crash-{w}");
+        let Some(last) = accepted
+            .iter()
+            .filter(|a| a.item == item)
+            .max_by_key(|a| a.epoch)
+        else {
+            continue;
+        };
+        let inverse = br#"{"method":"DELETE","path":"/x"}"#;
+        for epoch in [last.epoch, 1] {
+            let l = sor_lease(sor, &item, epoch, "COMPENSATING_ACTION", inverse, 0, 60_000).await;
+            let status = sor_write(&p, &item, &l, inverse, "{}").await;
+            assert_eq!(
+                status,
+                StatusCode::CONFLICT,
+                "{item}: epoch {epoch} accepted after the crash"
+            );
+        }
+        let (status, doc, _) = compensate(&p, &last.lease).await;
+        assert_eq!(status, StatusCode::OK, "{item}: {doc}");
+        assert_receipt_verifies(&doc["receipt"], "compensation");
+        assert_eq!(
+            sor_get(sor, &item).await.1["qty"],
+            last.inverse_qty,
+            "{item} restored"
+        );
+    }
+
+    // And the whole chain, across the crash, verifies.
+    let config = p.dir.path().join("palisade.toml");
+    p.sigterm();
+    let mut p = p;
+    p.child.wait().unwrap();
+    let o = std::process::Command::new(support::bin())
+        .args(["audit", "verify", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(
+        o.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

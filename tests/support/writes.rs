@@ -188,13 +188,30 @@ pub async fn start_with_sor() -> (Palisade, std::net::SocketAddr, tempfile::Temp
         json!([{"kid": agent.kid(), "public_key": agent.public_b64()}]).to_string(),
     )
     .unwrap();
+    (sidecar_for_sor(addr, dir), addr, sor_dir)
+}
+
+/// A sidecar in front of the SoR at `addr`, with the keys (and store, if any) in `dir`.
+pub fn sidecar_for_sor(addr: std::net::SocketAddr, dir: tempfile::TempDir) -> Palisade {
     let d = dir.path().display();
     let text = format!(
         "[listen]\naddr = \"127.0.0.1:0\"\npublic_base = \"{BASE}\"\n[upstream]\nurl = \"http://{addr}\"\n\
          [signing]\nkey = \"{d}/signing.pem\"\n[trust]\nissuers = \"{d}/issuers.json\"\n\
          [store]\npath = \"{d}/state.redb\"\n[rich]\nunbound_writes = \"allow\"\n"
     );
-    (Palisade::start_in(dir, &text), addr, sor_dir)
+    Palisade::start_in(dir, &text)
+}
+
+/// Kills the sidecar with SIGKILL and copies its keys and store into a new directory, for a
+/// restart on the same state (the old directory goes with the old process).
+pub fn kill_and_keep_state(mut p: Palisade) -> tempfile::TempDir {
+    p.child.kill().unwrap();
+    p.child.wait().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    for f in ["signing.pem", "issuers.json", "state.redb"] {
+        std::fs::copy(p.dir.path().join(f), dir.path().join(f)).unwrap();
+    }
+    dir
 }
 
 pub async fn sor_get(addr: std::net::SocketAddr, id: &str) -> (StatusCode, Value) {
