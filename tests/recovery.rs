@@ -223,6 +223,31 @@ async fn an_in_flight_key_is_409_and_an_uncertain_outcome_is_replayed_not_retrie
     assert_eq!(again.headers["idempotent-replayed"], "true");
     assert_eq!(again_body, body);
     assert_eq!(puts_to(&s.upstream, "/hang"), 1, "never re-executed");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(drift_events(&s.p)
+        .iter()
+        .any(|e| e["code"] == "ERR_IDEMPOTENCY_IN_FLIGHT" && e["category"] == "idempotency"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pre_image_the_upstream_cannot_give_is_503_and_nothing_is_written() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_configured(upstream, dir, "timeout = \"500ms\"\n", "");
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    // The upstream never answers GET /hang: the pre-image fetch times out.
+    let l = lease_for(&agent, "/hang", 1, |_| {});
+    let (parts, body) = send(&http1_client(), keyed_put(&s.p, "/hang", &l, "{}", &[])).await;
+    assert_eq!(parts.status, StatusCode::SERVICE_UNAVAILABLE);
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["code"], "ERR_PREIMAGE_UNAVAILABLE");
+    assert_receipt_verifies(&doc["receipt"], "rejection");
+    assert_eq!(doc["current_epoch"], 0, "the epoch did not move");
+    assert_eq!(puts_to(&s.upstream, "/hang"), 0);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(drift_events(&s.p)
+        .iter()
+        .any(|e| e["code"] == "ERR_PREIMAGE_UNAVAILABLE" && e["category"] == "fence"));
 }
 
 fn escrow_lease(agent: &KeyPair, path: &str, epoch: u64, expires_in_ms: Option<i64>) -> String {
@@ -702,4 +727,141 @@ async fn a_crash_under_load_loses_no_epoch_receipt_or_inverse() {
         "{}",
         String::from_utf8_lossy(&o.stderr)
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_body_or_header_secret_reaches_receipts_events_logs_or_metrics() {
+    use palisade::store::Store as _;
+    const MARKER: &str = "S3CR3T-MARKER-7f1d";
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let s = start_configured(upstream, dir, "", "");
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let client = http1_client();
+    let echo_lease = |epoch: u64, mode: &str| {
+        let mode = mode.to_owned();
+        lease_for(&agent, "/echo/1", epoch, move |f| {
+            // The upstream answers a GET of /echo/1 with no body: the digest of zero bytes.
+            f.insert(
+                "pre_image_state_hash".into(),
+                json!(palisade_policy::digest::Sha256Digest::empty().to_string()),
+            );
+            f.insert("recovery_mode".into(), json!(mode));
+        })
+    };
+    let secret_headers = [
+        ("authorization", format!("Bearer {MARKER}-auth")),
+        ("cookie", format!("sid={MARKER}-cookie")),
+        ("x-api-key", format!("{MARKER}-key")),
+    ];
+    let body = json!({"note": MARKER, "qty": 3}).to_string();
+    let write = |lease: Option<String>, extra: &[(&str, &str)]| {
+        let mut b = Request::put(s.p.url("/echo/1"))
+            .header("content-type", "application/json")
+            .header(
+                "agent-compensation-inverse",
+                URL_SAFE_NO_PAD.encode(inverse()),
+            );
+        for (k, v) in &secret_headers {
+            b = b.header(*k, v.as_str());
+        }
+        for (k, v) in extra {
+            b = b.header(*k, *v);
+        }
+        if let Some(l) = lease {
+            b = b.header("agent-compensation-lease", l);
+        }
+        b.body(full(body.clone())).unwrap()
+    };
+
+    // Accepted (the echo puts the marker in the response body too), replayed, refused in
+    // several ways, dry-run, escrowed and released.
+    let (ok, resp_body) = send(
+        &client,
+        write(
+            Some(echo_lease(1, "COMPENSATING_ACTION")),
+            &[("idempotency-key", "m-1")],
+        ),
+    )
+    .await;
+    assert_eq!(ok.status, StatusCode::OK);
+    assert!(
+        String::from_utf8_lossy(&resp_body).contains(MARKER),
+        "the echo carries it"
+    );
+    let (replay, _) = send(
+        &client,
+        write(
+            Some(echo_lease(1, "COMPENSATING_ACTION")),
+            &[("idempotency-key", "m-1")],
+        ),
+    )
+    .await;
+    assert_eq!(replay.headers["idempotent-replayed"], "true");
+    for (lease, status) in [
+        (None, 428),
+        (Some("garbage".to_owned()), 400),
+        (Some(echo_lease(1, "COMPENSATING_ACTION")), 409),
+    ] {
+        let (parts, _) = send(&client, write(lease, &[])).await;
+        assert_eq!(parts.status.as_u16(), status);
+    }
+    let (dry, _) = send(&client, write(Some(echo_lease(2, "DRY_RUN_SHADOW")), &[])).await;
+    assert_eq!(dry.status, StatusCode::OK);
+    let (held, _) = send(&client, write(Some(echo_lease(2, "HUMAN_ESCROW")), &[])).await;
+    assert_eq!(held.status, StatusCode::ACCEPTED);
+    let id = held.headers["location"]
+        .to_str()
+        .unwrap()
+        .rsplit('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let (status, doc) = admin_post(s.p.admin, &format!("/admin/v1/escrow/{id}/approve")).await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert_eq!(doc["state"], "released");
+    let (granted, _) = post_json(
+        &s.p,
+        "/.well-known/ptcl/v1/leases",
+        Some(&format!("Bearer {MARKER}-grant")),
+        &json!({"sor_target_uri": format!("{BASE}/echo/2"), "recovery_mode": "COMPENSATING_ACTION",
+                "t_req_ms": 1000, "inverse_payload": {"method": "DELETE", "path": "/echo/2"}}),
+    )
+    .await;
+    assert_eq!(granted.status, StatusCode::CREATED);
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let metrics = admin_get(s.p.admin, "/metrics").await.1;
+    assert!(metrics.contains("palisade_requests_total"));
+    let mut p = s.p;
+    p.sigterm();
+    p.child.wait().unwrap();
+    let logs = p.logs();
+    assert!(logs.contains("\"eventId\""), "drift events were written");
+    assert!(
+        logs.contains("palisade::access"),
+        "access logs were written"
+    );
+    let key = std::sync::Arc::new(KeyPair::from_seed(SIDECAR_SEED));
+    let store =
+        palisade::store::embedded::EmbeddedStore::open(&p.dir.path().join("state.redb"), key)
+            .unwrap();
+    let receipts: Vec<String> = store
+        .receipts()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| String::from_utf8(r).unwrap())
+        .collect();
+    // commit, 3 rejections, dry-run, escrow hold, escrow release's commit
+    assert_eq!(receipts.len(), 7);
+    for (what, text) in [
+        ("logs and drift events", logs.as_str()),
+        ("metrics", metrics.as_str()),
+    ]
+    .into_iter()
+    .chain(receipts.iter().map(|r| ("a receipt", r.as_str())))
+    {
+        assert!(!text.contains(MARKER), "the marker reached {what}");
+    }
 }
