@@ -27,14 +27,42 @@ use tokio::sync::oneshot;
 
 use super::{Advance, Attachments, Compensation, EscrowUpdate, Store, StoreError, WriteIntent};
 
-const FENCES: TableDefinition<&str, u64> = TableDefinition::new("fences");
-const LEASES: TableDefinition<&str, &[u8]> = TableDefinition::new("leases");
-const INVERSES: TableDefinition<&str, &[u8]> = TableDefinition::new("inverses");
-const SNAPSHOTS: TableDefinition<&str, &[u8]> = TableDefinition::new("snapshots");
+/// Resource key → last committed epoch. Byte keys: redb would check `&str` keys for UTF-8 on
+/// every comparison.
+const FENCES: TableDefinition<&[u8], u64> = TableDefinition::new("fences");
+/// Everything about a lease, under keys that start with the lease id ([`lease_key`]): its
+/// record, staged inverse, pre-image snapshot and the sequence numbers of its receipts. One
+/// table with the lease's entries side by side means one write touches few pages: a write's
+/// cost is dominated by the pages each commit must flush (measured with
+/// `examples/store_load.rs`: five tables per write ran at half the rate of this layout).
+const LEASE_DATA: TableDefinition<&[u8], &[u8]> = TableDefinition::new("lease_data");
 /// Sequence number → JCS of the sealed receipt, signature included.
 const RECEIPTS: TableDefinition<u64, &[u8]> = TableDefinition::new("receipts");
-/// Lease id → JSON array of the sequence numbers of its receipts.
-const LEASE_RECEIPTS: TableDefinition<&str, &[u8]> = TableDefinition::new("lease_receipts");
+
+/// What a [`LEASE_DATA`] entry holds.
+#[derive(Clone, Copy)]
+#[repr(u8)]
+enum Part {
+    Record = b'r',
+    Inverse = b'i',
+    Snapshot = b's',
+    /// Followed by the receipt's sequence number (big-endian), with an empty value.
+    Receipt = b'c',
+}
+
+/// `len(lease_id) · lease_id · part [· seq]`. The length prefix (lease ids are at most 128
+/// bytes) keeps one lease's keys from being a prefix of another's.
+fn lease_key(lease_id: &str, part: Part, seq: Option<u64>) -> Vec<u8> {
+    let id = lease_id.as_bytes();
+    let mut k = Vec::with_capacity(id.len() + 10);
+    k.push(u8::try_from(id.len()).unwrap_or(u8::MAX));
+    k.extend_from_slice(id);
+    k.push(part as u8);
+    if let Some(seq) = seq {
+        k.extend_from_slice(&seq.to_be_bytes());
+    }
+    k
+}
 
 /// Scoped idempotency key → its stored outcome (JSON, with `expires_ms`).
 const IDEMPOTENCY: TableDefinition<&str, &[u8]> = TableDefinition::new("idempotency");
@@ -129,11 +157,8 @@ impl EmbeddedStore {
         let wtx = db.begin_write().map_err(unavailable)?;
         {
             wtx.open_table(FENCES).map_err(unavailable)?;
-            wtx.open_table(LEASES).map_err(unavailable)?;
-            wtx.open_table(INVERSES).map_err(unavailable)?;
-            wtx.open_table(SNAPSHOTS).map_err(unavailable)?;
+            wtx.open_table(LEASE_DATA).map_err(unavailable)?;
             wtx.open_table(RECEIPTS).map_err(unavailable)?;
-            wtx.open_table(LEASE_RECEIPTS).map_err(unavailable)?;
             wtx.open_table(IDEMPOTENCY).map_err(unavailable)?;
             wtx.open_table(IDEMPOTENCY_EXPIRY).map_err(unavailable)?;
             wtx.open_table(ESCROWS).map_err(unavailable)?;
@@ -175,6 +200,15 @@ impl EmbeddedStore {
         let rtx = self.db.begin_read().map_err(unavailable)?;
         let table = rtx.open_table(table).map_err(unavailable)?;
         let v = table.get(key).map_err(unavailable)?;
+        Ok(v.map(|v| v.value().to_vec()))
+    }
+
+    fn read_lease(&self, lease_id: &str, part: Part) -> Result<Option<Vec<u8>>, StoreError> {
+        let rtx = self.db.begin_read().map_err(unavailable)?;
+        let table = rtx.open_table(LEASE_DATA).map_err(unavailable)?;
+        let v = table
+            .get(lease_key(lease_id, part, None).as_slice())
+            .map_err(unavailable)?;
         Ok(v.map(|v| v.value().to_vec()))
     }
 
@@ -301,11 +335,8 @@ fn apply(
     let mut answers = Vec::with_capacity(batch.len());
     {
         let mut fences = wtx.open_table(FENCES).map_err(unavailable)?;
-        let mut leases = wtx.open_table(LEASES).map_err(unavailable)?;
-        let mut inverses = wtx.open_table(INVERSES).map_err(unavailable)?;
-        let mut snapshots = wtx.open_table(SNAPSHOTS).map_err(unavailable)?;
+        let mut leases = wtx.open_table(LEASE_DATA).map_err(unavailable)?;
         let mut receipts = wtx.open_table(RECEIPTS).map_err(unavailable)?;
-        let mut lease_receipts = wtx.open_table(LEASE_RECEIPTS).map_err(unavailable)?;
         let mut idempotency = wtx.open_table(IDEMPOTENCY).map_err(unavailable)?;
         let mut idempotency_expiry = wtx.open_table(IDEMPOTENCY_EXPIRY).map_err(unavailable)?;
         let mut escrows = wtx.open_table(ESCROWS).map_err(unavailable)?;
@@ -314,7 +345,7 @@ fn apply(
             match job {
                 Job::Advance(intent, _) => {
                     let current = fences
-                        .get(intent.resource.as_str())
+                        .get(intent.resource.as_bytes())
                         .map_err(unavailable)?
                         .map_or(0, |v| v.value());
                     if intent.epoch <= current {
@@ -322,44 +353,55 @@ fn apply(
                         continue;
                     }
                     fences
-                        .insert(intent.resource.as_str(), intent.epoch)
+                        .insert(intent.resource.as_bytes(), intent.epoch)
                         .map_err(unavailable)?;
+                    let id = intent.lease_id.as_str();
                     leases
-                        .insert(intent.lease_id.as_str(), intent.lease_record.as_slice())
+                        .insert(
+                            lease_key(id, Part::Record, None).as_slice(),
+                            intent.lease_record.as_slice(),
+                        )
                         .map_err(unavailable)?;
                     if let Some(inv) = &intent.inverse {
-                        inverses
-                            .insert(intent.lease_id.as_str(), inv.as_slice())
+                        leases
+                            .insert(
+                                lease_key(id, Part::Inverse, None).as_slice(),
+                                inv.as_slice(),
+                            )
                             .map_err(unavailable)?;
                     }
                     if let Some(snap) = &intent.snapshot {
-                        snapshots
-                            .insert(intent.lease_id.as_str(), snap.as_slice())
+                        leases
+                            .insert(
+                                lease_key(id, Part::Snapshot, None).as_slice(),
+                                snap.as_slice(),
+                            )
                             .map_err(unavailable)?;
                     }
                     answers.push(Answer::Advance(Advance::Advanced));
                 }
                 Job::Compensate(lease_id, _) => {
+                    let record_key = lease_key(lease_id, Part::Record, None);
                     let record: Option<serde_json::Value> = leases
-                        .get(lease_id.as_str())
+                        .get(record_key.as_slice())
                         .map_err(unavailable)?
                         .and_then(|v| serde_json::from_slice(v.value()).ok());
                     let answer = match record {
                         Some(mut rec) if rec["state"] == "committed" => {
                             let resource = rec["resource"].as_str().unwrap_or_default().to_owned();
                             let current = fences
-                                .get(resource.as_str())
+                                .get(resource.as_bytes())
                                 .map_err(unavailable)?
                                 .map_or(0, |v| v.value());
                             let epoch = current + 1;
                             fences
-                                .insert(resource.as_str(), epoch)
+                                .insert(resource.as_bytes(), epoch)
                                 .map_err(unavailable)?;
                             rec["state"] = "compensated".into();
                             rec["compensation_epoch"] = epoch.into();
                             let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
                             leases
-                                .insert(lease_id.as_str(), bytes.as_slice())
+                                .insert(record_key.as_slice(), bytes.as_slice())
                                 .map_err(unavailable)?;
                             Compensation::Started { epoch }
                         }
@@ -378,12 +420,18 @@ fn apply(
                 } => {
                     if let Some(r) = record {
                         leases
-                            .insert(lease_id.as_str(), r.as_slice())
+                            .insert(
+                                lease_key(lease_id, Part::Record, None).as_slice(),
+                                r.as_slice(),
+                            )
                             .map_err(unavailable)?;
                     }
                     if let Some(inv) = inverse {
-                        inverses
-                            .insert(lease_id.as_str(), inv.as_slice())
+                        leases
+                            .insert(
+                                lease_key(lease_id, Part::Inverse, None).as_slice(),
+                                inv.as_slice(),
+                            )
                             .map_err(unavailable)?;
                     }
                     answers.push(Answer::Staged);
@@ -432,15 +480,9 @@ fn apply(
                         .insert(chain.next_seq, sealed.jcs.as_slice())
                         .map_err(unavailable)?;
                     if let Some(lease_id) = &body.lease_id {
-                        let mut seqs: Vec<u64> = lease_receipts
-                            .get(lease_id.as_str())
-                            .map_err(unavailable)?
-                            .and_then(|v| serde_json::from_slice(v.value()).ok())
-                            .unwrap_or_default();
-                        seqs.push(chain.next_seq);
-                        let bytes = serde_json::to_vec(&seqs).map_err(unavailable)?;
-                        lease_receipts
-                            .insert(lease_id.as_str(), bytes.as_slice())
+                        let k = lease_key(lease_id, Part::Receipt, Some(chain.next_seq));
+                        leases
+                            .insert(k.as_slice(), [].as_slice())
                             .map_err(unavailable)?;
                     }
                     chain = ChainHead {
@@ -526,7 +568,7 @@ impl Store for EmbeddedStore {
         Box::pin(async move {
             let rtx = self.db.begin_read().map_err(unavailable)?;
             let table = rtx.open_table(FENCES).map_err(unavailable)?;
-            let v = table.get(resource).map_err(unavailable)?;
+            let v = table.get(resource.as_bytes()).map_err(unavailable)?;
             Ok(v.map_or(0, |v| v.value()))
         })
     }
@@ -611,14 +653,14 @@ impl Store for EmbeddedStore {
         &'a self,
         lease_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
-        Box::pin(async move { self.read_bytes(INVERSES, lease_id) })
+        Box::pin(async move { self.read_lease(lease_id, Part::Inverse) })
     }
 
     fn lease_record<'a>(
         &'a self,
         lease_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
-        Box::pin(async move { self.read_bytes(LEASES, lease_id) })
+        Box::pin(async move { self.read_lease(lease_id, Part::Record) })
     }
 
     fn lease_receipts<'a>(
@@ -627,12 +669,26 @@ impl Store for EmbeddedStore {
     ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, StoreError>> {
         Box::pin(async move {
             let rtx = self.db.begin_read().map_err(unavailable)?;
-            let index = rtx.open_table(LEASE_RECEIPTS).map_err(unavailable)?;
-            let seqs: Vec<u64> = index
-                .get(lease_id)
+            let index = rtx.open_table(LEASE_DATA).map_err(unavailable)?;
+            let from = lease_key(lease_id, Part::Receipt, None);
+            let mut to = from.clone();
+            if let Some(last) = to.last_mut() {
+                *last += 1;
+            }
+            let mut seqs = Vec::new();
+            for row in index
+                .range::<&[u8]>(from.as_slice()..to.as_slice())
                 .map_err(unavailable)?
-                .and_then(|v| serde_json::from_slice(v.value()).ok())
-                .unwrap_or_default();
+            {
+                let (k, _) = row.map_err(unavailable)?;
+                let k = k.value();
+                if let Some(seq) = k
+                    .get(k.len().saturating_sub(8)..)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                {
+                    seqs.push(u64::from_be_bytes(seq));
+                }
+            }
             let receipts = rtx.open_table(RECEIPTS).map_err(unavailable)?;
             let mut out = Vec::with_capacity(seqs.len());
             for seq in seqs {
@@ -648,7 +704,7 @@ impl Store for EmbeddedStore {
         &'a self,
         lease_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
-        Box::pin(async move { self.read_bytes(SNAPSHOTS, lease_id) })
+        Box::pin(async move { self.read_lease(lease_id, Part::Snapshot) })
     }
 
     fn begin_compensation(
