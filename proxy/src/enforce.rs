@@ -443,7 +443,11 @@ pub async fn check(
         inverse: staged.map(|s| s.jcs),
         snapshot,
     };
-    match enf.store.advance(intent).await.map_err(store_refusal)? {
+    let waited = tokio::time::Instant::now();
+    let advanced = enf.store.advance(intent).await;
+    metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "advance")
+        .record(waited.elapsed().as_secs_f64());
+    match advanced.map_err(store_refusal)? {
         Advance::Advanced => {}
         Advance::Stale { current } => {
             return Err(Denied {
@@ -609,7 +613,11 @@ pub async fn commit(
         )
     };
     let attachments = attach(resp);
-    match enf.store.append_receipt_with(body, attachments).await {
+    let waited = tokio::time::Instant::now();
+    let appended = enf.store.append_receipt_with(body, attachments).await;
+    metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "receipt")
+        .record(waited.elapsed().as_secs_f64());
+    match appended {
         Ok(Some(sealed)) => {
             if let Some(v) = receipt_header(&sealed) {
                 resp.headers_mut().insert(RECEIPT_HEADER, v);

@@ -228,6 +228,10 @@ fn writer(
     commits: Arc<AtomicU64>,
     failed: Arc<AtomicBool>,
 ) {
+    use crate::telemetry::{FENCE_ADVANCES, STORE_BATCH_JOBS, STORE_OP_DURATION};
+    let commit_time = metrics::histogram!(STORE_OP_DURATION, "op" => "commit");
+    let batch_jobs = metrics::histogram!(STORE_BATCH_JOBS);
+    let advances = metrics::counter!(FENCE_ADVANCES);
     while let Ok(first) = rx.recv() {
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
@@ -236,7 +240,11 @@ fn writer(
                 Err(_) => break,
             }
         }
-        match apply(&db, &key, chain, &batch) {
+        let started = tokio::time::Instant::now();
+        let result = apply(&db, &key, chain, &batch);
+        commit_time.record(started.elapsed().as_secs_f64());
+        batch_jobs.record(batch.len() as f64);
+        match result {
             Ok((answers, new_chain)) => {
                 // Only now, after the commit, is the new chain head real.
                 chain = new_chain;
@@ -245,6 +253,9 @@ fn writer(
                 for (job, answer) in batch.into_iter().zip(answers) {
                     match (job, answer) {
                         (Job::Advance(_, reply), Answer::Advance(a)) => {
+                            if a == Advance::Advanced {
+                                advances.increment(1);
+                            }
                             let _ = reply.send(Ok(a));
                         }
                         (Job::Receipt(_, reply), Answer::Receipt(r)) => {
