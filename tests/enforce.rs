@@ -373,9 +373,7 @@ async fn committed_epochs_and_receipts_survive_a_restart() {
     p.child.kill().unwrap(); // SIGKILL: no clean shutdown
     p.child.wait().unwrap();
     let dir2 = tempfile::tempdir().unwrap();
-    for f in ["signing.pem", "issuers.json", "state.redb"] {
-        std::fs::copy(keep.join(f), dir2.path().join(f)).unwrap();
-    }
+    copy_state(&keep, dir2.path());
     drop(p);
     let s = start_in(upstream, dir2, "");
     for epoch in [5, 4] {

@@ -338,9 +338,7 @@ async fn escrow_holds_until_an_operator_decides_and_rechecks_on_release() {
     p.child.kill().unwrap();
     p.child.wait().unwrap();
     let dir2 = tempfile::tempdir().unwrap();
-    for f in ["signing.pem", "issuers.json", "state.redb"] {
-        std::fs::copy(keep.join(f), dir2.path().join(f)).unwrap();
-    }
+    copy_state(&keep, dir2.path());
     drop(p);
     let s = start_in(upstream, dir2, "");
 

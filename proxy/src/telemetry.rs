@@ -98,8 +98,8 @@ pub fn metrics_handle() -> PrometheusHandle {
                 .set_buckets_for_metric(
                     Matcher::Suffix("duration_seconds".into()),
                     &[
-                        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
-                        5.0, 10.0, 30.0,
+                        0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1,
+                        0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                     ],
                 )
                 .expect("bucket list is not empty")

@@ -208,9 +208,7 @@ pub fn kill_and_keep_state(mut p: Palisade) -> tempfile::TempDir {
     p.child.kill().unwrap();
     p.child.wait().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    for f in ["signing.pem", "issuers.json", "state.redb"] {
-        std::fs::copy(p.dir.path().join(f), dir.path().join(f)).unwrap();
-    }
+    copy_state(p.dir.path(), dir.path());
     dir
 }
 
@@ -290,4 +288,20 @@ pub async fn compensate(p: &Palisade, lease: &str) -> (StatusCode, Value, http::
         serde_json::from_slice(&body).unwrap_or(Value::Null),
         parts.headers,
     )
+}
+
+/// Copies the sidecar's keys and store (the database and, after a crash, its journal) from
+/// `from` to `to`, for a restart on the same state.
+pub fn copy_state(from: &std::path::Path, to: &std::path::Path) {
+    for f in [
+        "signing.pem",
+        "issuers.json",
+        "state.redb",
+        "state.redb.journal",
+    ] {
+        // The journal exists only until a checkpoint folds it into the database.
+        if from.join(f).exists() {
+            std::fs::copy(from.join(f), to.join(f)).unwrap();
+        }
+    }
 }

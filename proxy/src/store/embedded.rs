@@ -6,9 +6,15 @@
 //!
 //! Writes go through one writer thread that owns every write transaction. Callers send jobs
 //! over a channel; the thread takes every job waiting, applies them in arrival order in *one*
-//! transaction, commits once (one fsync), then answers each caller. Under load, many writes
+//! transaction, makes it durable once, then answers each caller. Under load, many writes
 //! share an fsync (group commit); alone, a write pays one. The receipt chain's head lives in
 //! that thread, so receipts are totally ordered without a lock.
+//!
+//! Durable means: the batch's changes are appended to the redo journal ([`super::journal`])
+//! and fsync'd, then the redb transaction commits without its own fsync. A durable redb
+//! commit (a checkpoint) follows when the journal passes [`CHECKPOINT_BYTES`], after a second
+//! without writes, and on a clean stop, which also removes the emptied journal. Opening the
+//! store replays whatever the journal holds first.
 //!
 //! Reads (`epoch`, `inverse`, `receipts`) use redb read transactions on the caller's thread:
 //! they see the last committed state and never wait for the writer.
@@ -22,9 +28,10 @@ use futures_util::future::BoxFuture;
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::keys::KeyPair;
 use palisade_policy::receipt::{self, ReceiptBody, SealedReceipt};
-use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
+use super::journal::{self, Journal, Redo};
 use super::{Advance, Attachments, Compensation, EscrowUpdate, Store, StoreError, WriteIntent};
 
 /// Resource key → last committed epoch. Byte keys: redb would check `&str` keys for UTF-8 on
@@ -78,6 +85,20 @@ const SWEEP_PER_BATCH: usize = 64;
 
 /// Most jobs one transaction takes, so one slow batch cannot grow without bound.
 const MAX_BATCH: usize = 512;
+
+/// Journal size that triggers a checkpoint. Bounds both replay time after a crash and the
+/// memory redb holds for commits not yet checkpointed.
+const CHECKPOINT_BYTES: u64 = 16 << 20;
+/// A quiet writer checkpoints after this long, so an idle store is one file on disk.
+const CHECKPOINT_IDLE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Table ids in journal records.
+const T_FENCES: u8 = 1;
+const T_LEASE_DATA: u8 = 2;
+const T_RECEIPTS: u8 = 3;
+const T_IDEMPOTENCY: u8 = 4;
+const T_IDEMPOTENCY_EXPIRY: u8 = 5;
+const T_ESCROWS: u8 = 6;
 
 enum Job {
     Advance(WriteIntent, oneshot::Sender<Result<Advance, StoreError>>),
@@ -164,6 +185,7 @@ impl EmbeddedStore {
             wtx.open_table(ESCROWS).map_err(unavailable)?;
         }
         wtx.commit().map_err(unavailable)?;
+        let journal = recover(&db, &journal_path(path))?;
         let db = Arc::new(db);
         let head = read_chain_head(&db)?;
         let (jobs, rx) = mpsc::channel();
@@ -175,7 +197,7 @@ impl EmbeddedStore {
             let failed = failed.clone();
             std::thread::Builder::new()
                 .name("palisade-store".into())
-                .spawn(move || writer(db, key, head, rx, commits, failed))
+                .spawn(move || writer(db, journal, key, head, rx, commits, failed))
                 .map_err(unavailable)?
         };
         Ok(Self {
@@ -222,6 +244,7 @@ impl EmbeddedStore {
 /// The writer thread: batches jobs into transactions until every sender is gone.
 fn writer(
     db: Arc<Database>,
+    mut journal: Journal,
     key: Arc<KeyPair>,
     mut chain: ChainHead,
     rx: mpsc::Receiver<Job>,
@@ -232,7 +255,17 @@ fn writer(
     let commit_time = metrics::histogram!(STORE_OP_DURATION, "op" => "commit");
     let batch_jobs = metrics::histogram!(STORE_BATCH_JOBS);
     let advances = metrics::counter!(FENCE_ADVANCES);
-    while let Ok(first) = rx.recv() {
+    loop {
+        let first = match rx.recv_timeout(CHECKPOINT_IDLE) {
+            Ok(job) => job,
+            Err(mpsc::RecvTimeoutError::Timeout) => {
+                if !journal.is_empty() {
+                    checkpoint(&db, &mut journal, &failed);
+                }
+                continue;
+            }
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match rx.try_recv() {
@@ -241,11 +274,14 @@ fn writer(
             }
         }
         let started = tokio::time::Instant::now();
-        let result = apply(&db, &key, chain, &batch);
+        let result = apply(&db, &mut journal, &key, chain, &batch);
         commit_time.record(started.elapsed().as_secs_f64());
         batch_jobs.record(batch.len() as f64);
         match result {
             Ok((answers, new_chain)) => {
+                if journal.len() > CHECKPOINT_BYTES {
+                    checkpoint(&db, &mut journal, &failed);
+                }
                 // Only now, after the commit, is the new chain head real.
                 chain = new_chain;
                 commits.fetch_add(1, Ordering::Relaxed);
@@ -300,6 +336,202 @@ fn writer(
             }
         }
     }
+    // A clean stop: fold the journal into the file and remove it.
+    if checkpoint(&db, &mut journal, &failed) {
+        if let Err(e) = journal.remove() {
+            tracing::warn!(error = %e, "store journal not removed after the final checkpoint");
+        }
+    }
+}
+
+fn journal_path(store: &Path) -> std::path::PathBuf {
+    let mut name = store.as_os_str().to_owned();
+    name.push(".journal");
+    name.into()
+}
+
+/// A durable redb commit of everything committed so far, then an empty journal. `false` (and
+/// the journal kept, so nothing is lost) if it failed.
+fn checkpoint(db: &Database, journal: &mut Journal, failed: &AtomicBool) -> bool {
+    let durable = db.begin_write().map_err(unavailable).and_then(|mut wtx| {
+        wtx.set_durability(Durability::Immediate);
+        wtx.commit().map_err(unavailable)
+    });
+    let done = durable.and_then(|()| journal.reset().map_err(unavailable));
+    match done {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::error!(error = %e, "store checkpoint failed; the journal keeps every change");
+            failed.store(true, Ordering::Relaxed);
+            false
+        }
+    }
+}
+
+/// Replays the journal at `path` into `db` (one durable transaction), empties it and returns
+/// it for the writer. A record that cannot be read refuses the open: guessing could lose an
+/// epoch.
+fn recover(db: &Database, path: &Path) -> Result<Journal, StoreError> {
+    let (mut journal, records) =
+        Journal::open(path).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+    if records.is_empty() {
+        return Ok(journal);
+    }
+    let mut wtx = db.begin_write().map_err(unavailable)?;
+    wtx.set_durability(Durability::Immediate);
+    {
+        let mut t = Tables::open(&wtx)?;
+        for record in &records {
+            let changes = journal::changes(record)
+                .ok_or_else(|| unavailable("store journal: a record cannot be read"))?;
+            for c in changes {
+                t.replay(&c)?;
+            }
+        }
+    }
+    wtx.commit().map_err(unavailable)?;
+    tracing::info!(records = records.len(), "store journal replayed");
+    journal.reset().map_err(unavailable)?;
+    Ok(journal)
+}
+
+/// The tables of one write transaction. Every change goes through here, so it is both applied
+/// and recorded for the journal.
+struct Tables<'t> {
+    fences: redb::Table<'t, &'static [u8], u64>,
+    leases: redb::Table<'t, &'static [u8], &'static [u8]>,
+    receipts: redb::Table<'t, u64, &'static [u8]>,
+    idempotency: redb::Table<'t, &'static str, &'static [u8]>,
+    expiry: redb::Table<'t, (u64, &'static str), ()>,
+    escrows: redb::Table<'t, &'static str, &'static [u8]>,
+    redo: Redo,
+}
+
+fn expiry_key(at: u64, key: &str) -> Vec<u8> {
+    let mut k = at.to_be_bytes().to_vec();
+    k.extend_from_slice(key.as_bytes());
+    k
+}
+
+impl<'t> Tables<'t> {
+    fn open(wtx: &'t redb::WriteTransaction) -> Result<Self, StoreError> {
+        Ok(Self {
+            fences: wtx.open_table(FENCES).map_err(unavailable)?,
+            leases: wtx.open_table(LEASE_DATA).map_err(unavailable)?,
+            receipts: wtx.open_table(RECEIPTS).map_err(unavailable)?,
+            idempotency: wtx.open_table(IDEMPOTENCY).map_err(unavailable)?,
+            expiry: wtx.open_table(IDEMPOTENCY_EXPIRY).map_err(unavailable)?,
+            escrows: wtx.open_table(ESCROWS).map_err(unavailable)?,
+            redo: Redo::default(),
+        })
+    }
+
+    fn fence(&self, resource: &[u8]) -> Result<u64, StoreError> {
+        Ok(self
+            .fences
+            .get(resource)
+            .map_err(unavailable)?
+            .map_or(0, |v| v.value()))
+    }
+
+    fn set_fence(&mut self, resource: &[u8], epoch: u64) -> Result<(), StoreError> {
+        self.fences.insert(resource, epoch).map_err(unavailable)?;
+        self.redo.put(T_FENCES, resource, &epoch.to_be_bytes());
+        Ok(())
+    }
+
+    fn put_lease(&mut self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.leases.insert(key, value).map_err(unavailable)?;
+        self.redo.put(T_LEASE_DATA, key, value);
+        Ok(())
+    }
+
+    fn put_receipt(&mut self, seq: u64, jcs: &[u8]) -> Result<(), StoreError> {
+        self.receipts.insert(seq, jcs).map_err(unavailable)?;
+        self.redo.put(T_RECEIPTS, &seq.to_be_bytes(), jcs);
+        Ok(())
+    }
+
+    fn put_idempotency(&mut self, key: &str, value: &[u8], at: u64) -> Result<(), StoreError> {
+        self.idempotency.insert(key, value).map_err(unavailable)?;
+        self.redo.put(T_IDEMPOTENCY, key.as_bytes(), value);
+        self.expiry.insert((at, key), ()).map_err(unavailable)?;
+        self.redo
+            .put(T_IDEMPOTENCY_EXPIRY, &expiry_key(at, key), &[]);
+        Ok(())
+    }
+
+    fn delete_idempotency(&mut self, key: &str) -> Result<(), StoreError> {
+        self.idempotency.remove(key).map_err(unavailable)?;
+        self.redo.delete(T_IDEMPOTENCY, key.as_bytes());
+        Ok(())
+    }
+
+    fn delete_expiry(&mut self, at: u64, key: &str) -> Result<(), StoreError> {
+        self.expiry.remove((at, key)).map_err(unavailable)?;
+        self.redo.delete(T_IDEMPOTENCY_EXPIRY, &expiry_key(at, key));
+        Ok(())
+    }
+
+    fn put_escrow(&mut self, id: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.escrows.insert(id, value).map_err(unavailable)?;
+        self.redo.put(T_ESCROWS, id.as_bytes(), value);
+        Ok(())
+    }
+
+    /// Applies one journal change (nothing is recorded: it is already in the journal).
+    fn replay(&mut self, c: &journal::Change<'_>) -> Result<(), StoreError> {
+        let bad = || unavailable("store journal: a change cannot be applied");
+        let text = |b: &[u8]| std::str::from_utf8(b).map(str::to_owned).map_err(|_| bad());
+        let u64_of = |b: &[u8]| {
+            <[u8; 8]>::try_from(b)
+                .map(u64::from_be_bytes)
+                .map_err(|_| bad())
+        };
+        match (c.table, c.value) {
+            (T_FENCES, Some(v)) => {
+                self.fences.insert(c.key, u64_of(v)?).map_err(unavailable)?;
+            }
+            (T_LEASE_DATA, Some(v)) => {
+                self.leases.insert(c.key, v).map_err(unavailable)?;
+            }
+            (T_RECEIPTS, Some(v)) => {
+                self.receipts
+                    .insert(u64_of(c.key)?, v)
+                    .map_err(unavailable)?;
+            }
+            (T_IDEMPOTENCY, Some(v)) => {
+                self.idempotency
+                    .insert(text(c.key)?.as_str(), v)
+                    .map_err(unavailable)?;
+            }
+            (T_IDEMPOTENCY, None) => {
+                self.idempotency
+                    .remove(text(c.key)?.as_str())
+                    .map_err(unavailable)?;
+            }
+            (T_IDEMPOTENCY_EXPIRY, value) => {
+                let at = u64_of(c.key.get(..8).ok_or_else(bad)?)?;
+                let key = text(c.key.get(8..).ok_or_else(bad)?)?;
+                if value.is_some() {
+                    self.expiry
+                        .insert((at, key.as_str()), ())
+                        .map_err(unavailable)?;
+                } else {
+                    self.expiry
+                        .remove((at, key.as_str()))
+                        .map_err(unavailable)?;
+                }
+            }
+            (T_ESCROWS, Some(v)) => {
+                self.escrows
+                    .insert(text(c.key)?.as_str(), v)
+                    .map_err(unavailable)?;
+            }
+            _ => return Err(bad()),
+        }
+        Ok(())
+    }
 }
 
 enum Answer {
@@ -334,86 +566,58 @@ fn now_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-/// Applies a batch in one durable transaction; nothing is visible or answered unless it
-/// commits.
+/// Applies a batch in one transaction, made durable by one journal append; nothing is
+/// visible or answered unless the append and the commit succeed.
 fn apply(
     db: &Database,
+    journal: &mut Journal,
     key: &KeyPair,
     mut chain: ChainHead,
     batch: &[Job],
 ) -> Result<(Vec<Answer>, ChainHead), StoreError> {
-    let wtx = db.begin_write().map_err(unavailable)?;
+    let mut wtx = db.begin_write().map_err(unavailable)?;
+    // Durability comes from the journal (see the module doc).
+    wtx.set_durability(Durability::None);
     let mut answers = Vec::with_capacity(batch.len());
-    {
-        let mut fences = wtx.open_table(FENCES).map_err(unavailable)?;
-        let mut leases = wtx.open_table(LEASE_DATA).map_err(unavailable)?;
-        let mut receipts = wtx.open_table(RECEIPTS).map_err(unavailable)?;
-        let mut idempotency = wtx.open_table(IDEMPOTENCY).map_err(unavailable)?;
-        let mut idempotency_expiry = wtx.open_table(IDEMPOTENCY_EXPIRY).map_err(unavailable)?;
-        let mut escrows = wtx.open_table(ESCROWS).map_err(unavailable)?;
+    let redo = {
+        let mut t = Tables::open(&wtx)?;
         let mut stored_keys = false;
         for job in batch {
             match job {
                 Job::Advance(intent, _) => {
-                    let current = fences
-                        .get(intent.resource.as_bytes())
-                        .map_err(unavailable)?
-                        .map_or(0, |v| v.value());
+                    let resource = intent.resource.as_bytes();
+                    let current = t.fence(resource)?;
                     if intent.epoch <= current {
                         answers.push(Answer::Advance(Advance::Stale { current }));
                         continue;
                     }
-                    fences
-                        .insert(intent.resource.as_bytes(), intent.epoch)
-                        .map_err(unavailable)?;
+                    t.set_fence(resource, intent.epoch)?;
                     let id = intent.lease_id.as_str();
-                    leases
-                        .insert(
-                            lease_key(id, Part::Record, None).as_slice(),
-                            intent.lease_record.as_slice(),
-                        )
-                        .map_err(unavailable)?;
+                    t.put_lease(&lease_key(id, Part::Record, None), &intent.lease_record)?;
                     if let Some(inv) = &intent.inverse {
-                        leases
-                            .insert(
-                                lease_key(id, Part::Inverse, None).as_slice(),
-                                inv.as_slice(),
-                            )
-                            .map_err(unavailable)?;
+                        t.put_lease(&lease_key(id, Part::Inverse, None), inv)?;
                     }
                     if let Some(snap) = &intent.snapshot {
-                        leases
-                            .insert(
-                                lease_key(id, Part::Snapshot, None).as_slice(),
-                                snap.as_slice(),
-                            )
-                            .map_err(unavailable)?;
+                        t.put_lease(&lease_key(id, Part::Snapshot, None), snap)?;
                     }
                     answers.push(Answer::Advance(Advance::Advanced));
                 }
                 Job::Compensate(lease_id, _) => {
                     let record_key = lease_key(lease_id, Part::Record, None);
-                    let record: Option<serde_json::Value> = leases
+                    let record: Option<serde_json::Value> = t
+                        .leases
                         .get(record_key.as_slice())
                         .map_err(unavailable)?
                         .and_then(|v| serde_json::from_slice(v.value()).ok());
                     let answer = match record {
                         Some(mut rec) if rec["state"] == "committed" => {
                             let resource = rec["resource"].as_str().unwrap_or_default().to_owned();
-                            let current = fences
-                                .get(resource.as_bytes())
-                                .map_err(unavailable)?
-                                .map_or(0, |v| v.value());
-                            let epoch = current + 1;
-                            fences
-                                .insert(resource.as_bytes(), epoch)
-                                .map_err(unavailable)?;
+                            let epoch = t.fence(resource.as_bytes())? + 1;
+                            t.set_fence(resource.as_bytes(), epoch)?;
                             rec["state"] = "compensated".into();
                             rec["compensation_epoch"] = epoch.into();
                             let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
-                            leases
-                                .insert(record_key.as_slice(), bytes.as_slice())
-                                .map_err(unavailable)?;
+                            t.put_lease(&record_key, &bytes)?;
                             Compensation::Started { epoch }
                         }
                         Some(rec) if rec["state"] == "compensated" => {
@@ -430,37 +634,25 @@ fn apply(
                     ..
                 } => {
                     if let Some(r) = record {
-                        leases
-                            .insert(
-                                lease_key(lease_id, Part::Record, None).as_slice(),
-                                r.as_slice(),
-                            )
-                            .map_err(unavailable)?;
+                        t.put_lease(&lease_key(lease_id, Part::Record, None), r)?;
                     }
                     if let Some(inv) = inverse {
-                        leases
-                            .insert(
-                                lease_key(lease_id, Part::Inverse, None).as_slice(),
-                                inv.as_slice(),
-                            )
-                            .map_err(unavailable)?;
+                        t.put_lease(&lease_key(lease_id, Part::Inverse, None), inv)?;
                     }
                     answers.push(Answer::Staged);
                 }
                 Job::EscrowPut(update, _) => {
-                    let ok = escrow_state_is(&escrows, &update.id, update.expect.as_deref())?;
+                    let ok = escrow_state_is(&t.escrows, &update.id, update.expect.as_deref())?;
                     if ok {
                         let bytes = serde_json::to_vec(&update.record).map_err(unavailable)?;
-                        escrows
-                            .insert(update.id.as_str(), bytes.as_slice())
-                            .map_err(unavailable)?;
+                        t.put_escrow(&update.id, &bytes)?;
                     }
                     answers.push(Answer::EscrowPut(ok));
                 }
                 Job::Receipt(job, _) => {
                     let (body, attach) = &**job;
                     if let Some(update) = &attach.escrow {
-                        if !escrow_state_is(&escrows, &update.id, update.expect.as_deref())? {
+                        if !escrow_state_is(&t.escrows, &update.id, update.expect.as_deref())? {
                             answers.push(Answer::Receipt(None));
                             continue;
                         }
@@ -470,31 +662,22 @@ fn apply(
                         let mut record = update.record.clone();
                         record["receipt"] = sealed.value.clone();
                         let bytes = serde_json::to_vec(&record).map_err(unavailable)?;
-                        escrows
-                            .insert(update.id.as_str(), bytes.as_slice())
-                            .map_err(unavailable)?;
+                        t.put_escrow(&update.id, &bytes)?;
                     }
                     if let Some(idem) = &attach.idempotency {
                         let mut record = idem.record.clone();
                         record["receipt"] = sealed.value.clone();
                         record["expires_ms"] = idem.expires_ms.into();
                         let bytes = serde_json::to_vec(&record).map_err(unavailable)?;
-                        idempotency
-                            .insert(idem.key.as_str(), bytes.as_slice())
-                            .map_err(unavailable)?;
-                        idempotency_expiry
-                            .insert((idem.expires_ms.max(0) as u64, idem.key.as_str()), ())
-                            .map_err(unavailable)?;
+                        t.put_idempotency(&idem.key, &bytes, idem.expires_ms.max(0) as u64)?;
                         stored_keys = true;
                     }
-                    receipts
-                        .insert(chain.next_seq, sealed.jcs.as_slice())
-                        .map_err(unavailable)?;
+                    t.put_receipt(chain.next_seq, &sealed.jcs)?;
                     if let Some(lease_id) = &body.lease_id {
-                        let k = lease_key(lease_id, Part::Receipt, Some(chain.next_seq));
-                        leases
-                            .insert(k.as_slice(), [].as_slice())
-                            .map_err(unavailable)?;
+                        t.put_lease(
+                            &lease_key(lease_id, Part::Receipt, Some(chain.next_seq)),
+                            &[],
+                        )?;
                     }
                     chain = ChainHead {
                         next_seq: chain.next_seq + 1,
@@ -505,22 +688,24 @@ fn apply(
             }
         }
         if stored_keys {
-            sweep_expired(&mut idempotency, &mut idempotency_expiry)?;
+            sweep_expired(&mut t)?;
         }
+        t.redo
+    };
+    // The durable point: once the journal holds the batch, it survives a crash.
+    if !redo.is_empty() {
+        journal.append(&redo.bytes).map_err(unavailable)?;
     }
-    // Durability::Immediate (the default): commit returns after fsync.
     wtx.commit().map_err(unavailable)?;
     Ok((answers, chain))
 }
 
 /// Removes up to [`SWEEP_PER_BATCH`] expired idempotency keys (SPEC §5.6 retention).
-fn sweep_expired(
-    idempotency: &mut redb::Table<&str, &[u8]>,
-    expiry: &mut redb::Table<(u64, &str), ()>,
-) -> Result<(), StoreError> {
+fn sweep_expired(t: &mut Tables<'_>) -> Result<(), StoreError> {
     let now = now_ms();
     let mut expired: Vec<(u64, String)> = Vec::new();
-    for row in expiry
+    for row in t
+        .expiry
         .range::<(u64, &str)>(..(now, ""))
         .map_err(unavailable)?
     {
@@ -532,15 +717,16 @@ fn sweep_expired(
         }
     }
     for (at, key) in expired {
-        expiry.remove((at, key.as_str())).map_err(unavailable)?;
+        t.delete_expiry(at, &key)?;
         // A key re-stored later has a later expiry: remove the record only if it is this one.
-        let current_expiry = idempotency
+        let current_expiry = t
+            .idempotency
             .get(key.as_str())
             .map_err(unavailable)?
             .and_then(|v| serde_json::from_slice::<serde_json::Value>(v.value()).ok())
             .and_then(|r| r["expires_ms"].as_u64());
         if current_expiry.is_none_or(|e| e <= at) {
-            idempotency.remove(key.as_str()).map_err(unavailable)?;
+            t.delete_idempotency(&key)?;
         }
     }
     Ok(())

@@ -13,6 +13,7 @@
 //! in-process (`enforce::ResourceLocks`); a shared backend takes it in the database.
 
 pub mod embedded;
+pub mod journal;
 
 use futures_util::future::BoxFuture;
 use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
