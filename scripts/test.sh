@@ -15,6 +15,8 @@ say() { printf '\n==> %s\n' "$*"; }
 need_pkgs=()
 command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)   # libfuzzer-sys builds C++
 command -v kill >/dev/null 2>&1 || need_pkgs+=(procps)
+command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)              # the demo test runs its curl lines
+command -v unshare >/dev/null 2>&1 || need_pkgs+=(util-linux)     # unshare, nsenter: store-failure test
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing ${need_pkgs[*]}"

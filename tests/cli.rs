@@ -413,3 +413,73 @@ async fn audit_verify_walks_the_chain_and_names_the_first_broken_receipt() {
         "a missing store is a configuration error"
     );
 }
+
+/// `palisade demo` as a newcomer meets it: its printed shell lines, run as printed, show a
+/// refusal, a granted lease used once, a stale-fence 409 and a compensation; then the receipt
+/// chain it points at verifies.
+#[test]
+fn the_demo_does_what_it_prints() {
+    use std::io::BufRead as _;
+    let mut demo = Command::new(support::bin())
+        .args(["demo", "--port", "0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(demo.stdout.take().unwrap()).lines();
+    let mut script = String::new();
+    let mut audit = String::new();
+    let mut inside = false;
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if line.starts_with("Try, in another shell:") {
+            inside = true;
+        } else if let Some(cmd) =
+            line.strip_prefix("Stop with Ctrl-C, then check the receipt chain:")
+        {
+            audit = cmd.trim().to_owned();
+            break;
+        } else if inside {
+            script.push_str(&line);
+            script.push('\n');
+        }
+    }
+    // Keep draining the demo's output so it never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    let statuses: Vec<&str> = text
+        .lines()
+        // `curl -s` output has no trailing newline: a status line may follow it on one line.
+        .filter_map(|l| l.find("http/1.1 ").map(|i| &l[i..]))
+        .map(|l| l.split_whitespace().nth(1).unwrap_or(""))
+        .collect();
+    assert_eq!(statuses, ["428", "200", "409", "200"], "{text}");
+    assert!(text.contains("err_lease_required"), "{text}");
+    assert!(text.contains("agent-fence-token: 1"), "{text}");
+    assert!(text.contains("err_stale_fence_epoch"), "{text}");
+    assert!(text.contains("\"kind\":\"compensation\""), "{text}");
+    assert!(text.contains("agent-fence-token: 2"), "{text}");
+    assert!(
+        text.trim_end()
+            .ends_with(r#""qty":1200,"sku":"bolt-m8","warehouse":"ber-1"}"#)
+            || text.contains(r#""qty":1200"#),
+        "the record is back: {text}"
+    );
+    Command::new("kill")
+        .args(["-TERM", &demo.id().to_string()])
+        .status()
+        .unwrap();
+    demo.wait().unwrap();
+    let args: Vec<&str> = audit.split_whitespace().collect();
+    let o = Command::new(args[0]).args(&args[1..]).output().unwrap();
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(stdout(&o).starts_with("ok: "), "{}", stdout(&o));
+    if let Some(dir) = audit
+        .split_whitespace()
+        .last()
+        .and_then(|c| Path::new(c).parent())
+    {
+        let _ = std::fs::remove_dir_all(dir);
+    }
+}

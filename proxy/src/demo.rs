@@ -40,12 +40,6 @@ pub fn run(port: u16) -> anyhow::Result<()> {
                 .to_string(),
         )?;
         std::fs::write(
-            dir.join("grant.json"),
-            format!(
-                r#"{{"sor_target_uri":"http://127.0.0.1:{port}/api/v2/items/1","recovery_mode":"COMPENSATING_ACTION","t_req_ms":60000,"inverse_payload":{{"method":"PUT","path":"/api/v2/items/1","body":{{"sku":"BOLT-M8","qty":1200,"warehouse":"BER-1"}}}}}}"#
-            ),
-        )?;
-        std::fs::write(
             dir.join("inverse.json"),
             r#"{"method":"PUT","path":"/api/v2/items/1","body":{"sku":"BOLT-M8","qty":1200,"warehouse":"BER-1"}}"#,
         )?;
@@ -67,6 +61,13 @@ pub fn run(port: u16) -> anyhow::Result<()> {
         let server = Server::bind(config).await?;
         let data = server.data_addr();
         let admin = server.admin_addr();
+        // Written once the data plane's address is known: the lease names it.
+        std::fs::write(
+            dir.join("grant.json"),
+            format!(
+                r#"{{"sor_target_uri":"http://{data}/api/v2/items/1","recovery_mode":"COMPENSATING_ACTION","t_req_ms":60000,"inverse_payload":{{"method":"PUT","path":"/api/v2/items/1","body":{{"sku":"BOLT-M8","qty":1200,"warehouse":"BER-1"}}}}}}"#
+            ),
+        )?;
         let exe = std::env::current_exe()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| "palisade".into());
@@ -102,6 +103,12 @@ Try, in another shell:
   curl -si -X PUT http://{data}/api/v2/items/1 -H 'content-type: application/json' \
        -H 'authorization: Bearer demo-agent' -H "agent-compensation-lease: $LEASE" \
        -d '{{"sku":"BOLT-M8","qty":1,"warehouse":"BER-1"}}'
+
+  # Undo it within the lease's window: the sidecar sends the staged inverse (qty back to
+  # 1200) fenced with the next epoch (Agent-Fence-Token: 2) and returns a compensation receipt.
+  LEASE_ID=$(echo "$LEASE" | sed 's/.*"lease_id":"\([^"]*\)".*/\1/')
+  curl -si -X POST http://{data}/.well-known/ptcl/v1/leases/$LEASE_ID/compensate -H 'authorization: Bearer demo-agent'
+  curl -s http://{data}/api/v2/items/1
 
   # Agents with their own signing key use `{exe} lease sign` instead (trusted issuer:
   # {d}/agent.pem, listed in {d}/issuers.json).
