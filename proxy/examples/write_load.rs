@@ -4,6 +4,10 @@
 //!   write_load URL CONNS SECONDS passthrough
 //!   write_load URL CONNS SECONDS enforced AGENT_KEY.pem PUBLIC_BASE PRE_IMAGE_DIGEST
 //!
+//! With `RATE=N` in the environment the load is open-loop instead: the connections together
+//! send N requests per second on a fixed schedule, and each latency is measured from the time
+//! the request was due (so a stall counts against every request it delayed).
+//!
 //! In `enforced` mode every request carries a fresh lease (a new resource each time, epoch 1)
 //! signed with AGENT_KEY and its inverse inline, so every write passes every check and
 //! advances a fence durably. Leases are signed before the clock starts for each request, so
@@ -79,9 +83,12 @@ async fn main() {
     let counter = Arc::new(AtomicU64::new(0));
     // Resources are new in every run, so a lease at epoch 1 is always fresh.
     let run = Arc::new(uuid::Uuid::new_v4().simple().to_string());
-    let deadline = Instant::now() + Duration::from_secs(seconds);
+    let start = Instant::now();
+    let deadline = start + Duration::from_secs(seconds);
+    // Open loop: connection i sends at start + (i + k·conns) / rate.
+    let rate: Option<f64> = std::env::var("RATE").ok().and_then(|r| r.parse().ok());
     let mut tasks = Vec::new();
-    for _ in 0..conns {
+    for conn in 0..conns {
         let (client, url, leases, counter, run) = (
             client.clone(),
             url.clone(),
@@ -92,7 +99,15 @@ async fn main() {
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors = 0u64;
+            let mut k = 0u64;
             while Instant::now() < deadline {
+                let due = rate.map(|r| {
+                    start + Duration::from_secs_f64((conn as u64 + k * conns as u64) as f64 / r)
+                });
+                k += 1;
+                if due.is_some_and(|d| d >= deadline) {
+                    break;
+                }
                 let n = counter.fetch_add(1, Ordering::Relaxed);
                 let path = format!("/items/{run}-{n}");
                 let mut req = hyper::Request::put(format!("{url}{path}"))
@@ -105,7 +120,16 @@ async fn main() {
                 let req = req
                     .body(Full::new(Bytes::from_static(br#"{"qty":1}"#)))
                     .unwrap();
-                let t = Instant::now();
+                // The lease is signed before the request is due, so signing is not counted.
+                if let Some(due) = due {
+                    // tokio's timer has 1 ms granularity: sleep to just before, then yield
+                    // until due, so latencies are not padded by up to a millisecond.
+                    tokio::time::sleep_until(due - Duration::from_millis(2)).await;
+                    while Instant::now() < due {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                let t = due.unwrap_or_else(Instant::now);
                 match client.request(req).await {
                     Ok(resp) => {
                         let ok = resp.status().is_success();

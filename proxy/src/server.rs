@@ -62,6 +62,8 @@ impl Server {
             )?),
             None => None,
         };
+        // Metrics first: the store's writer thread takes its metric handles when it starts.
+        let metrics = crate::telemetry::Metrics::register();
         let enforcement = if config.writes.is_empty() {
             None
         } else {
@@ -79,7 +81,7 @@ impl Server {
             tls,
             state: Arc::new(AppState {
                 config,
-                metrics: crate::telemetry::Metrics::register(),
+                metrics,
                 enforcement,
                 shadow,
                 upstream,

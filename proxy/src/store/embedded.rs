@@ -353,11 +353,14 @@ fn journal_path(store: &Path) -> std::path::PathBuf {
 /// A durable redb commit of everything committed so far, then an empty journal. `false` (and
 /// the journal kept, so nothing is lost) if it failed.
 fn checkpoint(db: &Database, journal: &mut Journal, failed: &AtomicBool) -> bool {
+    let started = tokio::time::Instant::now();
     let durable = db.begin_write().map_err(unavailable).and_then(|mut wtx| {
         wtx.set_durability(Durability::Immediate);
         wtx.commit().map_err(unavailable)
     });
     let done = durable.and_then(|()| journal.reset().map_err(unavailable));
+    metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "checkpoint")
+        .record(started.elapsed().as_secs_f64());
     match done {
         Ok(()) => true,
         Err(e) => {
