@@ -17,6 +17,8 @@
 //! - [`fence`]: checks 11–12 (epoch, pre-image digest of a fetched representation).
 //! - [`inverse`]: the inverse payload's shape and check 10.
 //! - [`drift`]: drift events (SPEC §8) built from refusals, carrying digests, never values.
+//! - [`rich`]: RICH bundles (lockfile + contracts) compiled into an immutable routing table
+//!   with compiled schemas (SPEC §7), and the contract checks a request runs against them.
 //!
 //! What does not: anything that waits, reads a file or a clock, or talks to a peer.
 #![forbid(unsafe_code)]
@@ -31,6 +33,7 @@ pub mod json;
 pub mod keys;
 pub mod lease;
 pub mod receipt;
+pub mod rich;
 pub mod target;
 
 pub use codes::{DriftCategory, ErrorCode, Refusal};

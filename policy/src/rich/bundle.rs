@@ -1,0 +1,554 @@
+//! The compiled bundle: lockfile + contracts → capabilities and a routing table.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+
+use super::duration;
+use super::schema::Schema;
+use super::Problem;
+use crate::digest::{Sha256Digest, Spelling};
+use crate::lease::Reversibility;
+
+/// Nesting allowed in lockfile and contract documents (schemas inside are limited to 64 by
+/// [`super::schema`]; the documents wrap them a few levels deeper).
+const MAX_DOC_DEPTH: usize = 96;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    Http,
+    Mcp,
+}
+
+/// `operational.sideEffect`; `"unknown"` is treated as `write` (SPEC §7).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SideEffect {
+    Read,
+    Idempotent,
+    Write,
+}
+
+/// `operational.idempotencyKey`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdempotencyKey {
+    Required,
+    Optional,
+    None,
+}
+
+/// A binding's `runtime.onDrift` (RICH §14.2).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DriftPolicy {
+    FailClosed,
+    Quarantine,
+    QualifiedFallback,
+    Notify,
+}
+
+/// A contract document, compiled.
+#[derive(Debug)]
+pub struct Contract {
+    /// `sha-256:<hex>` of its JCS form.
+    pub digest: String,
+    /// `structural.input`; `None` when the domain is `"unknown"` or has no input schema.
+    pub input: Option<Schema>,
+    pub output: Option<Schema>,
+    pub side_effect: SideEffect,
+    pub reversibility: Reversibility,
+    pub idempotency_key: IdempotencyKey,
+    pub timeout_ms: Option<u64>,
+}
+
+/// A binding's `runtime` block.
+#[derive(Debug, Clone)]
+pub struct Runtime {
+    pub on_drift: DriftPolicy,
+    pub timeout_ms: Option<u64>,
+    /// Base URL of a pre-qualified backup deployment (`qualified-fallback`).
+    pub fallback: Option<String>,
+}
+
+/// One bound capability.
+#[derive(Debug)]
+pub struct Capability {
+    /// Its key in the lockfile's `capabilities`.
+    pub name: String,
+    pub protocol: Protocol,
+    /// `PUT /api/v2/allocations/{id}` or an MCP tool name.
+    pub operation: String,
+    pub contract: Arc<Contract>,
+    /// `deployment.identity` (a SPIFFE ID), checked when the upstream is HTTPS.
+    pub deployment_identity: Option<String>,
+    /// `toolDigest` of an MCP capability.
+    pub tool_digest: Option<Sha256Digest>,
+    pub runtime: Runtime,
+}
+
+#[derive(Debug)]
+enum Segment {
+    Literal(String),
+    Param,
+}
+
+#[derive(Debug)]
+struct Route {
+    method: String,
+    segments: Vec<Segment>,
+    capability: usize,
+}
+
+/// A compiled, immutable bundle.
+#[derive(Debug)]
+pub struct Bundle {
+    /// `sha-256:<hex>` of the lockfile's JCS form.
+    pub digest: String,
+    pub binding_id: String,
+    pub capabilities: Vec<Capability>,
+    /// HTTP routes, most literal segments first, so `/items/export` beats `/items/{id}`.
+    routes: Vec<Route>,
+    tools: BTreeMap<String, usize>,
+}
+
+/// Reads `obj[key]` as one of `choices`, recording a problem otherwise.
+fn choice<T: Copy>(
+    obj: &Map<String, Value>,
+    key: &str,
+    at: &str,
+    choices: &[(&str, T)],
+    default: Option<T>,
+    problems: &mut Vec<Problem>,
+) -> Option<T> {
+    match obj.get(key) {
+        None => {
+            if default.is_none() {
+                problems.push(Problem::new(format!("{at}/{key}"), "is required"));
+            }
+            default
+        }
+        Some(Value::String(s)) => match choices.iter().find(|(name, _)| name == s) {
+            Some((_, v)) => Some(*v),
+            None => {
+                let names: Vec<&str> = choices.iter().map(|(n, _)| *n).collect();
+                problems.push(Problem::new(
+                    format!("{at}/{key}"),
+                    format!("must be one of {}", names.join(", ")),
+                ));
+                default
+            }
+        },
+        Some(_) => {
+            problems.push(Problem::new(format!("{at}/{key}"), "must be a string"));
+            default
+        }
+    }
+}
+
+fn compile_contract(name: &str, bytes: &[u8], problems: &mut Vec<Problem>) -> Option<Contract> {
+    let at = format!("contracts/{name}#");
+    let doc = match crate::json::parse(bytes, MAX_DOC_DEPTH) {
+        Ok(v) => v,
+        Err(e) => {
+            problems.push(Problem::new(at, format!("not I-JSON: {e}")));
+            return None;
+        }
+    };
+    let digest = Sha256Digest::of_json(&doc);
+    if format!("{}.json", digest.to_hex()) != name {
+        problems.push(Problem::new(
+            at.clone(),
+            format!(
+                "file name does not match its content (the SHA-256 of its JCS form is {})",
+                digest.to_hex()
+            ),
+        ));
+    }
+    let Value::Object(doc) = doc else {
+        problems.push(Problem::new(at, "a contract must be a JSON object"));
+        return None;
+    };
+    for domain in [
+        "structural",
+        "representation",
+        "semantic",
+        "error",
+        "state",
+        "operational",
+    ] {
+        match doc.get(domain) {
+            Some(Value::Object(_)) => {}
+            Some(Value::String(s)) if s == "unknown" => {}
+            Some(Value::String(s)) if domain == "state" && s == "not-applicable" => {}
+            _ => problems.push(Problem::new(
+                format!("{at}/{domain}"),
+                "each of the six domains must be an object or \"unknown\" (RICH §5.2)",
+            )),
+        }
+    }
+    let schema_of = |key: &str, problems: &mut Vec<Problem>| -> Option<Schema> {
+        let s = doc.get("structural")?.as_object()?.get(key)?;
+        if s == "unknown" {
+            return None;
+        }
+        match Schema::compile(s, &format!("{at}/structural/{key}")) {
+            Ok(s) => Some(s),
+            Err(ps) => {
+                problems.extend(ps);
+                None
+            }
+        }
+    };
+    let input = schema_of("input", problems);
+    let output = schema_of("output", problems);
+    let empty = Map::new();
+    let op = doc
+        .get("operational")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let op_at = format!("{at}/operational");
+    let side_effect = choice(
+        op,
+        "sideEffect",
+        &op_at,
+        &[
+            ("read", SideEffect::Read),
+            ("idempotent", SideEffect::Idempotent),
+            ("write", SideEffect::Write),
+            ("unknown", SideEffect::Write),
+        ],
+        Some(SideEffect::Write),
+        problems,
+    )
+    .unwrap_or(SideEffect::Write);
+    let reversibility = choice(
+        op,
+        "reversibility",
+        &op_at,
+        &[
+            ("reversible", Reversibility::Reversible),
+            ("compensable", Reversibility::Compensable),
+            ("irreversible", Reversibility::Irreversible),
+            ("unknown", Reversibility::Unknown),
+        ],
+        Some(Reversibility::Unknown),
+        problems,
+    )
+    .unwrap_or(Reversibility::Unknown);
+    let idempotency_key = choice(
+        op,
+        "idempotencyKey",
+        &op_at,
+        &[
+            ("required", IdempotencyKey::Required),
+            ("optional", IdempotencyKey::Optional),
+            ("none", IdempotencyKey::None),
+        ],
+        Some(IdempotencyKey::Optional),
+        problems,
+    )
+    .unwrap_or(IdempotencyKey::Optional);
+    let timeout_ms = duration_at(op, "timeout", &op_at, problems);
+    Some(Contract {
+        digest: digest.spelled(Spelling::ShaDash256),
+        input,
+        output,
+        side_effect,
+        reversibility,
+        idempotency_key,
+        timeout_ms,
+    })
+}
+
+fn duration_at(
+    obj: &Map<String, Value>,
+    key: &str,
+    at: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<u64> {
+    let v = obj.get(key)?;
+    match v.as_str().and_then(duration::parse_ms) {
+        Some(ms) => Some(ms),
+        None if v == "unknown" => None,
+        None => {
+            problems.push(Problem::new(
+                format!("{at}/{key}"),
+                "must be an ISO 8601 duration such as \"PT10S\"",
+            ));
+            None
+        }
+    }
+}
+
+fn parse_http_operation(op: &str) -> Option<(String, Vec<Segment>)> {
+    let (method, path) = op.split_once(' ')?;
+    if method.is_empty() || !method.bytes().all(|b| b.is_ascii_uppercase()) {
+        return None;
+    }
+    let path = path.strip_prefix('/')?;
+    let mut segments = Vec::new();
+    for seg in path.split('/') {
+        if seg.starts_with('{') && seg.ends_with('}') && seg.len() > 2 {
+            segments.push(Segment::Param);
+        } else if seg.contains(['{', '}', ' ', '?', '#']) {
+            return None;
+        } else {
+            segments.push(Segment::Literal(seg.to_owned()));
+        }
+    }
+    Some((method.to_owned(), segments))
+}
+
+impl Bundle {
+    /// Compiles a bundle. `contracts` maps file names (`<64-hex>.json`) to their bytes.
+    pub fn compile(
+        lockfile: &[u8],
+        contracts: &BTreeMap<String, Vec<u8>>,
+        expected_digest: Option<&str>,
+    ) -> Result<Bundle, Vec<Problem>> {
+        let mut problems = Vec::new();
+        let lock = crate::json::parse(lockfile, MAX_DOC_DEPTH)
+            .map_err(|e| vec![Problem::new("lockfile#", format!("not I-JSON: {e}"))])?;
+        let digest = Sha256Digest::of_json(&lock).spelled(Spelling::ShaDash256);
+        if let Some(expected) = expected_digest {
+            let matches = expected
+                .parse::<Sha256Digest>()
+                .map(|d| d.spelled(Spelling::ShaDash256) == digest)
+                .unwrap_or(false);
+            if !matches {
+                problems.push(Problem::new(
+                    "lockfile#",
+                    format!("digest {digest} is not rich.expected_digest"),
+                ));
+            }
+        }
+        let Value::Object(lock) = lock else {
+            return Err(vec![Problem::new("lockfile#", "must be a JSON object")]);
+        };
+        let binding_id = match lock.get("bindingId").and_then(Value::as_str) {
+            Some(b) => b.to_owned(),
+            None => {
+                problems.push(Problem::new(
+                    "lockfile#/bindingId",
+                    "is required and must be a string",
+                ));
+                String::new()
+            }
+        };
+        let empty = Map::new();
+        let caps = match lock.get("capabilities") {
+            Some(Value::Object(c)) => c,
+            _ => {
+                problems.push(Problem::new(
+                    "lockfile#/capabilities",
+                    "is required and must be an object",
+                ));
+                &empty
+            }
+        };
+        // Each contract compiles once, however many capabilities share it.
+        let mut compiled: BTreeMap<String, Option<Arc<Contract>>> = BTreeMap::new();
+        let mut capabilities = Vec::new();
+        let mut routes = Vec::new();
+        let mut tools = BTreeMap::new();
+        for (name, cap) in caps {
+            let at = format!(
+                "lockfile#/capabilities/{}",
+                name.replace('~', "~0").replace('/', "~1")
+            );
+            let Some(cap) = cap.as_object() else {
+                problems.push(Problem::new(at, "must be an object"));
+                continue;
+            };
+            let protocol = choice(
+                cap,
+                "protocol",
+                &at,
+                &[("http", Protocol::Http), ("mcp", Protocol::Mcp)],
+                None,
+                &mut problems,
+            );
+            let operation = cap.get("operation").and_then(Value::as_str);
+            if operation.is_none() {
+                problems.push(Problem::new(format!("{at}/operation"), "is required"));
+            }
+            let contract_digest = cap
+                .get("contractDigest")
+                .and_then(Value::as_str)
+                .and_then(|d| d.strip_prefix("sha-256:"))
+                .filter(|h| {
+                    h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+                });
+            let Some(hex) = contract_digest else {
+                problems.push(Problem::new(
+                    format!("{at}/contractDigest"),
+                    "is required: sha-256: and 64 lowercase hex digits",
+                ));
+                continue;
+            };
+            let file = format!("{hex}.json");
+            let contract = compiled
+                .entry(file.clone())
+                .or_insert_with(|| match contracts.get(&file) {
+                    Some(bytes) => compile_contract(&file, bytes, &mut problems).map(Arc::new),
+                    None => {
+                        problems.push(Problem::new(
+                            format!("{at}/contractDigest"),
+                            format!("no contract file {file} in rich.contracts"),
+                        ));
+                        None
+                    }
+                })
+                .clone();
+            let runtime_obj = cap
+                .get("runtime")
+                .and_then(Value::as_object)
+                .unwrap_or(&empty);
+            let rt_at = format!("{at}/runtime");
+            let on_drift = choice(
+                runtime_obj,
+                "onDrift",
+                &rt_at,
+                &[
+                    ("fail-closed", DriftPolicy::FailClosed),
+                    ("quarantine", DriftPolicy::Quarantine),
+                    ("qualified-fallback", DriftPolicy::QualifiedFallback),
+                    ("notify", DriftPolicy::Notify),
+                ],
+                Some(DriftPolicy::FailClosed),
+                &mut problems,
+            )
+            .unwrap_or(DriftPolicy::FailClosed);
+            let fallback = runtime_obj
+                .get("fallback")
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            if on_drift == DriftPolicy::QualifiedFallback && fallback.is_none() {
+                problems.push(Problem::new(
+                    format!("{rt_at}/fallback"),
+                    "qualified-fallback needs the fallback deployment's base URL",
+                ));
+            }
+            let runtime = Runtime {
+                on_drift,
+                timeout_ms: duration_at(runtime_obj, "timeout", &rt_at, &mut problems),
+                fallback,
+            };
+            let deployment_identity = cap
+                .get("deployment")
+                .and_then(|d| d.get("identity"))
+                .and_then(Value::as_str)
+                .map(str::to_owned);
+            let tool_digest = match cap.get("toolDigest") {
+                None => None,
+                Some(v) => match v.as_str().and_then(|s| s.parse::<Sha256Digest>().ok()) {
+                    Some(d) => Some(d),
+                    None => {
+                        problems.push(Problem::new(
+                            format!("{at}/toolDigest"),
+                            "must be sha-256: and 64 lowercase hex digits",
+                        ));
+                        None
+                    }
+                },
+            };
+            let (Some(protocol), Some(operation), Some(contract)) = (protocol, operation, contract)
+            else {
+                continue;
+            };
+            let index = capabilities.len();
+            match protocol {
+                Protocol::Http => match parse_http_operation(operation) {
+                    Some((method, segments)) => routes.push(Route {
+                        method,
+                        segments,
+                        capability: index,
+                    }),
+                    None => problems.push(Problem::new(
+                        format!("{at}/operation"),
+                        "an http operation is \"METHOD /path/{param}\"",
+                    )),
+                },
+                Protocol::Mcp => {
+                    if tools.insert(operation.to_owned(), index).is_some() {
+                        problems.push(Problem::new(
+                            format!("{at}/operation"),
+                            "another capability binds the same tool",
+                        ));
+                    }
+                }
+            }
+            capabilities.push(Capability {
+                name: name.clone(),
+                protocol,
+                operation: operation.to_owned(),
+                contract,
+                deployment_identity,
+                tool_digest,
+                runtime,
+            });
+        }
+        // Two capabilities on one method and template would make routing ambiguous.
+        let shape = |r: &Route| {
+            let segs: Vec<String> = r
+                .segments
+                .iter()
+                .map(|s| match s {
+                    Segment::Literal(l) => l.clone(),
+                    Segment::Param => "{}".into(),
+                })
+                .collect();
+            format!("{} /{}", r.method, segs.join("/"))
+        };
+        let mut seen = BTreeMap::new();
+        for r in &routes {
+            if let Some(first) = seen.insert(shape(r), r.capability) {
+                problems.push(Problem::new(
+                    format!("lockfile#/capabilities/{}", capabilities[r.capability].name),
+                    format!("binds the same operation as {}", capabilities[first].name),
+                ));
+            }
+        }
+        if !problems.is_empty() {
+            return Err(problems);
+        }
+        let literals = |r: &Route| {
+            r.segments
+                .iter()
+                .filter(|s| matches!(s, Segment::Literal(_)))
+                .count()
+        };
+        routes.sort_by_key(|r| std::cmp::Reverse(literals(r)));
+        Ok(Bundle {
+            digest,
+            binding_id,
+            capabilities,
+            routes,
+            tools,
+        })
+    }
+
+    /// The capability bound to an HTTP request (`path` without the query).
+    pub fn route(&self, method: &str, path: &str) -> Option<&Capability> {
+        let path = path.strip_prefix('/')?;
+        let parts: Vec<&str> = path.split('/').collect();
+        self.routes
+            .iter()
+            .find(|r| {
+                r.method == method
+                    && r.segments.len() == parts.len()
+                    && r.segments.iter().zip(&parts).all(|(s, p)| match s {
+                        Segment::Literal(l) => l == p,
+                        Segment::Param => !p.is_empty(),
+                    })
+            })
+            .map(|r| &self.capabilities[r.capability])
+    }
+
+    /// The capability bound to an MCP tool.
+    pub fn tool(&self, name: &str) -> Option<&Capability> {
+        self.tools.get(name).map(|i| &self.capabilities[*i])
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,39 @@
+//! RICH bindings (SPEC §7): a lockfile and its contract documents, compiled into a [`Bundle`]
+//! — digests verified, schemas compiled under complexity limits, an immutable routing table.
+//!
+//! Pure: the caller reads the files and hands over bytes; compiling does no I/O. Errors list
+//! every problem found, each with the JSON pointer (or file) it is about, so an operator can
+//! fix a bundle in one pass.
+
+mod bundle;
+mod duration;
+pub mod schema;
+
+pub use bundle::{
+    Bundle, Capability, Contract, DriftPolicy, IdempotencyKey, Protocol, Runtime, SideEffect,
+};
+pub use schema::{Schema, Violation};
+
+/// One thing wrong with a bundle.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// Where: `lockfile#/capabilities/x/contractDigest`, `contracts/<hex>.json#/structural`,
+    /// or a JSON pointer within the document being compiled.
+    pub pointer: String,
+    pub message: String,
+}
+
+impl Problem {
+    pub fn new(pointer: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            pointer: pointer.into(),
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for Problem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.pointer, self.message)
+    }
+}
