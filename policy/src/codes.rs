@@ -158,6 +158,8 @@ pub struct Refusal {
     pub reason: Option<&'static str>,
     /// Overrides the table's status where the SPEC gives one code two statuses.
     pub status: Option<u16>,
+    /// Where a contract was violated: a JSON pointer into the payload (never its value).
+    pub location: Option<String>,
 }
 
 impl Refusal {
@@ -167,7 +169,13 @@ impl Refusal {
             detail: detail.into(),
             reason: None,
             status: None,
+            location: None,
         }
+    }
+
+    pub fn with_location(mut self, pointer: impl Into<String>) -> Self {
+        self.location = Some(pointer.into());
+        self
     }
 
     pub fn with_reason(mut self, reason: &'static str) -> Self {

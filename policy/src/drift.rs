@@ -78,7 +78,7 @@ impl DriftEvent {
             trace_id: cx.trace_id,
             expected_digest: cx.expected_digest,
             observed_identifier: cx.observed_identifier,
-            violation_location: None,
+            violation_location: refusal.location.clone(),
             category: category.as_str(),
             evidence_digest: cx
                 .evidence

@@ -71,7 +71,7 @@ pub async fn handle(
         Ok(resp) => resp,
         Err(refusal) => {
             state.metrics.refusal(refusal.code);
-            enforce::refuse(enf, &refusal, cx, None, None).await
+            enforce::refuse(enf, &refusal, cx, None, None, None).await
         }
     }
 }

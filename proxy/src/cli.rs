@@ -66,6 +66,23 @@ enum Command {
     /// Audit tools.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// RICH bundle tools.
+    #[command(subcommand)]
+    Lock(LockCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum LockCommand {
+    /// Verify and compile a bundle; print its digest and a binding summary.
+    Check {
+        #[arg(long)]
+        lockfile: PathBuf,
+        #[arg(long)]
+        contracts: PathBuf,
+        /// Refuse any other lockfile digest (as `rich.expected_digest`).
+        #[arg(long = "expected-digest")]
+        expected_digest: Option<String>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -195,6 +212,17 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Audit(AuditCommand::Verify { config }) => audit_verify(&config),
+        Command::Lock(LockCommand::Check {
+            lockfile,
+            contracts,
+            expected_digest,
+        }) => match crate::bundle::load(&lockfile, &contracts, expected_digest.as_deref()) {
+            Ok(b) => {
+                println!("{}", crate::bundle::summary(&b));
+                Ok(())
+            }
+            Err(lines) => Err(Failure { code: 1, lines }),
+        },
         Command::Config(ConfigCommand::Check { config }) => {
             let cfg = load_config(&config)?;
             check_referenced_files(&cfg, &config)?;
@@ -258,6 +286,9 @@ fn check_referenced_files(cfg: &Config, path: &Path) -> Result<(), Failure> {
         if let Err(e) = read_trust(issuers) {
             lines.push(format!("{file}: trust.issuers: {}", e.lines.join("; ")));
         }
+    }
+    if let Err(problems) = crate::bundle::from_config(cfg) {
+        lines.extend(problems.into_iter().map(|p| format!("{file}: rich: {p}")));
     }
     if lines.is_empty() {
         Ok(())

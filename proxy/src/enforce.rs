@@ -28,6 +28,7 @@ use palisade_policy::drift::{DriftEvent, EventContext};
 use palisade_policy::keys::{KeyPair, TrustStore};
 use palisade_policy::lease::{self, RequestFacts, VerifiedLease, VerifyContext};
 use palisade_policy::receipt::{ReceiptBody, ReceiptKind, SealedReceipt};
+use palisade_policy::rich::{Bundle, Capability};
 use palisade_policy::{fence, inverse, target, ErrorCode, Refusal};
 use tokio::sync::OwnedMutexGuard;
 
@@ -244,6 +245,73 @@ pub struct WriteContext {
     pub trace_id: String,
     /// `METHOD path` without the query.
     pub operation: String,
+    /// The bundle in force (`sha-256:` of the lockfile), for receipts.
+    pub lockfile_digest: Option<String>,
+    /// The bundle's `bindingId` and the bound contract's digest, for drift events.
+    pub binding_id: Option<String>,
+    pub contract_digest: Option<String>,
+    /// The binding's upstream timeout (`runtime.timeout`, else `operational.timeout`).
+    pub timeout: Option<std::time::Duration>,
+}
+
+impl WriteContext {
+    pub fn new(method: http::Method, trace_id: String, operation: String) -> Self {
+        Self {
+            method,
+            trace_id,
+            operation,
+            lockfile_digest: None,
+            binding_id: None,
+            contract_digest: None,
+            timeout: None,
+        }
+    }
+
+    /// Records the bundle and the capability (if any) this request is decided by.
+    pub fn bind(&mut self, bundle: Option<&Bundle>, binding: &Binding<'_>) {
+        if let Some(b) = bundle {
+            self.lockfile_digest = Some(b.digest.clone());
+            self.binding_id = Some(b.binding_id.clone());
+        }
+        if let Binding::Bound(cap) = binding {
+            self.contract_digest = Some(cap.contract.digest.clone());
+            self.timeout = cap
+                .runtime
+                .timeout_ms
+                .or(cap.contract.timeout_ms)
+                .map(std::time::Duration::from_millis);
+        }
+    }
+}
+
+/// How the bundle in force binds a request (SPEC §4, §7).
+#[derive(Debug, Clone, Copy)]
+pub enum Binding<'a> {
+    /// No bundle configured: every operation is unbound.
+    NoBundle,
+    /// A bundle is loaded and no capability matches.
+    Unbound,
+    Bound(&'a Capability),
+}
+
+impl<'a> Binding<'a> {
+    /// Routes a request through `bundle`.
+    pub fn of(bundle: Option<&'a Bundle>, method: &http::Method, path: &str) -> Self {
+        match bundle {
+            None => Binding::NoBundle,
+            Some(b) => match b.route(method.as_str(), path) {
+                Some(cap) => Binding::Bound(cap),
+                None => Binding::Unbound,
+            },
+        }
+    }
+
+    pub fn capability(&self) -> Option<&'a Capability> {
+        match self {
+            Binding::Bound(c) => Some(c),
+            _ => None,
+        }
+    }
 }
 
 /// Who sent a write, as the checks need it: the origin its `sor_target_uri` must name and the
@@ -287,6 +355,7 @@ pub(crate) fn origin(
 
 /// Runs checks in SPEC order; `Ok` means the write may go on as its [`Permit::disposition`]
 /// says. `releasing`: an escrowed write being released (it is forwarded, not held again).
+#[allow(clippy::too_many_arguments)] // each is a distinct input of the checks; none travel together elsewhere
 pub async fn check(
     config: &Config,
     enf: &Enforcement,
@@ -294,10 +363,11 @@ pub async fn check(
     parts: &http::request::Parts,
     body: &Bytes,
     who: &Requester,
+    binding: Binding<'_>,
     releasing: bool,
 ) -> Result<Permit, Denied> {
     // SPEC §4.2: without a lockfile every write is unbound.
-    if config.unbound_writes == UnboundWrites::Deny {
+    if binding.capability().is_none() && config.unbound_writes == UnboundWrites::Deny {
         return Err(Refusal::new(
             ErrorCode::UnboundOperation,
             "no lockfile binding for this operation and rich.unbound_writes is deny",
@@ -340,13 +410,18 @@ pub async fn check(
             first_seen: Some(&first_seen),
             request: Some(RequestFacts {
                 target: &target,
-                reversibility: None,
+                // Check 8: the bound contract's reversibility gates the recovery mode.
+                reversibility: binding.capability().map(|c| c.contract.reversibility),
             }),
         };
         lease::verify(raw, &enf.trust, &cx)
     };
     let verified = verified?;
     let l = verified.lease();
+    // Check 9: the body against the bound contract's structural.input.
+    if let Some(cap) = binding.capability() {
+        palisade_policy::rich::check_input(&cap.contract, body, config.max_json_depth)?;
+    }
     // A lease this sidecar granted names its caller (SPEC §5.7): only that caller may use it.
     if let Some(agent) = &l.agent_id {
         if who.caller.as_deref() != Some(agent.as_str()) {
@@ -579,7 +654,6 @@ pub async fn commit(
     enf: &Enforcement,
     permit: Permit,
     cx: &WriteContext,
-    lockfile_digest: Option<String>,
     outcome: Option<&str>,
     resp: &mut Response<ProxyBody>,
     attach: impl FnOnce(&Response<ProxyBody>) -> Attachments,
@@ -599,7 +673,6 @@ pub async fn commit(
         } else {
             outcome.map(str::to_owned)
         },
-        lockfile_digest,
         upstream_status: Some(resp.status().as_u16()),
         ..permit_receipt(
             enf,
@@ -654,6 +727,7 @@ pub(crate) fn permit_receipt(
         pre_image_state_hash: permit.pre_image.map(|d| d.to_string()),
         trace_id: Some(cx.trace_id.clone()),
         trace_anchor_ref: l.trace_anchor_ref.map(|d| d.to_string()),
+        lockfile_digest: cx.lockfile_digest.clone(),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             kind,
@@ -668,6 +742,7 @@ pub async fn refuse(
     refusal: &Refusal,
     cx: &WriteContext,
     lease_raw: Option<&[u8]>,
+    evidence_body: Option<&[u8]>,
     current_epoch: Option<u64>,
 ) -> Response<ProxyBody> {
     let request_id = uuid::Uuid::new_v4().to_string();
@@ -678,6 +753,7 @@ pub async fn refuse(
         code: Some(refusal.code.as_str().to_owned()),
         trace_id: Some(cx.trace_id.clone()),
         cas_fence_epoch: current_epoch,
+        lockfile_digest: cx.lockfile_digest.clone(),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             ReceiptKind::Rejection,
@@ -692,8 +768,14 @@ pub async fn refuse(
             timestamp: now_rfc3339(enf),
             trace_id: cx.trace_id.clone(),
             observed_identifier: Some(cx.operation.clone()),
-            evidence: lease_raw.map(<[u8]>::to_vec),
-            ..Default::default()
+            binding_id: cx.binding_id.clone(),
+            expected_digest: cx.contract_digest.clone(),
+            // A contract refusal's offending payload is the body; any other's is the lease.
+            evidence: if refusal.code == ErrorCode::ContractInput {
+                evidence_body.map(<[u8]>::to_vec)
+            } else {
+                lease_raw.map(<[u8]>::to_vec)
+            },
         },
     ) {
         enf.drift.emit(&event);

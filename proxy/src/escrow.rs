@@ -28,7 +28,7 @@ use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
 
 use crate::body::{self, ProxyBody};
-use crate::enforce::{self, Enforcement, Permit, Requester, WriteContext};
+use crate::enforce::{self, Binding, Enforcement, Permit, Requester, WriteContext};
 use crate::idempotency::Pending;
 use crate::pipeline::{AppState, ConnInfo, Outcome};
 use crate::problem::Problem;
@@ -153,7 +153,7 @@ pub(crate) async fn hold(
                 .headers
                 .get(enforce::LEASE_HEADER)
                 .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
-            let resp = enforce::refuse(enf, &refusal, cx, lease.as_deref(), None).await;
+            let resp = enforce::refuse(enf, &refusal, cx, lease.as_deref(), None, None).await;
             (resp, Outcome::Refused)
         }
     }
@@ -239,12 +239,12 @@ async fn release(state: &AppState, enf: &Enforcement, id: &str) -> Response<Prox
         }
     }
     let decided = without_request(&releasing);
-    let cx = WriteContext {
-        method: Method::from_bytes(rec["request"]["method"].as_str().unwrap_or("").as_bytes())
+    let mut cx = WriteContext::new(
+        Method::from_bytes(rec["request"]["method"].as_str().unwrap_or("").as_bytes())
             .unwrap_or(Method::POST),
-        trace_id: rec["trace_id"].as_str().unwrap_or_default().to_owned(),
-        operation: rec["operation"].as_str().unwrap_or_default().to_owned(),
-    };
+        rec["trace_id"].as_str().unwrap_or_default().to_owned(),
+        rec["operation"].as_str().unwrap_or_default().to_owned(),
+    );
     let finish_refused = |code: &str, receipt: Value| {
         let mut r = decided.clone();
         r["state"] = json!("refused");
@@ -266,6 +266,10 @@ async fn release(state: &AppState, enf: &Enforcement, id: &str) -> Response<Prox
     };
     who.origin = rec["request"]["origin"].as_str().map(str::to_owned);
     who.caller = rec["caller"].as_str().map(str::to_owned);
+    // Released under the bundle in force now: its contract is what the write must meet.
+    let bundle = state.bundle.load_full();
+    let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
+    cx.bind(bundle.as_deref(), &binding);
     match enforce::check(
         &state.config,
         enf,
@@ -273,6 +277,7 @@ async fn release(state: &AppState, enf: &Enforcement, id: &str) -> Response<Prox
         &parts,
         &bytes,
         &who,
+        binding,
         true,
     )
     .await
@@ -286,7 +291,7 @@ async fn release(state: &AppState, enf: &Enforcement, id: &str) -> Response<Prox
         }
         Err(denied) => {
             let code = denied.refusal.code;
-            let resp = write::refuse(state, enf, &parts, denied, &cx).await;
+            let resp = write::refuse(state, enf, &parts, denied, &cx, &bytes).await;
             let receipt = resp
                 .headers()
                 .get(enforce::RECEIPT_HEADER)

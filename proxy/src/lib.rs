@@ -14,6 +14,7 @@
 pub mod admin;
 pub mod authority;
 pub mod body;
+pub mod bundle;
 pub mod cli;
 pub mod clock;
 pub mod config;

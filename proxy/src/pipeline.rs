@@ -31,6 +31,9 @@ pub struct AppState {
     pub metrics: telemetry::Metrics,
     /// Present when `ptcl.writes` is not empty: every write goes through it.
     pub enforcement: Option<Arc<crate::enforce::Enforcement>>,
+    /// The RICH bundle in force (SPEC §7): swapped whole on reload; a request loads it once
+    /// and is decided wholly by that version.
+    pub bundle: arc_swap::ArcSwapOption<palisade_policy::rich::Bundle>,
     /// `upstream.shadow_url`: where DRY_RUN_SHADOW writes go instead of the SoR.
     pub shadow: Option<Upstream>,
     pub upstream: Upstream,
@@ -213,15 +216,33 @@ pub async fn handle(
         }),
         _ => None,
     };
-    let upstream_req = match build_upstream_request(&state.upstream, parts, body, &conn) {
+    let (resp, outcome) =
+        forward_plain(&state, parts, body, &conn, &ex.trace_id, fenced_read).await;
+    Ok(finish(&state, resp, ex, outcome, inflight))
+}
+
+/// Sends a request upstream as it is (no enforcement) and streams the answer back. A read of
+/// a fenced resource (`fenced_read`: its resource key) gets `Agent-Fence-Token`.
+pub(crate) async fn forward_plain(
+    state: &AppState,
+    parts: http::request::Parts,
+    body: ProxyBody,
+    conn: &ConnInfo,
+    trace_id: &str,
+    fenced_read: Option<String>,
+) -> (Response<ProxyBody>, Outcome) {
+    let problem = |code: ErrorCode, detail: &str| {
+        let request_id = uuid::Uuid::new_v4().to_string();
+        Problem::new(code, detail, &request_id, trace_id).into_response()
+    };
+    let upstream_req = match build_upstream_request(&state.upstream, parts, body, conn) {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "request target not forwardable");
-            let resp = refuse(ErrorCode::BadRequest, "request target cannot be forwarded");
-            return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+            let resp = problem(ErrorCode::BadRequest, "request target cannot be forwarded");
+            return (resp, Outcome::Refused);
         }
     };
-
     let sent_at = Instant::now();
     let result = state.upstream.send(upstream_req).await;
     state
@@ -241,11 +262,11 @@ pub async fn handle(
                         .insert(enforce::FENCE_HEADER, HeaderValue::from(epoch));
                 }
             }
-            Ok(finish(&state, resp, ex, Outcome::Forwarded, inflight))
+            (resp, Outcome::Forwarded)
         }
         Err(e) => {
             // The full error goes to the log; the client learns only the code (STYLE §2).
-            tracing::warn!(error = %e, trace_id = %ex.trace_id, "upstream failure");
+            tracing::warn!(error = %e, trace_id = %trace_id, "upstream failure");
             let (code, detail) = match e {
                 UpstreamError::Timeout(_) => (
                     ErrorCode::UpstreamTimeout,
@@ -260,18 +281,17 @@ pub async fn handle(
                     "the upstream connection failed",
                 ),
             };
-            let resp = refuse(code, detail);
-            Ok(finish(&state, resp, ex, Outcome::Error, inflight))
+            (problem(code, detail), Outcome::Error)
         }
     }
 }
 
 fn write_context(ex: &Exchange) -> enforce::WriteContext {
-    enforce::WriteContext {
-        method: ex.method.clone(),
-        trace_id: ex.trace_id.clone(),
-        operation: format!("{} {}", ex.method, ex.path),
-    }
+    enforce::WriteContext::new(
+        ex.method.clone(),
+        ex.trace_id.clone(),
+        format!("{} {}", ex.method, ex.path),
+    )
 }
 
 /// Rewrites a downstream request for the upstream: its URI, hop-by-hop and PTCL headers,

@@ -37,11 +37,16 @@ impl Problem {
     }
 
     pub fn from_refusal(r: &Refusal, instance: &str, trace_id: &str) -> Self {
-        Self {
+        let mut p = Self {
             status: r.status(),
             reason: r.reason,
             ..Self::new(r.code, r.detail.to_string(), instance, trace_id)
+        };
+        if let Some(at) = &r.location {
+            p.extensions
+                .insert("violationLocation".into(), Value::String(at.clone()));
         }
+        p
     }
 
     pub fn to_json(&self) -> Value {

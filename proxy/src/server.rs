@@ -62,6 +62,11 @@ impl Server {
             )?),
             None => None,
         };
+        let bundle = crate::bundle::from_config(&config)
+            .map_err(|problems| anyhow::anyhow!("rich bundle refused:\n{}", problems.join("\n")))?;
+        if let Some(b) = &bundle {
+            tracing::info!(digest = %b.digest, binding_id = %b.binding_id, capabilities = b.capabilities.len(), "rich bundle loaded");
+        }
         // Metrics first: the store's writer thread takes its metric handles when it starts.
         let metrics = crate::telemetry::Metrics::register();
         let enforcement = if config.writes.is_empty() {
@@ -82,6 +87,7 @@ impl Server {
             state: Arc::new(AppState {
                 config,
                 metrics,
+                bundle: arc_swap::ArcSwapOption::new(bundle),
                 enforcement,
                 shadow,
                 upstream,

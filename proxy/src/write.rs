@@ -21,13 +21,16 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::body::{self, CollectError, ProxyBody};
-use crate::enforce::{self, Denied, Disposition, Enforcement, Permit, Requester, WriteContext};
+use crate::enforce::{
+    self, Binding, Denied, Disposition, Enforcement, Permit, Requester, WriteContext,
+};
 use crate::escrow;
 use crate::idempotency::{self, Begin};
-use crate::pipeline::{build_upstream_request, AppState, ConnInfo, Outcome};
+use crate::pipeline::{build_upstream_request, forward_plain, AppState, ConnInfo, Outcome};
 use crate::problem::Problem;
 use crate::store::{Attachments, EscrowUpdate};
 use crate::upstream::UpstreamError;
+use palisade_policy::rich::{IdempotencyKey, SideEffect};
 
 /// What must be stored with a forwarded write's receipt. Anything but `Nothing` buffers the
 /// response body (≤ `limits.max_response`), since it is stored.
@@ -49,8 +52,37 @@ pub(crate) async fn handle(
     conn: &Arc<ConnInfo>,
     parts: http::request::Parts,
     bytes: Bytes,
-    cx: WriteContext,
+    mut cx: WriteContext,
 ) -> (Response<ProxyBody>, Outcome) {
+    // One bundle version decides this request from here to its end.
+    let bundle = state.bundle.load_full();
+    let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
+    cx.bind(bundle.as_deref(), &binding);
+    if let Some(cap) = binding.capability() {
+        // A bound operation that only reads needs no lease (its sideEffect says so); its
+        // input contract still holds.
+        if cap.contract.side_effect == SideEffect::Read {
+            if let Err(refusal) = palisade_policy::rich::check_input(
+                &cap.contract,
+                &bytes,
+                state.config.max_json_depth,
+            ) {
+                let resp = refuse(state, enf, &parts, refusal.into(), &cx, &bytes).await;
+                return (resp, Outcome::Refused);
+            }
+            return forward_plain(state, parts, body::full(bytes), conn, &cx.trace_id, None).await;
+        }
+        if cap.contract.idempotency_key == IdempotencyKey::Required
+            && !parts.headers.contains_key(idempotency::KEY_HEADER)
+        {
+            let refusal = palisade_policy::Refusal::new(
+                ErrorCode::IdempotencyKeyRequired,
+                "the operation's contract requires an Idempotency-Key",
+            );
+            let resp = refuse(state, enf, &parts, refusal.into(), &cx, &bytes).await;
+            return (resp, Outcome::Refused);
+        }
+    }
     let who = Requester::of(&state.config, &parts, conn);
     let target = parts
         .uri
@@ -70,7 +102,7 @@ pub(crate) async fn handle(
         Ok(Some(Begin::Fresh(pending))) => Keep::Key(pending),
         Ok(Some(Begin::Replay(resp))) => return (resp, Outcome::Replayed),
         Err(refusal) => {
-            let resp = refuse(state, enf, &parts, refusal.into(), &cx).await;
+            let resp = refuse(state, enf, &parts, refusal.into(), &cx, &bytes).await;
             return (resp, Outcome::Refused);
         }
     };
@@ -81,13 +113,14 @@ pub(crate) async fn handle(
         &parts,
         &bytes,
         &who,
+        binding,
         false,
     )
     .await
     {
         Ok(p) => p,
         Err(denied) => {
-            let resp = refuse(state, enf, &parts, denied, &cx).await;
+            let resp = refuse(state, enf, &parts, denied, &cx, &bytes).await;
             return (resp, Outcome::Refused);
         }
     };
@@ -130,6 +163,7 @@ pub(crate) async fn refuse(
     parts: &http::request::Parts,
     denied: Denied,
     cx: &WriteContext,
+    body: &[u8],
 ) -> Response<ProxyBody> {
     state.metrics.refusal(denied.refusal.code);
     let lease = parts
@@ -141,6 +175,7 @@ pub(crate) async fn refuse(
         &denied.refusal,
         cx,
         lease.as_deref(),
+        Some(body),
         denied.current_epoch,
     )
     .await
@@ -199,7 +234,14 @@ pub(crate) async fn forward(
             }
             Ok(req) => {
                 let sent_at = Instant::now();
-                let result = upstream.send(req).await;
+                // The binding's timeout, when it has one, bounds this call (SPEC §7).
+                let result = match cx.timeout {
+                    Some(limit) => match tokio::time::timeout(limit, upstream.send(req)).await {
+                        Ok(r) => r,
+                        Err(_) => Err(UpstreamError::Timeout(limit)),
+                    },
+                    None => upstream.send(req).await,
+                };
                 state
                     .metrics
                     .upstream_duration
@@ -298,7 +340,7 @@ pub(crate) async fn forward(
             }
         }
     };
-    enforce::commit(enf, permit, cx, None, note, &mut resp, attach).await;
+    enforce::commit(enf, permit, cx, note, &mut resp, attach).await;
     // Released only now: the key's outcome is durable, so a retry finds it.
     drop(keep);
     (resp, outcome)

@@ -37,3 +37,34 @@ impl std::fmt::Display for Problem {
         write!(f, "{}: {}", self.pointer, self.message)
     }
 }
+
+/// Check 9 (SPEC §5.2, RICH §11.2): a request body against the capability's
+/// `structural.input`. The body must be I-JSON when there is a schema to check; the refusal
+/// names the failing location in the payload, never a value.
+pub fn check_input(
+    contract: &Contract,
+    body: &[u8],
+    max_depth: usize,
+) -> Result<(), crate::Refusal> {
+    use crate::{ErrorCode, Refusal};
+    let Some(schema) = &contract.input else {
+        return Ok(());
+    };
+    let value = crate::json::parse(body, max_depth).map_err(|_| {
+        Refusal::new(
+            ErrorCode::ContractInput,
+            "the request body is not I-JSON, and the operation's input contract needs it",
+        )
+        .with_location("")
+    })?;
+    schema.check(&value).map_err(|v| {
+        Refusal::new(
+            ErrorCode::ContractInput,
+            format!(
+                "the request body violates structural.input at schema keyword {}",
+                v.schema_location
+            ),
+        )
+        .with_location(v.instance_location)
+    })
+}

@@ -1,0 +1,117 @@
+//! Loading the RICH bundle (SPEC §7) from disk: the lockfile and every `<64-hex>.json` in the
+//! contracts directory, handed to `policy::rich::Bundle::compile`.
+//!
+//! Kubernetes ConfigMap mounts put the real files under `..<timestamp>` directories behind a
+//! `..data` symlink and link each file name to `..data/<name>`; entries whose names start with
+//! `..` are skipped and every file is read through its link, so a mount that was swapped
+//! atomically is read as one version.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use palisade_policy::rich::Bundle;
+
+/// Largest lockfile read.
+const MAX_LOCKFILE_BYTES: u64 = 16 << 20;
+/// Largest contract document read (its schemas are limited to 1 MiB each when compiled).
+const MAX_CONTRACT_BYTES: u64 = 8 << 20;
+/// Most contract files in the directory.
+const MAX_CONTRACTS: usize = 10_000;
+
+fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.len() > limit {
+        return Err(format!(
+            "{}: {} bytes; the limit is {limit}",
+            path.display(),
+            meta.len()
+        ));
+    }
+    std::fs::read(path).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Reads and compiles a bundle. Errors are whole lines naming the file and, inside it, the
+/// JSON pointer of each problem.
+pub fn load(
+    lockfile: &Path,
+    contracts: &Path,
+    expected_digest: Option<&str>,
+) -> Result<Bundle, Vec<String>> {
+    let lock = read_bounded(lockfile, MAX_LOCKFILE_BYTES).map_err(|e| vec![e])?;
+    let dir =
+        std::fs::read_dir(contracts).map_err(|e| vec![format!("{}: {e}", contracts.display())])?;
+    let mut files = BTreeMap::new();
+    let mut errors = Vec::new();
+    for entry in dir {
+        let entry = match entry {
+            Ok(e) => e,
+            Err(e) => {
+                errors.push(format!("{}: {e}", contracts.display()));
+                continue;
+            }
+        };
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if name.starts_with("..") || !name.ends_with(".json") {
+            continue;
+        }
+        if files.len() >= MAX_CONTRACTS {
+            errors.push(format!(
+                "{}: more than {MAX_CONTRACTS} contract files",
+                contracts.display()
+            ));
+            break;
+        }
+        match read_bounded(&entry.path(), MAX_CONTRACT_BYTES) {
+            Ok(bytes) => {
+                files.insert(name, bytes);
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    if !errors.is_empty() {
+        return Err(errors);
+    }
+    Bundle::compile(&lock, &files, expected_digest).map_err(|problems| {
+        problems
+            .iter()
+            .map(|p| {
+                let where_ = p
+                    .pointer
+                    .replacen("lockfile#", &format!("{}#", lockfile.display()), 1)
+                    .replacen("contracts/", &format!("{}/", contracts.display()), 1);
+                format!("{where_}: {}", p.message)
+            })
+            .collect()
+    })
+}
+
+/// The bundle a config names, if any (`rich.lockfile` and `rich.contracts` are set together).
+pub fn from_config(config: &crate::config::Config) -> Result<Option<Arc<Bundle>>, Vec<String>> {
+    match (&config.lockfile, &config.contracts) {
+        (Some(l), Some(c)) => {
+            load(l, c, config.expected_digest.as_deref()).map(|b| Some(Arc::new(b)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// A one-line summary of a bundle for logs and `lock check`.
+pub fn summary(b: &Bundle) -> serde_json::Value {
+    let caps: Vec<serde_json::Value> = b
+        .capabilities
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "name": c.name,
+                "protocol": match c.protocol {
+                    palisade_policy::rich::Protocol::Http => "http",
+                    palisade_policy::rich::Protocol::Mcp => "mcp",
+                },
+                "operation": c.operation,
+                "contractDigest": c.contract.digest,
+            })
+        })
+        .collect();
+    serde_json::json!({"digest": b.digest, "bindingId": b.binding_id, "capabilities": caps})
+}
