@@ -20,6 +20,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo};
 use sha2::{Digest as _, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 
+pub mod bundles;
 pub mod writes;
 
 pub type BoxBody =

@@ -1,0 +1,87 @@
+//! RICH bundles written for tests: contracts named by their digest, a lockfile pointing at
+//! them.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+
+use palisade_policy::digest::Sha256Digest;
+use serde_json::{json, Value};
+
+pub const DIALECT: &str = "https://json-schema.org/draft/2020-12/schema";
+
+/// A contract with the six domains; `input` is `structural.input` (or `"unknown"`).
+pub fn contract(
+    input: Value,
+    side_effect: &str,
+    reversibility: &str,
+    idempotency_key: &str,
+) -> Value {
+    json!({
+        "structural": {"input": input, "output": "unknown"},
+        "representation": "unknown", "semantic": "unknown", "error": "unknown",
+        "state": "not-applicable",
+        "operational": {"sideEffect": side_effect, "reversibility": reversibility,
+                        "idempotencyKey": idempotency_key, "modelMediation": "none"}
+    })
+}
+
+/// An object schema requiring integer `qty` ≥ 0.
+pub fn qty_schema() -> Value {
+    json!({"$schema": DIALECT, "type": "object", "required": ["qty"],
+           "properties": {"qty": {"type": "integer", "minimum": 0}}})
+}
+
+pub struct BundleFiles {
+    pub lockfile: PathBuf,
+    pub contracts: PathBuf,
+    /// `sha-256:` of the lockfile's JCS form.
+    pub digest: String,
+    pub binding_id: String,
+}
+
+impl BundleFiles {
+    /// The `[rich]` table for these files, with `extra` lines.
+    pub fn rich_toml(&self, extra: &str) -> String {
+        format!(
+            "[rich]\nlockfile = \"{}\"\ncontracts = \"{}\"\n{extra}",
+            self.lockfile.display(),
+            self.contracts.display()
+        )
+    }
+}
+
+/// Writes `capabilities` (name, `METHOD /path`, contract, optional `runtime`) as a bundle
+/// under `dir` (`lock.json`, `contracts/`).
+pub fn write_bundle(
+    dir: &Path,
+    binding_id: &str,
+    capabilities: &[(&str, &str, Value, Option<Value>)],
+) -> BundleFiles {
+    let contracts = dir.join("contracts");
+    std::fs::create_dir_all(&contracts).unwrap();
+    let mut caps = serde_json::Map::new();
+    for (name, operation, contract, runtime) in capabilities {
+        let digest = Sha256Digest::of_json(contract);
+        std::fs::write(
+            contracts.join(format!("{}.json", digest.to_hex())),
+            serde_json::to_vec_pretty(contract).unwrap(),
+        )
+        .unwrap();
+        let mut cap = json!({"protocol": "http", "operation": operation,
+                             "contractDigest": format!("sha-256:{}", digest.to_hex())});
+        if let Some(rt) = runtime {
+            cap["runtime"] = rt.clone();
+        }
+        caps.insert((*name).to_owned(), cap);
+    }
+    let lock = json!({"richVersion": "0.1", "bindingId": binding_id, "graphClosure": "closed",
+                      "capabilities": caps});
+    let lockfile = dir.join("lock.json");
+    std::fs::write(&lockfile, serde_json::to_vec_pretty(&lock).unwrap()).unwrap();
+    BundleFiles {
+        lockfile,
+        contracts,
+        digest: format!("sha-256:{}", Sha256Digest::of_json(&lock).to_hex()),
+        binding_id: binding_id.to_owned(),
+    }
+}
