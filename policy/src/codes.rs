@@ -99,6 +99,8 @@ codes! {
     PreimageUnavailable = "ERR_PREIMAGE_UNAVAILABLE", 503, "Pre-image unavailable", Some(Fence);
     // SPEC §4.
     UnboundOperation = "ERR_UNBOUND_OPERATION", 404, "Operation not bound by the lockfile", Some(Lockfile);
+    // SPEC §7: a bundle that fails to compile on reload (an event's code; no client sees it).
+    BundleRejected = "ERR_BUNDLE_REJECTED", 500, "Bundle refused; the previous one stays in force", Some(Lockfile);
     // SPEC §5.4.
     AlreadyCompensated = "ERR_ALREADY_COMPENSATED", 409, "Lease already compensated", Some(Lease);
     // SPEC §5.4 is silent on deciding an escrow twice; an operator's conflict, not a drift.

@@ -72,6 +72,44 @@ async fn respond(
         r
     };
     let path = req.uri().path();
+    let json = |status: StatusCode, doc: serde_json::Value| {
+        let mut r = Response::new(body::full(serde_json::to_vec(&doc).unwrap_or_default()));
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/json"),
+        );
+        r
+    };
+    match (req.method(), path) {
+        (&Method::POST, "/admin/v1/reload") => {
+            return Ok(match crate::reload::reload(&state).await {
+                Ok(crate::reload::Reloaded::Applied { digest }) => json(
+                    StatusCode::OK,
+                    serde_json::json!({"result": "applied", "digest": digest}),
+                ),
+                Ok(crate::reload::Reloaded::Unchanged { digest }) => json(
+                    StatusCode::OK,
+                    serde_json::json!({"result": "unchanged", "digest": digest}),
+                ),
+                Err(problems) => json(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    serde_json::json!({"result": "rejected", "problems": problems,
+                        "digest": state.bundle.load_full().map(|b| b.digest.clone())}),
+                ),
+            });
+        }
+        (&Method::GET, "/admin/v1/lockfile") => {
+            return Ok(match state.bundle.load_full() {
+                Some(b) => json(StatusCode::OK, crate::bundle::summary(&b)),
+                None => json(
+                    StatusCode::NOT_FOUND,
+                    serde_json::json!({"error": "no bundle configured"}),
+                ),
+            });
+        }
+        _ => {}
+    }
     if let Some(rest) = path.strip_prefix("/admin/v1/escrow") {
         let resp = match (req.method(), rest) {
             (&Method::GET, "" | "/") => crate::escrow::list(state).await,

@@ -26,6 +26,7 @@ pub mod headers;
 pub mod idempotency;
 pub mod pipeline;
 pub mod problem;
+pub mod reload;
 pub mod sample_sor;
 pub mod server;
 pub mod store;

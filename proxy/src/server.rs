@@ -120,6 +120,10 @@ impl Server {
         let admin_addr = admin.local_addr()?;
         let (admin_stop_tx, admin_stop) = watch::channel(false);
         let admin_task = tokio::spawn(admin::serve(admin, state.clone(), metrics, admin_stop));
+        if let Some(b) = state.bundle.load_full() {
+            metrics::gauge!(crate::telemetry::LOCKFILE_INFO, "digest" => b.digest.clone()).set(1.0);
+        }
+        crate::reload::spawn_triggers(state.clone());
         let tls = tls.map(|(acceptor, resolver)| {
             tokio::spawn(resolver.clone().watch(CERT_POLL));
             (acceptor, resolver)

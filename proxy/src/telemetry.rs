@@ -19,6 +19,8 @@ pub const INFLIGHT: &str = "palisade_inflight_requests";
 pub const REFUSALS_TOTAL: &str = "palisade_refusals_total";
 pub const STORE_OP_DURATION: &str = "palisade_store_op_duration_seconds";
 pub const FENCE_ADVANCES: &str = "palisade_fence_advances_total";
+pub const LOCKFILE_RELOADS: &str = "palisade_lockfile_reloads_total";
+pub const LOCKFILE_INFO: &str = "palisade_lockfile_info";
 /// Jobs per store transaction (group commit at work); not in SPEC §9, an addition.
 pub const STORE_BATCH_JOBS: &str = "palisade_store_batch_jobs";
 
@@ -143,6 +145,11 @@ fn describe() {
          others are what a caller waited for."
     );
     metrics::describe_counter!(FENCE_ADVANCES, "Fence epochs advanced durably.");
+    metrics::describe_counter!(
+        LOCKFILE_RELOADS,
+        "Bundle reloads by result: applied, unchanged or rejected."
+    );
+    metrics::describe_gauge!(LOCKFILE_INFO, "1 for the lockfile digest in force.");
     metrics::describe_histogram!(STORE_BATCH_JOBS, "Jobs committed per store transaction.");
 }
 
