@@ -454,7 +454,9 @@ fn the_demo_does_what_it_prints() {
         .filter_map(|l| l.find("http/1.1 ").map(|i| &l[i..]))
         .map(|l| l.split_whitespace().nth(1).unwrap_or(""))
         .collect();
-    assert_eq!(statuses, ["428", "200", "409", "200"], "{text}");
+    assert_eq!(statuses, ["428", "200", "422", "409", "200"], "{text}");
+    assert!(text.contains("err_contract_input"), "{text}");
+    assert!(text.contains(r#""violationlocation":"/qty""#), "{text}");
     assert!(text.contains("err_lease_required"), "{text}");
     assert!(text.contains("agent-fence-token: 1"), "{text}");
     assert!(text.contains("err_stale_fence_epoch"), "{text}");
@@ -482,4 +484,50 @@ fn the_demo_does_what_it_prints() {
     {
         let _ = std::fs::remove_dir_all(dir);
     }
+}
+
+/// `examples/erp` is exactly what `palisade::sample_bundle` writes (the demo's bundle), and it
+/// passes `palisade lock check`.
+#[test]
+fn the_example_bundle_is_current_and_checks() {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/erp");
+    let fresh = tempfile::tempdir().unwrap();
+    let digest = palisade::sample_bundle::write(fresh.path()).unwrap();
+    let list = |d: &Path| {
+        let mut v: Vec<(String, Vec<u8>)> = Vec::new();
+        for sub in ["", "contracts"] {
+            for e in std::fs::read_dir(d.join(sub)).unwrap() {
+                let e = e.unwrap();
+                if e.path().is_file() {
+                    v.push((
+                        format!("{sub}/{}", e.file_name().to_string_lossy()),
+                        std::fs::read(e.path()).unwrap(),
+                    ));
+                }
+            }
+        }
+        v.sort();
+        v
+    };
+    assert!(
+        list(&examples) == list(fresh.path()),
+        "examples/erp is stale: cargo run -p palisade --example write_erp_bundle -- examples/erp"
+    );
+    let o = palisade(
+        &[
+            "lock",
+            "check",
+            "--lockfile",
+            &examples.join("lock.json").display().to_string(),
+            "--contracts",
+            &examples.join("contracts").display().to_string(),
+            "--expected-digest",
+            &digest,
+        ],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let summary: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
+    assert_eq!(summary["digest"], digest);
+    assert_eq!(summary["capabilities"].as_array().unwrap().len(), 7);
 }

@@ -138,7 +138,10 @@ async fn contract_refusals_carry_code_receipt_and_drift_event_and_reach_no_one()
     let doc: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(doc["code"], "ERR_CONTRACT_INPUT");
     assert_eq!(doc["violationLocation"], "/qty");
-    assert!(!doc.to_string().contains("987654"), "no value echoed: {doc}");
+    assert!(
+        !doc.to_string().contains("987654"),
+        "no value echoed: {doc}"
+    );
     assert_receipt_verifies(&doc["receipt"], "rejection");
     assert_eq!(doc["receipt"]["lockfile_digest"], b.digest);
     // Not JSON at all.

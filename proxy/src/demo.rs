@@ -3,8 +3,9 @@
 //! Everything lives in a fresh temp directory (the SoR's data file, the sidecar's key and
 //! config) that is printed at start, so a newcomer can look at what the demo set up.
 //!
-//! The sidecar enforces leases, fences and receipts on writes; the printed lines get a lease
-//! from the sidecar's lease authority and use it. An "agent" key that the sidecar trusts is
+//! The sidecar enforces leases, fences, receipts and the sample ERP bundle's contracts
+//! (`sample_bundle`) on writes; the printed lines get a lease from the sidecar's lease
+//! authority and use it. An "agent" key that the sidecar trusts is
 //! made too, for trying `palisade lease sign`.
 
 use std::time::Duration;
@@ -43,6 +44,8 @@ pub fn run(port: u16) -> anyhow::Result<()> {
             dir.join("inverse.json"),
             r#"{"method":"PUT","path":"/api/v2/items/1","body":{"sku":"BOLT-M8","qty":1200,"warehouse":"BER-1"}}"#,
         )?;
+        // The sample ERP bundle: writes need a lease *and* must meet their input contract.
+        crate::sample_bundle::write(&dir.join("bundle"))?;
         let d = dir.display();
         let config_text = format!(
             "# written by `palisade demo`\n\
@@ -52,7 +55,7 @@ pub fn run(port: u16) -> anyhow::Result<()> {
              [signing]\nkey = \"{d}/signing.pem\"\n\
              [trust]\nissuers = \"{d}/issuers.json\"\n\
              [store]\npath = \"{d}/state.redb\"\n\
-             [rich]\nunbound_writes = \"allow\"\n"
+             [rich]\nlockfile = \"{d}/bundle/lock.json\"\ncontracts = \"{d}/bundle/contracts\"\n"
         );
         let config_path = dir.join("palisade.toml");
         std::fs::write(&config_path, &config_text)?;
@@ -98,6 +101,12 @@ Try, in another shell:
   curl -si -X PUT http://{data}/api/v2/items/1 -H 'content-type: application/json' \
        -H 'authorization: Bearer demo-agent' -H "agent-compensation-lease: $LEASE" \
        -d '{{"sku":"BOLT-M8","qty":1150,"warehouse":"BER-1"}}'
+
+  # A write that breaks the operation's input contract (qty must be ≥ 0): 422
+  # ERR_CONTRACT_INPUT naming /qty, before the fence is even looked at.
+  curl -si -X PUT http://{data}/api/v2/items/1 -H 'content-type: application/json' \
+       -H 'authorization: Bearer demo-agent' -H "agent-compensation-lease: $LEASE" \
+       -d '{{"sku":"BOLT-M8","qty":-3,"warehouse":"BER-1"}}'
 
   # The same lease again: 409 ERR_STALE_FENCE_EPOCH (current_epoch 1).
   curl -si -X PUT http://{data}/api/v2/items/1 -H 'content-type: application/json' \

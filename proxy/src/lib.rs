@@ -27,6 +27,7 @@ pub mod idempotency;
 pub mod pipeline;
 pub mod problem;
 pub mod reload;
+pub mod sample_bundle;
 pub mod sample_sor;
 pub mod server;
 pub mod store;
