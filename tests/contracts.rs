@@ -326,6 +326,35 @@ async fn contract_refusals_carry_code_receipt_and_drift_event_and_reach_no_one()
         );
     }
     assert!(!s.p.logs().contains("987654"), "a body reached the logs");
+
+    // The admin API pages through the same events with a cursor.
+    let (status, first) = admin_get(s.p.admin, "/admin/v1/drift-events?limit=2").await;
+    assert_eq!(status, StatusCode::OK);
+    let first: Value = serde_json::from_str(&first).unwrap();
+    assert_eq!(first["events"].as_array().unwrap().len(), 2);
+    let (_, rest) = admin_get(
+        s.p.admin,
+        &format!("/admin/v1/drift-events?after={}&limit=1000", first["next"]),
+    )
+    .await;
+    let rest: Value = serde_json::from_str(&rest).unwrap();
+    let all: Vec<&Value> = first["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .chain(rest["events"].as_array().unwrap())
+        .collect();
+    assert_eq!(all.len(), events.len(), "every event, once");
+    assert_eq!(all[0]["eventId"], events[0]["eventId"]);
+    let (_, empty) = admin_get(
+        s.p.admin,
+        &format!("/admin/v1/drift-events?after={}", rest["next"]),
+    )
+    .await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&empty).unwrap()["events"],
+        json!([])
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

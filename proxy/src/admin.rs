@@ -99,6 +99,29 @@ async fn respond(
                 ),
             });
         }
+        (&Method::GET, "/admin/v1/drift-events") => {
+            // ?after=<cursor>&limit=N (default 100, at most 1000).
+            let mut after = 0u64;
+            let mut limit = 100usize;
+            for pair in req.uri().query().unwrap_or("").split('&') {
+                match pair.split_once('=') {
+                    Some(("after", v)) => after = v.parse().unwrap_or(0),
+                    Some(("limit", v)) => limit = v.parse().unwrap_or(100).clamp(1, 1000),
+                    _ => {}
+                }
+            }
+            let page = match &state.enforcement {
+                Some(enf) => enf.drift.page(after, limit),
+                None => crate::drift_sink::Page {
+                    events: Vec::new(),
+                    next: after,
+                },
+            };
+            return Ok(json(
+                StatusCode::OK,
+                serde_json::json!({"events": page.events, "next": page.next}),
+            ));
+        }
         (&Method::GET, "/admin/v1/lockfile") => {
             return Ok(match state.bundle.load_full() {
                 Some(b) => json(StatusCode::OK, crate::bundle::summary(&b)),

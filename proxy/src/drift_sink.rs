@@ -16,11 +16,25 @@ use tokio::sync::mpsc;
 pub const RECENT: usize = 10_000;
 const QUEUE: usize = 4_096;
 
+#[derive(Default)]
+struct Recent {
+    next_seq: u64,
+    events: VecDeque<(u64, serde_json::Value)>,
+}
+
+/// One page of `GET /admin/v1/drift-events`.
+pub struct Page {
+    pub events: Vec<serde_json::Value>,
+    /// The cursor to pass as `after` for the next page (the last event's sequence number).
+    pub next: u64,
+}
+
 #[derive(Clone)]
 pub struct DriftSink {
     /// To the writer task; it ends when every sink clone is dropped.
     tx: mpsc::Sender<serde_json::Value>,
-    recent: Arc<Mutex<VecDeque<serde_json::Value>>>,
+    /// (sequence number, event): the sequence is the admin API's paging cursor.
+    recent: Arc<Mutex<Recent>>,
     dropped: metrics::Counter,
 }
 
@@ -65,21 +79,37 @@ impl DriftSink {
             return;
         };
         if let Ok(mut recent) = self.recent.lock() {
-            if recent.len() == RECENT {
-                recent.pop_front();
+            if recent.events.len() == RECENT {
+                recent.events.pop_front();
             }
-            recent.push_back(value.clone());
+            recent.next_seq += 1;
+            let seq = recent.next_seq;
+            recent.events.push_back((seq, value.clone()));
         }
         if self.tx.try_send(value).is_err() {
             self.dropped.increment(1);
         }
     }
 
-    /// The most recent events, oldest first.
-    pub fn recent(&self) -> Vec<serde_json::Value> {
-        self.recent
-            .lock()
-            .map(|r| r.iter().cloned().collect())
-            .unwrap_or_default()
+    /// Up to `limit` kept events after cursor `after` (0: from the oldest kept), oldest first.
+    pub fn page(&self, after: u64, limit: usize) -> Page {
+        let Ok(recent) = self.recent.lock() else {
+            return Page {
+                events: Vec::new(),
+                next: after,
+            };
+        };
+        let mut next = after;
+        let events = recent
+            .events
+            .iter()
+            .filter(|(seq, _)| *seq > after)
+            .take(limit)
+            .map(|(seq, e)| {
+                next = *seq;
+                e.clone()
+            })
+            .collect();
+        Page { events, next }
     }
 }
