@@ -287,7 +287,8 @@ async fn release(state: &AppState, enf: &Enforcement, id: &str) -> Response<Prox
                 id: id.to_owned(),
                 record: decided,
             };
-            write::forward(state, enf, permit, parts, bytes, &conn, &cx, keep).await;
+            let cap = binding.capability();
+            write::forward(state, enf, permit, parts, bytes, &conn, &cx, keep, cap).await;
         }
         Err(denied) => {
             let code = denied.refusal.code;

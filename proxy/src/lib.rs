@@ -24,6 +24,7 @@ pub mod enforce;
 pub mod escrow;
 pub mod headers;
 pub mod idempotency;
+pub mod output;
 pub mod pipeline;
 pub mod problem;
 pub mod reload;

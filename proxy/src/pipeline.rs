@@ -177,6 +177,63 @@ pub async fn handle(
         return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
     }
 
+    // A bound read whose contract has an output schema: its answer is buffered and checked
+    // (SPEC §7), and its request kept so a qualified fallback can send it again.
+    if kind == Kind::Read {
+        let bundle = state.bundle.load_full();
+        let bound = bundle
+            .as_deref()
+            .and_then(|b| b.route(parts.method.as_str(), parts.uri.path()))
+            .filter(|c| c.contract.output.is_some());
+        if let Some(cap) = bound {
+            let bytes = match body::read_request_body(body, state.config.max_body).await {
+                Ok(b) => b,
+                Err(_) => {
+                    let resp = refuse(
+                        ErrorCode::BodyTooLarge,
+                        "request body exceeds limits.max_body",
+                    );
+                    return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+                }
+            };
+            let mut cx = write_context(&ex);
+            cx.bind(bundle.as_deref(), &enforce::Binding::Bound(cap));
+            let mut keep = http::Request::builder()
+                .method(parts.method.clone())
+                .uri(parts.uri.clone());
+            for (k, v) in &parts.headers {
+                keep = keep.header(k, v);
+            }
+            let kept = keep
+                .body(())
+                .map(http::Request::into_parts)
+                .ok()
+                .map(|(p, ())| p);
+            let (resp, outcome) = forward_plain(
+                &state,
+                parts,
+                body::full(bytes.clone()),
+                &conn,
+                &ex.trace_id,
+                None,
+            )
+            .await;
+            let resp = crate::output::check(
+                &state,
+                cap,
+                &cx,
+                resp,
+                kept.as_ref().map(|p| crate::output::Retry {
+                    parts: p,
+                    body: bytes,
+                    conn: &conn,
+                }),
+            )
+            .await;
+            return Ok(finish(&state, resp, ex, outcome, inflight));
+        }
+    }
+
     let body = match kind {
         Kind::Read => body::boxed(body),
         Kind::Write => {

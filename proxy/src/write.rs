@@ -30,7 +30,7 @@ use crate::pipeline::{build_upstream_request, forward_plain, AppState, ConnInfo,
 use crate::problem::Problem;
 use crate::store::{Attachments, EscrowUpdate};
 use crate::upstream::UpstreamError;
-use palisade_policy::rich::{IdempotencyKey, SideEffect};
+use palisade_policy::rich::{Capability, IdempotencyKey, SideEffect};
 
 /// What must be stored with a forwarded write's receipt. Anything but `Nothing` buffers the
 /// response body (≤ `limits.max_response`), since it is stored.
@@ -128,6 +128,7 @@ pub(crate) async fn handle(
     let task = {
         let (state, enf, conn) = (state.clone(), enf.clone(), conn.clone());
         tokio::spawn(async move {
+            let cap = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path()).capability();
             match permit.disposition() {
                 Disposition::Hold => {
                     let pending = match keep {
@@ -136,7 +137,7 @@ pub(crate) async fn handle(
                     };
                     escrow::hold(&enf, permit, parts, bytes, &conn, &who, &cx, pending).await
                 }
-                _ => forward(&state, &enf, permit, parts, bytes, &conn, &cx, keep).await,
+                _ => forward(&state, &enf, permit, parts, bytes, &conn, &cx, keep, cap).await,
             }
         })
     };
@@ -195,6 +196,7 @@ pub(crate) async fn forward(
     conn: &ConnInfo,
     cx: &WriteContext,
     keep: Keep,
+    cap: Option<&Capability>,
 ) -> (Response<ProxyBody>, Outcome) {
     // The fence token travels upstream; the PTCL headers do not.
     parts
@@ -251,10 +253,14 @@ pub(crate) async fn forward(
                         let (mut rparts, rbody) = resp.into_parts();
                         crate::headers::strip_hop_by_hop(&mut rparts.headers);
                         rparts.version = Version::default();
-                        (
-                            Response::from_parts(rparts, body::boxed(rbody)),
-                            Outcome::Forwarded,
-                        )
+                        let resp = Response::from_parts(rparts, body::boxed(rbody));
+                        // The write has happened; an answer that breaks the output contract is
+                        // still not passed on (no fallback: a write is not sent twice).
+                        let resp = match cap {
+                            Some(cap) => crate::output::check(state, cap, cx, resp, None).await,
+                            None => resp,
+                        };
+                        (resp, Outcome::Forwarded)
                     }
                     Err(e) => {
                         // The full error goes to the log; the client learns only the code.

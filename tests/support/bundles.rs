@@ -25,6 +25,18 @@ pub fn contract(
     })
 }
 
+/// As [`contract`], with `structural.output` too.
+pub fn contract_with_output(
+    input: Value,
+    output: Value,
+    side_effect: &str,
+    reversibility: &str,
+) -> Value {
+    let mut c = contract(input, side_effect, reversibility, "optional");
+    c["structural"]["output"] = output;
+    c
+}
+
 /// An object schema requiring integer `qty` ≥ 0.
 pub fn qty_schema() -> Value {
     json!({"$schema": DIALECT, "type": "object", "required": ["qty"],

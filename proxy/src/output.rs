@@ -1,0 +1,229 @@
+//! Output contracts (SPEC §7, RICH §11.2/§14.2): a bound operation's successful response body
+//! against its `structural.output`, and the binding's `onDrift` policy when it does not match.
+//!
+//! ```text
+//! 2xx from upstream, contract has an output schema
+//!   → buffer (≤ limits.max_response, else 502 ERR_RESPONSE_TOO_LARGE) → I-JSON → schema
+//!   → matches: the response as it was
+//!   → does not: drift event (structural, with the location and the body's digest), then
+//!       fail-closed         502 ERR_CONTRACT_OUTPUT (+ rejection receipt)
+//!       quarantine          body → quarantine_dir/<evidence hex> (0600), then as fail-closed
+//!       qualified-fallback  reads and idempotent operations: the same request to
+//!                           runtime.fallback, whose answer is returned; others as fail-closed
+//!       notify              the response as it was
+//! ```
+
+use bytes::Bytes;
+use http::{HeaderValue, Response};
+use palisade_policy::digest::{Sha256Digest, Spelling};
+use palisade_policy::drift::{Action, DriftEvent, EventContext};
+use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
+use palisade_policy::rich::{Capability, DriftPolicy, SideEffect};
+use palisade_policy::{ErrorCode, Refusal};
+
+use crate::body::{self, CollectError, ProxyBody};
+use crate::enforce::{self, WriteContext};
+use crate::pipeline::{AppState, ConnInfo};
+use crate::problem::Problem;
+
+/// What the fallback needs to send the request again.
+pub(crate) struct Retry<'a> {
+    pub parts: &'a http::request::Parts,
+    pub body: Bytes,
+    pub conn: &'a ConnInfo,
+}
+
+fn problem(code: ErrorCode, detail: &str, cx: &WriteContext) -> Problem {
+    Problem::new(
+        code,
+        detail,
+        &uuid::Uuid::new_v4().to_string(),
+        &cx.trace_id,
+    )
+}
+
+/// Applies `cap`'s output contract to `resp`. `retry` is `None` when the request cannot be
+/// sent again (its body was streamed).
+pub(crate) async fn check(
+    state: &AppState,
+    cap: &Capability,
+    cx: &WriteContext,
+    resp: Response<ProxyBody>,
+    retry: Option<Retry<'_>>,
+) -> Response<ProxyBody> {
+    let Some(schema) = &cap.contract.output else {
+        return resp;
+    };
+    if !resp.status().is_success() {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let bytes = match body::collect_proxy(body, state.config.max_response).await {
+        Ok(b) => b,
+        Err(CollectError::TooLarge(_)) => {
+            return problem(
+                ErrorCode::ResponseTooLarge,
+                "the upstream response exceeds limits.max_response and cannot be checked",
+                cx,
+            )
+            .into_response()
+        }
+        Err(CollectError::Read(_)) => {
+            return problem(
+                ErrorCode::UpstreamUnavailable,
+                "the upstream connection failed",
+                cx,
+            )
+            .into_response()
+        }
+    };
+    let verdict = match palisade_policy::json::parse(&bytes, state.config.max_json_depth) {
+        Err(_) => Err(String::new()),
+        Ok(v) => schema.check(&v).map_err(|v| v.instance_location),
+    };
+    let location = match verdict {
+        Ok(()) => return Response::from_parts(parts, body::full(bytes)),
+        Err(location) => location,
+    };
+    let readish = matches!(
+        cap.contract.side_effect,
+        SideEffect::Read | SideEffect::Idempotent
+    );
+    let action = match cap.runtime.on_drift {
+        DriftPolicy::Notify => Action::Notify,
+        DriftPolicy::Quarantine => Action::Quarantined,
+        DriftPolicy::QualifiedFallback if readish && retry.is_some() => Action::Fallback,
+        DriftPolicy::FailClosed | DriftPolicy::QualifiedFallback => Action::Blocked,
+    };
+    let refusal = Refusal::new(
+        ErrorCode::ContractOutput,
+        "the upstream response violates structural.output",
+    )
+    .with_location(location.clone());
+    let evidence = Sha256Digest::of(&bytes);
+    if let Some(enf) = &state.enforcement {
+        if let Some(mut event) = DriftEvent::for_refusal(
+            &refusal,
+            EventContext {
+                event_id: uuid::Uuid::now_v7().to_string(),
+                timestamp: enforce::now_rfc3339(enf),
+                trace_id: cx.trace_id.clone(),
+                binding_id: cx.binding_id.clone(),
+                observed_identifier: Some(cx.operation.clone()),
+                expected_digest: cx.contract_digest.clone(),
+                evidence: Some(bytes.to_vec()),
+            },
+        ) {
+            event.action_taken = action;
+            enf.drift.emit(&event);
+        }
+    }
+    state.metrics.refusal(ErrorCode::ContractOutput);
+    match action {
+        Action::Notify => Response::from_parts(parts, body::full(bytes)),
+        Action::Fallback => match (retry, &cap.runtime.fallback) {
+            (Some(r), Some(base)) => fallback(state, base, r, cx).await,
+            _ => blocked(state, &refusal, cx).await,
+        },
+        Action::Quarantined => {
+            let path = state.config.quarantine_dir.join(evidence.to_hex());
+            let written = std::fs::create_dir_all(&state.config.quarantine_dir)
+                .and_then(|()| crate::write_private_file(&path, &bytes));
+            if let Err(e) = written {
+                tracing::error!(error = %e, path = %path.display(), "quarantine write failed");
+            } else {
+                tracing::warn!(evidence = %evidence.spelled(Spelling::ShaDash256), "response quarantined");
+            }
+            blocked(state, &refusal, cx).await
+        }
+        Action::Blocked => blocked(state, &refusal, cx).await,
+    }
+}
+
+/// 502 `ERR_CONTRACT_OUTPUT` with a rejection receipt.
+async fn blocked(state: &AppState, refusal: &Refusal, cx: &WriteContext) -> Response<ProxyBody> {
+    let mut p = Problem::from_refusal(refusal, &uuid::Uuid::new_v4().to_string(), &cx.trace_id);
+    if let Some(enf) = &state.enforcement {
+        let body = ReceiptBody {
+            method: Some(cx.method.to_string()),
+            code: Some(refusal.code.as_str().to_owned()),
+            trace_id: Some(cx.trace_id.clone()),
+            lockfile_digest: cx.lockfile_digest.clone(),
+            ..ReceiptBody::new(
+                format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+                ReceiptKind::Rejection,
+                enforce::now_rfc3339(enf),
+            )
+        };
+        match enf.store.append_receipt(body).await {
+            Ok(sealed) => {
+                p.extensions.insert("receipt".into(), sealed.value.clone());
+                let mut resp = p.into_response();
+                if let Some(v) = enforce::receipt_header_value(&sealed.value) {
+                    resp.headers_mut().insert(enforce::RECEIPT_HEADER, v);
+                }
+                return resp;
+            }
+            Err(e) => tracing::error!(error = %e, "rejection receipt not stored"),
+        }
+    }
+    p.into_response()
+}
+
+/// The request again, to the pre-qualified backup deployment.
+async fn fallback(
+    state: &AppState,
+    base: &str,
+    r: Retry<'_>,
+    cx: &WriteContext,
+) -> Response<ProxyBody> {
+    let failed = || {
+        problem(
+            ErrorCode::UpstreamUnavailable,
+            "the fallback deployment did not answer",
+            cx,
+        )
+        .into_response()
+    };
+    let Ok(uri) = base.parse::<http::Uri>() else {
+        return failed();
+    };
+    let upstream = match crate::upstream::Upstream::with_base(
+        uri,
+        state.config.upstream_connect_timeout,
+        state.config.upstream_timeout,
+        state.config.upstream_ca.as_deref(),
+    ) {
+        Ok(u) => u,
+        Err(_) => return failed(),
+    };
+    let mut b = http::Request::builder()
+        .method(r.parts.method.clone())
+        .uri(r.parts.uri.clone());
+    for (k, v) in &r.parts.headers {
+        b = b.header(k, v);
+    }
+    let Ok((parts, ())) = b.body(()).map(http::Request::into_parts) else {
+        return failed();
+    };
+    let Ok(req) =
+        crate::pipeline::build_upstream_request(&upstream, parts, body::full(r.body), r.conn)
+    else {
+        return failed();
+    };
+    match upstream.send(req).await {
+        Ok(resp) => {
+            let (mut rparts, rbody) = resp.into_parts();
+            crate::headers::strip_hop_by_hop(&mut rparts.headers);
+            rparts.version = http::Version::default();
+            rparts
+                .headers
+                .insert("agent-fallback", HeaderValue::from_static("1"));
+            Response::from_parts(rparts, body::boxed(rbody))
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "fallback deployment failed");
+            failed()
+        }
+    }
+}
