@@ -98,6 +98,43 @@ struct Route {
     capability: usize,
 }
 
+/// The routing table: a trie over path segments. At each level a literal segment is tried
+/// before a parameter, so `/items/export` beats `/items/{id}`; a lookup costs a few hash
+/// lookups per segment, whatever the number of capabilities.
+#[derive(Debug, Default)]
+struct Node {
+    literal: std::collections::HashMap<String, Node>,
+    param: Option<Box<Node>>,
+    /// Method → capability, for templates that end here.
+    methods: BTreeMap<String, usize>,
+}
+
+impl Node {
+    fn insert(&mut self, r: &Route) {
+        let mut node = self;
+        for seg in &r.segments {
+            node = match seg {
+                Segment::Literal(l) => node.literal.entry(l.clone()).or_default(),
+                Segment::Param => node.param.get_or_insert_with(Box::default),
+            };
+        }
+        node.methods.insert(r.method.clone(), r.capability);
+    }
+
+    fn find(&self, method: &str, parts: &[&str]) -> Option<usize> {
+        let Some((first, rest)) = parts.split_first() else {
+            return self.methods.get(method).copied();
+        };
+        if let Some(hit) = self.literal.get(*first).and_then(|n| n.find(method, rest)) {
+            return Some(hit);
+        }
+        if first.is_empty() {
+            return None;
+        }
+        self.param.as_ref().and_then(|n| n.find(method, rest))
+    }
+}
+
 /// A compiled, immutable bundle.
 #[derive(Debug)]
 pub struct Bundle {
@@ -105,8 +142,7 @@ pub struct Bundle {
     pub digest: String,
     pub binding_id: String,
     pub capabilities: Vec<Capability>,
-    /// HTTP routes, most literal segments first, so `/items/export` beats `/items/{id}`.
-    routes: Vec<Route>,
+    routes: Node,
     tools: BTreeMap<String, usize>,
 }
 
@@ -511,18 +547,15 @@ impl Bundle {
         if !problems.is_empty() {
             return Err(problems);
         }
-        let literals = |r: &Route| {
-            r.segments
-                .iter()
-                .filter(|s| matches!(s, Segment::Literal(_)))
-                .count()
-        };
-        routes.sort_by_key(|r| std::cmp::Reverse(literals(r)));
+        let mut trie = Node::default();
+        for r in &routes {
+            trie.insert(r);
+        }
         Ok(Bundle {
             digest,
             binding_id,
             capabilities,
-            routes,
+            routes: trie,
             tools,
         })
     }
@@ -530,18 +563,16 @@ impl Bundle {
     /// The capability bound to an HTTP request (`path` without the query).
     pub fn route(&self, method: &str, path: &str) -> Option<&Capability> {
         let path = path.strip_prefix('/')?;
-        let parts: Vec<&str> = path.split('/').collect();
+        // Paths longer than any sane template are not worth splitting.
+        let mut parts: [&str; 32] = [""; 32];
+        let mut n = 0;
+        for seg in path.split('/') {
+            *parts.get_mut(n)? = seg;
+            n += 1;
+        }
         self.routes
-            .iter()
-            .find(|r| {
-                r.method == method
-                    && r.segments.len() == parts.len()
-                    && r.segments.iter().zip(&parts).all(|(s, p)| match s {
-                        Segment::Literal(l) => l == p,
-                        Segment::Param => !p.is_empty(),
-                    })
-            })
-            .map(|r| &self.capabilities[r.capability])
+            .find(method, &parts[..n])
+            .map(|i| &self.capabilities[i])
     }
 
     /// The capability bound to an MCP tool.
