@@ -32,6 +32,8 @@ fn the_table_is_complete_and_consistent() {
                 ErrorCode::ContractOutput,
                 ErrorCode::DeploymentIdentity,
                 ErrorCode::StoreUnavailable,
+                // A refused bundle is a lockfile event (SPEC §7); no client sees its status.
+                ErrorCode::BundleRejected,
             ];
             assert_eq!(
                 code.category().is_some(),
