@@ -863,3 +863,40 @@ async fn no_body_or_header_secret_reaches_receipts_events_logs_or_metrics() {
         assert!(!text.contains(MARKER), "the marker reached {what}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_events_go_to_a_file_sink_when_configured() {
+    let files = tempfile::tempdir().unwrap();
+    let path = files.path().join("drift.jsonl");
+    let s = start(&format!(
+        "[drift]\nsinks = [{{ file = \"{}\" }}]\n",
+        path.display()
+    ))
+    .await;
+    let (parts, _) = send(
+        &http1_client(),
+        put(&s.p, "/items/1", None, Some(&inverse())),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::PRECONDITION_REQUIRED);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let text = loop {
+        let text = std::fs::read_to_string(&path).unwrap_or_default();
+        if !text.is_empty() {
+            break text;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no event in the file"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let event: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
+    assert_eq!(event["code"], "ERR_LEASE_REQUIRED");
+    use std::os::unix::fs::PermissionsExt as _;
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert!(drift_events(&s.p).is_empty(), "stdout is not a sink here");
+}

@@ -3,7 +3,9 @@
 //! (`palisade_drift_events_dropped_total`). The last events are also kept in memory for the
 //! admin API.
 //!
-//! Sinks: `stdout` (one JSON line per event). File and webhook sinks come with the RICH issue.
+//! Sinks: `stdout` (one JSON line per event) and `{ file = "…" }` (JSON lines appended to a
+//! file created 0600, rotated to `<file>.1` when it passes [`ROTATE_BYTES`]). The webhook sink
+//! is validated in the config but not built yet: its events go nowhere but the admin API.
 
 use std::collections::VecDeque;
 use std::io::Write as _;
@@ -15,6 +17,65 @@ use tokio::sync::mpsc;
 /// Events kept for the admin API.
 pub const RECENT: usize = 10_000;
 const QUEUE: usize = 4_096;
+/// A drift file is rotated (to `<file>.1`, replacing the previous one) past this size.
+pub const ROTATE_BYTES: u64 = 64 << 20;
+
+/// An open drift file and how much it holds.
+struct FileSink {
+    path: std::path::PathBuf,
+    file: Option<std::fs::File>,
+    len: u64,
+    /// Rotation threshold ([`ROTATE_BYTES`]).
+    limit: u64,
+}
+
+impl FileSink {
+    fn open(path: &std::path::Path) -> std::io::Result<(std::fs::File, u64)> {
+        let mut opts = std::fs::OpenOptions::new();
+        opts.append(true).create(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            opts.mode(0o600);
+        }
+        let f = opts.open(path)?;
+        let len = f.metadata()?.len();
+        Ok((f, len))
+    }
+
+    fn write(&mut self, line: &[u8]) {
+        if self.len + line.len() as u64 > self.limit {
+            let mut rotated = self.path.as_os_str().to_owned();
+            rotated.push(".1");
+            self.file = None;
+            if let Err(e) = std::fs::rename(&self.path, &rotated) {
+                tracing::warn!(error = %e, path = %self.path.display(), "drift file rotation failed");
+            }
+            self.len = 0;
+        }
+        if self.file.is_none() {
+            match Self::open(&self.path) {
+                Ok((f, len)) => {
+                    self.file = Some(f);
+                    self.len = len;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %self.path.display(), "drift file cannot be opened");
+                    return;
+                }
+            }
+        }
+        if let Some(f) = &mut self.file {
+            match f.write_all(line) {
+                Ok(()) => self.len += line.len() as u64,
+                Err(e) => {
+                    tracing::warn!(error = %e, path = %self.path.display(), "drift file write failed");
+                    self.file = None;
+                }
+            }
+        }
+    }
+}
 
 #[derive(Default)]
 struct Recent {
@@ -39,16 +100,48 @@ pub struct DriftSink {
 }
 
 impl DriftSink {
-    /// Starts the writer task on the current runtime.
-    pub fn start() -> Self {
+    /// Starts the writer task on the current runtime, writing to `sinks`.
+    pub fn start(sinks: &[crate::config::Sink]) -> Self {
+        use crate::config::Sink;
         let (tx, mut rx) = mpsc::channel::<serde_json::Value>(QUEUE);
+        let stdout = sinks.contains(&Sink::Stdout);
+        let mut files: Vec<FileSink> = sinks
+            .iter()
+            .filter_map(|s| match s {
+                Sink::File(p) => Some(FileSink {
+                    path: p.clone(),
+                    file: None,
+                    len: 0,
+                    limit: ROTATE_BYTES,
+                }),
+                _ => None,
+            })
+            .collect();
+        if sinks.iter().any(|s| matches!(s, Sink::Webhook(_))) {
+            tracing::warn!("drift.sinks: the webhook sink is not built yet; its events are kept for the admin API only");
+        }
+        // File writes block briefly; they run on the blocking pool, in order.
         tokio::spawn(async move {
             while let Some(event) = rx.recv().await {
                 let mut line = serde_json::to_vec(&event).unwrap_or_default();
                 line.push(b'\n');
-                let mut out = std::io::stdout().lock();
-                let _ = out.write_all(&line);
-                let _ = out.flush();
+                if stdout {
+                    let mut out = std::io::stdout().lock();
+                    let _ = out.write_all(&line);
+                    let _ = out.flush();
+                }
+                if !files.is_empty() {
+                    let moved = std::mem::take(&mut files);
+                    files = tokio::task::spawn_blocking(move || {
+                        let mut moved = moved;
+                        for f in &mut moved {
+                            f.write(&line);
+                        }
+                        moved
+                    })
+                    .await
+                    .unwrap_or_default();
+                }
             }
         });
         metrics::describe_counter!(
@@ -111,5 +204,31 @@ impl DriftSink {
             })
             .collect();
         Page { events, next }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_full_file_rotates_to_dot_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("d.jsonl");
+        let mut f = FileSink {
+            path: path.clone(),
+            file: None,
+            len: 0,
+            limit: 10,
+        };
+        f.write(b"aaaaaa\n");
+        f.write(b"bbbbbb\n");
+        f.write(b"cccccc\n");
+        assert_eq!(std::fs::read(&path).unwrap(), b"cccccc\n");
+        assert_eq!(
+            std::fs::read(dir.path().join("d.jsonl.1")).unwrap(),
+            b"bbbbbb\n"
+        );
     }
 }

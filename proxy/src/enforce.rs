@@ -100,7 +100,7 @@ impl Enforcement {
             locks: ResourceLocks::default(),
             clock: AnchoredClock::new(),
             first_seen: FirstSeen::default(),
-            drift: DriftSink::start(),
+            drift: DriftSink::start(&config.drift_sinks),
             idempotency: Default::default(),
         })
     }
