@@ -803,3 +803,33 @@ async fn output_contracts_under_each_drift_policy() {
         format!("sha-256:{}", Sha256Digest::of(upstream_body).to_hex())
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_too_large_to_check_is_refused_not_passed_unchecked() {
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let any_object = json!({"$schema": DIALECT, "type": "object"});
+    let b = write_bundle(
+        bundle_dir.path(),
+        "urn:palisade:test:big/1",
+        &[(
+            "big",
+            "GET /big/{n}",
+            contract_with_output(json!("unknown"), any_object, "read", "reversible"),
+            None,
+        )],
+    );
+    let s = start_configured(
+        Upstream::start().await,
+        tempfile::tempdir().unwrap(),
+        "",
+        &format!("[limits]\nmax_response = \"1KiB\"\n{}", b.rich_toml("")),
+    );
+    let (parts, body) = send(
+        &http1_client(),
+        Request::get(s.p.url("/big/4096")).body(full("")).unwrap(),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::BAD_GATEWAY);
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["code"], "ERR_RESPONSE_TOO_LARGE");
+}

@@ -72,15 +72,7 @@ async fn respond(
         r
     };
     let path = req.uri().path();
-    let json = |status: StatusCode, doc: serde_json::Value| {
-        let mut r = Response::new(body::full(serde_json::to_vec(&doc).unwrap_or_default()));
-        *r.status_mut() = status;
-        r.headers_mut().insert(
-            header::CONTENT_TYPE,
-            header::HeaderValue::from_static("application/json"),
-        );
-        r
-    };
+    let json = |status: StatusCode, doc: serde_json::Value| body::json_response(status, &doc);
     match (req.method(), path) {
         (&Method::POST, "/admin/v1/reload") => {
             return Ok(match crate::reload::reload(&state).await {

@@ -94,18 +94,6 @@ fn bad(detail: &'static str) -> Refusal {
     Refusal::new(ErrorCode::BadRequest, detail)
 }
 
-fn json_response(status: StatusCode, doc: &Value) -> Response<ProxyBody> {
-    let mut r = Response::new(body::full(serde_json::to_vec(doc).unwrap_or_default()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
-}
-
 async fn grant(
     state: &AppState,
     enf: &Enforcement,
@@ -225,7 +213,7 @@ async fn grant(
         )
         .await
         .map_err(enforce::store_refusal)?;
-    let mut resp = json_response(StatusCode::CREATED, &signed);
+    let mut resp = body::json_response(StatusCode::CREATED, &signed);
     if let Ok(loc) = HeaderValue::from_str(&format!("{PREFIX}/{lease_id}")) {
         resp.headers_mut().insert(header::LOCATION, loc);
     }
@@ -249,7 +237,7 @@ async fn stage_inverse(
         .stage(lease_id.to_owned(), None, Some(inverse.jcs))
         .await
         .map_err(enforce::store_refusal)?;
-    Ok(json_response(
+    Ok(body::json_response(
         StatusCode::CREATED,
         &json!({"lease_id": lease_id, "inverse_payload_jcs_hash": digest}),
     ))
@@ -419,7 +407,7 @@ async fn compensate(
     } else {
         StatusCode::BAD_GATEWAY
     };
-    let mut resp = json_response(
+    let mut resp = body::json_response(
         status,
         &json!({"lease_id": lease_id, "upstream_status": upstream_status, "receipt": sealed.value}),
     );
@@ -450,7 +438,7 @@ async fn lookup(
         .iter()
         .filter_map(|r| serde_json::from_slice(r).ok())
         .collect();
-    Ok(json_response(
+    Ok(body::json_response(
         StatusCode::OK,
         &json!({
             "lease_id": lease_id,

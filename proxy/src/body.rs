@@ -20,6 +20,24 @@ pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
         .boxed_unsync()
 }
 
+/// A JSON document response (`application/json`, not cached): the sidecar's own answers.
+pub fn json_response(
+    status: http::StatusCode,
+    doc: &serde_json::Value,
+) -> http::Response<ProxyBody> {
+    let mut r = http::Response::new(full(serde_json::to_vec(doc).unwrap_or_default()));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    r.headers_mut().insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    r
+}
+
 pub fn empty() -> ProxyBody {
     Empty::new().map_err(|never| match never {}).boxed_unsync()
 }

@@ -40,18 +40,6 @@ pub const PREFIX: &str = "/.well-known/ptcl/v1/escrow";
 /// Most escrow records `GET /admin/v1/escrow` looks through.
 const LIST_SCAN: usize = 10_000;
 
-fn json_response(status: StatusCode, doc: &Value) -> Response<ProxyBody> {
-    let mut r = Response::new(body::full(serde_json::to_vec(doc).unwrap_or_default()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r.headers_mut()
-        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    r
-}
-
 fn problem(code: ErrorCode, detail: &str) -> Response<ProxyBody> {
     Problem::new(
         code,
@@ -120,7 +108,7 @@ pub(crate) async fn hold(
         },
     });
     let doc = json!({"escrow_id": id, "state": "held", "location": location});
-    let mut resp = json_response(StatusCode::ACCEPTED, &doc);
+    let mut resp = body::json_response(StatusCode::ACCEPTED, &doc);
     if let Ok(v) = HeaderValue::from_str(&location) {
         resp.headers_mut().insert(header::LOCATION, v);
     }
@@ -312,7 +300,7 @@ async fn release(state: &AppState, enf: &Enforcement, id: &str) -> Response<Prox
         }
     }
     match load(enf, id).await {
-        Ok(rec) => json_response(StatusCode::OK, &status_doc(&rec)),
+        Ok(rec) => body::json_response(StatusCode::OK, &status_doc(&rec)),
         Err(resp) => resp,
     }
 }
@@ -353,7 +341,7 @@ pub async fn reject(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
     };
     match enf.store.append_receipt_with(body, attach).await {
         Ok(Some(_)) => match load(&enf, &id).await {
-            Ok(rec) => json_response(StatusCode::OK, &status_doc(&rec)),
+            Ok(rec) => body::json_response(StatusCode::OK, &status_doc(&rec)),
             Err(resp) => resp,
         },
         Ok(None) => not_held(),
@@ -367,7 +355,7 @@ pub async fn reject(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
 /// `GET /admin/v1/escrow`: escrows not yet decided (held, or left releasing by a crash).
 pub async fn list(state: Arc<AppState>) -> Response<ProxyBody> {
     let Some(enf) = state.enforcement.clone() else {
-        return json_response(StatusCode::OK, &json!({"escrows": []}));
+        return body::json_response(StatusCode::OK, &json!({"escrows": []}));
     };
     match enf.store.escrows(LIST_SCAN).await {
         Ok(all) => {
@@ -376,7 +364,7 @@ pub async fn list(state: Arc<AppState>) -> Response<ProxyBody> {
                 .filter(|r| r["state"] == "held" || r["state"] == "releasing")
                 .map(status_doc)
                 .collect();
-            json_response(StatusCode::OK, &json!({"escrows": open}))
+            body::json_response(StatusCode::OK, &json!({"escrows": open}))
         }
         Err(_) => problem(
             ErrorCode::StoreUnavailable,
@@ -401,7 +389,7 @@ pub(crate) async fn lookup(
     };
     match load(enf, id).await {
         Ok(rec) if rec["caller"].as_str().map(str::to_owned) == caller => {
-            json_response(StatusCode::OK, &status_doc(&rec))
+            body::json_response(StatusCode::OK, &status_doc(&rec))
         }
         Ok(_) => problem(ErrorCode::NotFound, "no escrow with this id"),
         Err(resp) => resp,

@@ -26,11 +26,23 @@ use crate::enforce::{self, WriteContext};
 use crate::pipeline::{AppState, ConnInfo};
 use crate::problem::Problem;
 
-/// What the fallback needs to send the request again.
+/// What the fallback needs to send the request again: a copy of its head ([`copy_head`]),
+/// its buffered body.
 pub(crate) struct Retry<'a> {
-    pub parts: &'a http::request::Parts,
+    pub parts: http::request::Parts,
     pub body: Bytes,
     pub conn: &'a ConnInfo,
+}
+
+/// Method, URI and headers of a request (`Parts` cannot be cloned: its extensions may not be).
+pub(crate) fn copy_head(parts: &http::request::Parts) -> Option<http::request::Parts> {
+    let mut b = http::Request::builder()
+        .method(parts.method.clone())
+        .uri(parts.uri.clone());
+    if let Some(h) = b.headers_mut() {
+        h.clone_from(&parts.headers);
+    }
+    b.body(()).ok().map(|r| r.into_parts().0)
 }
 
 fn problem(code: ErrorCode, detail: &str, cx: &WriteContext) -> Problem {
@@ -197,17 +209,8 @@ async fn fallback(
         Ok(u) => u,
         Err(_) => return failed(),
     };
-    let mut b = http::Request::builder()
-        .method(r.parts.method.clone())
-        .uri(r.parts.uri.clone());
-    for (k, v) in &r.parts.headers {
-        b = b.header(k, v);
-    }
-    let Ok((parts, ())) = b.body(()).map(http::Request::into_parts) else {
-        return failed();
-    };
     let Ok(req) =
-        crate::pipeline::build_upstream_request(&upstream, parts, body::full(r.body), r.conn)
+        crate::pipeline::build_upstream_request(&upstream, r.parts, body::full(r.body), r.conn)
     else {
         return failed();
     };

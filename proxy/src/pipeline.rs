@@ -198,17 +198,7 @@ pub async fn handle(
             };
             let mut cx = write_context(&ex);
             cx.bind(bundle.as_deref(), &enforce::Binding::Bound(cap));
-            let mut keep = http::Request::builder()
-                .method(parts.method.clone())
-                .uri(parts.uri.clone());
-            for (k, v) in &parts.headers {
-                keep = keep.header(k, v);
-            }
-            let kept = keep
-                .body(())
-                .map(http::Request::into_parts)
-                .ok()
-                .map(|(p, ())| p);
+            let kept = crate::output::copy_head(&parts);
             let (resp, outcome) = forward_plain(
                 &state,
                 parts,
@@ -223,8 +213,8 @@ pub async fn handle(
                 cap,
                 &cx,
                 resp,
-                kept.as_ref().map(|p| crate::output::Retry {
-                    parts: p,
+                kept.map(|parts| crate::output::Retry {
+                    parts,
                     body: bytes,
                     conn: &conn,
                 }),
