@@ -900,3 +900,100 @@ async fn drift_events_go_to_a_file_sink_when_configured() {
     );
     assert!(drift_events(&s.p).is_empty(), "stdout is not a sink here");
 }
+
+/// Waits up to 20 s for `done` to hold.
+async fn eventually(mut done: impl FnMut() -> bool, what: &str) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !done() {
+        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_webhook_sink_batches_and_retries_until_delivered() {
+    // The receiver answers 503 twice, then accepts.
+    let hook = Receiver::start(2, StatusCode::SERVICE_UNAVAILABLE).await;
+    let s = start(&format!(
+        "[drift]\nsinks = [{{ webhook = \"{}\" }}]\n",
+        hook.url()
+    ))
+    .await;
+    let client = http1_client();
+    for i in 0..5 {
+        let (parts, _) = send(
+            &client,
+            put(&s.p, &format!("/items/{i}"), None, Some(&inverse())),
+        )
+        .await;
+        assert_eq!(parts.status, StatusCode::PRECONDITION_REQUIRED);
+    }
+    eventually(|| hook.events().len() >= 5, "five events delivered").await;
+    let events = hook.events();
+    assert_eq!(events.len(), 5, "{events:?}");
+    assert!(events.iter().all(|e| e["code"] == "ERR_LEASE_REQUIRED"));
+    let ids: std::collections::HashSet<_> = events.iter().map(|e| e["eventId"].clone()).collect();
+    assert_eq!(ids.len(), 5, "five distinct events");
+    // Sent in fewer POSTs than events (batched), after the two refused tries.
+    assert!(hook.attempts() >= 3, "{}", hook.attempts());
+    assert!(
+        hook.accepted.lock().unwrap().len() < 5,
+        "events were batched"
+    );
+    // Events are in the order they happened (UUID v7 is time-ordered).
+    let mut sorted = events.clone();
+    sorted.sort_by_key(|e| e["eventId"].as_str().unwrap().to_owned());
+    assert_eq!(sorted, events);
+    let metrics = admin_get(s.p.admin, "/metrics").await.1;
+    assert!(
+        metrics.contains("palisade_drift_webhook_batches_total{result=\"retried\"} 2"),
+        "{metrics}"
+    );
+    // Stdout is not a sink here: only the webhook was configured.
+    assert!(!s.p.logs().contains("\"eventId\""));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_that_refuses_drops_the_batch_and_never_slows_requests() {
+    // 400 is a permanent refusal: no retry, the batch's events are counted as dropped.
+    let hook = Receiver::start(usize::MAX, StatusCode::BAD_REQUEST).await;
+    let s = start(&format!(
+        "[drift]\nsinks = [{{ webhook = \"{}\" }}]\n",
+        hook.url()
+    ))
+    .await;
+    let client = http1_client();
+    let started = tokio::time::Instant::now();
+    for i in 0..3 {
+        let (parts, _) = send(
+            &client,
+            put(&s.p, &format!("/items/{i}"), None, Some(&inverse())),
+        )
+        .await;
+        assert_eq!(parts.status, StatusCode::PRECONDITION_REQUIRED);
+    }
+    assert!(started.elapsed() < Duration::from_secs(2));
+    eventually(|| hook.attempts() >= 1, "the webhook was tried").await;
+    let admin = s.p.admin;
+    let mut metrics = String::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !metrics.contains("palisade_drift_events_dropped_total 3") {
+        assert!(tokio::time::Instant::now() < deadline, "{metrics}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        metrics = admin_get(admin, "/metrics").await.1;
+    }
+    assert!(metrics.contains("palisade_drift_webhook_batches_total{result=\"dropped\"}"));
+    assert!(
+        !metrics.contains("result=\"retried\""),
+        "a 400 is not retried"
+    );
+    // The admin API still has them.
+    let (_, page) = admin_get(admin, "/admin/v1/drift-events").await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&page).unwrap()["events"]
+            .as_array()
+            .unwrap()
+            .len(),
+        3
+    );
+}

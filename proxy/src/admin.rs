@@ -125,6 +125,9 @@ async fn respond(
         }
         _ => {}
     }
+    if let (&Method::GET, Some(resource)) = (req.method(), path.strip_prefix("/admin/v1/fences/")) {
+        return Ok(fence(&state, resource).await);
+    }
     if let Some(rest) = path.strip_prefix("/admin/v1/escrow") {
         let resp = match (req.method(), rest) {
             (&Method::GET, "" | "/") => crate::escrow::list(state).await,
@@ -167,4 +170,47 @@ async fn respond(
         }
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     })
+}
+
+/// `GET /admin/v1/fences/{resource}`: a resource's current epoch (0: never fenced). The
+/// resource is its key (SPEC §4.3), percent-encoded as one path segment; a key that starts
+/// with `/` is taken relative to `listen.public_base`.
+async fn fence(state: &AppState, encoded: &str) -> Response<ProxyBody> {
+    let json = |status: StatusCode, doc: serde_json::Value| body::json_response(status, &doc);
+    let Some(enf) = &state.enforcement else {
+        return json(
+            StatusCode::NOT_FOUND,
+            serde_json::json!({"error": "no enforcement configured: there are no fences"}),
+        );
+    };
+    let Ok(decoded) = percent_encoding::percent_decode_str(encoded).decode_utf8() else {
+        return json(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({"error": "the resource is not UTF-8 once decoded"}),
+        );
+    };
+    let absolute = match (decoded.starts_with('/'), &state.config.public_base) {
+        (true, Some(base)) => format!("{}{decoded}", base.trim_end_matches('/')),
+        _ => decoded.into_owned(),
+    };
+    let Ok(normalized) = palisade_policy::target::normalize(&absolute) else {
+        return json(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({"error": "the resource is not an absolute http(s) URI"}),
+        );
+    };
+    let key = palisade_policy::target::resource_key(&normalized).to_owned();
+    match enf.store.epoch(&key).await {
+        Ok(epoch) => json(
+            StatusCode::OK,
+            serde_json::json!({"resource": key, "epoch": epoch}),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "fence lookup failed");
+            json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                serde_json::json!({"error": "the state store does not answer"}),
+            )
+        }
+    }
 }

@@ -171,9 +171,17 @@ async fn grant(
         .map_err(enforce::store_refusal)?;
     let pq = &normalized[own.len() - 1..];
     let pre_image = if config.pre_image_fetch {
-        enforce::fetch_state(config, &state.upstream, pq, &parts.headers)
-            .await?
-            .digest
+        let path = pq.split('?').next().unwrap_or(pq);
+        let identity = crate::peer_identity::for_route(state, &Method::GET, path);
+        enforce::fetch_state(
+            config,
+            &state.upstream,
+            pq,
+            &parts.headers,
+            identity.as_deref(),
+        )
+        .await?
+        .digest
     } else {
         Sha256Digest::empty()
     };
@@ -372,7 +380,9 @@ async fn compensate(
     let req = req
         .body(body::full(inv_body))
         .map_err(|_| bad("inverse request cannot be built"))?;
-    let upstream_status = match state.upstream.send(req).await {
+    let identity =
+        crate::peer_identity::for_route(state, &method, inv_path.split('?').next().unwrap_or(""));
+    let upstream_status = match state.upstream.send_as(req, identity.as_deref()).await {
         Ok(resp) => {
             let status = resp.status().as_u16();
             // Drain the answer so the connection returns to the pool.

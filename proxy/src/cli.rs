@@ -225,7 +225,9 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         },
         Command::Config(ConfigCommand::Check { config }) => {
             let cfg = load_config(&config)?;
-            check_referenced_files(&cfg, &config)?;
+            for w in check_referenced_files(&cfg, &config)? {
+                eprintln!("{}: warning: {w}", config.display());
+            }
             println!("{}: ok", config.display());
             Ok(())
         }
@@ -258,8 +260,9 @@ fn load_config(path: &Path) -> Result<Config, Failure> {
     })
 }
 
-/// Loads every file the config names, reporting each one that is unusable.
-fn check_referenced_files(cfg: &Config, path: &Path) -> Result<(), Failure> {
+/// Loads every file the config names, reporting each one that is unusable. Returns what is
+/// usable but will not do what the operator may think (warnings).
+fn check_referenced_files(cfg: &Config, path: &Path) -> Result<Vec<String>, Failure> {
     let file = path.display().to_string();
     let mut lines = Vec::new();
     if let Some(tls) = &cfg.listen_tls {
@@ -287,11 +290,13 @@ fn check_referenced_files(cfg: &Config, path: &Path) -> Result<(), Failure> {
             lines.push(format!("{file}: trust.issuers: {}", e.lines.join("; ")));
         }
     }
-    if let Err(problems) = crate::bundle::from_config(cfg) {
-        lines.extend(problems.into_iter().map(|p| format!("{file}: rich: {p}")));
+    let mut warnings = Vec::new();
+    match crate::bundle::from_config(cfg) {
+        Err(problems) => lines.extend(problems.into_iter().map(|p| format!("{file}: rich: {p}"))),
+        Ok(bundle) => warnings = crate::peer_identity::unchecked(cfg, bundle.as_deref()),
     }
     if lines.is_empty() {
-        Ok(())
+        Ok(warnings)
     } else {
         Err(Failure { code: 2, lines })
     }
@@ -299,8 +304,11 @@ fn check_referenced_files(cfg: &Config, path: &Path) -> Result<(), Failure> {
 
 fn run(config: &Path) -> Result<(), Failure> {
     let cfg = load_config(config)?;
-    check_referenced_files(&cfg, config)?;
+    let warnings = check_referenced_files(&cfg, config)?;
     crate::telemetry::init_logging();
+    for w in warnings {
+        tracing::warn!("{w}");
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

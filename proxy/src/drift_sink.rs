@@ -3,9 +3,9 @@
 //! (`palisade_drift_events_dropped_total`). The last events are also kept in memory for the
 //! admin API.
 //!
-//! Sinks: `stdout` (one JSON line per event) and `{ file = "…" }` (JSON lines appended to a
-//! file created 0600, rotated to `<file>.1` when it passes [`ROTATE_BYTES`]). The webhook sink
-//! is validated in the config but not built yet: its events go nowhere but the admin API.
+//! Sinks: `stdout` (one JSON line per event), `{ file = "…" }` (JSON lines appended to a
+//! file created 0600, rotated to `<file>.1` when it passes [`ROTATE_BYTES`]) and
+//! `{ webhook = "…" }` (batched POSTs with retries: [`crate::drift_webhook`]).
 
 use std::collections::VecDeque;
 use std::io::Write as _;
@@ -117,12 +117,32 @@ impl DriftSink {
                 _ => None,
             })
             .collect();
-        if sinks.iter().any(|s| matches!(s, Sink::Webhook(_))) {
-            tracing::warn!("drift.sinks: the webhook sink is not built yet; its events are kept for the admin API only");
-        }
+        metrics::describe_counter!(
+            "palisade_drift_events_dropped_total",
+            "Drift events dropped because a sink queue was full or a webhook batch could not be delivered."
+        );
+        let dropped = metrics::counter!("palisade_drift_events_dropped_total");
+        let webhooks: Vec<crate::drift_webhook::Webhook> = sinks
+            .iter()
+            .filter_map(|s| match s {
+                Sink::Webhook(url) => {
+                    match crate::drift_webhook::Webhook::start(url, dropped.clone()) {
+                        Ok(w) => Some(w),
+                        Err(e) => {
+                            tracing::error!(error = %e, "drift webhook sink not started");
+                            None
+                        }
+                    }
+                }
+                _ => None,
+            })
+            .collect();
         // File writes block briefly; they run on the blocking pool, in order.
         tokio::spawn(async move {
             while let Some(event) = rx.recv().await {
+                for w in &webhooks {
+                    w.offer(event.clone());
+                }
                 let mut line = serde_json::to_vec(&event).unwrap_or_default();
                 line.push(b'\n');
                 if stdout {
@@ -144,14 +164,10 @@ impl DriftSink {
                 }
             }
         });
-        metrics::describe_counter!(
-            "palisade_drift_events_dropped_total",
-            "Drift events dropped because the sink queue was full."
-        );
         Self {
             tx,
             recent: Arc::default(),
-            dropped: metrics::counter!("palisade_drift_events_dropped_total"),
+            dropped,
         }
     }
 

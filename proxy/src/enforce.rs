@@ -252,6 +252,8 @@ pub struct WriteContext {
     pub contract_digest: Option<String>,
     /// The binding's upstream timeout (`runtime.timeout`, else `operational.timeout`).
     pub timeout: Option<std::time::Duration>,
+    /// The binding's `deployment.identity`: the SPIFFE ID the upstream must present.
+    pub identity: Option<String>,
 }
 
 impl WriteContext {
@@ -264,6 +266,7 @@ impl WriteContext {
             binding_id: None,
             contract_digest: None,
             timeout: None,
+            identity: None,
         }
     }
 
@@ -275,6 +278,7 @@ impl WriteContext {
         }
         if let Binding::Bound(cap) = binding {
             self.contract_digest = Some(cap.contract.digest.clone());
+            self.identity = cap.deployment_identity.clone();
             self.timeout = cap
                 .runtime
                 .timeout_ms
@@ -466,7 +470,10 @@ pub async fn check(
     };
     fence::check_epoch(current, l.cas_fence_epoch).map_err(at_epoch)?;
     let pre_image = if config.pre_image_fetch {
-        let actual = fetch_state(config, upstream, pq, &parts.headers)
+        let identity = binding
+            .capability()
+            .and_then(|c| c.deployment_identity.as_deref());
+        let actual = fetch_state(config, upstream, pq, &parts.headers, identity)
             .await
             .map_err(at_epoch)?;
         fence::check_pre_image(&l.pre_image_state_hash, &actual.digest).map_err(at_epoch)?;
@@ -586,6 +593,7 @@ pub(crate) async fn fetch_state(
     upstream: &Upstream,
     pq: &str,
     headers: &http::HeaderMap,
+    identity: Option<&str>,
 ) -> Result<State, Refusal> {
     let unavailable = || {
         Refusal::new(
@@ -601,9 +609,16 @@ pub(crate) async fn fetch_state(
         }
     }
     let req = req.body(body::empty()).map_err(|_| unavailable())?;
-    let resp = upstream.send(req).await.map_err(|e| {
+    let resp = upstream.send_as(req, identity).await.map_err(|e| {
         tracing::warn!(error = %e, "pre-image fetch failed");
-        unavailable()
+        match e {
+            // Not the pinned deployment: the write would go to the same peer.
+            crate::upstream::UpstreamError::Identity(_) => Refusal::new(
+                ErrorCode::DeploymentIdentity,
+                "the upstream's TLS identity is not the binding's deployment.identity",
+            ),
+            _ => unavailable(),
+        }
     })?;
     let status = resp.status().as_u16();
     let content_type = resp

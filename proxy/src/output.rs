@@ -152,8 +152,14 @@ pub(crate) async fn check(
     }
 }
 
-/// 502 `ERR_CONTRACT_OUTPUT` with a rejection receipt.
-async fn blocked(state: &AppState, refusal: &Refusal, cx: &WriteContext) -> Response<ProxyBody> {
+/// A refusal of a request that holds no lease (502 `ERR_CONTRACT_OUTPUT`,
+/// `ERR_DEPLOYMENT_IDENTITY`): problem+json with a rejection receipt. The caller emits the
+/// drift event.
+pub(crate) async fn blocked(
+    state: &AppState,
+    refusal: &Refusal,
+    cx: &WriteContext,
+) -> Response<ProxyBody> {
     let mut p = Problem::from_refusal(refusal, &uuid::Uuid::new_v4().to_string(), &cx.trace_id);
     if let Some(enf) = &state.enforcement {
         let body = ReceiptBody {

@@ -177,15 +177,17 @@ pub async fn handle(
         return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
     }
 
-    // A bound read whose contract has an output schema: its answer is buffered and checked
-    // (SPEC §7), and its request kept so a qualified fallback can send it again.
+    // A read is decided by the bundle in force: its binding names the upstream identity, and
+    // a contract with an output schema has its answer buffered and checked (SPEC §7), its
+    // request kept so a qualified fallback can send it again.
+    let mut read_cx = None;
     if kind == Kind::Read {
         let bundle = state.bundle.load_full();
-        let bound = bundle
-            .as_deref()
-            .and_then(|b| b.route(parts.method.as_str(), parts.uri.path()))
-            .filter(|c| c.contract.output.is_some());
-        if let Some(cap) = bound {
+        let binding = enforce::Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
+        let mut cx = write_context(&ex);
+        cx.bind(bundle.as_deref(), &binding);
+        let checked = binding.capability().filter(|c| c.contract.output.is_some());
+        if let Some(cap) = checked {
             let bytes = match body::read_request_body(body, state.config.max_body).await {
                 Ok(b) => b,
                 Err(_) => {
@@ -196,18 +198,9 @@ pub async fn handle(
                     return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
                 }
             };
-            let mut cx = write_context(&ex);
-            cx.bind(bundle.as_deref(), &enforce::Binding::Bound(cap));
             let kept = crate::output::copy_head(&parts);
-            let (resp, outcome) = forward_plain(
-                &state,
-                parts,
-                body::full(bytes.clone()),
-                &conn,
-                &ex.trace_id,
-                None,
-            )
-            .await;
+            let (resp, outcome) =
+                forward_plain(&state, parts, body::full(bytes.clone()), &conn, &cx, None).await;
             let resp = crate::output::check(
                 &state,
                 cap,
@@ -222,6 +215,7 @@ pub async fn handle(
             .await;
             return Ok(finish(&state, resp, ex, outcome, inflight));
         }
+        read_cx = Some(cx);
     }
 
     let body = match kind {
@@ -263,8 +257,8 @@ pub async fn handle(
         }),
         _ => None,
     };
-    let (resp, outcome) =
-        forward_plain(&state, parts, body, &conn, &ex.trace_id, fenced_read).await;
+    let cx = read_cx.unwrap_or_else(|| write_context(&ex));
+    let (resp, outcome) = forward_plain(&state, parts, body, &conn, &cx, fenced_read).await;
     Ok(finish(&state, resp, ex, outcome, inflight))
 }
 
@@ -275,9 +269,10 @@ pub(crate) async fn forward_plain(
     parts: http::request::Parts,
     body: ProxyBody,
     conn: &ConnInfo,
-    trace_id: &str,
+    cx: &enforce::WriteContext,
     fenced_read: Option<String>,
 ) -> (Response<ProxyBody>, Outcome) {
+    let trace_id = cx.trace_id.as_str();
     let problem = |code: ErrorCode, detail: &str| {
         let request_id = uuid::Uuid::new_v4().to_string();
         Problem::new(code, detail, &request_id, trace_id).into_response()
@@ -291,7 +286,10 @@ pub(crate) async fn forward_plain(
         }
     };
     let sent_at = Instant::now();
-    let result = state.upstream.send(upstream_req).await;
+    let result = state
+        .upstream
+        .send_as(upstream_req, cx.identity.as_deref())
+        .await;
     state
         .metrics
         .upstream_duration
@@ -311,6 +309,13 @@ pub(crate) async fn forward_plain(
             }
             (resp, Outcome::Forwarded)
         }
+        Err(UpstreamError::Identity(m)) => {
+            tracing::warn!(error = %m, trace_id = %trace_id, "upstream identity refused");
+            (
+                crate::peer_identity::refused(state, cx, &m).await,
+                Outcome::Refused,
+            )
+        }
         Err(e) => {
             // The full error goes to the log; the client learns only the code (STYLE §2).
             tracing::warn!(error = %e, trace_id = %trace_id, "upstream failure");
@@ -323,7 +328,7 @@ pub(crate) async fn forward_plain(
                     ErrorCode::UpstreamUnavailable,
                     "the upstream could not be reached",
                 ),
-                UpstreamError::Failed(_) => (
+                UpstreamError::Failed(_) | UpstreamError::Identity(_) => (
                     ErrorCode::UpstreamUnavailable,
                     "the upstream connection failed",
                 ),

@@ -161,8 +161,12 @@ pub fn server_config(
     Ok(config)
 }
 
-/// The upstream client's rustls configuration: the configured CA bundle, or the system roots.
-pub fn client_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, TlsError> {
+/// The upstream client's rustls configuration: the configured CA bundle, or the system roots;
+/// with `identity`, the peer must also present that SPIFFE ID ([`crate::peer_identity`]).
+pub fn client_config(
+    ca: Option<&Path>,
+    identity: Option<&str>,
+) -> Result<rustls::ClientConfig, TlsError> {
     let roots = match ca {
         Some(ca) => root_store(ca)?,
         None => {
@@ -173,10 +177,25 @@ pub fn client_config(ca: Option<&Path>) -> Result<rustls::ClientConfig, TlsError
             roots
         }
     };
-    let config = rustls::ClientConfig::builder_with_provider(provider())
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| TlsError::Rustls(e.to_string()))?
-        .with_root_certificates(roots)
-        .with_no_client_auth();
+        .map_err(|e| TlsError::Rustls(e.to_string()))?;
+    let config = match identity {
+        None => builder.with_root_certificates(roots).with_no_client_auth(),
+        Some(id) => {
+            let webpki = rustls::client::WebPkiServerVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider(),
+            )
+            .build()
+            .map_err(|e| TlsError::Rustls(e.to_string()))?;
+            builder
+                .dangerous()
+                .with_custom_certificate_verifier(Arc::new(
+                    crate::peer_identity::SpiffeVerifier::new(webpki, id.to_owned()),
+                ))
+                .with_no_client_auth()
+        }
+    };
     Ok(config)
 }

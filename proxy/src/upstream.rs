@@ -9,6 +9,9 @@
 //! twice (SPEC §3). The pool's own retry covers only requests that were never written to a
 //! connection (hyper's `retry_canceled_requests`).
 
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Request, Response, Uri};
@@ -30,23 +33,41 @@ pub enum UpstreamError {
     Timeout(Duration),
     #[error("upstream request failed: {0}")]
     Failed(String),
+    /// The TLS peer is not the pinned deployment; nothing of the request was sent.
+    #[error("{0}")]
+    Identity(crate::peer_identity::Mismatch),
 }
+
+type HttpClient = Client<HttpsConnector<HttpConnector>, ProxyBody>;
+
+/// Pinned identities with a client of their own; past this, a client is made per request.
+const MAX_PINNED: usize = 64;
 
 #[derive(Clone)]
 pub struct Upstream {
-    client: Client<HttpsConnector<HttpConnector>, ProxyBody>,
     base: Uri,
     timeout: Duration,
+    connect_timeout: Duration,
+    ca: Option<PathBuf>,
+    /// `upstream.tls.identity`: checked for requests whose binding names no identity.
+    default_identity: Option<String>,
+    /// For plain HTTP, and HTTPS without an identity to check.
+    unpinned: HttpClient,
+    /// One pool per pinned identity, made on first use: a pooled connection is only ever
+    /// reused for the identity it was verified against.
+    pinned: Arc<Mutex<HashMap<String, HttpClient>>>,
 }
 
 impl Upstream {
     pub fn new(config: &Config) -> Result<Self, tls::TlsError> {
-        Self::with_base(
+        let mut u = Self::with_base(
             config.upstream_url.clone(),
             config.upstream_connect_timeout,
             config.upstream_timeout,
             config.upstream_ca.as_deref(),
-        )
+        )?;
+        u.default_identity = config.upstream_identity.clone();
+        Ok(u)
     }
 
     pub fn with_base(
@@ -55,24 +76,39 @@ impl Upstream {
         timeout: Duration,
         ca: Option<&std::path::Path>,
     ) -> Result<Self, tls::TlsError> {
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(connect_timeout));
-        http.set_nodelay(true);
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls::client_config(ca)?)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(90))
-            .pool_max_idle_per_host(256)
-            .build(https);
         Ok(Self {
-            client,
+            unpinned: client(connect_timeout, ca, None)?,
             base,
             timeout,
+            connect_timeout,
+            ca: ca.map(ToOwned::to_owned),
+            default_identity: None,
+            pinned: Arc::default(),
         })
+    }
+
+    fn is_https(&self) -> bool {
+        self.base.scheme() == Some(&http::uri::Scheme::HTTPS)
+    }
+
+    /// The client whose handshake checks `identity` (else `upstream.tls.identity`). Over plain
+    /// HTTP there is no peer identity to check (`config check` warns about that).
+    fn client_for(&self, identity: Option<&str>) -> Result<HttpClient, tls::TlsError> {
+        let Some(id) = identity.or(self.default_identity.as_deref()) else {
+            return Ok(self.unpinned.clone());
+        };
+        if !self.is_https() {
+            return Ok(self.unpinned.clone());
+        }
+        let mut pinned = self.pinned.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(c) = pinned.get(id) {
+            return Ok(c.clone());
+        }
+        let c = client(self.connect_timeout, self.ca.as_deref(), Some(id))?;
+        if pinned.len() < MAX_PINNED {
+            pinned.insert(id.to_owned(), c.clone());
+        }
+        Ok(c)
     }
 
     /// The upstream URI for a downstream path-and-query.
@@ -87,13 +123,49 @@ impl Upstream {
     /// Cancel safety: dropping the future drops the request; the pooled connection is then
     /// closed rather than reused mid-exchange.
     pub async fn send(&self, req: Request<ProxyBody>) -> Result<Response<Incoming>, UpstreamError> {
-        match tokio::time::timeout(self.timeout, self.client.request(req)).await {
+        self.send_as(req, None).await
+    }
+
+    /// [`Upstream::send`] to the deployment `identity` names (a binding's
+    /// `deployment.identity`; `None`: `upstream.tls.identity`, if set).
+    pub async fn send_as(
+        &self,
+        req: Request<ProxyBody>,
+        identity: Option<&str>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let client = self
+            .client_for(identity)
+            .map_err(|e| UpstreamError::Connect(e.to_string()))?;
+        match tokio::time::timeout(self.timeout, client.request(req)).await {
             Err(_) => Err(UpstreamError::Timeout(self.timeout)),
             Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) if e.is_connect() => Err(UpstreamError::Connect(error_chain(&e))),
+            Ok(Err(e)) if e.is_connect() => match crate::peer_identity::find_mismatch(&e) {
+                Some(m) => Err(UpstreamError::Identity(m)),
+                None => Err(UpstreamError::Connect(error_chain(&e))),
+            },
             Ok(Err(e)) => Err(UpstreamError::Failed(error_chain(&e))),
         }
     }
+}
+
+fn client(
+    connect_timeout: Duration,
+    ca: Option<&std::path::Path>,
+    identity: Option<&str>,
+) -> Result<HttpClient, tls::TlsError> {
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(connect_timeout));
+    http.set_nodelay(true);
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls::client_config(ca, identity)?)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new())
+        .pool_idle_timeout(Duration::from_secs(90))
+        .pool_max_idle_per_host(256)
+        .build(https))
 }
 
 fn error_chain(e: &dyn std::error::Error) -> String {

@@ -70,7 +70,7 @@ pub(crate) async fn handle(
                 let resp = refuse(state, enf, &parts, refusal.into(), &cx, &bytes).await;
                 return (resp, Outcome::Refused);
             }
-            return forward_plain(state, parts, body::full(bytes), conn, &cx.trace_id, None).await;
+            return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
         }
         if cap.contract.idempotency_key == IdempotencyKey::Required
             && !parts.headers.contains_key(idempotency::KEY_HEADER)
@@ -237,12 +237,19 @@ pub(crate) async fn forward(
             Ok(req) => {
                 let sent_at = Instant::now();
                 // The binding's timeout, when it has one, bounds this call (SPEC §7).
+                // The shadow is another deployment: the binding's identity is not its own.
+                let identity = if dry_run {
+                    None
+                } else {
+                    cx.identity.as_deref()
+                };
+                let send = upstream.send_as(req, identity);
                 let result = match cx.timeout {
-                    Some(limit) => match tokio::time::timeout(limit, upstream.send(req)).await {
+                    Some(limit) => match tokio::time::timeout(limit, send).await {
                         Ok(r) => r,
                         Err(_) => Err(UpstreamError::Timeout(limit)),
                     },
-                    None => upstream.send(req).await,
+                    None => send.await,
                 };
                 state
                     .metrics
@@ -262,6 +269,19 @@ pub(crate) async fn forward(
                         };
                         (resp, Outcome::Forwarded)
                     }
+                    Err(UpstreamError::Identity(m)) => {
+                        // The handshake failed: nothing of the write left the sidecar. The
+                        // epoch has moved; the commit receipt says the write was not sent.
+                        tracing::warn!(error = %m, trace_id = %cx.trace_id, "upstream identity refused");
+                        let refusal = crate::peer_identity::report(state, cx, &m);
+                        note = Some("not-sent");
+                        let p = Problem::from_refusal(
+                            &refusal,
+                            &uuid::Uuid::new_v4().to_string(),
+                            &cx.trace_id,
+                        );
+                        (p.into_response(), Outcome::Error)
+                    }
                     Err(e) => {
                         // The full error goes to the log; the client learns only the code.
                         tracing::warn!(error = %e, trace_id = %cx.trace_id, "upstream failure");
@@ -274,7 +294,7 @@ pub(crate) async fn forward(
                                 ErrorCode::UpstreamUnavailable,
                                 "the upstream could not be reached",
                             ),
-                            UpstreamError::Failed(_) => problem(
+                            UpstreamError::Failed(_) | UpstreamError::Identity(_) => problem(
                                 ErrorCode::UpstreamUnavailable,
                                 "the upstream connection failed",
                             ),

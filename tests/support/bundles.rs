@@ -97,3 +97,18 @@ pub fn write_bundle(
         binding_id: binding_id.to_owned(),
     }
 }
+
+impl BundleFiles {
+    /// The same bundle with `deployment.identity` set on every capability (the lockfile and
+    /// its digest are rewritten).
+    pub fn with_deployment(mut self, identity: &str) -> BundleFiles {
+        let mut lock: Value =
+            serde_json::from_slice(&std::fs::read(&self.lockfile).unwrap()).unwrap();
+        for cap in lock["capabilities"].as_object_mut().unwrap().values_mut() {
+            cap["deployment"] = json!({"identity": identity});
+        }
+        std::fs::write(&self.lockfile, serde_json::to_vec_pretty(&lock).unwrap()).unwrap();
+        self.digest = format!("sha-256:{}", Sha256Digest::of_json(&lock).to_hex());
+        self
+    }
+}

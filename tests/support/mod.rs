@@ -52,6 +52,7 @@ pub struct Upstream {
     pub addr: SocketAddr,
     pub seen: Arc<Mutex<Vec<Seen>>>,
     task: tokio::task::JoinHandle<()>,
+    tls: bool,
 }
 
 impl Drop for Upstream {
@@ -89,11 +90,67 @@ impl Upstream {
                 });
             }
         });
-        Upstream { addr, seen, task }
+        Upstream {
+            addr,
+            seen,
+            task,
+            tls: false,
+        }
+    }
+
+    /// The same upstream behind TLS with `cert` (as `Pki::issue*` made it): the recorder
+    /// sees only requests that completed a handshake.
+    pub async fn start_tls(cert: &Issued) -> Upstream {
+        let certs = rustls_pemfile::certs(&mut cert.cert_pem.as_bytes())
+            .map(Result::unwrap)
+            .collect();
+        let key = rustls_pemfile::private_key(&mut cert.key_pem.as_bytes())
+            .unwrap()
+            .unwrap();
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let cfg = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .unwrap();
+        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
+        let rec = seen.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let rec = rec.clone();
+                let acceptor = acceptor.clone();
+                tokio::spawn(async move {
+                    let Ok(tls) = acceptor.accept(stream).await else {
+                        return;
+                    };
+                    let svc = service_fn(move |req| handle_upstream(req, rec.clone()));
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), svc)
+                        .await;
+                });
+            }
+        });
+        Upstream {
+            addr,
+            seen,
+            task,
+            tls: true,
+        }
     }
 
     pub fn url(&self) -> String {
-        format!("http://{}", self.addr)
+        let scheme = if self.tls { "https" } else { "http" };
+        // TLS upstreams are named by the host their certificate carries.
+        if self.tls {
+            format!("{scheme}://localhost:{}", self.addr.port())
+        } else {
+            format!("{scheme}://{}", self.addr)
+        }
     }
 
     pub fn requests(&self) -> Vec<Seen> {
@@ -242,6 +299,24 @@ impl Pki {
         } else {
             rcgen::ExtendedKeyUsagePurpose::ClientAuth
         }];
+        let cert = params.signed_by(&key, &self.ca_cert, &self.ca_key).unwrap();
+        Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
+    /// A server certificate for `localhost` carrying `spiffe` as a URI SAN (an X.509-SVID
+    /// with a DNS name too), or no URI SAN at all.
+    pub fn issue_spiffe(&self, spiffe: Option<&str>) -> Issued {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+        if let Some(id) = spiffe {
+            params
+                .subject_alt_names
+                .push(rcgen::SanType::URI(id.try_into().unwrap()));
+        }
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth];
         let cert = params.signed_by(&key, &self.ca_cert, &self.ca_key).unwrap();
         Issued {
             cert_pem: cert.pem(),
@@ -533,4 +608,81 @@ pub async fn admin_get(admin: SocketAddr, path: &str) -> (StatusCode, String) {
         .unwrap();
     let (parts, body) = send(&http1_client(), req).await;
     (parts.status, String::from_utf8_lossy(&body).into_owned())
+}
+
+// ---- a webhook receiver --------------------------------------------------------------------
+
+/// A real HTTP server that takes POSTs and answers them from a script: the first
+/// `failures` requests get `fail_status`, the rest 200. Keeps every body it accepted, and
+/// counts every request.
+pub struct Receiver {
+    pub addr: SocketAddr,
+    pub accepted: Arc<Mutex<Vec<Bytes>>>,
+    pub attempts: Arc<std::sync::atomic::AtomicUsize>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Receiver {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Receiver {
+    pub async fn start(failures: usize, fail_status: StatusCode) -> Receiver {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let accepted: Arc<Mutex<Vec<Bytes>>> = Arc::default();
+        let attempts: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let (acc, att) = (accepted.clone(), attempts.clone());
+        let task = tokio::spawn(async move {
+            loop {
+                let (stream, _) = listener.accept().await.unwrap();
+                let (acc, att) = (acc.clone(), att.clone());
+                tokio::spawn(async move {
+                    let svc = service_fn(move |req: Request<Incoming>| {
+                        let (acc, att) = (acc.clone(), att.clone());
+                        async move {
+                            let body = req.into_body().collect().await.unwrap().to_bytes();
+                            let n = att.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                            let mut resp = Response::new(full(""));
+                            if n < failures {
+                                *resp.status_mut() = fail_status;
+                            } else {
+                                acc.lock().unwrap().push(body);
+                            }
+                            Ok::<_, Infallible>(resp)
+                        }
+                    });
+                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(stream), svc)
+                        .await;
+                });
+            }
+        });
+        Receiver {
+            addr,
+            accepted,
+            attempts,
+            task,
+        }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/drift", self.addr)
+    }
+
+    /// Every event accepted so far, in the order received.
+    pub fn events(&self) -> Vec<serde_json::Value> {
+        self.accepted
+            .lock()
+            .unwrap()
+            .iter()
+            .flat_map(|b| serde_json::from_slice::<Vec<serde_json::Value>>(b).unwrap())
+            .collect()
+    }
+
+    pub fn attempts(&self) -> usize {
+        self.attempts.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
