@@ -8,6 +8,9 @@
 //! send N requests per second on a fixed schedule, and each latency is measured from the time
 //! the request was due (so a stall counts against every request it delayed).
 //!
+//! `WRITE_PATH` (default `/items/`) is the prefix of each PUT's path and `WRITE_BODY` (default
+//! `{"qty":1}`) its body, so a run can target an operation a RICH bundle binds.
+//!
 //! In `enforced` mode every request carries a fresh lease (a new resource each time, epoch 1)
 //! signed with AGENT_KEY and its inverse inline, so every write passes every check and
 //! advances a fence durably. Leases are signed before the clock starts for each request, so
@@ -87,14 +90,20 @@ async fn main() {
     let deadline = start + Duration::from_secs(seconds);
     // Open loop: connection i sends at start + (i + k·conns) / rate.
     let rate: Option<f64> = std::env::var("RATE").ok().and_then(|r| r.parse().ok());
+    let prefix: Arc<str> = std::env::var("WRITE_PATH")
+        .unwrap_or_else(|_| "/items/".into())
+        .into();
+    let body = Bytes::from(std::env::var("WRITE_BODY").unwrap_or_else(|_| r#"{"qty":1}"#.into()));
     let mut tasks = Vec::new();
     for conn in 0..conns {
-        let (client, url, leases, counter, run) = (
+        let (client, url, leases, counter, run, prefix, body) = (
             client.clone(),
             url.clone(),
             leases.clone(),
             counter.clone(),
             run.clone(),
+            prefix.clone(),
+            body.clone(),
         );
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
@@ -109,7 +118,7 @@ async fn main() {
                     break;
                 }
                 let n = counter.fetch_add(1, Ordering::Relaxed);
-                let path = format!("/items/{run}-{n}");
+                let path = format!("{prefix}{run}-{n}");
                 let mut req = hyper::Request::put(format!("{url}{path}"))
                     .header("content-type", "application/json");
                 if let Some(l) = &leases {
@@ -117,9 +126,7 @@ async fn main() {
                         .header("agent-compensation-lease", l.make(&path))
                         .header("agent-compensation-inverse", l.inverse_b64.as_str());
                 }
-                let req = req
-                    .body(Full::new(Bytes::from_static(br#"{"qty":1}"#)))
-                    .unwrap();
+                let req = req.body(Full::new(body.clone())).unwrap();
                 // The lease is signed before the request is due, so signing is not counted.
                 if let Some(due) = due {
                     // tokio's timer has 1 ms granularity: sleep to just before, then yield
