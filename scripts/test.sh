@@ -27,6 +27,27 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   fi
 fi
 
+# The MCP tests run the official MCP Python SDK as server and client (tests/mcp/), from a
+# venv under target/ made once per requirements file.
+command -v python3 >/dev/null 2>&1 || { echo "python3 is needed for the MCP tests" >&2; exit 1; }
+venv=target/pyenv
+want=$(sha256sum tests/mcp/requirements.txt | cut -c1-64)
+if [ "$(cat "$venv/.requirements" 2>/dev/null)" != "$want" ]; then
+  say "python venv for the MCP tests ($venv)"
+  rm -rf "$venv"
+  if ! python3 -m venv "$venv" 2>/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+      apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv
+      python3 -m venv "$venv"
+    else
+      echo "python3 -m venv failed: install python3-venv, then re-run" >&2
+      exit 1
+    fi
+  fi
+  "$venv/bin/pip" install -q --disable-pip-version-check -r tests/mcp/requirements.txt
+  echo "$want" > "$venv/.requirements"
+fi
+
 say "cargo fmt --check"
 cargo fmt --all -- --check
 

@@ -172,6 +172,17 @@ async fn respond(
     })
 }
 
+/// An HTTP resource's key: its normalised URI without the query (relative to `public_base`
+/// when it starts with `/`).
+fn http_key(state: &AppState, decoded: &str) -> Option<String> {
+    let absolute = match (decoded.starts_with('/'), &state.config.public_base) {
+        (true, Some(base)) => format!("{}{decoded}", base.trim_end_matches('/')),
+        _ => decoded.to_owned(),
+    };
+    let normalized = palisade_policy::target::normalize(&absolute).ok()?;
+    Some(palisade_policy::target::resource_key(&normalized).to_owned())
+}
+
 /// `GET /admin/v1/fences/{resource}`: a resource's current epoch (0: never fenced). The
 /// resource is its key (SPEC §4.3), percent-encoded as one path segment; a key that starts
 /// with `/` is taken relative to `listen.public_base`.
@@ -189,17 +200,20 @@ async fn fence(state: &AppState, encoded: &str) -> Response<ProxyBody> {
             serde_json::json!({"error": "the resource is not UTF-8 once decoded"}),
         );
     };
-    let absolute = match (decoded.starts_with('/'), &state.config.public_base) {
-        (true, Some(base)) => format!("{}{decoded}", base.trim_end_matches('/')),
-        _ => decoded.into_owned(),
+    // MCP tool resources have keys of their own (SPEC §11), not URIs.
+    let key = if decoded.starts_with("mcp:tool/") {
+        decoded.into_owned()
+    } else {
+        match http_key(state, &decoded) {
+            Some(k) => k,
+            None => {
+                return json(
+                    StatusCode::BAD_REQUEST,
+                    serde_json::json!({"error": "the resource is not an absolute http(s) URI or an mcp:tool/ key"}),
+                )
+            }
+        }
     };
-    let Ok(normalized) = palisade_policy::target::normalize(&absolute) else {
-        return json(
-            StatusCode::BAD_REQUEST,
-            serde_json::json!({"error": "the resource is not an absolute http(s) URI"}),
-        );
-    };
-    let key = palisade_policy::target::resource_key(&normalized).to_owned();
     match enf.store.epoch(&key).await {
         Ok(epoch) => json(
             StatusCode::OK,

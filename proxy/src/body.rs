@@ -38,6 +38,15 @@ pub fn json_response(
     r
 }
 
+/// A body from a stream of chunks (each one a data frame).
+pub fn from_stream<S>(stream: S) -> ProxyBody
+where
+    S: futures_util::Stream<Item = Result<Bytes, BoxError>> + Send + 'static,
+{
+    use futures_util::StreamExt as _;
+    http_body_util::StreamBody::new(stream.map(|r| r.map(hyper::body::Frame::data))).boxed_unsync()
+}
+
 pub fn empty() -> ProxyBody {
     Empty::new().map_err(|never| match never {}).boxed_unsync()
 }

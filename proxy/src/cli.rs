@@ -83,6 +83,15 @@ enum LockCommand {
         #[arg(long = "expected-digest")]
         expected_digest: Option<String>,
     },
+    /// Pin a running MCP server's tools: write a lockfile (FILE) with each tool's digest and
+    /// a contract per tool in contracts/ beside it, for review.
+    PinMcp {
+        /// The server's Streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp.
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        out: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -223,6 +232,28 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             }
             Err(lines) => Err(Failure { code: 1, lines }),
         },
+        Command::Lock(LockCommand::PinMcp { url, out }) => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Failure::usage(format!("runtime: {e}")))?;
+            let tools = runtime
+                .block_on(crate::mcp::pin::fetch_tools(&url))
+                .map_err(|e| Failure {
+                    code: 1,
+                    lines: vec![format!("{url}: {e}")],
+                })?;
+            let digest =
+                crate::mcp::pin::write_bundle(&tools, &url, &out).map_err(|e| Failure {
+                    code: 1,
+                    lines: vec![e],
+                })?;
+            println!(
+                "{}",
+                serde_json::json!({"lockfile": out.display().to_string(), "digest": digest, "tools": tools.len()})
+            );
+            Ok(())
+        }
         Command::Config(ConfigCommand::Check { config }) => {
             let cfg = load_config(&config)?;
             for w in check_referenced_files(&cfg, &config)? {

@@ -288,6 +288,81 @@ impl WriteContext {
     }
 }
 
+/// A lease or inverse as the write carried it.
+pub enum Carried<'a> {
+    /// An HTTP header: the lease as base64url or raw JSON, the inverse as base64url.
+    Header(&'a HeaderValue),
+    /// A JSON document already (MCP `params._meta`).
+    Json(Vec<u8>),
+}
+
+impl Carried<'_> {
+    fn lease_bytes(&self) -> Result<std::borrow::Cow<'_, [u8]>, Refusal> {
+        match self {
+            Carried::Header(v) => Ok(std::borrow::Cow::Owned(
+                lease::decode_header(v.as_bytes())?.into_owned(),
+            )),
+            Carried::Json(b) => Ok(std::borrow::Cow::Borrowed(b)),
+        }
+    }
+
+    fn inverse_bytes(&self) -> Result<std::borrow::Cow<'_, [u8]>, Refusal> {
+        match self {
+            Carried::Header(v) => URL_SAFE_NO_PAD
+                .decode(v.as_bytes())
+                .map(std::borrow::Cow::Owned)
+                .map_err(|_| {
+                    Refusal::new(
+                        ErrorCode::InverseNotStaged,
+                        "Agent-Compensation-Inverse is not unpadded base64url",
+                    )
+                }),
+            Carried::Json(b) => Ok(std::borrow::Cow::Borrowed(b)),
+        }
+    }
+}
+
+/// What the checks need from a write, whatever protocol carried it.
+pub struct WriteFacts<'a> {
+    /// Check 1: the lease, if the write carries one.
+    pub lease: Option<Carried<'a>>,
+    /// Check 10: an inverse sent with the write (else the staged one is used).
+    pub inverse: Option<Carried<'a>>,
+    /// Check 7: the request's normalised target URI (`None`: it cannot be formed).
+    pub target: Option<String>,
+    /// The fenced resource; `None`: the target without its query (SPEC §4.3).
+    pub resource: Option<String>,
+    /// Check 9's input: an HTTP body, or a tool call's `arguments`.
+    pub input: &'a [u8],
+    /// The whole request as sent (its digest goes into the receipt).
+    pub body: &'a [u8],
+    /// The path and query, recorded with the lease (and GET for check 12 on HTTP).
+    pub path: &'a str,
+    /// The request's headers, for check 12's GET; `None` skips check 12 (an MCP tool call
+    /// has no representation to fetch, SPEC §5.2).
+    pub headers: Option<&'a http::HeaderMap>,
+}
+
+impl<'a> WriteFacts<'a> {
+    /// An HTTP write: lease and inverse from the PTCL headers, the target from the request.
+    pub fn http(parts: &'a http::request::Parts, body: &'a [u8], who: &Requester) -> Self {
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        Self {
+            lease: parts.headers.get(LEASE_HEADER).map(Carried::Header),
+            inverse: parts.headers.get(INVERSE_HEADER).map(Carried::Header),
+            target: who
+                .origin
+                .as_deref()
+                .and_then(|o| target::request_target(o, path).ok()),
+            resource: None,
+            input: body,
+            body,
+            path,
+            headers: Some(&parts.headers),
+        }
+    }
+}
+
 /// How the bundle in force binds a request (SPEC §4, §7).
 #[derive(Debug, Clone, Copy)]
 pub enum Binding<'a> {
@@ -364,8 +439,7 @@ pub async fn check(
     config: &Config,
     enf: &Enforcement,
     upstream: &Upstream,
-    parts: &http::request::Parts,
-    body: &Bytes,
+    facts: WriteFacts<'_>,
     who: &Requester,
     binding: Binding<'_>,
     releasing: bool,
@@ -379,29 +453,21 @@ pub async fn check(
         .into());
     }
     // Check 1.
-    let header_value = parts.headers.get(LEASE_HEADER).ok_or_else(|| {
+    let carried = facts.lease.as_ref().ok_or_else(|| {
         Refusal::new(
             ErrorCode::LeaseRequired,
-            "a write needs an Agent-Compensation-Lease",
+            "a write needs a compensation lease",
         )
     })?;
-    let raw = lease::decode_header(header_value.as_bytes())?;
+    let raw = carried.lease_bytes()?;
     let raw: &[u8] = &raw;
-    let pq = parts
-        .uri
-        .path_and_query()
-        .map(|p| p.as_str())
-        .unwrap_or("/");
-    let target = who
-        .origin
-        .as_deref()
-        .and_then(|o| target::request_target(o, pq).ok())
-        .ok_or_else(|| {
-            Refusal::new(
-                ErrorCode::TargetMismatch,
-                "the request's target cannot be formed (Host missing or invalid)",
-            )
-        })?;
+    let body = facts.body;
+    let target = facts.target.clone().ok_or_else(|| {
+        Refusal::new(
+            ErrorCode::TargetMismatch,
+            "the request's target cannot be formed (Host missing or invalid)",
+        )
+    })?;
     // Checks 2–8. The window of a lease without issued_at starts when first seen (check 6).
     // Scoped so that the borrowed callback is gone before the next await (the future must be
     // Send for every lifetime).
@@ -424,7 +490,7 @@ pub async fn check(
     let l = verified.lease();
     // Check 9: the body against the bound contract's structural.input.
     if let Some(cap) = binding.capability() {
-        palisade_policy::rich::check_input(&cap.contract, body, config.max_json_depth)?;
+        palisade_policy::rich::check_input(&cap.contract, facts.input, config.max_json_depth)?;
     }
     // A lease this sidecar granted names its caller (SPEC §5.7): only that caller may use it.
     if let Some(agent) = &l.agent_id {
@@ -438,16 +504,11 @@ pub async fn check(
     }
 
     // Check 10: the inverse travels inline or was staged earlier.
-    let staged = match parts.headers.get(INVERSE_HEADER) {
-        Some(v) => {
-            let bytes = URL_SAFE_NO_PAD.decode(v.as_bytes()).map_err(|_| {
-                Refusal::new(
-                    ErrorCode::InverseNotStaged,
-                    "Agent-Compensation-Inverse is not unpadded base64url",
-                )
-            })?;
-            Some(inverse::parse(&bytes, config.max_json_depth)?)
-        }
+    let staged = match &facts.inverse {
+        Some(carried) => Some(inverse::parse(
+            &carried.inverse_bytes()?,
+            config.max_json_depth,
+        )?),
         None => match enf
             .store
             .inverse(&l.lease_id)
@@ -461,7 +522,11 @@ pub async fn check(
     inverse::check(staged.as_ref(), l)?;
 
     // Checks 11–12 and the forward happen under the resource's lock.
-    let resource = target::resource_key(&target).to_owned();
+    let resource = facts
+        .resource
+        .clone()
+        .unwrap_or_else(|| target::resource_key(&target).to_owned());
+    let pq = facts.path;
     let guard = enf.locks.lock(&resource).await;
     let current = enf.store.epoch(&resource).await.map_err(store_refusal)?;
     let at_epoch = |refusal| Denied {
@@ -469,11 +534,12 @@ pub async fn check(
         current_epoch: Some(current),
     };
     fence::check_epoch(current, l.cas_fence_epoch).map_err(at_epoch)?;
-    let pre_image = if config.pre_image_fetch {
+    // Check 12 applies to HTTP resources only (`facts.headers` is `None` for a tool call).
+    let pre_image = if let (true, Some(headers)) = (config.pre_image_fetch, facts.headers) {
         let identity = binding
             .capability()
             .and_then(|c| c.deployment_identity.as_deref());
-        let actual = fetch_state(config, upstream, pq, &parts.headers, identity)
+        let actual = fetch_state(config, upstream, pq, headers, identity)
             .await
             .map_err(at_epoch)?;
         fence::check_pre_image(&l.pre_image_state_hash, &actual.digest).map_err(at_epoch)?;

@@ -25,6 +25,7 @@ pub mod enforce;
 pub mod escrow;
 pub mod headers;
 pub mod idempotency;
+pub mod mcp;
 pub mod output;
 pub mod peer_identity;
 pub mod pipeline;

@@ -39,6 +39,8 @@ pub struct AppState {
     pub upstream: Upstream,
     /// Set on SIGTERM: `/readyz` turns 503 at once.
     pub draining: AtomicBool,
+    /// MCP tools last listed with a changed definition (SPEC §7).
+    pub mcp_drifted: crate::mcp::pinning::Drifted,
 }
 
 impl AppState {
@@ -175,6 +177,13 @@ pub async fn handle(
     if ex.path.starts_with("/.well-known/ptcl/") || ex.path.starts_with("/.well-known/agtp/") {
         let resp = refuse(ErrorCode::NotFound, "no sidecar endpoint at this path");
         return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+    }
+
+    // MCP (SPEC §11): classified by JSON-RPC method, not HTTP method.
+    if state.config.mcp_path.as_deref() == Some(ex.path.as_str()) {
+        let cx = write_context(&ex);
+        let (resp, outcome) = crate::mcp::handle(&state, &conn, parts, body, cx).await;
+        return Ok(finish(&state, resp, ex, outcome, inflight));
     }
 
     // A read is decided by the bundle in force: its binding names the upstream identity, and

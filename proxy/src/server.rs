@@ -91,6 +91,7 @@ impl Server {
                 enforcement,
                 shadow,
                 upstream,
+                mcp_drifted: Default::default(),
                 draining: false.into(),
             }),
         })

@@ -112,3 +112,37 @@ impl BundleFiles {
         self
     }
 }
+
+/// Writes MCP `capabilities` (name, tool name, contract) as a bundle under `dir`.
+pub fn write_mcp_bundle(
+    dir: &Path,
+    binding_id: &str,
+    tools: &[(&str, &str, Value)],
+) -> BundleFiles {
+    let contracts = dir.join("contracts");
+    std::fs::create_dir_all(&contracts).unwrap();
+    let mut caps = serde_json::Map::new();
+    for (name, tool, contract) in tools {
+        let digest = Sha256Digest::of_json(contract);
+        std::fs::write(
+            contracts.join(format!("{}.json", digest.to_hex())),
+            serde_json::to_vec_pretty(contract).unwrap(),
+        )
+        .unwrap();
+        caps.insert(
+            (*name).to_owned(),
+            json!({"protocol": "mcp", "operation": tool,
+                   "contractDigest": format!("sha-256:{}", digest.to_hex())}),
+        );
+    }
+    let lock = json!({"richVersion": "0.1", "bindingId": binding_id, "graphClosure": "closed",
+                      "capabilities": caps});
+    let lockfile = dir.join("lock.json");
+    std::fs::write(&lockfile, serde_json::to_vec_pretty(&lock).unwrap()).unwrap();
+    BundleFiles {
+        lockfile,
+        contracts,
+        digest: format!("sha-256:{}", Sha256Digest::of_json(&lock).to_hex()),
+        binding_id: binding_id.to_owned(),
+    }
+}

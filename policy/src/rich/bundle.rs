@@ -58,6 +58,9 @@ pub struct Contract {
     pub reversibility: Reversibility,
     pub idempotency_key: IdempotencyKey,
     pub timeout_ms: Option<u64>,
+    /// `state.handle`: the argument of a tool call that names the resource it changes (RICH
+    /// §5.2.5 handle parameters), so the fence is per handle value (SPEC §11).
+    pub state_handle: Option<String>,
 }
 
 /// A binding's `runtime` block.
@@ -284,6 +287,17 @@ fn compile_contract(name: &str, bytes: &[u8], problems: &mut Vec<Problem>) -> Op
     )
     .unwrap_or(IdempotencyKey::Optional);
     let timeout_ms = duration_at(op, "timeout", &op_at, problems);
+    let state_handle = match doc.get("state").and_then(|s| s.get("handle")) {
+        None => None,
+        Some(Value::String(h)) if !h.is_empty() => Some(h.clone()),
+        Some(_) => {
+            problems.push(Problem::new(
+                format!("{at}/state/handle"),
+                "must be the name of an argument (a non-empty string)",
+            ));
+            None
+        }
+    };
     Some(Contract {
         digest: digest.spelled(Spelling::ShaDash256),
         input,
@@ -292,6 +306,7 @@ fn compile_contract(name: &str, bytes: &[u8], problems: &mut Vec<Problem>) -> Op
         reversibility,
         idempotency_key,
         timeout_ms,
+        state_handle,
     })
 }
 

@@ -1,0 +1,542 @@
+//! MCP over Streamable HTTP at `mcp.path` (SPEC §11), both protocol generations.
+//!
+//! Requests are classified by their JSON-RPC method, not their HTTP method:
+//!
+//! ```text
+//! GET (SSE stream), DELETE (end of session)        → passed through, streamed
+//! POST: parse (strict I-JSON) → Mcp-Method / Mcp-Name agree with the message?
+//!   a batch holding a tools/call                   → refused: a tool call is enforced alone
+//!   tools/call of a write (or unbound) tool        → the write pipeline (checks 1–11,
+//!                                                    durable fence, receipt), then forwarded
+//!                                                    without the PTCL members of `_meta`
+//!   tools/call of a read tool                      → its input contract, then forwarded
+//!   anything else (initialize, server/discover,
+//!   tools/list, notifications, responses)          → passed through
+//! ```
+//! Replies, JSON or SSE, stream back event by event. A refusal is a JSON-RPC error with the
+//! request's id and the problem object as `data` (SPEC §6), so an MCP client can read it.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Response, StatusCode};
+use palisade_policy::rich::SideEffect;
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::{json, Value};
+
+use crate::body::{self, CollectError, ProxyBody};
+use crate::enforce::{self, Binding, Carried, Denied, Disposition, Requester, WriteContext};
+use crate::pipeline::{forward_plain, AppState, ConnInfo, Outcome};
+use crate::problem::Problem;
+use crate::write::{self, Keep};
+
+pub mod pin;
+pub mod pinning;
+pub mod sse;
+
+/// JSON-RPC error code of a Palisade refusal (SPEC §6).
+pub const REFUSED: i64 = -32001;
+/// Header naming the JSON-RPC method (2026-07-28) and the tool of a `tools/call`.
+pub const METHOD_HEADER: &str = "mcp-method";
+pub const NAME_HEADER: &str = "mcp-name";
+/// Where a tool call carries its lease and inverse (SPEC §5.1, §11).
+const LEASE_META: &str = "compensationLease";
+const INVERSE_META: &str = "compensationInverse";
+
+/// A request to `mcp.path`.
+pub(crate) async fn handle(
+    state: &Arc<AppState>,
+    conn: &Arc<ConnInfo>,
+    parts: http::request::Parts,
+    body: hyper::body::Incoming,
+    cx: WriteContext,
+) -> (Response<ProxyBody>, Outcome) {
+    if parts.method != Method::POST {
+        // GET streams and the session DELETE carry no JSON-RPC request to check.
+        return forward_plain(state, parts, body::boxed(body), conn, &cx, None).await;
+    }
+    let bytes = match body::read_request_body(body, state.config.max_body).await {
+        Ok(b) => b,
+        Err(CollectError::TooLarge(limit)) => {
+            let p = Problem::new(
+                ErrorCode::BodyTooLarge,
+                format!("request body exceeds limits.max_body ({limit} bytes)"),
+                &uuid::Uuid::new_v4().to_string(),
+                &cx.trace_id,
+            );
+            return (
+                rpc_error(Value::Null, StatusCode::PAYLOAD_TOO_LARGE, &p),
+                Outcome::Refused,
+            );
+        }
+        Err(CollectError::Read(_)) => {
+            let p = Problem::new(
+                ErrorCode::BadRequest,
+                "request body could not be read",
+                &uuid::Uuid::new_v4().to_string(),
+                &cx.trace_id,
+            );
+            return (
+                rpc_error(Value::Null, StatusCode::BAD_REQUEST, &p),
+                Outcome::Refused,
+            );
+        }
+    };
+    // What we check must be what the server reads: a body our strict parser refuses
+    // (duplicate members, lone surrogates) could read differently there, so it goes nowhere.
+    let msg = match palisade_policy::json::parse(&bytes, state.config.max_json_depth) {
+        Ok(v) => v,
+        Err(_) => {
+            let refusal = Refusal::new(
+                ErrorCode::BadRequest,
+                "the body is not a single well-formed I-JSON document",
+            );
+            return refuse(
+                state,
+                &cx,
+                refusal.into(),
+                None,
+                &bytes,
+                Value::Null,
+                StatusCode::BAD_REQUEST,
+            )
+            .await;
+        }
+    };
+    if let Value::Array(batch) = &msg {
+        // 2025-03-26 batches: checked as a whole, so a tool call cannot hide in one.
+        if batch.iter().any(|m| method_of(m) == Some("tools/call")) {
+            let refusal = Refusal::new(
+                ErrorCode::BadRequest,
+                "a tools/call must be sent alone, not in a JSON-RPC batch",
+            );
+            return refuse(
+                state,
+                &cx,
+                refusal.into(),
+                None,
+                &bytes,
+                Value::Null,
+                StatusCode::BAD_REQUEST,
+            )
+            .await;
+        }
+        return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+    }
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    if let Some(refusal) = header_mismatch(&parts.headers, &msg) {
+        return refuse(
+            state,
+            &cx,
+            refusal.into(),
+            None,
+            &bytes,
+            id,
+            StatusCode::BAD_REQUEST,
+        )
+        .await;
+    }
+    match method_of(&msg) {
+        Some("tools/call") => {}
+        Some("tools/list") => return list(state, conn, parts, bytes, cx).await,
+        _ => return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await,
+    }
+    tool_call(state, conn, parts, bytes, msg, id, cx).await
+}
+
+fn method_of(msg: &Value) -> Option<&str> {
+    msg.get("method").and_then(Value::as_str)
+}
+
+/// `Mcp-Method` (and `Mcp-Name` for a tool call), where present, must say what the message
+/// says: no hop may route by the header and be checked by the body (SPEC §11).
+fn header_mismatch(headers: &http::HeaderMap, msg: &Value) -> Option<Refusal> {
+    let method = method_of(msg);
+    if let Some(h) = headers.get(METHOD_HEADER) {
+        if method.is_none() || h.to_str().ok() != method {
+            return Some(Refusal::new(
+                ErrorCode::McpMethodMismatch,
+                "the Mcp-Method header disagrees with the JSON-RPC method",
+            ));
+        }
+    }
+    if let (Some(h), Some("tools/call")) = (headers.get(NAME_HEADER), method) {
+        let name = msg
+            .get("params")
+            .and_then(|p| p.get("name"))
+            .and_then(Value::as_str);
+        if h.to_str().ok() != name {
+            return Some(Refusal::new(
+                ErrorCode::McpMethodMismatch,
+                "the Mcp-Name header disagrees with params.name",
+            ));
+        }
+    }
+    None
+}
+
+/// A `tools/call`: bound by tool name, enforced like an HTTP write when it writes.
+async fn tool_call(
+    state: &Arc<AppState>,
+    conn: &Arc<ConnInfo>,
+    mut parts: http::request::Parts,
+    bytes: Bytes,
+    mut msg: Value,
+    id: Value,
+    mut cx: WriteContext,
+) -> (Response<ProxyBody>, Outcome) {
+    let Some(name) = msg
+        .get("params")
+        .and_then(|p| p.get("name"))
+        .and_then(Value::as_str)
+        .map(str::to_owned)
+    else {
+        let refusal = Refusal::new(ErrorCode::BadRequest, "tools/call needs params.name");
+        return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK).await;
+    };
+    cx.operation = format!("tools/call {name}");
+    let bundle = state.bundle.load_full();
+    let binding = match bundle.as_deref() {
+        None => Binding::NoBundle,
+        Some(b) => match b.tool(&name) {
+            Some(cap) => Binding::Bound(cap),
+            None => Binding::Unbound,
+        },
+    };
+    cx.bind(bundle.as_deref(), &binding);
+    // A pinned tool last listed with another definition is not called (SPEC §7).
+    if let (Some(b), Some(cap)) = (bundle.as_deref(), binding.capability()) {
+        if cap.tool_digest.is_some()
+            && pinning::refuses_calls(cap.runtime.on_drift)
+            && state.mcp_drifted.is_drifted(&b.digest, &name)
+        {
+            let refusal = Refusal::new(
+                ErrorCode::ToolDrifted,
+                "the tool's listed definition no longer matches its pin",
+            );
+            return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK).await;
+        }
+    }
+    let arguments = msg
+        .get("params")
+        .and_then(|p| p.get("arguments"))
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let args = serde_json::to_vec(&arguments).unwrap_or_default();
+    let meta = msg.get("params").and_then(|p| p.get("_meta"));
+    let lease_bytes = meta
+        .and_then(|m| m.get(LEASE_META))
+        .map(|l| serde_json::to_vec(l).unwrap_or_default());
+
+    let Some(enf) = state.enforcement.clone() else {
+        return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+    };
+    // A tool that only reads needs no lease; its input contract still holds.
+    if let Some(cap) = binding.capability() {
+        if cap.contract.side_effect == SideEffect::Read {
+            if let Err(refusal) = palisade_policy::rich::check_input(
+                &cap.contract,
+                &args,
+                state.config.max_json_depth,
+            ) {
+                return refuse(
+                    state,
+                    &cx,
+                    refusal.into(),
+                    lease_bytes.as_deref(),
+                    &args,
+                    id,
+                    StatusCode::OK,
+                )
+                .await;
+            }
+            return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+        }
+    }
+
+    let who = Requester::of(&state.config, &parts, conn);
+    let path = format!("/mcp/tools/{name}");
+    let handle = binding
+        .capability()
+        .and_then(|c| c.contract.state_handle.as_deref())
+        .and_then(|h| arguments.get(h))
+        .map(|v| match v {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        });
+    let resource = match handle {
+        Some(h) => format!("mcp:tool/{name}/{h}"),
+        None => format!("mcp:tool/{name}"),
+    };
+    let facts = enforce::WriteFacts {
+        lease: lease_bytes.clone().map(Carried::Json),
+        inverse: meta
+            .and_then(|m| m.get(INVERSE_META))
+            .map(|i| Carried::Json(serde_json::to_vec(i).unwrap_or_default())),
+        target: who
+            .origin
+            .as_deref()
+            .and_then(|o| palisade_policy::target::request_target(o, &path).ok()),
+        resource: Some(resource),
+        input: &args,
+        body: &bytes,
+        path: &path,
+        headers: None,
+    };
+    let permit = match enforce::check(
+        &state.config,
+        &enf,
+        &state.upstream,
+        facts,
+        &who,
+        binding,
+        false,
+    )
+    .await
+    {
+        Ok(p) => p,
+        Err(denied) => {
+            return refuse(
+                state,
+                &cx,
+                denied,
+                lease_bytes.as_deref(),
+                &args,
+                id,
+                StatusCode::OK,
+            )
+            .await
+        }
+    };
+    if permit.disposition() != Disposition::Forward {
+        // Not built for tool calls yet: a held or dry-run call needs a JSON-RPC answer of its
+        // own. Nothing has moved (neither mode advances the epoch before release).
+        drop(permit);
+        let refusal = Refusal::new(
+            ErrorCode::RecoveryMode,
+            "HUMAN_ESCROW and DRY_RUN_SHADOW are not supported for MCP tool calls yet",
+        );
+        return refuse(
+            state,
+            &cx,
+            refusal.into(),
+            lease_bytes.as_deref(),
+            &args,
+            id,
+            StatusCode::OK,
+        )
+        .await;
+    }
+    // The server gets the call without the PTCL members (like the PTCL headers on HTTP).
+    if let Some(m) = msg
+        .get_mut("params")
+        .and_then(|p| p.get_mut("_meta"))
+        .and_then(Value::as_object_mut)
+    {
+        m.remove(LEASE_META);
+        m.remove(INVERSE_META);
+    }
+    let forwarded = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let trace_id = cx.trace_id.clone();
+    // From here the epoch is durable: the call finishes in its own task (see write.rs).
+    let task = {
+        let (state, enf, conn) = (state.clone(), enf.clone(), conn.clone());
+        tokio::spawn(async move {
+            write::forward(
+                &state,
+                &enf,
+                permit,
+                parts,
+                forwarded,
+                &conn,
+                &cx,
+                Keep::Nothing,
+                None,
+            )
+            .await
+        })
+    };
+    match task.await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "tool call task failed");
+            let p = Problem::new(
+                ErrorCode::Internal,
+                "the tool call could not be completed",
+                &uuid::Uuid::new_v4().to_string(),
+                &trace_id,
+            );
+            (rpc_error(id, StatusCode::OK, &p), Outcome::Error)
+        }
+    }
+}
+
+/// A `tools/list`: forwarded, and its result filtered against the pins on the way back,
+/// whether it comes as JSON or as an SSE event.
+async fn list(
+    state: &Arc<AppState>,
+    conn: &Arc<ConnInfo>,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    mut cx: WriteContext,
+) -> (Response<ProxyBody>, Outcome) {
+    let bundle = state.bundle.load_full();
+    cx.operation = "tools/list".to_owned();
+    cx.bind(bundle.as_deref(), &Binding::Unbound);
+    let (resp, outcome) = forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+    let Some(bundle) = bundle else {
+        return (resp, outcome);
+    };
+    if !resp.status().is_success() {
+        return (resp, outcome);
+    }
+    let content_type = resp
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    let (mut rparts, rbody) = resp.into_parts();
+    let limit = state.config.max_response;
+    if content_type.starts_with("text/event-stream") {
+        let (state, cx) = (state.clone(), cx.clone());
+        let body = sse::map_json(rbody, limit as usize, move |v| {
+            match pinning::filter(&state, &cx, &bundle, v) {
+                Some(new) => sse::Verdict::Replace(new),
+                None => sse::Verdict::Keep,
+            }
+        });
+        return (Response::from_parts(rparts, body), outcome);
+    }
+    // A JSON reply: bounded, filtered, re-encoded.
+    let b = match body::collect_proxy(rbody, limit).await {
+        Ok(b) => b,
+        Err(_) => {
+            let p = Problem::new(
+                ErrorCode::ResponseTooLarge,
+                "the tools/list answer exceeds limits.max_response and cannot be checked",
+                &uuid::Uuid::new_v4().to_string(),
+                &cx.trace_id,
+            );
+            return (
+                rpc_error(Value::Null, StatusCode::BAD_GATEWAY, &p),
+                Outcome::Error,
+            );
+        }
+    };
+    let filtered = serde_json::from_slice::<Value>(&b)
+        .ok()
+        .and_then(|v| pinning::filter(state, &cx, &bundle, &v));
+    let out = match filtered {
+        Some(v) => Bytes::from(serde_json::to_vec(&v).unwrap_or_default()),
+        None => b,
+    };
+    rparts.headers.remove(header::CONTENT_LENGTH);
+    (Response::from_parts(rparts, body::full(out)), outcome)
+}
+
+/// A refusal as a JSON-RPC error: the rejection receipt and drift event as for HTTP
+/// (`enforce::refuse`), the problem object as the error's `data`.
+#[allow(clippy::too_many_arguments)]
+async fn refuse(
+    state: &AppState,
+    cx: &WriteContext,
+    denied: Denied,
+    lease: Option<&[u8]>,
+    evidence: &[u8],
+    id: Value,
+    status: StatusCode,
+) -> (Response<ProxyBody>, Outcome) {
+    state.metrics.refusal(denied.refusal.code);
+    let resp = match &state.enforcement {
+        Some(enf) => {
+            enforce::refuse(
+                enf,
+                &denied.refusal,
+                cx,
+                lease,
+                Some(evidence),
+                denied.current_epoch,
+            )
+            .await
+        }
+        None => Problem::from_refusal(
+            &denied.refusal,
+            &uuid::Uuid::new_v4().to_string(),
+            &cx.trace_id,
+        )
+        .into_response(),
+    };
+    (rewrap(resp, id, status).await, Outcome::Refused)
+}
+
+/// A problem+json response re-cast as a JSON-RPC error, keeping its receipt headers.
+async fn rewrap(resp: Response<ProxyBody>, id: Value, status: StatusCode) -> Response<ProxyBody> {
+    let (parts, body) = resp.into_parts();
+    // The problem was made here, in memory; the bound is only a guard.
+    let problem: Value = body::collect_proxy(body, 1 << 20)
+        .await
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .unwrap_or(Value::Null);
+    let mut out = error_response(id, status, problem);
+    for name in [enforce::RECEIPT_HEADER, enforce::FENCE_HEADER] {
+        if let Some(v) = parts.headers.get(name) {
+            out.headers_mut().insert(name, v.clone());
+        }
+    }
+    out
+}
+
+fn rpc_error(id: Value, status: StatusCode, p: &Problem) -> Response<ProxyBody> {
+    error_response(id, status, p.to_json())
+}
+
+fn error_response(id: Value, status: StatusCode, problem: Value) -> Response<ProxyBody> {
+    let message = problem
+        .get("title")
+        .and_then(Value::as_str)
+        .unwrap_or("Refused")
+        .to_owned();
+    let doc = json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": REFUSED, "message": message, "data": problem},
+    });
+    let mut r = body::json_response(status, &doc);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn headers_must_agree_with_the_message() {
+        let call = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add"}});
+        let mut h = http::HeaderMap::new();
+        assert!(header_mismatch(&h, &call).is_none());
+        h.insert(METHOD_HEADER, HeaderValue::from_static("tools/call"));
+        h.insert(NAME_HEADER, HeaderValue::from_static("add"));
+        assert!(header_mismatch(&h, &call).is_none());
+        h.insert(NAME_HEADER, HeaderValue::from_static("delete_everything"));
+        assert_eq!(
+            header_mismatch(&h, &call).map(|r| r.code),
+            Some(ErrorCode::McpMethodMismatch)
+        );
+        h.remove(NAME_HEADER);
+        h.insert(METHOD_HEADER, HeaderValue::from_static("tools/list"));
+        assert_eq!(
+            header_mismatch(&h, &call).map(|r| r.code),
+            Some(ErrorCode::McpMethodMismatch)
+        );
+        // A response (no method) under an Mcp-Method header is a mismatch too.
+        let resp = json!({"jsonrpc":"2.0","id":1,"result":{}});
+        assert!(header_mismatch(&h, &resp).is_some());
+    }
+}

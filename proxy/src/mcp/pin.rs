@@ -1,0 +1,241 @@
+//! `palisade lock pin-mcp --url URL --out FILE`: pins a running MCP server's tools.
+//!
+//! Reads every page of the server's `tools/list` (the stateless 2026-07-28 revision first; on
+//! refusal the `initialize` handshake of the session revisions, ended with DELETE) and writes a
+//! bundle an operator can review: the lockfile at FILE, one capability per tool with its
+//! `toolDigest` (`sha-256:` of the JCS of the tool object as listed), and a contract per tool in
+//! `contracts/` beside it. The contracts say only what the listing shows (`inputSchema`,
+//! `outputSchema`); every operational fact is `"unknown"` (so each tool is treated as a write
+//! that needs a lease) until the operator states it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Request, Uri};
+use palisade_policy::digest::{Sha256Digest, Spelling};
+use serde_json::{json, Map, Value};
+
+use crate::body;
+use crate::upstream::Upstream;
+
+const MODERN: &str = "2026-07-28";
+const LEGACY: &str = "2025-11-25";
+/// Pages of `tools/list` read at most (a server that never stops paginating is an error).
+const MAX_PAGES: usize = 100;
+const MAX_REPLY: u64 = 16 << 20;
+const DIALECT: &str = "https://json-schema.org/draft/2020-12/schema";
+
+/// One JSON-RPC exchange's outcome.
+struct Reply {
+    message: Value,
+    session: Option<HeaderValue>,
+}
+
+struct Conn {
+    client: Upstream,
+    url: Uri,
+    version: &'static str,
+    session: Option<HeaderValue>,
+    next_id: u64,
+}
+
+impl Conn {
+    async fn post(&mut self, method: &str, params: Value, notify: bool) -> Result<Reply, String> {
+        let mut msg = json!({"jsonrpc": "2.0", "method": method, "params": params});
+        if !notify {
+            self.next_id += 1;
+            msg["id"] = json!(self.next_id);
+        }
+        let mut req = Request::post(self.url.clone())
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::ACCEPT, "application/json, text/event-stream")
+            .header("mcp-protocol-version", self.version);
+        if self.version == MODERN {
+            req = req.header("mcp-method", method);
+        }
+        if let Some(s) = &self.session {
+            req = req.header("mcp-session-id", s.clone());
+        }
+        let req = req
+            .body(body::full(Bytes::from(msg.to_string())))
+            .map_err(|e| e.to_string())?;
+        let resp = self.client.send(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let session = resp.headers().get("mcp-session-id").cloned();
+        let sse = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|v| v.starts_with("text/event-stream"));
+        let bytes = body::collect_limited(resp.into_body(), MAX_REPLY)
+            .await
+            .map_err(|e| format!("{method}: reading the reply: {e:?}"))?;
+        if notify {
+            return Ok(Reply {
+                message: Value::Null,
+                session,
+            });
+        }
+        if !status.is_success() {
+            return Err(format!("{method}: HTTP {status}"));
+        }
+        let text = String::from_utf8_lossy(&bytes);
+        // In an SSE reply, the answer is the event whose data carries our id.
+        let message = if sse {
+            text.split("\n\n")
+                .filter_map(|ev| {
+                    let data: Vec<&str> = ev
+                        .lines()
+                        .filter_map(|l| l.strip_prefix("data:"))
+                        .map(|d| d.strip_prefix(' ').unwrap_or(d))
+                        .collect();
+                    serde_json::from_str::<Value>(&data.join("\n")).ok()
+                })
+                .find(|v| v.get("id") == Some(&json!(self.next_id)))
+                .ok_or_else(|| format!("{method}: no answer in the SSE reply"))?
+        } else {
+            serde_json::from_str(&text).map_err(|e| format!("{method}: reply is not JSON: {e}"))?
+        };
+        if let Some(err) = message.get("error") {
+            return Err(format!("{method}: JSON-RPC error {err}"));
+        }
+        Ok(Reply { message, session })
+    }
+
+    async fn list_all(&mut self) -> Result<Vec<Value>, String> {
+        let mut tools = Vec::new();
+        let mut cursor: Option<Value> = None;
+        for _ in 0..MAX_PAGES {
+            let mut params = if self.version == MODERN {
+                json!({"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
+                                  "io.modelcontextprotocol/clientInfo": {"name": "palisade-pin-mcp", "version": env!("CARGO_PKG_VERSION")},
+                                  "io.modelcontextprotocol/clientCapabilities": {}}})
+            } else {
+                json!({})
+            };
+            if let Some(c) = &cursor {
+                params["cursor"] = c.clone();
+            }
+            let r = self.post("tools/list", params, false).await?;
+            let result = &r.message["result"];
+            let page = result["tools"]
+                .as_array()
+                .ok_or("tools/list: the result has no tools array")?;
+            tools.extend(page.iter().cloned());
+            match result.get("nextCursor") {
+                Some(c) if !c.is_null() => cursor = Some(c.clone()),
+                _ => return Ok(tools),
+            }
+        }
+        Err(format!("tools/list: more than {MAX_PAGES} pages"))
+    }
+}
+
+/// Every tool the server at `url` lists, as listed.
+pub async fn fetch_tools(url: &str) -> Result<Vec<Value>, String> {
+    let uri: Uri = url.parse().map_err(|e| format!("--url: {e}"))?;
+    let client = Upstream::with_base(
+        uri.clone(),
+        Duration::from_secs(5),
+        Duration::from_secs(30),
+        None,
+    )
+    .map_err(|e| e.to_string())?;
+    let mut modern = Conn {
+        client: client.clone(),
+        url: uri.clone(),
+        version: MODERN,
+        session: None,
+        next_id: 0,
+    };
+    if let Ok(tools) = modern.list_all().await {
+        return Ok(tools);
+    }
+    // A server of the session revisions: initialize, list, end the session.
+    let mut legacy = Conn {
+        client,
+        url: uri,
+        version: LEGACY,
+        session: None,
+        next_id: 0,
+    };
+    let init = legacy
+        .post(
+            "initialize",
+            json!({"protocolVersion": LEGACY, "capabilities": {},
+                   "clientInfo": {"name": "palisade-pin-mcp", "version": env!("CARGO_PKG_VERSION")}}),
+            false,
+        )
+        .await?;
+    legacy.session = init.session;
+    legacy
+        .post("notifications/initialized", json!({}), true)
+        .await?;
+    let tools = legacy.list_all().await;
+    if let Some(s) = &legacy.session {
+        if let Ok(req) = Request::builder()
+            .method(Method::DELETE)
+            .uri(legacy.url.clone())
+            .header("mcp-session-id", s.clone())
+            .header("mcp-protocol-version", LEGACY)
+            .body(body::empty())
+        {
+            let _ = legacy.client.send(req).await;
+        }
+    }
+    tools
+}
+
+/// The contract a listing supports: its schemas, nothing else known.
+fn contract_for(tool: &Value) -> Value {
+    let schema = |key: &str| match tool.get(key) {
+        Some(Value::Object(s)) => {
+            let mut s = s.clone();
+            s.entry("$schema").or_insert_with(|| json!(DIALECT));
+            Value::Object(s)
+        }
+        _ => json!("unknown"),
+    };
+    json!({
+        "structural": {"input": schema("inputSchema"), "output": schema("outputSchema")},
+        "representation": "unknown", "semantic": "unknown", "error": "unknown",
+        "state": "unknown",
+        "operational": {"sideEffect": "unknown", "reversibility": "unknown",
+                        "idempotencyKey": "optional", "modelMediation": "unknown"}
+    })
+}
+
+/// Writes the lockfile at `out` and the contracts beside it; returns the lockfile's digest.
+pub fn write_bundle(tools: &[Value], url: &str, out: &Path) -> Result<String, String> {
+    let dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let contracts = dir.join("contracts");
+    std::fs::create_dir_all(&contracts).map_err(|e| format!("{}: {e}", contracts.display()))?;
+    let mut caps = Map::new();
+    for tool in tools {
+        let name = tool
+            .get("name")
+            .and_then(Value::as_str)
+            .ok_or("a listed tool has no name")?;
+        let contract = contract_for(tool);
+        let digest = Sha256Digest::of_json(&contract);
+        let path = contracts.join(format!("{}.json", digest.to_hex()));
+        let text = serde_json::to_vec_pretty(&contract).map_err(|e| e.to_string())?;
+        std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
+        caps.insert(
+            name.to_owned(),
+            json!({"protocol": "mcp", "operation": name,
+                   "toolDigest": Sha256Digest::of_json(tool).spelled(Spelling::ShaDash256),
+                   "contractDigest": digest.spelled(Spelling::ShaDash256),
+                   "runtime": {"onDrift": "fail-closed"}}),
+        );
+    }
+    let lock = json!({"richVersion": "0.1", "bindingId": format!("urn:palisade:pinned:{url}"),
+                      "graphClosure": "open", "capabilities": caps});
+    let text = serde_json::to_vec_pretty(&lock).map_err(|e| e.to_string())?;
+    std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))?;
+    Ok(Sha256Digest::of_json(&lock).spelled(Spelling::ShaDash256))
+}

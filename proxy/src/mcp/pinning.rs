@@ -1,0 +1,167 @@
+//! Tool-list pinning (SPEC §7, RICH §1): every `tools/list` result is compared tool by tool
+//! with the lockfile's `toolDigest`s (`sha-256:` of the JCS of the tool object as listed).
+//!
+//! - A pinned tool whose definition changed ("rug pull") is removed under `fail-closed` and
+//!   `quarantine` (its definition written to the quarantine directory) and kept under `notify`;
+//!   each case emits a `tool-definition` drift event. Under the removing policies, calls of it
+//!   are refused (409 `ERR_TOOL_DRIFTED`) until a listing shows the pinned definition again or
+//!   a lockfile pins the new one (the mark is per bundle digest, so a new bundle clears it).
+//! - A tool the lockfile does not know is removed under `unbound_writes = "deny"` (with an
+//!   event), since calling it would be refused anyway; under `allow` it is passed on.
+//! - Pinned tools without a `toolDigest` are passed on as they are.
+//!
+//! Each page of a paginated listing is filtered on its own; `nextCursor` is kept.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use palisade_policy::digest::{Sha256Digest, Spelling};
+use palisade_policy::drift::{Action, DriftEvent, EventContext};
+use palisade_policy::rich::{Bundle, DriftPolicy};
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::Value;
+
+use crate::config::UnboundWrites;
+use crate::enforce::WriteContext;
+use crate::pipeline::AppState;
+
+/// Tools whose latest listing showed their pinned definition changed, with the digest of the
+/// bundle that pinned them.
+#[derive(Debug, Default)]
+pub struct Drifted(Mutex<HashMap<String, String>>);
+
+impl Drifted {
+    /// Whether `tool`, as pinned by the bundle `digest`, was last listed changed.
+    pub fn is_drifted(&self, digest: &str, tool: &str) -> bool {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(tool).is_some_and(|d| d == digest)
+    }
+
+    fn mark(&self, digest: &str, tool: &str, drifted: bool) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if drifted {
+            map.insert(tool.to_owned(), digest.to_owned());
+        } else {
+            map.remove(tool);
+        }
+    }
+}
+
+/// Whether a drifted tool's calls are refused under `policy`.
+pub fn refuses_calls(policy: DriftPolicy) -> bool {
+    !matches!(policy, DriftPolicy::Notify)
+}
+
+/// The `tools/list` response `msg` with changed and unknown tools handled; `None` when it
+/// needs no change (or is not a `tools/list` result).
+pub fn filter(state: &AppState, cx: &WriteContext, bundle: &Bundle, msg: &Value) -> Option<Value> {
+    let tools = msg.get("result")?.get("tools")?.as_array()?;
+    let mut kept = Vec::with_capacity(tools.len());
+    let mut changed = false;
+    for tool in tools {
+        let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
+        let keep = match bundle.tool(name) {
+            None => {
+                if state.config.unbound_writes == UnboundWrites::Deny {
+                    report(state, cx, name, None, tool, Action::Blocked, "unknown-tool");
+                    false
+                } else {
+                    true
+                }
+            }
+            Some(cap) => match &cap.tool_digest {
+                None => true,
+                Some(pinned) => {
+                    let listed = Sha256Digest::of_json(tool);
+                    let drifted = &listed != pinned;
+                    let removes = refuses_calls(cap.runtime.on_drift);
+                    state
+                        .mcp_drifted
+                        .mark(&bundle.digest, name, drifted && removes);
+                    if drifted {
+                        let action = match cap.runtime.on_drift {
+                            DriftPolicy::Notify => Action::Notify,
+                            DriftPolicy::Quarantine => {
+                                quarantine(state, tool);
+                                Action::Quarantined
+                            }
+                            _ => Action::Blocked,
+                        };
+                        let expected = pinned.spelled(Spelling::ShaDash256);
+                        report(
+                            state,
+                            cx,
+                            name,
+                            Some(expected),
+                            tool,
+                            action,
+                            "changed-definition",
+                        );
+                    }
+                    !(drifted && removes)
+                }
+            },
+        };
+        if keep {
+            kept.push(tool.clone());
+        } else {
+            changed = true;
+        }
+    }
+    if !changed {
+        return None;
+    }
+    let mut out = msg.clone();
+    out["result"]["tools"] = Value::Array(kept);
+    Some(out)
+}
+
+/// A `tool-definition` drift event naming the tool; the evidence is the listed definition.
+fn report(
+    state: &AppState,
+    cx: &WriteContext,
+    tool: &str,
+    expected: Option<String>,
+    definition: &Value,
+    action: Action,
+    reason: &'static str,
+) {
+    let Some(enf) = &state.enforcement else {
+        return;
+    };
+    let refusal = Refusal::new(
+        ErrorCode::ToolDrifted,
+        "a listed tool does not match its pinned definition",
+    );
+    if let Some(mut event) = DriftEvent::for_refusal(
+        &refusal,
+        EventContext {
+            event_id: uuid::Uuid::now_v7().to_string(),
+            timestamp: crate::enforce::now_rfc3339(enf),
+            trace_id: cx.trace_id.clone(),
+            binding_id: cx.binding_id.clone(),
+            observed_identifier: Some(tool.to_owned()),
+            expected_digest: expected,
+            evidence: Some(palisade_policy::canon::to_vec(definition)),
+        },
+    ) {
+        event.action_taken = action;
+        event.diagnostics.insert("reason".into(), reason.into());
+        enf.drift.emit(&event);
+    }
+    state.metrics.refusal(ErrorCode::ToolDrifted);
+}
+
+/// The changed definition, kept for inspection (mode 0600, named by its digest).
+fn quarantine(state: &AppState, tool: &Value) {
+    let bytes = palisade_policy::canon::to_vec(tool);
+    let path = state
+        .config
+        .quarantine_dir
+        .join(Sha256Digest::of(&bytes).to_hex());
+    let written = std::fs::create_dir_all(&state.config.quarantine_dir)
+        .and_then(|()| crate::write_private_file(&path, &bytes));
+    if let Err(e) = written {
+        tracing::error!(error = %e, path = %path.display(), "quarantine write failed");
+    }
+}

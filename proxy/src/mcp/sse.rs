@@ -1,0 +1,176 @@
+//! Server-sent events, one at a time (WHATWG HTML §9.2 framing).
+//!
+//! An MCP reply may be an SSE stream; it is never buffered whole (SPEC §3). [`map_json`]
+//! passes the stream on event by event, and hands each event whose `data` is one JSON value to
+//! a function that may replace it (a filtered `tools/list` result). Every other byte passes
+//! unchanged, as soon as its event is complete. One event is bounded by `max_event` bytes; a
+//! longer one ends the stream with an error rather than growing without bound.
+
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt as _;
+use http_body_util::BodyExt as _;
+use serde_json::Value;
+
+use crate::body::{self, ProxyBody};
+
+/// What the caller does with one event's JSON data.
+pub enum Verdict {
+    /// Pass the event on unchanged.
+    Keep,
+    /// Send this JSON instead of the event's data (other fields kept).
+    Replace(Value),
+}
+
+/// The offset just past the first event terminator (a blank line) in `buf`, if any.
+fn event_end(buf: &[u8]) -> Option<usize> {
+    let mut i = 0;
+    while i < buf.len() {
+        if buf[i] == b'\n' {
+            if buf.get(i + 1) == Some(&b'\n') {
+                return Some(i + 2);
+            }
+            if buf.get(i + 1) == Some(&b'\r') && buf.get(i + 2) == Some(&b'\n') {
+                return Some(i + 3);
+            }
+        }
+        i += 1;
+    }
+    None
+}
+
+/// Rewrites one complete event (terminator included) if `f` says so.
+fn rewrite(event: &[u8], f: &mut impl FnMut(&Value) -> Verdict) -> Option<Bytes> {
+    let text = std::str::from_utf8(event).ok()?;
+    let mut data = String::new();
+    let mut others = Vec::new();
+    for line in text.lines() {
+        if let Some(d) = line.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(d.strip_prefix(' ').unwrap_or(d));
+        } else if !line.is_empty() {
+            others.push(line);
+        }
+    }
+    if data.is_empty() {
+        return None;
+    }
+    let value: Value = serde_json::from_str(&data).ok()?;
+    match f(&value) {
+        Verdict::Keep => None,
+        Verdict::Replace(new) => {
+            let mut out = String::new();
+            for l in others {
+                out.push_str(l);
+                out.push('\n');
+            }
+            out.push_str("data: ");
+            out.push_str(&serde_json::to_string(&new).ok()?);
+            out.push_str("\n\n");
+            Some(Bytes::from(out))
+        }
+    }
+}
+
+/// `body` passed on event by event, each JSON event offered to `f`.
+pub fn map_json<F>(body: ProxyBody, max_event: usize, f: F) -> ProxyBody
+where
+    F: FnMut(&Value) -> Verdict + Send + 'static,
+{
+    type BoxError = Box<dyn std::error::Error + Send + Sync>;
+    let state = (body.into_data_stream(), BytesMut::new(), f, false);
+    let stream =
+        futures_util::stream::unfold(state, move |(mut input, mut buf, mut f, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                if let Some(end) = event_end(&buf) {
+                    let event = buf.split_to(end).freeze();
+                    let out = rewrite(&event, &mut f).unwrap_or(event);
+                    return Some((Ok::<_, BoxError>(out), (input, buf, f, false)));
+                }
+                if buf.len() > max_event {
+                    let e: BoxError = "an SSE event exceeds limits.max_response".into();
+                    return Some((Err(e), (input, buf, f, true)));
+                }
+                match input.next().await {
+                    Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
+                    Some(Err(e)) => return Some((Err(e), (input, buf, f, true))),
+                    // The stream ended: whatever is left (an unterminated event) goes as it is.
+                    None if buf.is_empty() => return None,
+                    None => {
+                        let rest = buf.split().freeze();
+                        return Some((Ok(rest), (input, buf, f, true)));
+                    }
+                }
+            }
+        });
+    body::from_stream(stream)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    async fn run(
+        chunks: Vec<&'static str>,
+        f: impl FnMut(&Value) -> Verdict + Send + 'static,
+    ) -> String {
+        let s = futures_util::stream::iter(
+            chunks
+                .into_iter()
+                .map(|c| Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Bytes::from(c))),
+        );
+        let out = map_json(body::from_stream(s), 1 << 20, f);
+        let bytes = body::collect_proxy(out, u64::MAX).await.unwrap();
+        String::from_utf8(bytes.to_vec()).unwrap()
+    }
+
+    #[tokio::test]
+    async fn events_split_across_chunks_are_rewritten_whole() {
+        let out = run(
+            vec![
+                "event: message\nda",
+                "ta: {\"id\":1,\"x\":1}\n",
+                "\nevent: message\ndata: {\"id\":2}\n\n",
+            ],
+            |v| {
+                if v["id"] == 1 {
+                    Verdict::Replace(json!({"id": 1, "x": 2}))
+                } else {
+                    Verdict::Keep
+                }
+            },
+        )
+        .await;
+        assert_eq!(
+            out,
+            "event: message\ndata: {\"id\":1,\"x\":2}\n\nevent: message\ndata: {\"id\":2}\n\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn non_json_and_comments_pass_unchanged() {
+        let input = ": keep-alive\n\nretry: 100\ndata: not json\n\ndata: {\"a\":1}\r\n\r\n";
+        let out = run(vec![input], |_| Verdict::Replace(json!({"b": 2}))).await;
+        assert_eq!(
+            out,
+            ": keep-alive\n\nretry: 100\ndata: not json\n\ndata: {\"b\":2}\n\n"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_endless_event_is_cut_off() {
+        let big: &'static str = Box::leak("data: ".to_owned().repeat(1000).into_boxed_str());
+        let s = futures_util::stream::iter(
+            vec![big]
+                .into_iter()
+                .map(|c| Ok::<_, Box<dyn std::error::Error + Send + Sync>>(Bytes::from(c))),
+        );
+        let out = map_json(body::from_stream(s), 100, |_| Verdict::Keep);
+        assert!(body::collect_proxy(out, u64::MAX).await.is_err());
+    }
+}

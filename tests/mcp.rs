@@ -1,0 +1,451 @@
+//! MCP through the real proxy (SPEC §11), with the official MCP Python SDK (`mcp` on PyPI) as
+//! both server and client: `tests/mcp/server.py` and `tests/mcp/client.py`, run from the venv
+//! that `scripts/test.sh` makes (`target/pyenv`). A missing venv fails these tests.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use http::{Request, StatusCode};
+use palisade_policy::keys::KeyPair;
+use serde_json::{json, Value};
+use support::bundles::*;
+use support::writes::*;
+use support::*;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn python() -> PathBuf {
+    let p = repo().join("target/pyenv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/test.sh, which makes the venv with the MCP SDK",
+        p.display()
+    );
+    p
+}
+
+/// `tests/mcp/server.py` on a free port; its executions log in a temp dir.
+struct McpServer {
+    child: Child,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl Drop for McpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl McpServer {
+    async fn start() -> McpServer {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new(python())
+            .arg(repo().join("tests/mcp/server.py"))
+            .arg(port.to_string())
+            .arg(dir.path().join("exec.log"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("the MCP server must start");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while tokio::net::TcpStream::connect(("127.0.0.1", port))
+            .await
+            .is_err()
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the MCP SDK server did not listen within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        McpServer { child, port, dir }
+    }
+
+    /// What the server executed (one line per state-changing tool run).
+    fn executions(&self) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join("exec.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+/// Runs `tests/mcp/client.py` against `url` in `mode` with `steps`; one JSON value per step.
+async fn client(url: String, mode: &'static str, steps: Value) -> Vec<Value> {
+    tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(python())
+            .arg(repo().join("tests/mcp/client.py"))
+            .arg(&url)
+            .arg(mode)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("the MCP client must start");
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(steps.to_string().as_bytes())
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        assert!(
+            out.status.success(),
+            "MCP client failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    })
+    .await
+    .unwrap()
+}
+
+/// add and count_slowly read; set_stock writes, fenced per `sku`.
+fn erp_tools(dir: &std::path::Path) -> BundleFiles {
+    let mut set_stock = contract(
+        json!({"$schema": DIALECT, "type": "object", "required": ["sku", "qty"],
+               "properties": {"sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 0}}}),
+        "write",
+        "compensable",
+        "optional",
+    );
+    set_stock["state"] = json!({"handle": "sku"});
+    write_mcp_bundle(
+        dir,
+        "urn:palisade:test:mcp/1",
+        &[
+            (
+                "add",
+                "add",
+                contract(json!("unknown"), "read", "reversible", "none"),
+            ),
+            ("set_stock", "set_stock", set_stock),
+            (
+                "count_slowly",
+                "count_slowly",
+                contract(json!("unknown"), "read", "reversible", "none"),
+            ),
+        ],
+    )
+}
+
+/// A sidecar in front of the MCP server with `[mcp]` on and the ERP tools bound.
+fn sidecar(server: &McpServer, bundle: &BundleFiles) -> Palisade {
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = KeyPair::from_seed(SIDECAR_SEED);
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    std::fs::write(dir.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
+    std::fs::write(
+        dir.path().join("issuers.json"),
+        json!([{"kid": agent.kid(), "public_key": agent.public_b64()}]).to_string(),
+    )
+    .unwrap();
+    let d = dir.path().display();
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\npublic_base = \"{BASE}\"\n\
+         [upstream]\nurl = \"http://127.0.0.1:{}\"\n\
+         [signing]\nkey = \"{d}/signing.pem\"\n[trust]\nissuers = \"{d}/issuers.json\"\n\
+         [store]\npath = \"{d}/state.redb\"\n[mcp]\npath = \"/mcp\"\n{}",
+        server.port,
+        bundle.rich_toml("")
+    );
+    Palisade::start_in(dir, &text)
+}
+
+/// A lease for a tool call, as the object `params._meta.compensationLease` carries.
+fn tool_lease(tool: &str, epoch: u64) -> Value {
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let b64 = lease_for(&agent, &format!("/mcp/tools/{tool}"), epoch, |_| {});
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(b64).unwrap()).unwrap()
+}
+
+fn meta(lease: Value) -> Value {
+    json!({"compensationLease": lease,
+           "compensationInverse": serde_json::from_slice::<Value>(&inverse()).unwrap()})
+}
+
+fn drift_events(p: &Palisade) -> Vec<Value> {
+    p.logs()
+        .lines()
+        .filter(|l| l.contains("\"eventId\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The acceptance scenario of issue 6 in one protocol generation.
+async fn leases_and_fences_for_tool_calls(mode: &'static str) {
+    let server = McpServer::start().await;
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let b = erp_tools(bundle_dir.path());
+    let p = sidecar(&server, &b);
+    let steps = json!([
+        {"op": "list"},
+        {"op": "call", "name": "add", "args": {"a": 20, "b": 22}},
+        {"op": "call", "name": "set_stock", "args": {"sku": "SKU-1", "qty": 5}},
+        {"op": "call", "name": "set_stock", "args": {"sku": "SKU-1", "qty": 6},
+         "meta": meta(tool_lease("set_stock", 1))},
+        {"op": "call", "name": "set_stock", "args": {"sku": "SKU-1", "qty": 7},
+         "meta": meta(tool_lease("set_stock", 1))},
+        {"op": "call", "name": "set_stock", "args": {"sku": "SKU-2", "qty": 8},
+         "meta": meta(tool_lease("set_stock", 1))},
+        {"op": "call", "name": "set_stock", "args": {"sku": "SKU-1", "qty": -987654},
+         "meta": meta(tool_lease("set_stock", 2))},
+    ]);
+    let out = client(p.url("/mcp"), mode, steps).await;
+    assert_eq!(out.len(), 7, "{out:?}");
+    assert_eq!(out[0]["tools"], json!(["add", "set_stock", "count_slowly"]));
+    assert_eq!(out[1]["result"]["result"], 42, "a read tool needs no lease");
+
+    // No lease: the SDK client surfaces the JSON-RPC error with the problem as data.
+    let e = &out[2]["error"];
+    assert_eq!(e["code"], -32001, "{out:?}");
+    assert_eq!(e["data"]["code"], "ERR_LEASE_REQUIRED");
+    assert_receipt_verifies(&e["data"]["receipt"], "rejection");
+
+    // With a lease: executed once, and the answer is the server's.
+    assert_eq!(out[3]["is_error"], false, "{out:?}");
+    // The same epoch again on the same sku: stale, fenced per handle.
+    assert_eq!(
+        out[4]["error"]["data"]["code"], "ERR_STALE_FENCE_EPOCH",
+        "{out:?}"
+    );
+    assert_eq!(out[4]["error"]["data"]["current_epoch"], 1);
+    assert_receipt_verifies(&out[4]["error"]["data"]["receipt"], "rejection");
+    // Another sku is another resource.
+    assert_eq!(out[5]["is_error"], false, "{out:?}");
+    // Check 9 on the arguments: 422-class refusal, no value echoed.
+    let e = &out[6]["error"]["data"];
+    assert_eq!(e["code"], "ERR_CONTRACT_INPUT", "{out:?}");
+    assert_eq!(e["violationLocation"], "/qty");
+    assert!(!e.to_string().contains("987654"), "no value echoed: {e}");
+
+    // The server ran exactly the two permitted writes.
+    assert_eq!(
+        server.executions(),
+        vec!["set_stock SKU-1 6", "set_stock SKU-2 8"]
+    );
+
+    let events = drift_events(&p);
+    for code in [
+        "ERR_LEASE_REQUIRED",
+        "ERR_STALE_FENCE_EPOCH",
+        "ERR_CONTRACT_INPUT",
+    ] {
+        assert!(
+            events.iter().any(|e| e["code"] == code
+                && e["observedIdentifier"] == "tools/call set_stock"
+                && e["bindingId"] == "urn:palisade:test:mcp/1"),
+            "{code}: {events:?}"
+        );
+    }
+    // The fence the lease names, per handle.
+    let (_, f) = admin_get(p.admin, "/admin/v1/fences/mcp%3Atool%2Fset_stock%2FSKU-1").await;
+    assert!(f.contains("\"epoch\":1"), "{f}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_are_leased_and_fenced_stateless_2026_07_28() {
+    leases_and_fences_for_tool_calls("2026-07-28").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_calls_are_leased_and_fenced_with_sessions_and_sse() {
+    leases_and_fences_for_tool_calls("legacy").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_streams_through_before_the_tool_finishes() {
+    let server = McpServer::start().await;
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let b = erp_tools(bundle_dir.path());
+    let p = sidecar(&server, &b);
+    let out = client(
+        p.url("/mcp"),
+        "legacy",
+        json!([{"op": "call_progress", "name": "count_slowly", "args": {"n": 4}}]),
+    )
+    .await;
+    let r = &out[0];
+    assert_eq!(r["result"]["result"], 4, "{r}");
+    let first = r["progress_at"][0].as_f64().unwrap();
+    let done = r["done_at"].as_f64().unwrap();
+    assert_eq!(r["progress_at"].as_array().unwrap().len(), 4, "{r}");
+    // The tool takes 1.2 s; the first notification must not wait for the end.
+    assert!(
+        first + 0.6 < done,
+        "progress arrived at {first}s, result at {done}s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_header_that_disagrees_with_the_body_is_refused() {
+    let server = McpServer::start().await;
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let b = erp_tools(bundle_dir.path());
+    let p = sidecar(&server, &b);
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "set_stock", "arguments": {"sku": "X", "qty": 1},
+                                 "_meta": meta(tool_lease("set_stock", 1))}});
+    for (method, name) in [("tools/list", "set_stock"), ("tools/call", "add")] {
+        let req = Request::post(p.url("/mcp"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2026-07-28")
+            .header("mcp-method", method)
+            .header("mcp-name", name)
+            .body(full(body.to_string()))
+            .unwrap();
+        let (parts, bytes) = send(&http1_client(), req).await;
+        assert_eq!(parts.status, StatusCode::BAD_REQUEST);
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["id"], 7);
+        assert_eq!(v["error"]["data"]["code"], "ERR_MCP_METHOD_MISMATCH", "{v}");
+        assert_receipt_verifies(&v["error"]["data"]["receipt"], "rejection");
+    }
+    // A tool call hidden in a batch is refused too.
+    let batch = json!([body]);
+    let req = Request::post(p.url("/mcp"))
+        .header("content-type", "application/json")
+        .body(full(batch.to_string()))
+        .unwrap();
+    let (parts, _) = send(&http1_client(), req).await;
+    assert_eq!(parts.status, StatusCode::BAD_REQUEST);
+    assert!(server.executions().is_empty());
+}
+
+/// `palisade lock pin-mcp` against the running server: the digest it pins for each tool.
+fn pinned_digests(server: &McpServer) -> serde_json::Map<String, Value> {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lock.json");
+    let run = Command::new(bin())
+        .args(["lock", "pin-mcp", "--url"])
+        .arg(format!("http://127.0.0.1:{}/mcp", server.port))
+        .arg("--out")
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    // What it wrote compiles as it is.
+    let check = Command::new(bin())
+        .args(["lock", "check", "--lockfile"])
+        .arg(&out)
+        .arg("--contracts")
+        .arg(dir.path().join("contracts"))
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let lock: Value = serde_json::from_slice(&std::fs::read(&out).unwrap()).unwrap();
+    lock["capabilities"]
+        .as_object()
+        .unwrap()
+        .iter()
+        .map(|(k, v)| (k.clone(), v["toolDigest"].clone()))
+        .collect()
+}
+
+/// Rewrites a bundle's lockfile with `toolDigest`s added (and its digest recomputed).
+fn with_tool_digests(mut b: BundleFiles, digests: &serde_json::Map<String, Value>) -> BundleFiles {
+    let mut lock: Value = serde_json::from_slice(&std::fs::read(&b.lockfile).unwrap()).unwrap();
+    for (name, cap) in lock["capabilities"].as_object_mut().unwrap() {
+        if let Some(d) = digests.get(name) {
+            cap["toolDigest"] = d.clone();
+        }
+    }
+    std::fs::write(&b.lockfile, serde_json::to_vec(&lock).unwrap()).unwrap();
+    b.digest = format!(
+        "sha-256:{}",
+        palisade_policy::digest::Sha256Digest::of_json(&lock).to_hex()
+    );
+    b
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rug_pull_is_filtered_from_the_listing_and_its_calls_refused() {
+    for mode in ["2026-07-28", "legacy"] {
+        let server = McpServer::start().await;
+        let digests = pinned_digests(&server);
+        assert_eq!(digests.len(), 4, "{digests:?}");
+        let bundle_dir = tempfile::tempdir().unwrap();
+        let mut b = erp_tools(bundle_dir.path());
+        // rug_pull is bound as a read tool, unpinned; the others carry pin-mcp's digests.
+        let mut lock: Value = serde_json::from_slice(&std::fs::read(&b.lockfile).unwrap()).unwrap();
+        let read = contract(json!("unknown"), "read", "reversible", "none");
+        let digest = palisade_policy::digest::Sha256Digest::of_json(&read);
+        lock["capabilities"]["rug_pull"] = json!({"protocol": "mcp", "operation": "rug_pull",
+            "contractDigest": format!("sha-256:{}", digest.to_hex())});
+        std::fs::write(&b.lockfile, serde_json::to_vec(&lock).unwrap()).unwrap();
+        let mut pins = digests.clone();
+        pins.remove("rug_pull");
+        b = with_tool_digests(b, &pins);
+        let p = sidecar(&server, &b);
+        let out = client(
+            p.url("/mcp"),
+            mode,
+            json!([
+                {"op": "list"},
+                {"op": "call", "name": "rug_pull"},
+                {"op": "list"},
+                {"op": "call", "name": "set_stock", "args": {"sku": "SKU-9", "qty": 1},
+                 "meta": meta(tool_lease("set_stock", 1))},
+            ]),
+        )
+        .await;
+        assert_eq!(
+            out[0]["tools"],
+            json!(["add", "set_stock", "count_slowly", "rug_pull"]),
+            "{mode}: {out:?}"
+        );
+        assert_eq!(
+            out[1]["result"],
+            json!({"result": "done"}),
+            "{mode}: {out:?}"
+        );
+        assert_eq!(
+            out[2]["tools"],
+            json!(["add", "count_slowly", "rug_pull"]),
+            "{mode}: the changed tool is gone: {out:?}"
+        );
+        assert_eq!(
+            out[3]["error"]["data"]["code"], "ERR_TOOL_DRIFTED",
+            "{mode}: {out:?}"
+        );
+        assert!(server.executions().is_empty(), "{mode}");
+        let events = drift_events(&p);
+        let e = events
+            .iter()
+            .find(|e| e["category"] == "tool-definition" && e["actionTaken"] == "blocked")
+            .unwrap_or_else(|| panic!("{mode}: {events:?}"));
+        assert_eq!(e["observedIdentifier"], "set_stock");
+        assert_eq!(e["expectedDigest"], digests["set_stock"]);
+        assert_eq!(e["diagnostics"]["reason"], "changed-definition");
+        // No word of the new description leaks into the event.
+        assert!(!e.to_string().contains("id_rsa"));
+    }
+}
