@@ -17,6 +17,8 @@ command -v cc >/dev/null 2>&1 || need_pkgs+=(build-essential)   # libfuzzer-sys 
 command -v kill >/dev/null 2>&1 || need_pkgs+=(procps)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)              # the demo test runs its curl lines
 command -v unshare >/dev/null 2>&1 || need_pkgs+=(util-linux)     # unshare, nsenter: store-failure test
+command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)            # loopback in the MCP test's network namespace
+command -v npm >/dev/null 2>&1 || need_pkgs+=(nodejs npm)         # the TypeScript SDK's server-everything
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     say "installing ${need_pkgs[*]}"
@@ -46,6 +48,17 @@ if [ "$(cat "$venv/.requirements" 2>/dev/null)" != "$want" ]; then
   fi
   "$venv/bin/pip" install -q --disable-pip-version-check -r tests/mcp/requirements.txt
   echo "$want" > "$venv/.requirements"
+fi
+
+# The TypeScript SDK's example server (tests/mcp/package.json), installed once per version.
+node_dir=target/node
+want=$(cat tests/mcp/package.json tests/mcp/package-lock.json | sha256sum | cut -c1-64)
+if [ "$(cat "$node_dir/.package" 2>/dev/null)" != "$want" ]; then
+  say "npm packages for the MCP tests ($node_dir)"
+  rm -rf "$node_dir" && mkdir -p "$node_dir"
+  cp tests/mcp/package.json tests/mcp/package-lock.json "$node_dir/"
+  npm ci --prefix "$node_dir" --no-audit --no-fund --silent
+  echo "$want" > "$node_dir/.package"
 fi
 
 say "cargo fmt --check"
