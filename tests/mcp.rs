@@ -154,7 +154,13 @@ fn erp_tools(dir: &std::path::Path) -> BundleFiles {
             (
                 "add",
                 "add",
-                contract(json!("unknown"), "read", "reversible", "none"),
+                contract_with_output(
+                    json!("unknown"),
+                    json!({"$schema": DIALECT, "type": "object", "required": ["result"],
+                           "properties": {"result": {"type": "integer", "maximum": 100}}}),
+                    "read",
+                    "reversible",
+                ),
             ),
             ("set_stock", "set_stock", set_stock),
             (
@@ -227,9 +233,15 @@ async fn leases_and_fences_for_tool_calls(mode: &'static str) {
          "meta": meta(tool_lease("set_stock", 1))},
         {"op": "call", "name": "set_stock", "args": {"sku": "SKU-1", "qty": -987654},
          "meta": meta(tool_lease("set_stock", 2))},
+        {"op": "call", "name": "add", "args": {"a": 912345, "b": 7}},
     ]);
     let out = client(p.url("/mcp"), mode, steps).await;
-    assert_eq!(out.len(), 7, "{out:?}");
+    assert_eq!(out.len(), 8, "{out:?}");
+    // The output contract on a complete result (JSON or SSE reply alike).
+    let e = &out[7]["error"]["data"];
+    assert_eq!(e["code"], "ERR_CONTRACT_OUTPUT", "{out:?}");
+    assert_eq!(e["violationLocation"], "/structuredContent/result");
+    assert!(!e.to_string().contains("912352"), "no value echoed: {e}");
     assert_eq!(out[0]["tools"], json!(["add", "set_stock", "count_slowly"]));
     assert_eq!(out[1]["result"]["result"], 42, "a read tool needs no lease");
 

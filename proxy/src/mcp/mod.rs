@@ -32,6 +32,7 @@ use crate::write::{self, Keep};
 
 pub mod pin;
 pub mod pinning;
+pub mod results;
 pub mod sse;
 
 /// JSON-RPC error code of a Palisade refusal (SPEC §6).
@@ -250,7 +251,9 @@ async fn tool_call(
                 )
                 .await;
             }
-            return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+            let (resp, outcome) =
+                forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+            return (results::guard(state, &cx, cap, id, resp).await, outcome);
         }
     }
 
@@ -339,6 +342,7 @@ async fn tool_call(
     let forwarded = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
     parts.headers.remove(header::CONTENT_LENGTH);
     let trace_id = cx.trace_id.clone();
+    let cx_out = cx.clone();
     // From here the epoch is durable: the call finishes in its own task (see write.rs).
     let task = {
         let (state, enf, conn) = (state.clone(), enf.clone(), conn.clone());
@@ -358,7 +362,12 @@ async fn tool_call(
         })
     };
     match task.await {
-        Ok(r) => r,
+        // The write has happened (its receipt is stored); its result is still checked
+        // before the client sees it.
+        Ok((resp, outcome)) => match binding.capability() {
+            Some(cap) => (results::guard(state, &cx_out, cap, id, resp).await, outcome),
+            None => (resp, outcome),
+        },
         Err(e) => {
             tracing::error!(error = %e, "tool call task failed");
             let p = Problem::new(
