@@ -45,6 +45,8 @@ enum Command {
         #[arg(long, default_value_t = 8080)]
         port: u16,
     },
+    /// Replay recorded traffic (HAR 1.2) against a target, open loop (SPEC §12).
+    Replay(ReplayArgs),
     /// Write a new Ed25519 PKCS#8 PEM private key; print its kid and public key.
     Keygen {
         #[arg(long)]
@@ -92,6 +94,46 @@ enum LockCommand {
         #[arg(long)]
         out: PathBuf,
     },
+}
+
+#[derive(Debug, clap::Args)]
+struct ReplayArgs {
+    /// The recording (HAR 1.2, as browsers, mitmproxy, Charles or Fiddler export it).
+    #[arg(long)]
+    har: PathBuf,
+    /// Where to send it: the origin of every request is rewritten to this URL's.
+    #[arg(long)]
+    target: String,
+    /// Constant arrival rate, requests per second (cycling through the recording).
+    #[arg(long, conflicts_with = "speed")]
+    rate: Option<f64>,
+    /// The recording's own timing, X times as fast (the default is --speed 1).
+    #[arg(long)]
+    speed: Option<f64>,
+    /// How long to send for.
+    #[arg(long, default_value = "60s")]
+    duration: humantime::Duration,
+    /// Stop after this many requests.
+    #[arg(long)]
+    requests: Option<u64>,
+    /// Requests in flight at most; a request due while the cap is reached waits (and counts).
+    #[arg(long, default_value_t = 256)]
+    concurrency: usize,
+    /// Act as the agent's gateway: a fresh valid lease, signed with this key, for each write.
+    #[arg(long = "lease-key")]
+    lease_key: Option<PathBuf>,
+    /// The origin the sidecar names its resources by (its listen.public_base); default: --target's.
+    #[arg(long = "public-base")]
+    public_base: Option<String>,
+    /// Do not GET the pre-image before each write (for a sidecar with ptcl.pre_image = "off").
+    #[arg(long = "no-pre-image")]
+    no_pre_image: bool,
+    /// Also write the results as JSON here.
+    #[arg(long)]
+    report: Option<PathBuf>,
+    /// No progress line on stderr.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -187,6 +229,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Demo { port } => {
             crate::demo::run(port).map_err(|e| Failure::usage(format!("{e:#}")))
         }
+        Command::Replay(args) => replay(args),
         Command::Keygen { out } => keygen(&out),
         Command::Lease(LeaseCommand::Sign {
             key,
@@ -331,6 +374,95 @@ fn check_referenced_files(cfg: &Config, path: &Path) -> Result<Vec<String>, Fail
     } else {
         Err(Failure { code: 2, lines })
     }
+}
+
+fn replay(a: ReplayArgs) -> Result<(), Failure> {
+    use crate::replay;
+    let target: http::Uri = a
+        .target
+        .parse()
+        .ok()
+        .filter(|u: &http::Uri| u.scheme().is_some() && u.authority().is_some())
+        .ok_or_else(|| {
+            Failure::usage(format!(
+                "--target {}: expected an absolute http(s) URL",
+                a.target
+            ))
+        })?;
+    let pace = match (a.rate, a.speed) {
+        (Some(r), _) if r > 0.0 && r.is_finite() => replay::Pace::Rate(r),
+        (Some(_), _) => return Err(Failure::usage("--rate must be a positive number")),
+        (None, Some(x)) if x > 0.0 && x.is_finite() => replay::Pace::Speed(x),
+        (None, Some(_)) => return Err(Failure::usage("--speed must be a positive number")),
+        (None, None) => replay::Pace::Speed(1.0),
+    };
+    let bytes = read_limited(&a.har, replay::har::MAX_HAR)?;
+    let recording = replay::har::parse(&bytes).map_err(|e| Failure {
+        code: 1,
+        lines: vec![format!("{}: {e}", a.har.display())],
+    })?;
+    let minter = match &a.lease_key {
+        None => None,
+        Some(path) => {
+            let key = read_key(path)?;
+            let base = a.public_base.clone().unwrap_or_else(|| {
+                format!(
+                    "{}://{}",
+                    target.scheme_str().unwrap_or("http"),
+                    target.authority().map_or("", |x| x.as_str())
+                )
+            });
+            Some(replay::lease::Minter::new(
+                key,
+                base,
+                !a.no_pre_image,
+                crate::clock::WallClock::now_ms() as u64,
+            ))
+        }
+    };
+    let opts = replay::Options {
+        target,
+        pace,
+        duration: *a.duration,
+        requests: a.requests,
+        concurrency: a.concurrency,
+        minter,
+        progress: !a.quiet,
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| Failure::usage(format!("runtime: {e}")))?;
+    let report = runtime
+        .block_on(replay::run(recording, opts))
+        .map_err(|e| Failure {
+            code: 1,
+            lines: vec![e],
+        })?;
+    print!("{}", report.table());
+    if let Some(path) = &a.report {
+        let text = serde_json::to_vec_pretty(&report.to_json()).unwrap_or_default();
+        std::fs::write(path, text)
+            .map_err(|e| Failure::usage(format!("--report {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+/// A file read whole, refused past `limit` bytes.
+fn read_limited(path: &Path, limit: u64) -> Result<Vec<u8>, Failure> {
+    let f = std::fs::File::open(path)
+        .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+    let mut buf = Vec::new();
+    f.take(limit + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+    if buf.len() as u64 > limit {
+        return Err(Failure::usage(format!(
+            "{}: larger than {limit} bytes",
+            path.display()
+        )));
+    }
+    Ok(buf)
 }
 
 fn run(config: &Path) -> Result<(), Failure> {

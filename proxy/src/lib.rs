@@ -31,6 +31,7 @@ pub mod peer_identity;
 pub mod pipeline;
 pub mod problem;
 pub mod reload;
+pub mod replay;
 pub mod sample_bundle;
 pub mod sample_sor;
 pub mod server;
