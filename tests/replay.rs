@@ -224,3 +224,87 @@ async fn with_a_lease_key_every_write_passes_and_without_one_none_reaches_the_so
     let f: Value = serde_json::from_str(&f).unwrap();
     assert!(f["epoch"].as_u64().unwrap() > 1_000_000_000_000, "{f}");
 }
+
+/// The recorded ERP traffic (`benches/traffic/erp.har`, mitmproxy in front of the sample SoR)
+/// replayed through an enforcing sidecar in front of a fresh sample SoR.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_recorded_erp_traffic_replays_with_leases_and_is_refused_without() {
+    let har_path =
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../benches/traffic/erp.har");
+    let recorded: Value = serde_json::from_slice(&std::fs::read(&har_path).unwrap()).unwrap();
+    let mut want = serde_json::Map::new();
+    let mut writes = 0u64;
+    for e in recorded["log"]["entries"].as_array().unwrap() {
+        let s = e["response"]["status"].to_string();
+        let n = want.get(&s).and_then(Value::as_u64).unwrap_or(0) + 1;
+        want.insert(s, json!(n));
+        if e["request"]["method"] != "GET" {
+            writes += 1;
+        }
+    }
+    let total = recorded["log"]["entries"]
+        .as_array()
+        .unwrap()
+        .len()
+        .to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("agent.pem");
+    std::fs::write(&key, KeyPair::from_seed(AGENT_SEED).to_pkcs8_pem()).unwrap();
+    let run = |target: String, lease: bool| {
+        let mut a = vec![
+            "--har".to_owned(),
+            har_path.to_str().unwrap().to_owned(),
+            "--target".to_owned(),
+            target,
+            "--speed".to_owned(),
+            "50".to_owned(),
+            "--requests".to_owned(),
+            total.clone(),
+            "--concurrency".to_owned(),
+            "1".to_owned(),
+        ];
+        if lease {
+            a.extend([
+                "--lease-key".to_owned(),
+                key.to_str().unwrap().to_owned(),
+                "--public-base".to_owned(),
+                BASE.to_owned(),
+            ]);
+        }
+        let dir = dir.path().to_owned();
+        tokio::task::spawn_blocking(move || {
+            replay(&a.iter().map(String::as_str).collect::<Vec<_>>(), &dir)
+        })
+    };
+
+    // Without leases, against a fresh SoR: every write is a 428 and none reaches the SoR.
+    let (p, sor, _sor_dir) = start_with_sor().await;
+    let r = run(format!("http://{}", p.data), false).await.unwrap();
+    assert_eq!(r["refusals"], json!({"ERR_LEASE_REQUIRED": writes}), "{r}");
+    assert_eq!(r["statuses"]["428"], writes, "{r}");
+    let req = http::Request::get(format!("http://{sor}/api/v2/items"))
+        .body(full(""))
+        .unwrap();
+    let (_, body) = send(&http1_client(), req).await;
+    let list: Value = serde_json::from_slice(&body).unwrap();
+    // Only the three items the sample SoR starts with, as they were.
+    let qty: Vec<&Value> = list["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| &i["qty"])
+        .collect();
+    assert_eq!(
+        qty,
+        [&json!(1200), &json!(800), &json!(5000)],
+        "the SoR saw a write: {list}"
+    );
+    drop(p);
+
+    // With leases, against another fresh SoR: the recording's own answers, no refusal.
+    let (p, _sor, _sor_dir) = start_with_sor().await;
+    let r = run(format!("http://{}", p.data), true).await.unwrap();
+    assert_eq!(r["refusals"], json!({}), "{r}");
+    assert_eq!(r["errors"], json!({}), "{r}");
+    assert_eq!(r["statuses"], Value::Object(want), "{r}");
+}

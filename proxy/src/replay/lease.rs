@@ -10,7 +10,7 @@
 //!   write, hashed as the sidecar does (SPEC §5.2 check 12). Its time counts in the write's
 //!   latency: it is part of what a gateway does for each write.
 //! - **Inverse**: `PUT` of the fetched representation when the resource existed (a JSON body),
-//!   else `DELETE` of the path; staged inline (`Agent-Compensation-Inverse`).
+//!   else (and for a POST) `DELETE` of the path; staged inline (`Agent-Compensation-Inverse`).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -150,8 +150,12 @@ impl Minter {
             128,
         )
         .map_err(|_| "pre-image".to_owned())?;
+        // A POST creates something whose name the gateway learns only from the answer: its
+        // inverse here is a DELETE of the path, for the operator to review.
         let inverse = match (status, serde_json::from_slice::<Value>(&bytes)) {
-            (200..=299, Ok(doc)) => json!({"method": "PUT", "path": path, "body": doc}),
+            (200..=299, Ok(doc)) if entry.method != Method::POST => {
+                json!({"method": "PUT", "path": path, "body": doc})
+            }
             _ => json!({"method": "DELETE", "path": path}),
         };
         Ok((digest, inverse))
