@@ -59,6 +59,8 @@ struct Stats {
 #[derive(Debug)]
 pub struct Report {
     pub sent: u64,
+    /// Due before the end of the run but not sent by then (the target could not keep up).
+    pub unsent: u64,
     pub completed: u64,
     pub delayed: u64,
     pub skipped_unreplayable: usize,
@@ -76,6 +78,7 @@ impl Report {
         let secs = self.elapsed.as_secs_f64();
         json!({
             "sent": self.sent,
+            "unsent_overloaded": self.unsent,
             "completed": self.completed,
             "delayed_by_concurrency_cap": self.delayed,
             "skipped": {"unreplayable": self.skipped_unreplayable, "malformed": self.skipped_malformed},
@@ -94,8 +97,8 @@ impl Report {
         let secs = self.elapsed.as_secs_f64();
         let mut s = String::new();
         s.push_str(&format!(
-            "requests    sent {}, completed {}, delayed by the concurrency cap {}\n",
-            self.sent, self.completed, self.delayed
+            "requests    sent {}, completed {}, delayed by the concurrency cap {}, due but unsent at the end {}\n",
+            self.sent, self.completed, self.delayed, self.unsent
         ));
         s.push_str(&format!(
             "skipped     unreplayable {}, malformed {}\n",
@@ -167,6 +170,28 @@ fn due(pace: Pace, entries: &[har::Recorded], k: u64) -> Duration {
     }
 }
 
+/// How many requests from `k` on were due before `duration` (bounded by `requests`).
+fn count_due(pace: Pace, entries: &[har::Recorded], k: u64, duration: Duration, requests: Option<u64>) -> u64 {
+    let limit = requests.unwrap_or(u64::MAX);
+    match pace {
+        Pace::Rate(r) => {
+            let total = (duration.as_secs_f64() * r).ceil() as u64;
+            total.min(limit).saturating_sub(k)
+        }
+        Pace::Speed(_) => {
+            let mut n = 0;
+            // Bounded: at most 10 million steps, far past any real run.
+            for j in k..limit.min(k + 10_000_000) {
+                if due(pace, entries, j) >= duration {
+                    break;
+                }
+                n += 1;
+            }
+            n
+        }
+    }
+}
+
 /// Replays `recording` as `opts` say.
 pub async fn run(recording: har::Recording, opts: Options) -> Result<Report, String> {
     if recording.entries.is_empty() {
@@ -191,6 +216,7 @@ pub async fn run(recording: har::Recording, opts: Options) -> Result<Report, Str
     let end = start + opts.duration;
     let mut sent = 0u64;
     let mut delayed = 0u64;
+    let mut unsent = 0u64;
     let mut tasks = tokio::task::JoinSet::new();
     let progress = opts.progress.then(|| {
         let stats = stats.clone();
@@ -219,6 +245,12 @@ pub async fn run(recording: har::Recording, opts: Options) -> Result<Report, Str
         }
         let intended = start + due(opts.pace, &entries, k);
         if intended >= end {
+            break;
+        }
+        if Instant::now() >= end {
+            // Overloaded: requests were due before the end but could not be sent by then.
+            // They are counted, not measured (they have no response to time).
+            unsent = count_due(opts.pace, &entries, k, opts.duration, opts.requests);
             break;
         }
         tokio::time::sleep_until(intended).await;
@@ -275,6 +307,7 @@ pub async fn run(recording: har::Recording, opts: Options) -> Result<Report, Str
     };
     Ok(Report {
         sent,
+        unsent,
         completed: s.completed,
         delayed,
         skipped_unreplayable: recording.skipped_unreplayable,
