@@ -219,6 +219,21 @@ async fn with_a_lease_key_every_write_passes_and_without_one_none_reaches_the_so
         "{r}"
     );
     assert_eq!(sor_get(sor, "R-1").await.0, StatusCode::NOT_FOUND);
+    // Leases granted by the sidecar's own endpoint instead: the same answers, no refusal.
+    let mut granted = common(false);
+    granted.extend([
+        "--lease-from-sidecar".to_owned(),
+        "--public-base".to_owned(),
+        BASE.to_owned(),
+    ]);
+    let r = run(granted).await.unwrap();
+    assert_eq!(r["refusals"], json!({}), "{r}");
+    assert_eq!(r["errors"], json!({}), "{r}");
+    assert_eq!(
+        r["statuses"],
+        json!({"200": 2, "201": 2, "204": 1, "404": 1}),
+        "{r}"
+    );
     // The fences moved: the writes went through enforcement, not around it.
     let (_, f) = admin_get(p.admin, "/admin/v1/fences/%2Fapi%2Fv2%2Fitems%2FR-1").await;
     let f: Value = serde_json::from_str(&f).unwrap();

@@ -120,8 +120,11 @@ struct ReplayArgs {
     #[arg(long, default_value_t = 256)]
     concurrency: usize,
     /// Act as the agent's gateway: a fresh valid lease, signed with this key, for each write.
-    #[arg(long = "lease-key")]
+    #[arg(long = "lease-key", conflicts_with = "lease_from_sidecar")]
     lease_key: Option<PathBuf>,
+    /// Act as the agent's gateway with leases granted by the target's lease endpoint.
+    #[arg(long = "lease-from-sidecar")]
+    lease_from_sidecar: bool,
     /// The origin the sidecar names its resources by (its listen.public_base); default: --target's.
     #[arg(long = "public-base")]
     public_base: Option<String>,
@@ -401,10 +404,14 @@ fn replay(a: ReplayArgs) -> Result<(), Failure> {
         code: 1,
         lines: vec![format!("{}: {e}", a.har.display())],
     })?;
-    let minter = match &a.lease_key {
+    let source = match (&a.lease_key, a.lease_from_sidecar) {
+        (Some(path), _) => Some(replay::lease::Source::Key(read_key(path)?)),
+        (None, true) => Some(replay::lease::Source::Sidecar),
+        (None, false) => None,
+    };
+    let minter = match source {
         None => None,
-        Some(path) => {
-            let key = read_key(path)?;
+        Some(source) => {
             let base = a.public_base.clone().unwrap_or_else(|| {
                 format!(
                     "{}://{}",
@@ -413,7 +420,7 @@ fn replay(a: ReplayArgs) -> Result<(), Failure> {
                 )
             });
             Some(replay::lease::Minter::new(
-                key,
+                source,
                 base,
                 !a.no_pre_image,
                 crate::clock::WallClock::now_ms() as u64,

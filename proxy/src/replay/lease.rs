@@ -11,6 +11,11 @@
 //!   latency: it is part of what a gateway does for each write.
 //! - **Inverse**: `PUT` of the fetched representation when the resource existed (a JSON body),
 //!   else (and for a POST) `DELETE` of the path; staged inline (`Agent-Compensation-Inverse`).
+//! - **From the sidecar** (`--lease-from-sidecar`): instead of signing, each write's lease is
+//!   granted by the target's lease endpoint (SPEC §5.7), which computes the pre-image and
+//!   stages the inverse (`DELETE` of the path). Grants are bound to the caller, so the grant
+//!   and the write carry the same `Authorization` (the recorded one, else
+//!   [`REPLAY_AUTHORIZATION`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -35,8 +40,19 @@ pub fn is_write(m: &Method) -> bool {
     )
 }
 
+/// The `Authorization` a write gets for a granted lease when its recording had none.
+pub const REPLAY_AUTHORIZATION: &str = "Bearer palisade-replay";
+
+/// Where leases come from.
+pub enum Source {
+    /// Signed here with the agent's key.
+    Key(KeyPair),
+    /// Granted by the sidecar's lease endpoint.
+    Sidecar,
+}
+
 pub struct Minter {
-    key: KeyPair,
+    source: Source,
     /// The origin the sidecar knows itself by (`listen.public_base`).
     base: String,
     fetch_pre_image: bool,
@@ -48,14 +64,17 @@ pub struct Minter {
 /// Headers for one write, and the resource lock held until its answer.
 pub struct Minted {
     pub lease: String,
-    pub inverse: String,
+    /// Sent inline; `None` when the sidecar staged it with the grant.
+    pub inverse: Option<String>,
+    /// `Authorization` the write must carry (the grant is bound to it).
+    pub authorization: Option<String>,
     pub guard: OwnedMutexGuard<()>,
 }
 
 impl Minter {
-    pub fn new(key: KeyPair, base: String, fetch_pre_image: bool, now_ms: u64) -> Self {
+    pub fn new(source: Source, base: String, fetch_pre_image: bool, now_ms: u64) -> Self {
         Self {
-            key,
+            source,
             base: base.trim_end_matches('/').to_owned(),
             fetch_pre_image,
             seed: now_ms,
@@ -73,6 +92,10 @@ impl Minter {
             locks.entry(resource.clone()).or_default().clone()
         };
         let guard = lock.lock_owned().await;
+        let key = match &self.source {
+            Source::Key(k) => k,
+            Source::Sidecar => return self.grant(client, entry, target, guard).await,
+        };
         let epoch = {
             let mut epochs = self.epochs.lock().unwrap_or_else(|p| p.into_inner());
             let e = epochs.entry(resource).or_insert(self.seed);
@@ -101,13 +124,58 @@ impl Minter {
             "inverse_payload_jcs_hash": Sha256Digest::of(&inverse_jcs).to_string(),
             "issued_at": palisade_policy::lease::format_rfc3339_ms(crate::clock::WallClock::now_ms()),
         });
-        let signed = palisade_policy::lease::sign(
-            fields.as_object().cloned().unwrap_or_default(),
-            &self.key,
-        );
+        let signed =
+            palisade_policy::lease::sign(fields.as_object().cloned().unwrap_or_default(), key);
         Ok(Minted {
             lease: URL_SAFE_NO_PAD.encode(serde_json::to_vec(&signed).unwrap_or_default()),
-            inverse: URL_SAFE_NO_PAD.encode(&inverse_jcs),
+            inverse: Some(URL_SAFE_NO_PAD.encode(&inverse_jcs)),
+            authorization: None,
+            guard,
+        })
+    }
+
+    /// A lease granted by the target's lease endpoint for this write.
+    async fn grant(
+        &self,
+        client: &Upstream,
+        entry: &Recorded,
+        target: String,
+        guard: OwnedMutexGuard<()>,
+    ) -> Result<Minted, String> {
+        let path = entry.path_and_query.split('?').next().unwrap_or("/");
+        let authorization = entry
+            .headers
+            .iter()
+            .find(|(n, _)| *n == header::AUTHORIZATION)
+            .and_then(|(_, v)| v.to_str().ok())
+            .unwrap_or(REPLAY_AUTHORIZATION)
+            .to_owned();
+        let body = json!({
+            "sor_target_uri": target,
+            "recovery_mode": "COMPENSATING_ACTION",
+            "t_req_ms": 60_000,
+            "inverse_payload": {"method": "DELETE", "path": path},
+        });
+        let uri = client
+            .uri_for(crate::authority::PREFIX)
+            .map_err(|_| "bad-target".to_owned())?;
+        let req = Request::post(uri)
+            .header(header::CONTENT_TYPE, "application/json")
+            .header(header::AUTHORIZATION, authorization.as_str())
+            .body(body::full(body.to_string()))
+            .map_err(|_| "bad-request".to_owned())?;
+        let resp = client.send(req).await.map_err(|_| "grant".to_owned())?;
+        let status = resp.status();
+        let bytes = body::collect_limited(resp.into_body(), 1 << 20)
+            .await
+            .map_err(|_| "grant".to_owned())?;
+        if status != http::StatusCode::CREATED {
+            return Err(format!("grant-{}", status.as_u16()));
+        }
+        Ok(Minted {
+            lease: URL_SAFE_NO_PAD.encode(&bytes),
+            inverse: None,
+            authorization: Some(authorization),
             guard,
         })
     }

@@ -171,7 +171,13 @@ fn due(pace: Pace, entries: &[har::Recorded], k: u64) -> Duration {
 }
 
 /// How many requests from `k` on were due before `duration` (bounded by `requests`).
-fn count_due(pace: Pace, entries: &[har::Recorded], k: u64, duration: Duration, requests: Option<u64>) -> u64 {
+fn count_due(
+    pace: Pace,
+    entries: &[har::Recorded],
+    k: u64,
+    duration: Duration,
+    requests: Option<u64>,
+) -> u64 {
     let limit = requests.unwrap_or(u64::MAX);
     match pace {
         Pace::Rate(r) => {
@@ -353,9 +359,19 @@ async fn send_one(
     let _guard = match minter {
         Some(m) if lease::is_write(&entry.method) => {
             let minted = m.mint(client, &entry).await?;
-            req = req
-                .header(crate::enforce::LEASE_HEADER, minted.lease)
-                .header(crate::enforce::INVERSE_HEADER, minted.inverse);
+            req = req.header(crate::enforce::LEASE_HEADER, minted.lease);
+            if let Some(inv) = minted.inverse {
+                req = req.header(crate::enforce::INVERSE_HEADER, inv);
+            }
+            if let Some(auth) = minted.authorization {
+                if !entry
+                    .headers
+                    .iter()
+                    .any(|(n, _)| *n == header::AUTHORIZATION)
+                {
+                    req = req.header(header::AUTHORIZATION, auth);
+                }
+            }
             Some(minted.guard)
         }
         _ => None,
