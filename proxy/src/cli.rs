@@ -405,7 +405,7 @@ fn replay(a: ReplayArgs) -> Result<(), Failure> {
         lines: vec![format!("{}: {e}", a.har.display())],
     })?;
     let source = match (&a.lease_key, a.lease_from_sidecar) {
-        (Some(path), _) => Some(replay::lease::Source::Key(read_key(path)?)),
+        (Some(path), _) => Some(replay::lease::Source::Key(Box::new(read_key(path)?))),
         (None, true) => Some(replay::lease::Source::Sidecar),
         (None, false) => None,
     };

@@ -46,7 +46,7 @@ pub const REPLAY_AUTHORIZATION: &str = "Bearer palisade-replay";
 /// Where leases come from.
 pub enum Source {
     /// Signed here with the agent's key.
-    Key(KeyPair),
+    Key(Box<KeyPair>),
     /// Granted by the sidecar's lease endpoint.
     Sidecar,
 }
