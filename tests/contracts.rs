@@ -17,23 +17,6 @@ use support::bundles::*;
 use support::writes::*;
 use support::*;
 
-fn drift_events(p: &Palisade) -> Vec<Value> {
-    p.logs()
-        .lines()
-        .filter(|l| l.contains("\"eventId\""))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn receipt_of(headers: &http::HeaderMap) -> Value {
-    serde_json::from_slice(
-        &URL_SAFE_NO_PAD
-            .decode(headers["agent-commit-receipt"].as_bytes())
-            .unwrap(),
-    )
-    .unwrap()
-}
-
 fn write(
     p: &Palisade,
     method: &str,

@@ -17,23 +17,6 @@ use support::*;
 const ERP: &str = "spiffe://cluster.local/ns/erp/sa/erp";
 const IMPOSTER: &str = "spiffe://cluster.local/ns/erp/sa/imposter";
 
-fn drift_events(p: &Palisade) -> Vec<Value> {
-    p.logs()
-        .lines()
-        .filter(|l| l.contains("\"eventId\""))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
-fn receipt_of(headers: &http::HeaderMap) -> Value {
-    serde_json::from_slice(
-        &URL_SAFE_NO_PAD
-            .decode(headers["agent-commit-receipt"].as_bytes())
-            .unwrap(),
-    )
-    .unwrap()
-}
-
 /// Items read and written, both pinned to the ERP deployment's SPIFFE ID.
 fn pinned_bundle(dir: &std::path::Path) -> BundleFiles {
     write_bundle(

@@ -197,22 +197,20 @@ fn sidecar(server: &McpServer, bundle: &BundleFiles) -> Palisade {
 
 /// A lease for a tool call, as the object `params._meta.compensationLease` carries.
 fn tool_lease(tool: &str, epoch: u64) -> Value {
+    tool_lease_mode(tool, epoch, "COMPENSATING_ACTION")
+}
+
+fn tool_lease_mode(tool: &str, epoch: u64, mode: &str) -> Value {
     let agent = KeyPair::from_seed(AGENT_SEED);
-    let b64 = lease_for(&agent, &format!("/mcp/tools/{tool}"), epoch, |_| {});
+    let b64 = lease_for(&agent, &format!("/mcp/tools/{tool}"), epoch, |f| {
+        f.insert("recovery_mode".into(), json!(mode));
+    });
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(b64).unwrap()).unwrap()
 }
 
 fn meta(lease: Value) -> Value {
     json!({"compensationLease": lease,
            "compensationInverse": serde_json::from_slice::<Value>(&inverse()).unwrap()})
-}
-
-fn drift_events(p: &Palisade) -> Vec<Value> {
-    p.logs()
-        .lines()
-        .filter(|l| l.contains("\"eventId\""))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
 }
 
 /// The acceptance scenario of issue 6 in one protocol generation.
@@ -234,9 +232,15 @@ async fn leases_and_fences_for_tool_calls(mode: &'static str) {
         {"op": "call", "name": "set_stock", "args": {"sku": "SKU-1", "qty": -987654},
          "meta": meta(tool_lease("set_stock", 2))},
         {"op": "call", "name": "add", "args": {"a": 912345, "b": 7}},
+        {"op": "call", "name": "set_stock", "args": {"sku": "SKU-3", "qty": 9},
+         "meta": meta(tool_lease_mode("set_stock", 1, "HUMAN_ESCROW"))},
     ]);
     let out = client(p.url("/mcp"), mode, steps).await;
-    assert_eq!(out.len(), 8, "{out:?}");
+    assert_eq!(out.len(), 9, "{out:?}");
+    // Escrow is not built for tool calls: refused with a receipt, nothing executed.
+    let e = &out[8]["error"]["data"];
+    assert_eq!(e["code"], "ERR_RECOVERY_MODE", "{out:?}");
+    assert_receipt_verifies(&e["receipt"], "rejection");
     // The output contract on a complete result (JSON or SSE reply alike).
     let e = &out[7]["error"]["data"];
     assert_eq!(e["code"], "ERR_CONTRACT_OUTPUT", "{out:?}");
@@ -279,6 +283,7 @@ async fn leases_and_fences_for_tool_calls(mode: &'static str) {
         "ERR_LEASE_REQUIRED",
         "ERR_STALE_FENCE_EPOCH",
         "ERR_CONTRACT_INPUT",
+        "ERR_RECOVERY_MODE",
     ] {
         assert!(
             events.iter().any(|e| e["code"] == code
@@ -287,6 +292,13 @@ async fn leases_and_fences_for_tool_calls(mode: &'static str) {
             "{code}: {events:?}"
         );
     }
+    assert!(
+        events.iter().any(|e| e["code"] == "ERR_CONTRACT_OUTPUT"
+            && e["observedIdentifier"] == "tools/call add"
+            && e["violationLocation"] == "/structuredContent/result"
+            && e["actionTaken"] == "blocked"),
+        "{events:?}"
+    );
     // The fence the lease names, per handle.
     let (_, f) = admin_get(p.admin, "/admin/v1/fences/mcp%3Atool%2Fset_stock%2FSKU-1").await;
     assert!(f.contains("\"epoch\":1"), "{f}");
@@ -357,9 +369,20 @@ async fn a_header_that_disagrees_with_the_body_is_refused() {
         .header("content-type", "application/json")
         .body(full(batch.to_string()))
         .unwrap();
-    let (parts, _) = send(&http1_client(), req).await;
+    let (parts, bytes) = send(&http1_client(), req).await;
     assert_eq!(parts.status, StatusCode::BAD_REQUEST);
+    let v: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(v["error"]["data"]["code"], "ERR_BAD_REQUEST", "{v}");
     assert!(server.executions().is_empty());
+    let events = drift_events(&p);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| e["code"] == "ERR_MCP_METHOD_MISMATCH" && e["category"] == "representation")
+            .count(),
+        2,
+        "{events:?}"
+    );
 }
 
 /// `palisade lock pin-mcp` against the running server: the digest it pins for each tool.
@@ -466,6 +489,7 @@ async fn a_rug_pull_is_filtered_from_the_listing_and_its_calls_refused() {
             out[3]["error"]["data"]["code"], "ERR_TOOL_DRIFTED",
             "{mode}: {out:?}"
         );
+        assert_receipt_verifies(&out[3]["error"]["data"]["receipt"], "rejection");
         assert!(server.executions().is_empty(), "{mode}");
         let events = drift_events(&p);
         let e = events

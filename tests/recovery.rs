@@ -15,23 +15,6 @@ use serde_json::{json, Value};
 use support::writes::*;
 use support::*;
 
-fn receipt_of(headers: &http::HeaderMap) -> Value {
-    serde_json::from_slice(
-        &URL_SAFE_NO_PAD
-            .decode(headers["agent-commit-receipt"].as_bytes())
-            .unwrap(),
-    )
-    .unwrap()
-}
-
-fn drift_events(p: &Palisade) -> Vec<Value> {
-    p.logs()
-        .lines()
-        .filter(|l| l.contains("\"eventId\""))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect()
-}
-
 /// A PUT of `body` to `path` with a lease, an inline inverse and optional extra headers.
 fn keyed_put(
     p: &Palisade,

@@ -112,25 +112,7 @@ pub(crate) async fn check(
         "the upstream response violates structural.output",
     )
     .with_location(location.clone());
-    let evidence = Sha256Digest::of(&bytes);
-    if let Some(enf) = &state.enforcement {
-        if let Some(mut event) = DriftEvent::for_refusal(
-            &refusal,
-            EventContext {
-                event_id: uuid::Uuid::now_v7().to_string(),
-                timestamp: enforce::now_rfc3339(enf),
-                trace_id: cx.trace_id.clone(),
-                binding_id: cx.binding_id.clone(),
-                observed_identifier: Some(cx.operation.clone()),
-                expected_digest: cx.contract_digest.clone(),
-                evidence: Some(bytes.to_vec()),
-            },
-        ) {
-            event.action_taken = action;
-            enf.drift.emit(&event);
-        }
-    }
-    state.metrics.refusal(ErrorCode::ContractOutput);
+    report(state, &refusal, cx, action, Observed::payload(&bytes));
     match action {
         Action::Notify => Response::from_parts(parts, body::full(bytes)),
         Action::Fallback => match (retry, &cap.runtime.fallback) {
@@ -138,17 +120,80 @@ pub(crate) async fn check(
             _ => blocked(state, &refusal, cx).await,
         },
         Action::Quarantined => {
-            let path = state.config.quarantine_dir.join(evidence.to_hex());
-            let written = std::fs::create_dir_all(&state.config.quarantine_dir)
-                .and_then(|()| crate::write_private_file(&path, &bytes));
-            if let Err(e) = written {
-                tracing::error!(error = %e, path = %path.display(), "quarantine write failed");
-            } else {
-                tracing::warn!(evidence = %evidence.spelled(Spelling::ShaDash256), "response quarantined");
-            }
+            quarantine(state, &bytes);
             blocked(state, &refusal, cx).await
         }
         Action::Blocked => blocked(state, &refusal, cx).await,
+    }
+}
+
+/// What a drift event reports beyond the refusal and the request's context.
+pub(crate) struct Observed {
+    /// `observedIdentifier`; `None`: the operation.
+    pub identifier: Option<String>,
+    /// `expectedDigest`; `None`: the bound contract's digest.
+    pub expected: Option<String>,
+    /// The offending payload (only its digest leaves).
+    pub evidence: Vec<u8>,
+    pub diagnostics: Vec<(&'static str, String)>,
+}
+
+impl Observed {
+    /// An offending payload, named by the operation and the contract.
+    pub fn payload(evidence: &[u8]) -> Self {
+        Self {
+            identifier: None,
+            expected: None,
+            evidence: evidence.to_vec(),
+            diagnostics: Vec::new(),
+        }
+    }
+}
+
+/// The drift event and refusal count of a violation that no lease check caught: an output
+/// contract, the upstream's identity, a tool definition (SPEC §8).
+pub(crate) fn report(
+    state: &AppState,
+    refusal: &Refusal,
+    cx: &WriteContext,
+    action: Action,
+    observed: Observed,
+) {
+    state.metrics.refusal(refusal.code);
+    let Some(enf) = &state.enforcement else {
+        return;
+    };
+    if let Some(mut event) = DriftEvent::for_refusal(
+        refusal,
+        EventContext {
+            event_id: uuid::Uuid::now_v7().to_string(),
+            timestamp: enforce::now_rfc3339(enf),
+            trace_id: cx.trace_id.clone(),
+            binding_id: cx.binding_id.clone(),
+            observed_identifier: Some(observed.identifier.unwrap_or_else(|| cx.operation.clone())),
+            expected_digest: observed.expected.or_else(|| cx.contract_digest.clone()),
+            evidence: Some(observed.evidence),
+        },
+    ) {
+        event.action_taken = action;
+        for (k, v) in observed.diagnostics {
+            event.diagnostics.insert(k.into(), v.into());
+        }
+        enf.drift.emit(&event);
+    }
+}
+
+/// Keeps `bytes` for offline inspection: `drift.quarantine_dir/<hex SHA-256>`, mode 0600.
+pub(crate) fn quarantine(state: &AppState, bytes: &[u8]) {
+    let digest = Sha256Digest::of(bytes);
+    let path = state.config.quarantine_dir.join(digest.to_hex());
+    let written = std::fs::create_dir_all(&state.config.quarantine_dir)
+        .and_then(|()| crate::write_private_file(&path, bytes));
+    match written {
+        Err(e) => tracing::error!(error = %e, path = %path.display(), "quarantine write failed"),
+        Ok(()) => {
+            tracing::warn!(evidence = %digest.spelled(Spelling::ShaDash256), "payload quarantined")
+        }
     }
 }
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use http::Response;
 use palisade_policy::codes::{ErrorCode, Refusal};
-use palisade_policy::drift::{DriftEvent, EventContext};
+use palisade_policy::drift::Action;
 use palisade_policy::rich::Bundle;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
@@ -178,29 +178,21 @@ pub(crate) fn report(state: &AppState, cx: &WriteContext, m: &Mismatch) -> Refus
         ErrorCode::DeploymentIdentity,
         "the upstream's TLS identity is not the binding's deployment.identity",
     );
-    state.metrics.refusal(ErrorCode::DeploymentIdentity);
-    if let Some(enf) = &state.enforcement {
-        if let Some(mut event) = DriftEvent::for_refusal(
-            &refusal,
-            EventContext {
-                event_id: uuid::Uuid::now_v7().to_string(),
-                timestamp: crate::enforce::now_rfc3339(enf),
-                trace_id: cx.trace_id.clone(),
-                binding_id: cx.binding_id.clone(),
-                observed_identifier: Some(m.observed.clone().unwrap_or_else(|| "none".into())),
-                expected_digest: cx.contract_digest.clone(),
-                evidence: Some(m.certificate.clone()),
-            },
-        ) {
-            event
-                .diagnostics
-                .insert("expectedIdentity".into(), m.expected.clone().into());
-            event
-                .diagnostics
-                .insert("operation".into(), cx.operation.clone().into());
-            enf.drift.emit(&event);
-        }
-    }
+    crate::output::report(
+        state,
+        &refusal,
+        cx,
+        Action::Blocked,
+        crate::output::Observed {
+            identifier: Some(m.observed.clone().unwrap_or_else(|| "none".into())),
+            expected: None,
+            evidence: m.certificate.clone(),
+            diagnostics: vec![
+                ("expectedIdentity", m.expected.clone()),
+                ("operation", cx.operation.clone()),
+            ],
+        },
+    );
     refusal
 }
 

@@ -305,3 +305,22 @@ pub fn copy_state(from: &std::path::Path, to: &std::path::Path) {
         }
     }
 }
+
+/// The drift events the sidecar printed (the stdout sink), in order.
+pub fn drift_events(p: &Palisade) -> Vec<Value> {
+    p.logs()
+        .lines()
+        .filter(|l| l.contains("\"eventId\""))
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// The receipt in a response's `Agent-Commit-Receipt` header.
+pub fn receipt_of(headers: &http::HeaderMap) -> Value {
+    serde_json::from_slice(
+        &URL_SAFE_NO_PAD
+            .decode(headers["agent-commit-receipt"].as_bytes())
+            .unwrap(),
+    )
+    .unwrap()
+}

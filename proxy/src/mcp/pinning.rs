@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use palisade_policy::digest::{Sha256Digest, Spelling};
-use palisade_policy::drift::{Action, DriftEvent, EventContext};
+use palisade_policy::drift::Action;
 use palisade_policy::rich::{Bundle, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::Value;
@@ -82,7 +82,10 @@ pub fn filter(state: &AppState, cx: &WriteContext, bundle: &Bundle, msg: &Value)
                         let action = match cap.runtime.on_drift {
                             DriftPolicy::Notify => Action::Notify,
                             DriftPolicy::Quarantine => {
-                                quarantine(state, tool);
+                                crate::output::quarantine(
+                                    state,
+                                    &palisade_policy::canon::to_vec(tool),
+                                );
                                 Action::Quarantined
                             }
                             _ => Action::Blocked,
@@ -126,42 +129,20 @@ fn report(
     action: Action,
     reason: &'static str,
 ) {
-    let Some(enf) = &state.enforcement else {
-        return;
-    };
     let refusal = Refusal::new(
         ErrorCode::ToolDrifted,
         "a listed tool does not match its pinned definition",
     );
-    if let Some(mut event) = DriftEvent::for_refusal(
+    crate::output::report(
+        state,
         &refusal,
-        EventContext {
-            event_id: uuid::Uuid::now_v7().to_string(),
-            timestamp: crate::enforce::now_rfc3339(enf),
-            trace_id: cx.trace_id.clone(),
-            binding_id: cx.binding_id.clone(),
-            observed_identifier: Some(tool.to_owned()),
-            expected_digest: expected,
-            evidence: Some(palisade_policy::canon::to_vec(definition)),
+        cx,
+        action,
+        crate::output::Observed {
+            identifier: Some(tool.to_owned()),
+            expected,
+            evidence: palisade_policy::canon::to_vec(definition),
+            diagnostics: vec![("reason", reason.to_owned())],
         },
-    ) {
-        event.action_taken = action;
-        event.diagnostics.insert("reason".into(), reason.into());
-        enf.drift.emit(&event);
-    }
-    state.metrics.refusal(ErrorCode::ToolDrifted);
-}
-
-/// The changed definition, kept for inspection (mode 0600, named by its digest).
-fn quarantine(state: &AppState, tool: &Value) {
-    let bytes = palisade_policy::canon::to_vec(tool);
-    let path = state
-        .config
-        .quarantine_dir
-        .join(Sha256Digest::of(&bytes).to_hex());
-    let written = std::fs::create_dir_all(&state.config.quarantine_dir)
-        .and_then(|()| crate::write_private_file(&path, &bytes));
-    if let Err(e) = written {
-        tracing::error!(error = %e, path = %path.display(), "quarantine write failed");
-    }
+    );
 }

@@ -19,8 +19,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{header, Response};
-use palisade_policy::digest::Sha256Digest;
-use palisade_policy::drift::{Action, DriftEvent, EventContext};
+use palisade_policy::drift::Action;
 use palisade_policy::rich::{Capability, Contract, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
@@ -78,35 +77,18 @@ pub fn check(
         "the tool result's structuredContent violates structural.output",
     )
     .with_location(location);
-    state.metrics.refusal(ErrorCode::ContractOutput);
-    if let Some(enf) = &state.enforcement {
-        if let Some(mut event) = DriftEvent::for_refusal(
-            &refusal,
-            EventContext {
-                event_id: uuid::Uuid::now_v7().to_string(),
-                timestamp: crate::enforce::now_rfc3339(enf),
-                trace_id: cx.trace_id.clone(),
-                binding_id: cx.binding_id.clone(),
-                observed_identifier: Some(cx.operation.clone()),
-                expected_digest: cx.contract_digest.clone(),
-                evidence: Some(evidence.clone()),
-            },
-        ) {
-            event.action_taken = action;
-            enf.drift.emit(&event);
-        }
-    }
+    crate::output::report(
+        state,
+        &refusal,
+        cx,
+        action,
+        crate::output::Observed::payload(&evidence),
+    );
     match action {
         Action::Notify | Action::Fallback => None,
         Action::Quarantined | Action::Blocked => {
             if action == Action::Quarantined {
-                let dir = &state.config.quarantine_dir;
-                let path = dir.join(Sha256Digest::of(&evidence).to_hex());
-                let written = std::fs::create_dir_all(dir)
-                    .and_then(|()| crate::write_private_file(&path, &evidence));
-                if let Err(e) = written {
-                    tracing::error!(error = %e, path = %path.display(), "quarantine write failed");
-                }
+                crate::output::quarantine(state, &evidence);
             }
             let p =
                 Problem::from_refusal(&refusal, &uuid::Uuid::new_v4().to_string(), &cx.trace_id);
