@@ -26,6 +26,9 @@ pub enum ReceiptKind {
     Compensation,
     DryRun,
     Escrow,
+    /// A forwarded MCP tool call answered with an interim outcome (`input_required`, RICH
+    /// §3.2): sent, but not complete, so not a commit (SPEC §7). Our addition to §5.5's kinds.
+    Interim,
 }
 
 /// The unsigned content of a receipt. Optional members are left out when absent.

@@ -726,9 +726,13 @@ pub(crate) fn now_rfc3339(enf: &Enforcement) -> String {
     lease::format_rfc3339_ms(enf.clock.now_ms())
 }
 
+/// The `outcome` of a tool call answered with an interim result: its receipt is of kind
+/// `interim`, not `commit`, and its lease is left with nothing to compensate (SPEC §7).
+pub const INTERIM: &str = "interim";
+
 /// After the forward: the commit receipt, `Agent-Commit-Receipt` and `Agent-Fence-Token`.
 /// `outcome` marks what the receipt cannot otherwise say (`"uncertain"`: the upstream did
-/// not answer in time, so the write may or may not have happened). `attach` builds what must
+/// not answer in time, so the write may or may not have happened; [`INTERIM`]). `attach` builds what must
 /// be stored with the receipt from the response as the client will get it (headers final
 /// except the receipt).
 pub async fn commit(
@@ -748,6 +752,11 @@ pub async fn commit(
         resp.headers_mut()
             .insert(FENCE_HEADER, HeaderValue::from(l.cas_fence_epoch));
     }
+    let kind = match outcome {
+        _ if dry_run => ReceiptKind::DryRun,
+        Some(INTERIM) => ReceiptKind::Interim,
+        _ => ReceiptKind::Commit,
+    };
     let body = ReceiptBody {
         outcome: if dry_run {
             Some("dry-run".to_owned())
@@ -755,16 +764,7 @@ pub async fn commit(
             outcome.map(str::to_owned)
         },
         upstream_status: Some(resp.status().as_u16()),
-        ..permit_receipt(
-            enf,
-            &permit,
-            cx,
-            if dry_run {
-                ReceiptKind::DryRun
-            } else {
-                ReceiptKind::Commit
-            },
-        )
+        ..permit_receipt(enf, &permit, cx, kind)
     };
     let attachments = attach(resp);
     let waited = tokio::time::Instant::now();

@@ -205,6 +205,24 @@ pub(crate) async fn blocked(
     refusal: &Refusal,
     cx: &WriteContext,
 ) -> Response<ProxyBody> {
+    let p = blocked_problem(state, refusal, cx).await;
+    let receipt = p
+        .extensions
+        .get("receipt")
+        .and_then(enforce::receipt_header_value);
+    let mut resp = p.into_response();
+    if let Some(v) = receipt {
+        resp.headers_mut().insert(enforce::RECEIPT_HEADER, v);
+    }
+    resp
+}
+
+/// The problem of [`blocked`], its rejection receipt stored and carried as `receipt`.
+pub(crate) async fn blocked_problem(
+    state: &AppState,
+    refusal: &Refusal,
+    cx: &WriteContext,
+) -> Problem {
     let mut p = Problem::from_refusal(refusal, &uuid::Uuid::new_v4().to_string(), &cx.trace_id);
     if let Some(enf) = &state.enforcement {
         let body = ReceiptBody {
@@ -220,17 +238,12 @@ pub(crate) async fn blocked(
         };
         match enf.store.append_receipt(body).await {
             Ok(sealed) => {
-                p.extensions.insert("receipt".into(), sealed.value.clone());
-                let mut resp = p.into_response();
-                if let Some(v) = enforce::receipt_header_value(&sealed.value) {
-                    resp.headers_mut().insert(enforce::RECEIPT_HEADER, v);
-                }
-                return resp;
+                p.extensions.insert("receipt".into(), sealed.value);
             }
             Err(e) => tracing::error!(error = %e, "rejection receipt not stored"),
         }
     }
-    p.into_response()
+    p
 }
 
 /// The request again, to the pre-qualified backup deployment.

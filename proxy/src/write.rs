@@ -181,6 +181,14 @@ pub(crate) async fn refuse(
     .await
 }
 
+/// A permitted write as it came back from its upstream leg.
+pub(crate) struct Sent {
+    pub resp: Response<ProxyBody>,
+    pub outcome: Outcome,
+    /// What the commit receipt must say that its status cannot (`outcome`, SPEC §5.5).
+    pub note: Option<&'static str>,
+}
+
 /// Sends a permitted write to the SoR (a dry run to the shadow, or nowhere), then commits:
 /// the receipt and what `keep` asks to store with it. The upstream's failure is the write's
 /// outcome too: its epoch stays advanced (the write may have landed) and its receipt says
@@ -190,18 +198,66 @@ pub(crate) async fn forward(
     state: &AppState,
     enf: &Enforcement,
     permit: Permit,
-    mut parts: http::request::Parts,
+    parts: http::request::Parts,
     bytes: Bytes,
     conn: &ConnInfo,
     cx: &WriteContext,
     keep: Keep,
     cap: Option<&Capability>,
 ) -> (Response<ProxyBody>, Outcome) {
+    let dry_run = permit.is_dry_run();
+    let target = match (&state.shadow, dry_run) {
+        (Some(shadow), true) => Some(shadow),
+        (None, true) => None,
+        _ => Some(&state.upstream),
+    };
+    let Sent {
+        resp,
+        outcome,
+        note,
+    } = match target {
+        // DRY_RUN_SHADOW without a shadow deployment: the sidecar answers (SPEC §5.4).
+        None => {
+            let mut resp = Response::new(body::full(r#"{"dry_run":true}"#));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            Sent {
+                resp,
+                outcome: Outcome::Forwarded,
+                note: None,
+            }
+        }
+        Some(upstream) => send(state, upstream, &permit, parts, bytes, conn, cx).await,
+    };
+    // The write has happened; an answer that breaks the output contract is still not passed
+    // on (no fallback: a write is not sent twice).
+    let resp = match cap {
+        Some(cap) if matches!(outcome, Outcome::Forwarded) && target.is_some() => {
+            crate::output::check(state, cap, cx, resp, None).await
+        }
+        _ => resp,
+    };
+    let (resp, _) = settle(state, enf, permit, cx, note, resp, keep).await;
+    (resp, outcome)
+}
+
+/// The upstream leg of a permitted write: the fence token on, the binding's identity and
+/// timeout applied, a failure turned into the problem the client gets.
+pub(crate) async fn send(
+    state: &AppState,
+    upstream: &crate::upstream::Upstream,
+    permit: &Permit,
+    mut parts: http::request::Parts,
+    bytes: Bytes,
+    conn: &ConnInfo,
+    cx: &WriteContext,
+) -> Sent {
     // The fence token travels upstream; the PTCL headers do not.
     parts
         .headers
         .insert(enforce::FENCE_HEADER, HeaderValue::from(permit.epoch()));
-    let buffer = !matches!(keep, Keep::Nothing);
     let problem = |code: ErrorCode, detail: &str| {
         Problem::new(
             code,
@@ -210,104 +266,107 @@ pub(crate) async fn forward(
             &cx.trace_id,
         )
     };
-    let dry_run = permit.is_dry_run();
-    let target = match (&state.shadow, dry_run) {
-        (Some(shadow), true) => Some(shadow),
-        (None, true) => None,
-        _ => Some(&state.upstream),
+    let failed = |p: Problem, note| Sent {
+        resp: p.into_response(),
+        outcome: Outcome::Error,
+        note,
     };
-    let mut note = None;
-    let (mut resp, outcome) = match target {
-        // DRY_RUN_SHADOW without a shadow deployment: the sidecar answers (SPEC §5.4).
-        None => {
-            let mut resp = Response::new(body::full(r#"{"dry_run":true}"#));
-            resp.headers_mut().insert(
-                header::CONTENT_TYPE,
-                HeaderValue::from_static("application/json"),
-            );
-            (resp, Outcome::Forwarded)
+    let req = match build_upstream_request(upstream, parts, body::full(bytes), conn) {
+        Ok(req) => req,
+        Err(e) => {
+            tracing::warn!(error = %e, "request target not forwardable");
+            let p = problem(ErrorCode::BadRequest, "request target cannot be forwarded");
+            return failed(p, None);
         }
-        Some(upstream) => match build_upstream_request(upstream, parts, body::full(bytes), conn) {
-            Err(e) => {
-                tracing::warn!(error = %e, "request target not forwardable");
-                let p = problem(ErrorCode::BadRequest, "request target cannot be forwarded");
-                (p.into_response(), Outcome::Error)
-            }
-            Ok(req) => {
-                let sent_at = Instant::now();
-                // The binding's timeout, when it has one, bounds this call (SPEC §7).
-                // The shadow is another deployment: the binding's identity is not its own.
-                let identity = if dry_run {
-                    None
-                } else {
-                    cx.identity.as_deref()
-                };
-                let send = upstream.send_as(req, identity);
-                let result = match cx.timeout {
-                    Some(limit) => match tokio::time::timeout(limit, send).await {
-                        Ok(r) => r,
-                        Err(_) => Err(UpstreamError::Timeout(limit)),
-                    },
-                    None => send.await,
-                };
-                state
-                    .metrics
-                    .upstream_duration
-                    .record(sent_at.elapsed().as_secs_f64());
-                match result {
-                    Ok(resp) => {
-                        let (mut rparts, rbody) = resp.into_parts();
-                        crate::headers::strip_hop_by_hop(&mut rparts.headers);
-                        rparts.version = Version::default();
-                        let resp = Response::from_parts(rparts, body::boxed(rbody));
-                        // The write has happened; an answer that breaks the output contract is
-                        // still not passed on (no fallback: a write is not sent twice).
-                        let resp = match cap {
-                            Some(cap) => crate::output::check(state, cap, cx, resp, None).await,
-                            None => resp,
-                        };
-                        (resp, Outcome::Forwarded)
-                    }
-                    Err(UpstreamError::Identity(m)) => {
-                        // The handshake failed: nothing of the write left the sidecar. The
-                        // epoch has moved; the commit receipt says the write was not sent.
-                        tracing::warn!(error = %m, trace_id = %cx.trace_id, "upstream identity refused");
-                        let refusal = crate::peer_identity::report(state, cx, &m);
-                        note = Some("not-sent");
-                        let p = Problem::from_refusal(
-                            &refusal,
-                            &uuid::Uuid::new_v4().to_string(),
-                            &cx.trace_id,
-                        );
-                        (p.into_response(), Outcome::Error)
-                    }
-                    Err(e) => {
-                        // The full error goes to the log; the client learns only the code.
-                        tracing::warn!(error = %e, trace_id = %cx.trace_id, "upstream failure");
-                        let mut p = match e {
-                            UpstreamError::Timeout(_) => problem(
-                                ErrorCode::UpstreamTimeout,
-                                "the upstream did not answer within upstream.timeout",
-                            ),
-                            UpstreamError::Connect(_) => problem(
-                                ErrorCode::UpstreamUnavailable,
-                                "the upstream could not be reached",
-                            ),
-                            UpstreamError::Failed(_) | UpstreamError::Identity(_) => problem(
-                                ErrorCode::UpstreamUnavailable,
-                                "the upstream connection failed",
-                            ),
-                        };
-                        // Sent but unanswered: the write may or may not have happened.
-                        if p.code == ErrorCode::UpstreamTimeout {
-                            p.extensions.insert("outcome".into(), json!("uncertain"));
-                            note = Some("uncertain");
-                        }
-                        (p.into_response(), Outcome::Error)
-                    }
-                }
-            }
+    };
+    let sent_at = Instant::now();
+    // The binding's timeout, when it has one, bounds this call (SPEC §7). The shadow is
+    // another deployment: the binding's identity is not its own.
+    let identity = if permit.is_dry_run() {
+        None
+    } else {
+        cx.identity.as_deref()
+    };
+    let send = upstream.send_as(req, identity);
+    let result = match cx.timeout {
+        Some(limit) => match tokio::time::timeout(limit, send).await {
+            Ok(r) => r,
+            Err(_) => Err(UpstreamError::Timeout(limit)),
         },
+        None => send.await,
+    };
+    state
+        .metrics
+        .upstream_duration
+        .record(sent_at.elapsed().as_secs_f64());
+    match result {
+        Ok(resp) => {
+            let (mut rparts, rbody) = resp.into_parts();
+            crate::headers::strip_hop_by_hop(&mut rparts.headers);
+            rparts.version = Version::default();
+            Sent {
+                resp: Response::from_parts(rparts, body::boxed(rbody)),
+                outcome: Outcome::Forwarded,
+                note: None,
+            }
+        }
+        Err(UpstreamError::Identity(m)) => {
+            // The handshake failed: nothing of the write left the sidecar. The epoch has
+            // moved; the commit receipt says the write was not sent.
+            tracing::warn!(error = %m, trace_id = %cx.trace_id, "upstream identity refused");
+            let refusal = crate::peer_identity::report(state, cx, &m);
+            let p =
+                Problem::from_refusal(&refusal, &uuid::Uuid::new_v4().to_string(), &cx.trace_id);
+            failed(p, Some("not-sent"))
+        }
+        Err(e) => {
+            // The full error goes to the log; the client learns only the code.
+            tracing::warn!(error = %e, trace_id = %cx.trace_id, "upstream failure");
+            let mut p = match e {
+                UpstreamError::Timeout(_) => problem(
+                    ErrorCode::UpstreamTimeout,
+                    "the upstream did not answer within upstream.timeout",
+                ),
+                UpstreamError::Connect(_) => problem(
+                    ErrorCode::UpstreamUnavailable,
+                    "the upstream could not be reached",
+                ),
+                UpstreamError::Failed(_) | UpstreamError::Identity(_) => problem(
+                    ErrorCode::UpstreamUnavailable,
+                    "the upstream connection failed",
+                ),
+            };
+            // Sent but unanswered: the write may or may not have happened.
+            let mut note = None;
+            if p.code == ErrorCode::UpstreamTimeout {
+                p.extensions.insert("outcome".into(), json!("uncertain"));
+                note = Some("uncertain");
+            }
+            failed(p, note)
+        }
+    }
+}
+
+/// The commit of a forwarded write whose answer is final: the answer buffered when `keep`
+/// stores it, then the receipt with what `keep` asks for, in one durable transaction. Gives
+/// the answer as the client gets it and the receipt (none if it could not be stored).
+pub(crate) async fn settle(
+    state: &AppState,
+    enf: &Enforcement,
+    permit: Permit,
+    cx: &WriteContext,
+    note: Option<&str>,
+    mut resp: Response<ProxyBody>,
+    keep: Keep,
+) -> (Response<ProxyBody>, Option<Value>) {
+    let buffer = !matches!(keep, Keep::Nothing);
+    let problem = |code: ErrorCode, detail: &str| {
+        Problem::new(
+            code,
+            detail,
+            &uuid::Uuid::new_v4().to_string(),
+            &cx.trace_id,
+        )
     };
     let mut buffered = Bytes::new();
     if buffer {
@@ -365,8 +424,8 @@ pub(crate) async fn forward(
             }
         }
     };
-    enforce::commit(enf, permit, cx, note, &mut resp, attach).await;
+    let sealed = enforce::commit(enf, permit, cx, note, &mut resp, attach).await;
     // Released only now: the key's outcome is durable, so a retry finds it.
     drop(keep);
-    (resp, outcome)
+    (resp, sealed.map(|r| r.value))
 }

@@ -18,14 +18,17 @@
 
 use std::sync::Arc;
 
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode};
-use palisade_policy::rich::SideEffect;
+use palisade_policy::rich::{IdempotencyKey, SideEffect};
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
 
 use crate::body::{self, CollectError, ProxyBody};
 use crate::enforce::{self, Binding, Carried, Denied, Disposition, Requester, WriteContext};
+use crate::idempotency::{self, Begin};
 use crate::pipeline::{forward_plain, AppState, ConnInfo, Outcome};
 use crate::problem::Problem;
 use crate::write::{self, Keep};
@@ -43,6 +46,8 @@ pub const NAME_HEADER: &str = "mcp-name";
 /// Where a tool call carries its lease and inverse (SPEC §5.1, §11).
 const LEASE_META: &str = "compensationLease";
 const INVERSE_META: &str = "compensationInverse";
+/// Where a tool call may carry its idempotency key instead of the `Idempotency-Key` header.
+const KEY_META: &str = "idempotencyKey";
 
 /// A request to `mcp.path`.
 pub(crate) async fn handle(
@@ -232,6 +237,13 @@ async fn tool_call(
     let Some(enf) = state.enforcement.clone() else {
         return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
     };
+    let rule = binding
+        .capability()
+        .filter(|c| c.contract.output.is_some())
+        .map(|c| results::OutputRule {
+            contract: c.contract.clone(),
+            on_drift: c.runtime.on_drift,
+        });
     // A tool that only reads needs no lease; its input contract still holds.
     if let Some(cap) = binding.capability() {
         if cap.contract.side_effect == SideEffect::Read {
@@ -253,7 +265,15 @@ async fn tool_call(
             }
             let (resp, outcome) =
                 forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
-            return (results::guard(state, &cx, cap, id, resp).await, outcome);
+            let sent = write::Sent {
+                resp,
+                outcome,
+                note: None,
+            };
+            return (
+                results::relay(state, &cx, rule, id, sent, None).await,
+                outcome,
+            );
         }
     }
 
@@ -270,6 +290,56 @@ async fn tool_call(
     let resource = match handle {
         Some(h) => format!("mcp:tool/{name}/{h}"),
         None => format!("mcp:tool/{name}"),
+    };
+    // Idempotency (SPEC §5.6): the key from the header or from `_meta`, the request judged
+    // by tool and arguments, not by JSON-RPC id or lease, which differ on a retry.
+    let key_headers = idempotency_headers(&parts.headers, meta);
+    if let Some(cap) = binding.capability() {
+        if cap.contract.idempotency_key == IdempotencyKey::Required
+            && !key_headers.contains_key(idempotency::KEY_HEADER)
+        {
+            let refusal = Refusal::new(
+                ErrorCode::IdempotencyKeyRequired,
+                "the tool's contract requires an idempotency key",
+            );
+            return refuse(
+                state,
+                &cx,
+                refusal.into(),
+                lease_bytes.as_deref(),
+                &args,
+                id,
+                StatusCode::OK,
+            )
+            .await;
+        }
+    }
+    let fingerprinted =
+        palisade_policy::canon::to_vec(&json!({"name": name, "arguments": arguments}));
+    let key_request = idempotency::Request {
+        headers: &key_headers,
+        method: &Method::POST,
+        target: &path,
+        body: &fingerprinted,
+        caller: who.caller.as_deref(),
+    };
+    let retention = state.config.idempotency_retention.as_millis() as i64;
+    let keep = match idempotency::begin(&enf, &key_request, retention).await {
+        Ok(None) => Keep::Nothing,
+        Ok(Some(Begin::Fresh(pending))) => Keep::Key(pending),
+        Ok(Some(Begin::Replay(resp))) => return (replayed(resp, id).await, Outcome::Replayed),
+        Err(refusal) => {
+            return refuse(
+                state,
+                &cx,
+                refusal.into(),
+                lease_bytes.as_deref(),
+                &args,
+                id,
+                StatusCode::OK,
+            )
+            .await
+        }
     };
     let facts = enforce::WriteFacts {
         lease: lease_bytes.clone().map(Carried::Json),
@@ -311,13 +381,13 @@ async fn tool_call(
             .await
         }
     };
-    if permit.disposition() != Disposition::Forward {
-        // Not built for tool calls yet: a held or dry-run call needs a JSON-RPC answer of its
-        // own. Nothing has moved (neither mode advances the epoch before release).
+    if permit.disposition() == Disposition::Hold {
+        // Not built for tool calls: a held call needs an answer an MCP client can wait on.
+        // Nothing has moved (a held write advances no epoch).
         drop(permit);
         let refusal = Refusal::new(
             ErrorCode::RecoveryMode,
-            "HUMAN_ESCROW and DRY_RUN_SHADOW are not supported for MCP tool calls yet",
+            "HUMAN_ESCROW is not supported for MCP tool calls",
         );
         return refuse(
             state,
@@ -338,36 +408,44 @@ async fn tool_call(
     {
         m.remove(LEASE_META);
         m.remove(INVERSE_META);
+        m.remove(KEY_META);
     }
     let forwarded = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
     parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(idempotency::KEY_HEADER);
     let trace_id = cx.trace_id.clone();
-    let cx_out = cx.clone();
-    // From here the epoch is durable: the call finishes in its own task (see write.rs).
+    // From here the epoch is durable: the call finishes in its own task (see write.rs), and
+    // so does the relay of a streamed answer (results.rs).
     let task = {
-        let (state, enf, conn) = (state.clone(), enf.clone(), conn.clone());
+        let (state, conn, id) = (state.clone(), conn.clone(), id.clone());
         tokio::spawn(async move {
-            write::forward(
+            let commit = results::Commit { enf, permit, keep };
+            let upstream = match (commit.permit.is_dry_run(), &state.shadow) {
+                (false, _) => &state.upstream,
+                (true, Some(shadow)) => shadow,
+                // DRY_RUN_SHADOW with no shadow deployment: the sidecar answers.
+                (true, None) => {
+                    let resp = results::dry_run(&state, &cx, id, commit).await;
+                    return (resp, Outcome::Forwarded);
+                }
+            };
+            let sent = write::send(
                 &state,
-                &enf,
-                permit,
+                upstream,
+                &commit.permit,
                 parts,
                 forwarded,
                 &conn,
                 &cx,
-                Keep::Nothing,
-                None,
             )
-            .await
+            .await;
+            let outcome = sent.outcome;
+            let resp = results::relay(&state, &cx, rule, id, sent, Some(commit)).await;
+            (resp, outcome)
         })
     };
     match task.await {
-        // The write has happened (its receipt is stored); its result is still checked
-        // before the client sees it.
-        Ok((resp, outcome)) => match binding.capability() {
-            Some(cap) => (results::guard(state, &cx_out, cap, id, resp).await, outcome),
-            None => (resp, outcome),
-        },
+        Ok(r) => r,
         Err(e) => {
             tracing::error!(error = %e, "tool call task failed");
             let p = Problem::new(
@@ -379,6 +457,47 @@ async fn tool_call(
             (rpc_error(id, StatusCode::OK, &p), Outcome::Error)
         }
     }
+}
+
+/// The headers an idempotency key is read from: the request's, or `_meta.idempotencyKey`
+/// when the request has no `Idempotency-Key` (an MCP client sets `_meta` per call, headers
+/// per connection).
+fn idempotency_headers(headers: &http::HeaderMap, meta: Option<&Value>) -> http::HeaderMap {
+    let mut out = http::HeaderMap::new();
+    if let Some(v) = headers.get(idempotency::KEY_HEADER) {
+        out.insert(idempotency::KEY_HEADER, v.clone());
+    } else if let Some(v) = meta
+        .and_then(|m| m.get(KEY_META))
+        .and_then(Value::as_str)
+        .and_then(|k| HeaderValue::from_str(&format!("\"{k}\"")).ok())
+    {
+        out.insert(idempotency::KEY_HEADER, v);
+    }
+    out
+}
+
+/// A stored answer sent again: as the answer to this request's id, its receipt in `_meta`.
+async fn replayed(resp: Response<ProxyBody>, id: Value) -> Response<ProxyBody> {
+    let (mut parts, body) = resp.into_parts();
+    // Stored by this process, bounded when it was stored.
+    let bytes = body::collect_proxy(body, u64::MAX)
+        .await
+        .unwrap_or_default();
+    let Ok(mut msg) = serde_json::from_slice::<Value>(&bytes) else {
+        return Response::from_parts(parts, body::full(bytes));
+    };
+    if let Some(obj) = msg.as_object_mut() {
+        obj.insert("id".into(), id);
+    }
+    let receipt = parts
+        .headers
+        .get(enforce::RECEIPT_HEADER)
+        .and_then(|v| URL_SAFE_NO_PAD.decode(v.as_bytes()).ok())
+        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+    let msg = results::with_receipt(msg, receipt);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    let out = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
+    Response::from_parts(parts, body::full(out))
 }
 
 /// A `tools/list`: forwarded, and its result filtered against the pins on the way back,
@@ -502,17 +621,22 @@ fn rpc_error(id: Value, status: StatusCode, p: &Problem) -> Response<ProxyBody> 
     error_response(id, status, p.to_json())
 }
 
-fn error_response(id: Value, status: StatusCode, problem: Value) -> Response<ProxyBody> {
+/// The JSON-RPC error answering `id` with `problem` as its data (SPEC §6).
+pub(crate) fn error_doc(id: Value, problem: Value) -> Value {
     let message = problem
         .get("title")
         .and_then(Value::as_str)
         .unwrap_or("Refused")
         .to_owned();
-    let doc = json!({
+    json!({
         "jsonrpc": "2.0",
         "id": id,
         "error": {"code": REFUSED, "message": message, "data": problem},
-    });
+    })
+}
+
+fn error_response(id: Value, status: StatusCode, problem: Value) -> Response<ProxyBody> {
+    let doc = error_doc(id, problem);
     let mut r = body::json_response(status, &doc);
     r.headers_mut().insert(
         header::CONTENT_TYPE,

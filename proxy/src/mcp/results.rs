@@ -1,34 +1,45 @@
-//! A tool call's answer on its way back (SPEC §7, RICH §3.2): the output contract applies to
-//! complete results only.
+//! A tool call's answer on its way back (SPEC §7, RICH §3.2), JSON or SSE alike.
+//!
+//! The answer to the call is the one JSON-RPC response with the call's id; everything before
+//! it in an SSE stream (progress, log and list_changed notifications) passes on as it comes.
 //!
 //! - An interim outcome (`result.resultType` other than `"complete"`, e.g. `input_required`)
-//!   is passed on unchecked.
-//! - An error result (`isError: true`) or a JSON-RPC error belongs to the error domain and is
-//!   passed on unchecked, as HTTP error answers are.
+//!   is passed on unchecked, and a write tool's receipt for it is of kind `interim`: the call
+//!   was sent, but it is not a commit, and its lease has nothing to compensate.
+//! - An error result (`isError: true`) or a JSON-RPC error belongs to the error domain: passed
+//!   on unchecked, as HTTP error answers are; for a write tool it is the outcome committed.
 //! - A complete result of a tool whose contract has `structural.output` must carry
 //!   `structuredContent` that validates. If not: a `structural` drift event (the location, the
 //!   digest of the offending content), and by the binding's `onDrift`: `notify` passes it on;
 //!   `quarantine` writes it (0600, named by its digest) and, like `fail-closed` and
-//!   `qualified-fallback` (no fallback for MCP yet), replaces the message with a JSON-RPC error
-//!   `ERR_CONTRACT_OUTPUT` carrying the request's id.
+//!   `qualified-fallback` (no fallback for MCP: see docs/decisions.md), replaces the message
+//!   with a JSON-RPC error `ERR_CONTRACT_OUTPUT` carrying a rejection receipt.
 //!
-//! JSON replies are checked whole (bounded by `limits.max_response`); SSE replies event by
-//! event, so progress notifications still stream.
+//! A write tool's commit waits for its answer: the receipt (kind `commit`, `interim` or
+//! `dry-run`) is stored when the answer arrives, and travels in the answer's
+//! `result._meta.commitReceipt` (and, for a JSON reply, in `Agent-Commit-Receipt`). An SSE
+//! answer is relayed by a task of its own, so a client that hangs up cannot keep the receipt
+//! from being stored; a stream that ends or stalls past the call's timeout without an answer
+//! is committed with `outcome: "uncertain"` and answered with a JSON-RPC error.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, Response};
+use http::{header, HeaderValue, Response, StatusCode};
 use palisade_policy::drift::Action;
-use palisade_policy::rich::{Capability, Contract, DriftPolicy};
+use palisade_policy::rich::{Contract, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
 
 use super::sse;
-use crate::body::{self, ProxyBody};
-use crate::enforce::WriteContext;
+use crate::body::{self, BoxError, ProxyBody};
+use crate::enforce::{self, Enforcement, Permit, WriteContext};
 use crate::pipeline::AppState;
 use crate::problem::Problem;
+use crate::write::{self, Keep};
+
+/// Where a result carries its receipt.
+pub const RECEIPT_META: &str = "commitReceipt";
 
 /// Whether `result` is an interim outcome rather than a complete result.
 pub fn is_interim(result: &Value) -> bool {
@@ -38,20 +49,36 @@ pub fn is_interim(result: &Value) -> bool {
         .is_some_and(|t| t != "complete")
 }
 
-/// The message that goes to the client instead of `msg`, if `msg` answers request `id` with
-/// a complete result that breaks the output contract.
-pub fn check(
+/// The output contract a tool's answers are held to, and what its violation does.
+#[derive(Clone)]
+pub(crate) struct OutputRule {
+    pub contract: Arc<Contract>,
+    pub on_drift: DriftPolicy,
+}
+
+/// A permitted tool call of a write tool, committed when its answer is known.
+pub(crate) struct Commit {
+    pub enf: Arc<Enforcement>,
+    pub permit: Permit,
+    pub keep: Keep,
+}
+
+/// What the answer to the call was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Verdict {
+    Complete,
+    Interim,
+}
+
+/// The output-contract refusal of `msg`, if it answers `id` with a complete result that
+/// breaks `rule` (reported: drift event, quarantine). `None`: pass it on.
+fn violation(
     state: &AppState,
     cx: &WriteContext,
-    contract: &Contract,
-    on_drift: DriftPolicy,
-    id: &Value,
+    rule: &OutputRule,
     msg: &Value,
-) -> Option<Value> {
-    let schema = contract.output.as_ref()?;
-    if msg.get("id") != Some(id) {
-        return None;
-    }
+) -> Option<Refusal> {
+    let schema = rule.contract.output.as_ref()?;
     let result = msg.get("result")?;
     if is_interim(result) || result.get("isError") == Some(&Value::Bool(true)) {
         return None;
@@ -67,7 +94,7 @@ pub fn check(
     let evidence = content
         .map(palisade_policy::canon::to_vec)
         .unwrap_or_default();
-    let action = match on_drift {
+    let action = match rule.on_drift {
         DriftPolicy::Notify => Action::Notify,
         DriftPolicy::Quarantine => Action::Quarantined,
         DriftPolicy::FailClosed | DriftPolicy::QualifiedFallback => Action::Blocked,
@@ -90,67 +117,325 @@ pub fn check(
             if action == Action::Quarantined {
                 crate::output::quarantine(state, &evidence);
             }
-            let p =
-                Problem::from_refusal(&refusal, &uuid::Uuid::new_v4().to_string(), &cx.trace_id);
-            Some(json!({
-                "jsonrpc": "2.0",
-                "id": id,
-                "error": {"code": super::REFUSED, "message": p.code.title(), "data": p.to_json()},
-            }))
+            Some(refusal)
         }
     }
 }
 
-/// `resp` (a tool call's reply) with its result checked against `cap`'s output contract.
-pub async fn guard(
+/// The answer to request `id` as the client is to get it, and what it was; `None` when `msg`
+/// is not that answer.
+async fn judge(
+    state: &AppState,
+    cx: &WriteContext,
+    rule: Option<&OutputRule>,
+    id: &Value,
+    msg: Value,
+) -> Option<(Value, Verdict)> {
+    if msg.get("id") != Some(id) || (msg.get("result").is_none() && msg.get("error").is_none()) {
+        return None;
+    }
+    if msg.get("result").is_some_and(is_interim) {
+        return Some((msg, Verdict::Interim));
+    }
+    let refused = rule.and_then(|r| violation(state, cx, r, &msg));
+    Some(match refused {
+        None => (msg, Verdict::Complete),
+        Some(refusal) => {
+            let p = crate::output::blocked_problem(state, &refusal, cx).await;
+            (super::error_doc(id.clone(), p.to_json()), Verdict::Complete)
+        }
+    })
+}
+
+/// `msg` with `receipt` in `result._meta` (a result only: an error's `data` is the server's).
+pub(crate) fn with_receipt(mut msg: Value, receipt: Option<Value>) -> Value {
+    if let (Some(r), Some(result)) = (
+        receipt,
+        msg.get_mut("result").and_then(Value::as_object_mut),
+    ) {
+        let meta = result.entry("_meta").or_insert_with(|| json!({}));
+        if let Some(m) = meta.as_object_mut() {
+            m.insert(RECEIPT_META.to_owned(), r);
+        }
+    }
+    msg
+}
+
+fn json_reply(status: StatusCode, doc: &Value) -> Response<ProxyBody> {
+    let mut r = body::json_response(status, doc);
+    r.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    r
+}
+
+/// Commits `commit` with `msg` as its answer; gives the message with its receipt, and the
+/// receipt header for a JSON reply.
+async fn settle(
+    state: &AppState,
+    cx: &WriteContext,
+    commit: Commit,
+    note: Option<&str>,
+    msg: Value,
+) -> (Value, http::HeaderMap) {
+    let Commit { enf, permit, keep } = commit;
+    let resp = json_reply(StatusCode::OK, &msg);
+    let (resp, receipt) = write::settle(state, &enf, permit, cx, note, resp, keep).await;
+    (with_receipt(msg, receipt), resp.into_parts().0.headers)
+}
+
+/// A problem as the JSON-RPC error that answers `id`.
+fn error_msg(cx: &WriteContext, id: &Value, code: ErrorCode, detail: &str) -> Value {
+    let mut p = Problem::new(
+        code,
+        detail,
+        &uuid::Uuid::new_v4().to_string(),
+        &cx.trace_id,
+    );
+    p.extensions.insert("outcome".into(), json!("uncertain"));
+    super::error_doc(id.clone(), p.to_json())
+}
+
+/// The answer of a dry run with no shadow deployment: checked, not executed (SPEC §5.4).
+pub(crate) async fn dry_run(
+    state: &AppState,
+    cx: &WriteContext,
+    id: Value,
+    commit: Commit,
+) -> Response<ProxyBody> {
+    let msg = json!({"jsonrpc": "2.0", "id": id, "result": {
+        "content": [{"type": "text", "text": "dry run: the call was checked and not executed"}],
+        "isError": false,
+    }});
+    let (msg, headers) = settle(state, cx, commit, None, msg).await;
+    let mut resp = json_reply(StatusCode::OK, &msg);
+    copy_receipt_headers(&headers, resp.headers_mut());
+    resp
+}
+
+fn copy_receipt_headers(from: &http::HeaderMap, to: &mut http::HeaderMap) {
+    for name in [
+        enforce::RECEIPT_HEADER,
+        enforce::FENCE_HEADER,
+        enforce::DRY_RUN_HEADER,
+    ] {
+        if let Some(v) = from.get(name) {
+            to.insert(name, v.clone());
+        }
+    }
+}
+
+/// `resp`, the server's reply to tool call `id`, on its way to the client: checked against
+/// `rule`, and committed by `commit` when it answers a write (see the module doc). `sent`
+/// says what the upstream leg made of it.
+pub(crate) async fn relay(
     state: &Arc<AppState>,
     cx: &WriteContext,
-    cap: &Capability,
+    rule: Option<OutputRule>,
     id: Value,
-    resp: Response<ProxyBody>,
+    sent: write::Sent,
+    commit: Option<Commit>,
 ) -> Response<ProxyBody> {
-    if cap.contract.output.is_none() || !resp.status().is_success() {
-        return resp;
-    }
+    let write::Sent { resp, note, .. } = sent;
     let sse = resp
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().starts_with("text/event-stream"));
-    let (mut parts, body) = resp.into_parts();
-    let limit = state.config.max_response;
-    if sse {
-        let (state, cx) = (state.clone(), cx.clone());
-        let (contract, on_drift) = (cap.contract.clone(), cap.runtime.on_drift);
-        let body = sse::map_json(body, limit as usize, move |v| {
-            match check(&state, &cx, &contract, on_drift, &id, v) {
-                Some(new) => sse::Verdict::Replace(new),
-                None => sse::Verdict::Keep,
+    // A failed leg, or an HTTP error from the server: the answer is final as it is.
+    if !resp.status().is_success() || note.is_some() || (rule.is_none() && commit.is_none()) {
+        return match commit {
+            Some(Commit { enf, permit, keep }) => {
+                write::settle(state, &enf, permit, cx, note, resp, keep)
+                    .await
+                    .0
             }
-        });
-        return Response::from_parts(parts, body);
+            None => resp,
+        };
     }
-    let bytes = match body::collect_proxy(body, limit).await {
+    if sse {
+        return relay_stream(state, cx, rule, id, resp, commit);
+    }
+    let (mut parts, rbody) = resp.into_parts();
+    let bytes = match body::collect_proxy(rbody, state.config.max_response).await {
         Ok(b) => b,
         Err(_) => {
-            let p = Problem::new(
+            let msg = error_msg(
+                cx,
+                &id,
                 ErrorCode::ResponseTooLarge,
                 "the tool result exceeds limits.max_response and cannot be checked",
-                &uuid::Uuid::new_v4().to_string(),
-                &cx.trace_id,
             );
-            return super::rpc_error(id, http::StatusCode::OK, &p);
+            return match commit {
+                Some(c) => {
+                    let (msg, headers) = settle(state, cx, c, None, msg).await;
+                    let mut resp = json_reply(StatusCode::OK, &msg);
+                    copy_receipt_headers(&headers, resp.headers_mut());
+                    resp
+                }
+                None => json_reply(StatusCode::OK, &msg),
+            };
         }
     };
-    let replaced = serde_json::from_slice::<Value>(&bytes)
-        .ok()
-        .and_then(|v| check(state, cx, &cap.contract, cap.runtime.on_drift, &id, &v));
-    let out = match replaced {
-        Some(v) => Bytes::from(serde_json::to_vec(&v).unwrap_or_default()),
-        None => bytes,
+    let judged = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(v) => judge(state, cx, rule.as_ref(), &id, v).await,
+        Err(_) => None,
     };
     parts.headers.remove(header::CONTENT_LENGTH);
-    Response::from_parts(parts, body::full(out))
+    match (judged, commit) {
+        (Some((msg, verdict)), Some(mut c)) => {
+            let note = (verdict == Verdict::Interim).then_some(enforce::INTERIM);
+            if note.is_some() {
+                // The call is not done: its key is not spent on an interim answer.
+                c.keep = Keep::Nothing;
+            }
+            let (msg, headers) = settle(state, cx, c, note, msg).await;
+            copy_receipt_headers(&headers, &mut parts.headers);
+            let out = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
+            Response::from_parts(parts, body::full(out))
+        }
+        (Some((msg, _)), None) => {
+            let out = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
+            Response::from_parts(parts, body::full(out))
+        }
+        // Not an answer to the call (a reply we cannot read): passed on, and a write is
+        // committed as what it is, sent with an answer nobody can judge.
+        (None, Some(c)) => {
+            let resp = Response::from_parts(parts, body::full(bytes));
+            write::settle(state, &c.enf, c.permit, cx, None, resp, c.keep)
+                .await
+                .0
+        }
+        (None, None) => Response::from_parts(parts, body::full(bytes)),
+    }
+}
+
+/// The SSE case of [`relay`]: the head goes out now; a task relays the events.
+fn relay_stream(
+    state: &Arc<AppState>,
+    cx: &WriteContext,
+    rule: Option<OutputRule>,
+    id: Value,
+    resp: Response<ProxyBody>,
+    commit: Option<Commit>,
+) -> Response<ProxyBody> {
+    let (mut parts, rbody) = resp.into_parts();
+    parts.headers.remove(header::CONTENT_LENGTH);
+    if let Some(c) = &commit {
+        // The receipt comes with the answer; the head says what it can already.
+        if c.permit.is_dry_run() {
+            parts
+                .headers
+                .insert(enforce::DRY_RUN_HEADER, HeaderValue::from_static("1"));
+        } else {
+            parts
+                .headers
+                .insert(enforce::FENCE_HEADER, HeaderValue::from(c.permit.epoch()));
+        }
+    }
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, BoxError>>(16);
+    let limit = state.config.max_response as usize;
+    // A write holds its resource's lock until it is committed: its wait is bounded.
+    let deadline =
+        tokio::time::Instant::now() + cx.timeout.unwrap_or(state.config.upstream_timeout);
+    let (state, cx) = (state.clone(), cx.clone());
+    tokio::spawn(async move {
+        let mut events = sse::Events::new(rbody, limit);
+        let mut client = Some(tx);
+        let mut commit = commit;
+        loop {
+            let next = if commit.is_some() {
+                match tokio::time::timeout_at(deadline, events.next()).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        let msg = error_msg(
+                            &cx,
+                            &id,
+                            ErrorCode::UpstreamTimeout,
+                            "the tool call was not answered within its timeout",
+                        );
+                        give_up(&state, &cx, commit.take(), msg, client.take()).await;
+                        return;
+                    }
+                }
+            } else {
+                events.next().await
+            };
+            let event = match next {
+                Some(Ok(event)) => event,
+                ended => {
+                    // The stream ended (or broke) before the call was answered.
+                    if commit.is_some() {
+                        let msg = error_msg(
+                            &cx,
+                            &id,
+                            ErrorCode::UpstreamUnavailable,
+                            "the server's stream ended before the tool call was answered",
+                        );
+                        give_up(&state, &cx, commit.take(), msg, client.take()).await;
+                    } else if let (Some(Err(e)), Some(tx)) = (ended, client.take()) {
+                        let _ = tx.send(Err(e)).await;
+                    }
+                    return;
+                }
+            };
+            let mut out = event.clone();
+            if let Some(msg) = sse::json_data(&event) {
+                if let Some((msg, verdict)) = judge(&state, &cx, rule.as_ref(), &id, msg).await {
+                    let msg = match commit.take() {
+                        Some(mut c) => {
+                            let note = (verdict == Verdict::Interim).then_some(enforce::INTERIM);
+                            if note.is_some() {
+                                c.keep = Keep::Nothing;
+                            }
+                            settle(&state, &cx, c, note, msg).await.0
+                        }
+                        None => msg,
+                    };
+                    out = sse::with_data(&event, &msg);
+                }
+            }
+            match &client {
+                Some(tx) => {
+                    if tx.send(Ok(out)).await.is_err() {
+                        // The client left: a write is still read to its answer and committed.
+                        client = None;
+                        if commit.is_none() {
+                            return;
+                        }
+                    }
+                }
+                None if commit.is_none() => return,
+                None => {}
+            }
+        }
+    });
+    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|item| (item, rx))
+    });
+    Response::from_parts(parts, body::from_stream(stream))
+}
+
+/// A write whose answer never came: committed as uncertain, the client told so.
+async fn give_up(
+    state: &AppState,
+    cx: &WriteContext,
+    commit: Option<Commit>,
+    msg: Value,
+    client: Option<tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>>,
+) {
+    let msg = match commit {
+        Some(c) => settle(state, cx, c, Some("uncertain"), msg).await.0,
+        None => msg,
+    };
+    if let Some(tx) = client {
+        let event = format!(
+            "event: message\ndata: {}\n\n",
+            serde_json::to_string(&msg).unwrap_or_default()
+        );
+        let _ = tx.send(Ok(Bytes::from(event))).await;
+    }
 }
 
 #[cfg(test)]
@@ -163,5 +448,14 @@ mod tests {
         assert!(!is_interim(&json!({"resultType": "complete"})));
         // Before 2026-07-28 there is no resultType: every result is complete.
         assert!(!is_interim(&json!({"content": []})));
+    }
+
+    #[test]
+    fn the_receipt_goes_into_a_result_only() {
+        let r = json!({"receipt_id": "urn:uuid:1"});
+        let msg = with_receipt(json!({"id": 1, "result": {"content": []}}), Some(r.clone()));
+        assert_eq!(msg["result"]["_meta"][RECEIPT_META], r);
+        let err = json!({"id": 1, "error": {"code": 1, "message": "x"}});
+        assert_eq!(with_receipt(err.clone(), Some(r)), err);
     }
 }

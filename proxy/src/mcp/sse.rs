@@ -11,7 +11,7 @@ use futures_util::StreamExt as _;
 use http_body_util::BodyExt as _;
 use serde_json::Value;
 
-use crate::body::{self, ProxyBody};
+use crate::body::{self, BoxError, ProxyBody};
 
 /// What the caller does with one event's JSON data.
 pub enum Verdict {
@@ -38,37 +38,87 @@ fn event_end(buf: &[u8]) -> Option<usize> {
     None
 }
 
-/// Rewrites one complete event (terminator included) if `f` says so.
-fn rewrite(event: &[u8], f: &mut impl FnMut(&Value) -> Verdict) -> Option<Bytes> {
+/// The JSON value of one complete event's `data` lines, if it has one.
+pub fn json_data(event: &[u8]) -> Option<Value> {
     let text = std::str::from_utf8(event).ok()?;
     let mut data = String::new();
-    let mut others = Vec::new();
     for line in text.lines() {
         if let Some(d) = line.strip_prefix("data:") {
             if !data.is_empty() {
                 data.push('\n');
             }
             data.push_str(d.strip_prefix(' ').unwrap_or(d));
-        } else if !line.is_empty() {
-            others.push(line);
         }
     }
     if data.is_empty() {
         return None;
     }
-    let value: Value = serde_json::from_str(&data).ok()?;
-    match f(&value) {
-        Verdict::Keep => None,
-        Verdict::Replace(new) => {
-            let mut out = String::new();
-            for l in others {
-                out.push_str(l);
-                out.push('\n');
+    serde_json::from_str(&data).ok()
+}
+
+/// `event` with its data replaced by `value` (its other fields, such as `id`, kept).
+pub fn with_data(event: &[u8], value: &Value) -> Bytes {
+    let text = String::from_utf8_lossy(event);
+    let mut out = String::new();
+    for l in text.lines() {
+        if !l.is_empty() && !l.starts_with("data:") {
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    out.push_str("data: ");
+    out.push_str(&serde_json::to_string(value).unwrap_or_else(|_| "null".to_owned()));
+    out.push_str("\n\n");
+    Bytes::from(out)
+}
+
+/// An SSE body read one complete event at a time.
+pub struct Events {
+    input: http_body_util::BodyDataStream<ProxyBody>,
+    buf: BytesMut,
+    max_event: usize,
+    done: bool,
+}
+
+impl Events {
+    pub fn new(body: ProxyBody, max_event: usize) -> Self {
+        Self {
+            input: body.into_data_stream(),
+            buf: BytesMut::new(),
+            max_event,
+            done: false,
+        }
+    }
+
+    /// The next complete event (terminator included); at the end of the stream, whatever is
+    /// left (an unterminated event) as it is; then `None`. An event longer than `max_event`
+    /// is an error, and ends the stream.
+    pub async fn next(&mut self) -> Option<Result<Bytes, BoxError>> {
+        if self.done {
+            return None;
+        }
+        loop {
+            if let Some(end) = event_end(&self.buf) {
+                return Some(Ok(self.buf.split_to(end).freeze()));
             }
-            out.push_str("data: ");
-            out.push_str(&serde_json::to_string(&new).ok()?);
-            out.push_str("\n\n");
-            Some(Bytes::from(out))
+            if self.buf.len() > self.max_event {
+                self.done = true;
+                return Some(Err("an SSE event exceeds limits.max_response".into()));
+            }
+            match self.input.next().await {
+                Some(Ok(chunk)) => self.buf.extend_from_slice(&chunk),
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some(Err(e));
+                }
+                None => {
+                    self.done = true;
+                    if self.buf.is_empty() {
+                        return None;
+                    }
+                    return Some(Ok(self.buf.split().freeze()));
+                }
+            }
         }
     }
 }
@@ -78,35 +128,19 @@ pub fn map_json<F>(body: ProxyBody, max_event: usize, f: F) -> ProxyBody
 where
     F: FnMut(&Value) -> Verdict + Send + 'static,
 {
-    type BoxError = Box<dyn std::error::Error + Send + Sync>;
-    let state = (body.into_data_stream(), BytesMut::new(), f, false);
-    let stream =
-        futures_util::stream::unfold(state, move |(mut input, mut buf, mut f, done)| async move {
-            if done {
-                return None;
-            }
-            loop {
-                if let Some(end) = event_end(&buf) {
-                    let event = buf.split_to(end).freeze();
-                    let out = rewrite(&event, &mut f).unwrap_or(event);
-                    return Some((Ok::<_, BoxError>(out), (input, buf, f, false)));
-                }
-                if buf.len() > max_event {
-                    let e: BoxError = "an SSE event exceeds limits.max_response".into();
-                    return Some((Err(e), (input, buf, f, true)));
-                }
-                match input.next().await {
-                    Some(Ok(chunk)) => buf.extend_from_slice(&chunk),
-                    Some(Err(e)) => return Some((Err(e), (input, buf, f, true))),
-                    // The stream ended: whatever is left (an unterminated event) goes as it is.
-                    None if buf.is_empty() => return None,
-                    None => {
-                        let rest = buf.split().freeze();
-                        return Some((Ok(rest), (input, buf, f, true)));
-                    }
-                }
-            }
-        });
+    let stream = futures_util::stream::unfold(
+        (Events::new(body, max_event), f),
+        |(mut events, mut f)| async move {
+            let out = match events.next().await? {
+                Ok(event) => match json_data(&event).map(|v| f(&v)) {
+                    Some(Verdict::Replace(new)) => Ok(with_data(&event, &new)),
+                    _ => Ok(event),
+                },
+                Err(e) => Err(e),
+            };
+            Some((out, (events, f)))
+        },
+    );
     body::from_stream(stream)
 }
 

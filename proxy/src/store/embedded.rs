@@ -27,7 +27,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::keys::KeyPair;
-use palisade_policy::receipt::{self, ReceiptBody, SealedReceipt};
+use palisade_policy::receipt::{self, ReceiptBody, ReceiptKind, SealedReceipt};
 use redb::{Database, Durability, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
@@ -676,6 +676,10 @@ fn apply(
                         stored_keys = true;
                     }
                     t.put_receipt(chain.next_seq, &sealed.jcs)?;
+                    if let (Some(lease_id), ReceiptKind::Interim) = (&body.lease_id, body.kind) {
+                        // Sent but not complete: nothing to compensate (SPEC §7).
+                        set_lease_state(&mut t, lease_id, "interim")?;
+                    }
                     if let Some(lease_id) = &body.lease_id {
                         t.put_lease(
                             &lease_key(lease_id, Part::Receipt, Some(chain.next_seq)),
@@ -701,6 +705,22 @@ fn apply(
     }
     wtx.commit().map_err(unavailable)?;
     Ok((answers, chain))
+}
+
+/// Sets a lease record's `state`, if the record exists.
+fn set_lease_state(t: &mut Tables<'_>, lease_id: &str, state: &str) -> Result<(), StoreError> {
+    let key = lease_key(lease_id, Part::Record, None);
+    let record: Option<serde_json::Value> = t
+        .leases
+        .get(key.as_slice())
+        .map_err(unavailable)?
+        .and_then(|v| serde_json::from_slice(v.value()).ok());
+    if let Some(mut rec) = record {
+        rec["state"] = state.into();
+        let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
+        t.put_lease(&key, &bytes)?;
+    }
+    Ok(())
 }
 
 /// Removes up to [`SWEEP_PER_BATCH`] expired idempotency keys (SPEC §5.6 retention).
