@@ -49,6 +49,11 @@ impl Drop for McpServer {
 
 impl McpServer {
     async fn start() -> McpServer {
+        Self::start_paged(0).await
+    }
+
+    /// The server with `tools/list` in pages of `page_size` tools (0: one page).
+    async fn start_paged(page_size: usize) -> McpServer {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -58,6 +63,7 @@ impl McpServer {
             .arg(repo().join("tests/mcp/server.py"))
             .arg(port.to_string())
             .arg(dir.path().join("exec.log"))
+            .env("PAGE_SIZE", page_size.to_string())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -246,6 +252,7 @@ async fn leases_and_fences_for_tool_calls(mode: &'static str) {
     assert_eq!(e["code"], "ERR_CONTRACT_OUTPUT", "{out:?}");
     assert_eq!(e["violationLocation"], "/structuredContent/result");
     assert!(!e.to_string().contains("912352"), "no value echoed: {e}");
+    assert_receipt_verifies(&e["receipt"], "rejection");
     assert_eq!(out[0]["tools"], json!(["add", "set_stock", "count_slowly"]));
     assert_eq!(out[1]["result"]["result"], 42, "a read tool needs no lease");
 
@@ -255,8 +262,12 @@ async fn leases_and_fences_for_tool_calls(mode: &'static str) {
     assert_eq!(e["data"]["code"], "ERR_LEASE_REQUIRED");
     assert_receipt_verifies(&e["data"]["receipt"], "rejection");
 
-    // With a lease: executed once, and the answer is the server's.
+    // With a lease: executed once, and the answer is the server's, with its commit receipt.
     assert_eq!(out[3]["is_error"], false, "{out:?}");
+    let r = &out[3]["meta"]["commitReceipt"];
+    assert_receipt_verifies(r, "commit");
+    assert_eq!(r["sor_target_uri"], format!("{BASE}/mcp/tools/set_stock"));
+    assert_eq!(r["cas_fence_epoch"], 1);
     // The same epoch again on the same sku: stale, fenced per handle.
     assert_eq!(
         out[4]["error"]["data"]["code"], "ERR_STALE_FENCE_EPOCH",
@@ -444,7 +455,7 @@ async fn a_rug_pull_is_filtered_from_the_listing_and_its_calls_refused() {
     for mode in ["2026-07-28", "legacy"] {
         let server = McpServer::start().await;
         let digests = pinned_digests(&server);
-        assert_eq!(digests.len(), 4, "{digests:?}");
+        assert_eq!(digests.len(), 7, "{digests:?}");
         let bundle_dir = tempfile::tempdir().unwrap();
         let mut b = erp_tools(bundle_dir.path());
         // rug_pull is bound as a read tool, unpinned; the others carry pin-mcp's digests.
@@ -494,9 +505,12 @@ async fn a_rug_pull_is_filtered_from_the_listing_and_its_calls_refused() {
         let events = drift_events(&p);
         let e = events
             .iter()
-            .find(|e| e["category"] == "tool-definition" && e["actionTaken"] == "blocked")
+            .find(|e| {
+                e["category"] == "tool-definition"
+                    && e["actionTaken"] == "blocked"
+                    && e["observedIdentifier"] == "set_stock"
+            })
             .unwrap_or_else(|| panic!("{mode}: {events:?}"));
-        assert_eq!(e["observedIdentifier"], "set_stock");
         assert_eq!(e["expectedDigest"], digests["set_stock"]);
         assert_eq!(e["diagnostics"]["reason"], "changed-definition");
         // No word of the new description leaks into the event.
@@ -616,5 +630,318 @@ async fn the_typescript_sdk_everything_server_works_through_the_proxy() {
     assert_eq!(
         out[3]["error"]["data"]["code"], "ERR_UNBOUND_OPERATION",
         "{out:?}"
+    );
+}
+
+/// set_stock, confirm_stock and slow_set_stock write, fenced per `sku`.
+fn confirm_tools(dir: &std::path::Path) -> BundleFiles {
+    let write = || {
+        let mut c = contract(
+            json!({"$schema": DIALECT, "type": "object", "required": ["sku", "qty"],
+                   "properties": {"sku": {"type": "string"}, "qty": {"type": "integer"}}}),
+            "write",
+            "compensable",
+            "optional",
+        );
+        c["state"] = json!({"handle": "sku"});
+        c
+    };
+    write_mcp_bundle(
+        dir,
+        "urn:palisade:test:mcp/2",
+        &[
+            ("set_stock", "set_stock", write()),
+            ("confirm_stock", "confirm_stock", write()),
+            ("slow_set_stock", "slow_set_stock", write()),
+        ],
+    )
+}
+
+/// The fence epoch of `resource` as the admin API reports it.
+async fn fence_of(p: &Palisade, resource: &str) -> u64 {
+    let path = format!(
+        "/admin/v1/fences/{}",
+        resource.replace(':', "%3A").replace('/', "%2F")
+    );
+    let (_, body) = admin_get(p.admin, &path).await;
+    let v: Value = serde_json::from_str(&body).unwrap();
+    v["epoch"].as_u64().unwrap_or_else(|| panic!("{body}"))
+}
+
+/// RICH §3.2 / SPEC §7: an `input_required` answer to a write tool is relayed, its receipt is
+/// of kind `interim` (not a commit), and its epoch stays spent: the retry that completes the
+/// call needs a newer lease, and only that retry is committed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interim_answer_to_a_write_is_not_a_commit() {
+    let server = McpServer::start().await;
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let b = confirm_tools(bundle_dir.path());
+    let p = sidecar(&server, &b);
+    let args = json!({"sku": "SKU-7", "qty": 70});
+    let out = client(
+        p.url("/mcp"),
+        "2026-07-28",
+        json!([
+            {"op": "call_raw", "name": "confirm_stock", "args": args,
+             "meta": meta(tool_lease("confirm_stock", 1))},
+            {"op": "call_raw", "name": "confirm_stock", "args": args,
+             "meta": meta(tool_lease("confirm_stock", 1)), "request_state": "$last"},
+            {"op": "call_raw", "name": "confirm_stock", "args": args,
+             "meta": meta(tool_lease("confirm_stock", 2)), "request_state": "$last"},
+        ]),
+    )
+    .await;
+    let first = &out[0]["raw"];
+    assert_eq!(first["resultType"], "input_required", "{out:?}");
+    let r = &first["_meta"]["commitReceipt"];
+    assert_receipt_verifies(r, "interim");
+    assert_eq!(r["outcome"], "interim");
+    assert_eq!(r["cas_fence_epoch"], 1);
+    // The epoch the interim call spent is not given back.
+    assert_eq!(
+        out[1]["error"]["data"]["code"], "ERR_STALE_FENCE_EPOCH",
+        "{out:?}"
+    );
+    let done = &out[2]["raw"];
+    assert_eq!(done["resultType"], "complete", "{out:?}");
+    assert_eq!(done["isError"], false);
+    assert_receipt_verifies(&done["_meta"]["commitReceipt"], "commit");
+    assert_eq!(server.executions(), vec!["confirm_stock SKU-7 70"]);
+    assert_eq!(fence_of(&p, "mcp:tool/confirm_stock/SKU-7").await, 2);
+    // The audit chain verifies with the interim receipt in it: interim, rejection, commit.
+    let mut p = p;
+    let config = p.dir.path().join("palisade.toml");
+    p.sigterm();
+    p.child.wait().unwrap();
+    let audit = Command::new(bin())
+        .args(["audit", "verify", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        audit.status.success(),
+        "{}",
+        String::from_utf8_lossy(&audit.stderr)
+    );
+    assert!(
+        String::from_utf8_lossy(&audit.stdout).starts_with("ok: 3 receipts"),
+        "{}",
+        String::from_utf8_lossy(&audit.stdout)
+    );
+}
+
+/// SPEC §5.6 and §5.4 on tool calls: a key (here in `_meta.idempotencyKey`) replays the
+/// stored answer to a retry with another JSON-RPC id, refuses reuse with other arguments, and
+/// a DRY_RUN_SHADOW call is answered without reaching the server or moving its fence.
+async fn keys_and_dry_runs_on_tool_calls(mode: &'static str) {
+    let server = McpServer::start().await;
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let b = confirm_tools(bundle_dir.path());
+    let p = sidecar(&server, &b);
+    let keyed = |lease: Value| {
+        let mut m = meta(lease);
+        m["idempotencyKey"] = json!("order-77");
+        m
+    };
+    let out = client(
+        p.url("/mcp"),
+        mode,
+        json!([
+            {"op": "call", "name": "set_stock", "args": {"sku": "K-1", "qty": 3},
+             "meta": keyed(tool_lease("set_stock", 1))},
+            {"op": "call", "name": "set_stock", "args": {"sku": "K-1", "qty": 3},
+             "meta": keyed(tool_lease("set_stock", 1))},
+            {"op": "call", "name": "set_stock", "args": {"sku": "K-1", "qty": 4},
+             "meta": keyed(tool_lease("set_stock", 2))},
+            {"op": "call", "name": "set_stock", "args": {"sku": "K-9", "qty": 1},
+             "meta": meta(tool_lease_mode("set_stock", 5, "DRY_RUN_SHADOW"))},
+        ]),
+    )
+    .await;
+    let first = &out[0];
+    assert_eq!(first["is_error"], false, "{mode}: {out:?}");
+    let receipt = &first["meta"]["commitReceipt"];
+    assert_receipt_verifies(receipt, "commit");
+    assert_eq!(receipt["cas_fence_epoch"], 1);
+    // The retry gets the stored answer and the same receipt; the server ran it once.
+    assert_eq!(out[1]["result"], first["result"], "{mode}: {out:?}");
+    assert_eq!(
+        out[1]["meta"]["commitReceipt"]["receipt_id"], receipt["receipt_id"],
+        "{mode}: {out:?}"
+    );
+    let e = &out[2]["error"]["data"];
+    assert_eq!(e["code"], "ERR_IDEMPOTENCY_KEY_REUSED", "{mode}: {out:?}");
+    assert_receipt_verifies(&e["receipt"], "rejection");
+    // The dry run: answered by the sidecar, a dry-run receipt, nothing executed.
+    let dry = &out[3];
+    assert_eq!(dry["is_error"], false, "{mode}: {out:?}");
+    assert!(
+        dry["result"].to_string().contains("dry run"),
+        "{mode}: {out:?}"
+    );
+    assert_receipt_verifies(&dry["meta"]["commitReceipt"], "dry-run");
+    assert_eq!(server.executions(), vec!["set_stock K-1 3"], "{mode}");
+    assert_eq!(fence_of(&p, "mcp:tool/set_stock/K-1").await, 1);
+    assert_eq!(fence_of(&p, "mcp:tool/set_stock/K-9").await, 0);
+    let events = drift_events(&p);
+    assert!(
+        events
+            .iter()
+            .any(|e| e["code"] == "ERR_IDEMPOTENCY_KEY_REUSED" && e["category"] == "idempotency"),
+        "{mode}: {events:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_and_dry_runs_on_tool_calls_stateless() {
+    keys_and_dry_runs_on_tool_calls("2026-07-28").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_and_dry_runs_on_tool_calls_with_sessions_and_sse() {
+    keys_and_dry_runs_on_tool_calls("legacy").await;
+}
+
+/// A paginated listing is filtered page by page with its cursors kept; a tool added at run
+/// time reaches the client as `notifications/tools/list_changed`, and is then filtered out
+/// as unknown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paginated_listings_are_pinned_page_by_page_and_list_changed_passes() {
+    let server = McpServer::start_paged(2).await;
+    // pin-mcp follows the cursors too.
+    let digests = pinned_digests(&server);
+    assert_eq!(digests.len(), 7, "{digests:?}");
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let mut b = erp_tools(bundle_dir.path());
+    let mut lock: Value = serde_json::from_slice(&std::fs::read(&b.lockfile).unwrap()).unwrap();
+    let read = contract(json!("unknown"), "read", "reversible", "none");
+    let digest = format!(
+        "sha-256:{}",
+        palisade_policy::digest::Sha256Digest::of_json(&read).to_hex()
+    );
+    for tool in ["rug_pull", "add_tool"] {
+        lock["capabilities"][tool] =
+            json!({"protocol": "mcp", "operation": tool, "contractDigest": digest});
+    }
+    std::fs::write(&b.lockfile, serde_json::to_vec(&lock).unwrap()).unwrap();
+    let mut pins = digests.clone();
+    pins.remove("rug_pull");
+    pins.remove("add_tool");
+    b = with_tool_digests(b, &pins);
+    let p = sidecar(&server, &b);
+    let out = client(
+        p.url("/mcp"),
+        "legacy",
+        json!([
+            {"op": "list_all"},
+            {"op": "call", "name": "add_tool", "args": {"name": "sneaky_extra"}},
+            {"op": "notifications"},
+            {"op": "list_all"},
+            {"op": "call", "name": "rug_pull"},
+            {"op": "list_all"},
+        ]),
+    )
+    .await;
+    let all = json!(["add", "set_stock", "count_slowly", "rug_pull", "add_tool"]);
+    // Seven tools in four pages; confirm_stock and slow_set_stock are not in the lockfile
+    // and are removed.
+    assert_eq!(out[0]["tools"], all, "{out:?}");
+    assert_eq!(out[0]["pages"], 4, "{out:?}");
+    assert_eq!(out[1]["result"], json!({"result": "added"}), "{out:?}");
+    assert!(
+        out[2]["seen"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("notifications/tools/list_changed")),
+        "{out:?}"
+    );
+    // Eight tools now, still four pages; the new one is unknown and filtered.
+    assert_eq!(out[3]["tools"], all, "{out:?}");
+    assert_eq!(out[3]["pages"], 4, "{out:?}");
+    // The rug pull shows on its page; the other pages and the cursors are untouched.
+    assert_eq!(
+        out[5]["tools"],
+        json!(["add", "count_slowly", "rug_pull", "add_tool"]),
+        "{out:?}"
+    );
+    assert_eq!(out[5]["pages"], 4, "{out:?}");
+    let events = drift_events(&p);
+    for (tool, reason) in [
+        ("sneaky_extra", "unknown-tool"),
+        ("confirm_stock", "unknown-tool"),
+        ("set_stock", "changed-definition"),
+    ] {
+        assert!(
+            events.iter().any(|e| e["category"] == "tool-definition"
+                && e["observedIdentifier"] == tool
+                && e["diagnostics"]["reason"] == reason),
+            "{tool}: {events:?}"
+        );
+    }
+}
+
+/// A write tool's answer streams over SSE; the client hangs up after the first progress
+/// event. The call still runs to its end, and its commit receipt is stored when the answer
+/// arrives, with nobody left to read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_mid_stream_does_not_lose_the_receipt() {
+    let server = McpServer::start().await;
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let b = confirm_tools(bundle_dir.path());
+    let p = sidecar(&server, &b);
+    let mut m = meta(tool_lease("slow_set_stock", 1));
+    m["progressToken"] = json!("p-1");
+    m["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+    m["io.modelcontextprotocol/clientInfo"] = json!({"name": "hang-up", "version": "1"});
+    m["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "slow_set_stock", "arguments": {"sku": "H-1", "qty": 5},
+                                 "_meta": m}});
+    let req = Request::post(p.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "slow_set_stock")
+        .body(full(body.to_string()))
+        .unwrap();
+    {
+        use http_body_util::BodyExt as _;
+        let c = http1_client();
+        let resp = c.request(req).await.unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()["content-type"], "text/event-stream");
+        assert_eq!(resp.headers()["agent-fence-token"], "1");
+        let mut body = resp.into_body();
+        let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+        assert!(
+            String::from_utf8_lossy(&first).contains("notifications/progress"),
+            "{first:?}"
+        );
+        // Dropping the body and the client closes the connection before the answer.
+    }
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while server.executions().is_empty() {
+        assert!(tokio::time::Instant::now() < deadline, "the call never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(server.executions(), vec!["slow_set_stock H-1 5"]);
+    assert_eq!(fence_of(&p, "mcp:tool/slow_set_stock/H-1").await, 1);
+    // Let the relay store the receipt, then stop and audit.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut p = p;
+    let config = p.dir.path().join("palisade.toml");
+    p.sigterm();
+    p.child.wait().unwrap();
+    let audit = Command::new(bin())
+        .args(["audit", "verify", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&audit.stdout).starts_with("ok: 1 receipts"),
+        "{}{}",
+        String::from_utf8_lossy(&audit.stdout),
+        String::from_utf8_lossy(&audit.stderr)
     );
 }

@@ -6,8 +6,14 @@ MODE is "legacy" (initialize handshake, Mcp-Session-Id, SSE replies) or "2026-07
 stateless revision). steps.json is a JSON list of steps; each prints one JSON line:
 
 - {"op": "list"}                         -> {"tools": [names]}
+- {"op": "list_all"}                     -> {"tools": [names], "pages": n} (following nextCursor)
 - {"op": "call", "name": N, "args": {...}, "meta": {...}?}
-      -> {"result": structuredContent or text} or {"error": {"code", "message", "data"}}
+      -> {"result": structuredContent or text, "is_error", "meta": the result's _meta}
+         or {"error": {"code", "message", "data"}}
+- {"op": "call_raw", "name": N, "args": {...}, "meta": {...}?, "request_state": S?}
+      -> {"raw": the result as sent, interim (input_required) results included}
+      S = "$last" retries with the requestState of the last interim result seen.
+- {"op": "notifications"}               -> {"seen": [methods of server notifications so far]}
 - {"op": "call_progress", "name": N, "args": {...}}
       -> {"result": ..., "progress_at": [seconds since the call began, per notification],
           "done_at": seconds}
@@ -31,24 +37,54 @@ def result_of(r):
 async def main() -> None:
     url, mode = sys.argv[1], sys.argv[2]
     steps = json.load(sys.stdin)
-    async with Client(url, mode=mode, cache=None) as client:
+    notes = []
+    last_state = None
+
+    async def on_message(m):
+        method = getattr(m, "method", None) or getattr(getattr(m, "root", None), "method", None)
+        if method:
+            notes.append(method)
+
+    async with Client(url, mode=mode, cache=None, message_handler=on_message) as client:
         for step in steps:
             try:
                 if step["op"] == "list":
                     tools = await client.list_tools()
                     out = {"tools": [t.name for t in tools.tools]}
+                elif step["op"] == "list_all":
+                    names, cursor, pages = [], None, 0
+                    while True:
+                        page = await client.list_tools(cursor=cursor)
+                        pages += 1
+                        names += [t.name for t in page.tools]
+                        cursor = page.next_cursor
+                        if not cursor or pages > 20:
+                            break
+                    out = {"tools": names, "pages": pages}
                 elif step["op"] == "call":
                     r = await client.call_tool(step["name"], step.get("args", {}), meta=step.get("meta"))
-                    out = {"result": result_of(r), "is_error": bool(r.is_error)}
+                    out = {"result": result_of(r), "is_error": bool(r.is_error), "meta": r.meta}
+                elif step["op"] == "call_raw":
+                    state = step.get("request_state")
+                    if state == "$last":
+                        state = last_state
+                    r = await client.session.call_tool(
+                        step["name"], step.get("args", {}), meta=step.get("meta"),
+                        request_state=state, allow_input_required=True)
+                    last_state = getattr(r, "request_state", None) or last_state
+                    out = {"raw": r.model_dump(by_alias=True, mode="json", exclude_none=True)}
+                elif step["op"] == "notifications":
+                    await asyncio.sleep(0.5)
+                    out = {"seen": notes}
                 elif step["op"] == "call_progress":
                     began = time.monotonic()
-                    seen = []
+                    ticks = []
 
                     async def progress(p, total, message):
-                        seen.append(round(time.monotonic() - began, 3))
+                        ticks.append(round(time.monotonic() - began, 3))
 
                     r = await client.call_tool(step["name"], step.get("args", {}), progress_callback=progress)
-                    out = {"result": result_of(r), "progress_at": seen,
+                    out = {"result": result_of(r), "progress_at": ticks,
                            "done_at": round(time.monotonic() - began, 3)}
                 else:
                     out = {"bad_step": step}

@@ -43,6 +43,8 @@ pub const REFUSED: i64 = -32001;
 /// Header naming the JSON-RPC method (2026-07-28) and the tool of a `tools/call`.
 pub const METHOD_HEADER: &str = "mcp-method";
 pub const NAME_HEADER: &str = "mcp-name";
+/// The protocol revision a request speaks (both generations send it after the handshake).
+pub const PROTOCOL_HEADER: &str = "mcp-protocol-version";
 /// Where a tool call carries its lease and inverse (SPEC §5.1, §11).
 const LEASE_META: &str = "compensationLease";
 const INVERSE_META: &str = "compensationInverse";
@@ -414,6 +416,12 @@ async fn tool_call(
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.remove(idempotency::KEY_HEADER);
     let trace_id = cx.trace_id.clone();
+    // Protocol revisions are dates: 2026-07-28 introduced `resultType`.
+    let typed = parts
+        .headers
+        .get(PROTOCOL_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v >= "2026-07-28");
     // From here the epoch is durable: the call finishes in its own task (see write.rs), and
     // so does the relay of a streamed answer (results.rs).
     let task = {
@@ -425,7 +433,7 @@ async fn tool_call(
                 (true, Some(shadow)) => shadow,
                 // DRY_RUN_SHADOW with no shadow deployment: the sidecar answers.
                 (true, None) => {
-                    let resp = results::dry_run(&state, &cx, id, commit).await;
+                    let resp = results::dry_run(&state, &cx, id, typed, commit).await;
                     return (resp, Outcome::Forwarded);
                 }
             };

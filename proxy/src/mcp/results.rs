@@ -198,16 +198,21 @@ fn error_msg(cx: &WriteContext, id: &Value, code: ErrorCode, detail: &str) -> Va
 }
 
 /// The answer of a dry run with no shadow deployment: checked, not executed (SPEC §5.4).
+/// `typed` adds `resultType` (2026-07-28 and later), which earlier revisions do not know.
 pub(crate) async fn dry_run(
     state: &AppState,
     cx: &WriteContext,
     id: Value,
+    typed: bool,
     commit: Commit,
 ) -> Response<ProxyBody> {
-    let msg = json!({"jsonrpc": "2.0", "id": id, "result": {
+    let mut msg = json!({"jsonrpc": "2.0", "id": id, "result": {
         "content": [{"type": "text", "text": "dry run: the call was checked and not executed"}],
         "isError": false,
     }});
+    if typed {
+        msg["result"]["resultType"] = json!("complete");
+    }
     let (msg, headers) = settle(state, cx, commit, None, msg).await;
     let mut resp = json_reply(StatusCode::OK, &msg);
     copy_receipt_headers(&headers, resp.headers_mut());
@@ -396,18 +401,16 @@ fn relay_stream(
                     out = sse::with_data(&event, &msg);
                 }
             }
-            match &client {
-                Some(tx) => {
-                    if tx.send(Ok(out)).await.is_err() {
-                        // The client left: a write is still read to its answer and committed.
-                        client = None;
-                        if commit.is_none() {
-                            return;
-                        }
-                    }
+            let delivered = match &client {
+                Some(tx) => tx.send(Ok(out)).await.is_ok(),
+                None => false,
+            };
+            if !delivered {
+                // The client left: a write is still read to its answer and committed.
+                client = None;
+                if commit.is_none() {
+                    return;
                 }
-                None if commit.is_none() => return,
-                None => {}
             }
         }
     });
