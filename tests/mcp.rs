@@ -180,6 +180,11 @@ fn erp_tools(dir: &std::path::Path) -> BundleFiles {
 
 /// A sidecar in front of the MCP server with `[mcp]` on and the ERP tools bound.
 fn sidecar(server: &McpServer, bundle: &BundleFiles) -> Palisade {
+    sidecar_with(server, bundle, "")
+}
+
+/// [`sidecar`] with `extra` added to its configuration.
+fn sidecar_with(server: &McpServer, bundle: &BundleFiles, extra: &str) -> Palisade {
     let dir = tempfile::tempdir().unwrap();
     let sidecar = KeyPair::from_seed(SIDECAR_SEED);
     let agent = KeyPair::from_seed(AGENT_SEED);
@@ -194,7 +199,7 @@ fn sidecar(server: &McpServer, bundle: &BundleFiles) -> Palisade {
         "[listen]\naddr = \"127.0.0.1:0\"\npublic_base = \"{BASE}\"\n\
          [upstream]\nurl = \"http://127.0.0.1:{}\"\n\
          [signing]\nkey = \"{d}/signing.pem\"\n[trust]\nissuers = \"{d}/issuers.json\"\n\
-         [store]\npath = \"{d}/state.redb\"\n[mcp]\npath = \"/mcp\"\n{}",
+         [store]\npath = \"{d}/state.redb\"\n[mcp]\npath = \"/mcp\"\n{}\n{extra}",
         server.port,
         bundle.rich_toml("")
     );
@@ -943,5 +948,83 @@ async fn a_client_that_hangs_up_mid_stream_does_not_lose_the_receipt() {
         "{}{}",
         String::from_utf8_lossy(&audit.stdout),
         String::from_utf8_lossy(&audit.stderr)
+    );
+}
+
+/// SPEC §5.4 for tool calls: the inverse of a tool call given as a tool call,
+/// `{"tool", "arguments"}`, is sent by `compensate` as a stateless tools/call. A failing
+/// inverse says so; an interim answer leaves nothing to compensate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_is_compensated_by_its_inverse_tool_call() {
+    let server = McpServer::start().await;
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let b = confirm_tools(bundle_dir.path());
+    let p = sidecar_with(&server, &b, "[ptcl]\nauthority = true\n");
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    // A lease naming `inverse` (its JCS digest), with `inverse` carried in `_meta`.
+    let leased = |tool: &str, epoch: u64, inverse: Value| {
+        let digest =
+            palisade_policy::digest::Sha256Digest::of(&palisade_policy::canon::to_vec(&inverse));
+        let b64 = lease_for(&agent, &format!("/mcp/tools/{tool}"), epoch, |f| {
+            f.insert("inverse_payload_jcs_hash".into(), json!(digest.to_string()));
+        });
+        let lease: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(b64).unwrap()).unwrap();
+        (
+            lease["lease_id"].as_str().unwrap().to_owned(),
+            json!({"compensationLease": lease, "compensationInverse": inverse}),
+        )
+    };
+    let (undo_ok, m1) = leased(
+        "set_stock",
+        1,
+        json!({"tool": "set_stock", "arguments": {"sku": "C-1", "qty": 0}}),
+    );
+    // This inverse lacks an argument the tool requires: the server answers with an error.
+    let (undo_bad, m2) = leased(
+        "set_stock",
+        1,
+        json!({"tool": "set_stock", "arguments": {"sku": "C-2"}}),
+    );
+    let (interim, m3) = leased(
+        "confirm_stock",
+        1,
+        json!({"tool": "confirm_stock", "arguments": {"sku": "C-3", "qty": 0}}),
+    );
+    let out = client(
+        p.url("/mcp"),
+        "2026-07-28",
+        json!([
+            {"op": "call", "name": "set_stock", "args": {"sku": "C-1", "qty": 5}, "meta": m1},
+            {"op": "call", "name": "set_stock", "args": {"sku": "C-2", "qty": 6}, "meta": m2},
+            {"op": "call_raw", "name": "confirm_stock", "args": {"sku": "C-3", "qty": 7},
+             "meta": m3},
+        ]),
+    )
+    .await;
+    assert_eq!(out[0]["is_error"], false, "{out:?}");
+    assert_eq!(out[1]["is_error"], false, "{out:?}");
+    assert_eq!(out[2]["raw"]["resultType"], "input_required", "{out:?}");
+    let lease_json = |id: &str| json!({"lease_id": id}).to_string();
+
+    let (status, body, _) = compensate(&p, &lease_json(&undo_ok)).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_receipt_verifies(&body["receipt"], "compensation");
+    assert_eq!(body["receipt"]["cas_fence_epoch"], 2);
+    assert_eq!(fence_of(&p, "mcp:tool/set_stock/C-1").await, 2);
+    let (status, body, _) = compensate(&p, &lease_json(&undo_ok)).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert_eq!(body["code"], "ERR_ALREADY_COMPENSATED");
+
+    let (status, body, _) = compensate(&p, &lease_json(&undo_bad)).await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
+    assert_eq!(body["receipt"]["outcome"], "failed", "{body}");
+
+    let (status, body, _) = compensate(&p, &lease_json(&interim)).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
+    assert_eq!(body["code"], "ERR_BAD_REQUEST", "{body}");
+
+    assert_eq!(
+        server.executions(),
+        vec!["set_stock C-1 5", "set_stock C-2 6", "set_stock C-1 0"]
     );
 }

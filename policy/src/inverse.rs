@@ -25,6 +25,10 @@ pub struct InversePayload {
     pub path: String,
     pub headers: BTreeMap<String, String>,
     pub body: Option<Value>,
+    /// The MCP form, `{"tool": name, "arguments": {...}}`: the inverse of a tool call is
+    /// another tool call. Then `method` is `POST`, `path`, `headers` and `body` are empty, and
+    /// the sidecar builds the request (a stateless `tools/call` to its `mcp.path`).
+    pub tool: Option<ToolCall>,
     /// JCS of the whole payload: what the store keeps and the digest covers.
     pub jcs: Vec<u8>,
     pub digest: Sha256Digest,
@@ -36,6 +40,17 @@ fn malformed(detail: &'static str) -> Refusal {
     Refusal::new(ErrorCode::InverseNotStaged, detail)
 }
 
+/// A tool call that undoes a tool call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub name: String,
+    /// A JSON object.
+    pub arguments: Value,
+}
+
+/// Longest tool name accepted in an inverse, in bytes.
+const MAX_TOOL_NAME: usize = 256;
+
 /// Parses and validates an inverse payload.
 pub fn parse(bytes: &[u8], max_depth: usize) -> Result<InversePayload, Refusal> {
     let tree = json::parse_tree(bytes, max_depth)
@@ -45,6 +60,9 @@ pub fn parse(bytes: &[u8], max_depth: usize) -> Result<InversePayload, Refusal> 
     let Value::Object(obj) = tree.to_value() else {
         return Err(malformed("inverse payload must be a JSON object"));
     };
+    if obj.contains_key("tool") {
+        return parse_tool(&obj, jcs);
+    }
     for key in obj.keys() {
         if !matches!(key.as_str(), "method" | "path" | "headers" | "body") {
             return Err(malformed(
@@ -100,6 +118,46 @@ pub fn parse(bytes: &[u8], max_depth: usize) -> Result<InversePayload, Refusal> 
         path,
         headers,
         body: obj.get("body").cloned(),
+        tool: None,
+        jcs,
+        digest,
+    })
+}
+
+/// The MCP form: `{"tool": name, "arguments": {...}?}` and nothing else.
+fn parse_tool(
+    obj: &serde_json::Map<String, Value>,
+    jcs: Vec<u8>,
+) -> Result<InversePayload, Refusal> {
+    if obj.keys().any(|k| k != "tool" && k != "arguments") {
+        return Err(malformed(
+            "an inverse tool call has only the members tool and arguments",
+        ));
+    }
+    let name = match obj.get("tool") {
+        Some(Value::String(n))
+            if !n.is_empty() && n.len() <= MAX_TOOL_NAME && !n.chars().any(char::is_control) =>
+        {
+            n.clone()
+        }
+        _ => return Err(malformed("an inverse tool call needs a tool name")),
+    };
+    let arguments = match obj.get("arguments") {
+        None => Value::Object(serde_json::Map::new()),
+        Some(a @ Value::Object(_)) => a.clone(),
+        Some(_) => {
+            return Err(malformed(
+                "an inverse tool call's arguments must be an object",
+            ))
+        }
+    };
+    let digest = Sha256Digest::of(&jcs);
+    Ok(InversePayload {
+        method: "POST".to_owned(),
+        path: String::new(),
+        headers: BTreeMap::new(),
+        body: None,
+        tool: Some(ToolCall { name, arguments }),
         jcs,
         digest,
     })
@@ -125,6 +183,32 @@ pub fn check(staged: Option<&InversePayload>, lease: &Lease) -> Result<(), Refus
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_tool_call_is_an_inverse_too() {
+        let inv = parse(
+            br#"{"tool":"set_stock","arguments":{"sku":"A","qty":1}}"#,
+            32,
+        )
+        .unwrap();
+        let t = inv.tool.unwrap();
+        assert_eq!(t.name, "set_stock");
+        assert_eq!(t.arguments["qty"], 1);
+        assert_eq!(inv.digest, Sha256Digest::of(&inv.jcs));
+        for bad in [
+            &br#"{"tool":"x","method":"PUT"}"#[..],
+            br#"{"tool":""}"#,
+            br#"{"tool":"x","arguments":[1]}"#,
+            br#"{"tool":7}"#,
+        ] {
+            assert_eq!(
+                parse(bad, 32).unwrap_err().code,
+                ErrorCode::InverseNotStaged,
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
 
     #[test]
     fn a_good_inverse_parses_and_its_digest_ignores_formatting() {

@@ -280,6 +280,7 @@ async fn compensate(
     let path = record["path"].as_str().unwrap_or("/").to_owned();
     let resource = record["resource"].as_str().unwrap_or_default().to_owned();
     // The request that undoes the write.
+    let mut tool_inverse = false;
     let (method, inv_path, inv_headers, inv_body): (Method, String, Vec<(String, String)>, Bytes) =
         match record["recovery_mode"].as_str() {
             Some("COMPENSATING_ACTION") => {
@@ -295,18 +296,24 @@ async fn compensate(
                         )
                     })?;
                 let inv = inverse::parse(&bytes, state.config.max_json_depth)?;
-                let body = inv
-                    .body
-                    .as_ref()
-                    .map(|b| Bytes::from(serde_json::to_vec(b).unwrap_or_default()))
-                    .unwrap_or_default();
-                let mut headers: Vec<(String, String)> = inv.headers.into_iter().collect();
-                if inv.body.is_some() && !headers.iter().any(|(k, _)| k == "content-type") {
-                    headers.push(("content-type".into(), "application/json".into()));
+                if let Some(call) = &inv.tool {
+                    tool_inverse = true;
+                    let (path, headers, body) = crate::mcp::inverse_request(&state.config, call);
+                    (Method::POST, path, headers, body)
+                } else {
+                    let body = inv
+                        .body
+                        .as_ref()
+                        .map(|b| Bytes::from(serde_json::to_vec(b).unwrap_or_default()))
+                        .unwrap_or_default();
+                    let mut headers: Vec<(String, String)> = inv.headers.into_iter().collect();
+                    if inv.body.is_some() && !headers.iter().any(|(k, _)| k == "content-type") {
+                        headers.push(("content-type".into(), "application/json".into()));
+                    }
+                    let method = Method::from_bytes(inv.method.as_bytes())
+                        .map_err(|_| bad("inverse method"))?;
+                    (method, inv.path, headers, body)
                 }
-                let method =
-                    Method::from_bytes(inv.method.as_bytes()).map_err(|_| bad("inverse method"))?;
-                (method, inv.path, headers, body)
             }
             Some("SNAPSHOT_RESTORE") => {
                 let snap: Value = enf
@@ -382,11 +389,16 @@ async fn compensate(
         .map_err(|_| bad("inverse request cannot be built"))?;
     let identity =
         crate::peer_identity::for_route(state, &method, inv_path.split('?').next().unwrap_or(""));
+    // A tool call answers failure inside an HTTP 200: a JSON-RPC error or an isError result.
+    let mut tool_failed = false;
     let upstream_status = match state.upstream.send_as(req, identity.as_deref()).await {
         Ok(resp) => {
             let status = resp.status().as_u16();
             // Drain the answer so the connection returns to the pool.
-            let _ = body::collect_limited(resp.into_body(), state.config.max_response).await;
+            let answer = body::collect_limited(resp.into_body(), state.config.max_response).await;
+            if tool_inverse && status < 400 {
+                tool_failed = answer.map_or(true, |a| crate::mcp::inverse_failed(&a));
+            }
             status
         }
         Err(e) => {
@@ -400,7 +412,13 @@ async fn compensate(
         cas_fence_epoch: Some(epoch),
         method: Some(method.to_string()),
         upstream_status: Some(upstream_status),
-        outcome: (upstream_status >= 500).then(|| "uncertain".to_owned()),
+        outcome: if upstream_status >= 500 {
+            Some("uncertain".to_owned())
+        } else if tool_failed {
+            Some("failed".to_owned())
+        } else {
+            None
+        },
         ..palisade_policy::receipt::ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             palisade_policy::receipt::ReceiptKind::Compensation,
@@ -412,7 +430,7 @@ async fn compensate(
         .append_receipt(body)
         .await
         .map_err(enforce::store_refusal)?;
-    let status = if upstream_status < 400 {
+    let status = if upstream_status < 400 && !tool_failed {
         StatusCode::OK
     } else {
         StatusCode::BAD_GATEWAY
