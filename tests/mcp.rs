@@ -243,15 +243,9 @@ async fn leases_and_fences_for_tool_calls(mode: &'static str) {
         {"op": "call", "name": "set_stock", "args": {"sku": "SKU-1", "qty": -987654},
          "meta": meta(tool_lease("set_stock", 2))},
         {"op": "call", "name": "add", "args": {"a": 912345, "b": 7}},
-        {"op": "call", "name": "set_stock", "args": {"sku": "SKU-3", "qty": 9},
-         "meta": meta(tool_lease_mode("set_stock", 1, "HUMAN_ESCROW"))},
     ]);
     let out = client(p.url("/mcp"), mode, steps).await;
-    assert_eq!(out.len(), 9, "{out:?}");
-    // Escrow is not built for tool calls: refused with a receipt, nothing executed.
-    let e = &out[8]["error"]["data"];
-    assert_eq!(e["code"], "ERR_RECOVERY_MODE", "{out:?}");
-    assert_receipt_verifies(&e["receipt"], "rejection");
+    assert_eq!(out.len(), 8, "{out:?}");
     // The output contract on a complete result (JSON or SSE reply alike).
     let e = &out[7]["error"]["data"];
     assert_eq!(e["code"], "ERR_CONTRACT_OUTPUT", "{out:?}");
@@ -299,7 +293,6 @@ async fn leases_and_fences_for_tool_calls(mode: &'static str) {
         "ERR_LEASE_REQUIRED",
         "ERR_STALE_FENCE_EPOCH",
         "ERR_CONTRACT_INPUT",
-        "ERR_RECOVERY_MODE",
     ] {
         assert!(
             events.iter().any(|e| e["code"] == code
@@ -1027,4 +1020,86 @@ async fn a_tool_call_is_compensated_by_its_inverse_tool_call() {
         server.executions(),
         vec!["set_stock C-1 5", "set_stock C-2 6", "set_stock C-1 0"]
     );
+}
+
+/// SPEC §5.4 HUMAN_ESCROW for tool calls: a held call is answered with a tool result that
+/// says so (and its escrow receipt), runs nothing and moves no epoch; approved, it is judged
+/// again, runs once and its answer is stored; rejected, it never runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_tool_call_runs_only_once_approved() {
+    let server = McpServer::start().await;
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let b = confirm_tools(bundle_dir.path());
+    let p = sidecar(&server, &b);
+    let out = client(
+        p.url("/mcp"),
+        "2026-07-28",
+        json!([
+            {"op": "call", "name": "set_stock", "args": {"sku": "E-1", "qty": 9},
+             "meta": meta(tool_lease_mode("set_stock", 1, "HUMAN_ESCROW"))},
+            {"op": "call", "name": "set_stock", "args": {"sku": "E-2", "qty": 4},
+             "meta": meta(tool_lease_mode("set_stock", 1, "HUMAN_ESCROW"))},
+        ]),
+    )
+    .await;
+    let mut ids = Vec::new();
+    for held in &out {
+        assert_eq!(held["is_error"], false, "{out:?}");
+        assert!(held["result"]
+            .to_string()
+            .contains("held for human approval"));
+        let escrow = &held["meta"]["escrow"];
+        assert_eq!(escrow["state"], "held", "{out:?}");
+        let r = &held["meta"]["commitReceipt"];
+        assert_receipt_verifies(r, "escrow");
+        assert_eq!(r["outcome"], "held");
+        ids.push(escrow["escrow_id"].as_str().unwrap().to_owned());
+    }
+    assert!(server.executions().is_empty());
+    assert_eq!(fence_of(&p, "mcp:tool/set_stock/E-1").await, 0);
+    let (_, open) = admin_get(p.admin, "/admin/v1/escrow").await;
+    assert_eq!(
+        serde_json::from_str::<Value>(&open).unwrap()["escrows"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2,
+        "{open}"
+    );
+
+    let (status, doc) = admin_post(p.admin, &format!("/admin/v1/escrow/{}/approve", ids[0])).await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert_eq!(doc["state"], "released", "{doc}");
+    assert_eq!(doc["upstream_status"], 200, "{doc}");
+    assert_receipt_verifies(&doc["receipt"], "commit");
+    assert_eq!(server.executions(), vec!["set_stock E-1 9"]);
+    assert_eq!(fence_of(&p, "mcp:tool/set_stock/E-1").await, 1);
+    // The server's answer is kept for the caller, at the Location the result named.
+    let (status, body) = send(
+        &http1_client(),
+        Request::get(p.url(&format!("/.well-known/ptcl/v1/escrow/{}", ids[0])))
+            .body(full(""))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(status.status, StatusCode::OK);
+    let status_doc: Value = serde_json::from_slice(&body).unwrap();
+    let answer: Value = serde_json::from_slice(
+        &base64::engine::general_purpose::STANDARD
+            .decode(status_doc["body_b64"].as_str().unwrap())
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    let text = answer["result"]["content"][0]["text"].as_str().unwrap();
+    assert!(text.contains("\"E-1\""), "{answer}");
+
+    let (status, doc) = admin_post(p.admin, &format!("/admin/v1/escrow/{}/approve", ids[0])).await;
+    assert_eq!(status, StatusCode::CONFLICT, "{doc}");
+    assert_eq!(doc["code"], "ERR_ESCROW_NOT_HELD");
+    let (status, doc) = admin_post(p.admin, &format!("/admin/v1/escrow/{}/reject", ids[1])).await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert_eq!(doc["state"], "rejected");
+    assert_eq!(server.executions(), vec!["set_stock E-1 9"]);
+    assert_eq!(fence_of(&p, "mcp:tool/set_stock/E-2").await, 0);
 }

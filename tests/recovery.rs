@@ -246,17 +246,6 @@ fn escrow_lease(agent: &KeyPair, path: &str, epoch: u64, expires_in_ms: Option<i
     })
 }
 
-async fn admin_post(admin: std::net::SocketAddr, path: &str) -> (StatusCode, Value) {
-    let req = Request::post(format!("http://{admin}{path}"))
-        .body(full(""))
-        .unwrap();
-    let (parts, body) = send(&http1_client(), req).await;
-    (
-        parts.status,
-        serde_json::from_slice(&body).unwrap_or(Value::Null),
-    )
-}
-
 /// Holds a write: 202, Location, an escrow receipt; returns the escrow id.
 async fn hold(s: &Setup, path: &str, lease: &str) -> String {
     let (parts, body) = send(

@@ -68,7 +68,17 @@ fn status_doc(record: &Value) -> Value {
     doc
 }
 
-/// Holds a permitted HUMAN_ESCROW write: 202 with its Location and an escrow receipt.
+/// How a held write is answered.
+pub(crate) enum Answer {
+    /// 202 with the escrow document.
+    Http,
+    /// An MCP tool call: a JSON-RPC result answering `id` that says the call is held, with
+    /// the escrow in `_meta.escrow` (`typed`: the revision knows `resultType`).
+    Mcp { id: Value, typed: bool },
+}
+
+/// Holds a permitted HUMAN_ESCROW write: 202 (or a tool result) with its Location and an
+/// escrow receipt.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn hold(
     enf: &Enforcement,
@@ -79,6 +89,7 @@ pub(crate) async fn hold(
     who: &Requester,
     cx: &WriteContext,
     pending: Option<Pending>,
+    answer: Answer,
 ) -> (Response<ProxyBody>, Outcome) {
     let id = uuid::Uuid::now_v7().to_string();
     let location = format!("{PREFIX}/{id}");
@@ -105,10 +116,28 @@ pub(crate) async fn hold(
             "origin": who.origin,
             "peer": conn.peer.to_string(),
             "tls": conn.tls,
+            "protocol": if matches!(answer, Answer::Mcp { .. }) { "mcp" } else { "http" },
         },
     });
     let doc = json!({"escrow_id": id, "state": "held", "location": location});
-    let mut resp = body::json_response(StatusCode::ACCEPTED, &doc);
+    let (status, doc) = match &answer {
+        Answer::Http => (StatusCode::ACCEPTED, doc),
+        Answer::Mcp { id: rpc_id, typed } => {
+            let mut result = json!({
+                "content": [{"type": "text", "text": format!(
+                    "held for human approval, not executed yet; its state is at {location}"
+                )}],
+                "isError": false,
+                "_meta": {"escrow": doc},
+            });
+            if *typed {
+                result["resultType"] = json!("complete");
+            }
+            let msg = json!({"jsonrpc": "2.0", "id": rpc_id, "result": result});
+            (StatusCode::OK, msg)
+        }
+    };
+    let mut resp = body::json_response(status, &doc);
     if let Ok(v) = HeaderValue::from_str(&location) {
         resp.headers_mut().insert(header::LOCATION, v);
     }
@@ -130,6 +159,17 @@ pub(crate) async fn hold(
             if let Some(v) = enforce::receipt_header_value(&sealed.value) {
                 resp.headers_mut().insert(enforce::RECEIPT_HEADER, v);
             }
+            if let Answer::Mcp { .. } = answer {
+                // The tool result carries its receipt, as a committed call's does.
+                let msg = crate::mcp::results::with_receipt(doc, Some(sealed.value));
+                let mut with = body::json_response(status, &msg);
+                for name in [header::LOCATION.as_str(), enforce::RECEIPT_HEADER] {
+                    if let Some(v) = resp.headers().get(name) {
+                        with.headers_mut().insert(name, v.clone());
+                    }
+                }
+                resp = with;
+            }
             (resp, Outcome::Forwarded)
         }
         Ok(None) | Err(_) => {
@@ -137,12 +177,29 @@ pub(crate) async fn hold(
                 ErrorCode::StoreUnavailable,
                 "the state store cannot hold this write",
             );
-            let lease = parts
-                .headers
-                .get(enforce::LEASE_HEADER)
-                .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
-            let resp = enforce::refuse(enf, &refusal, cx, lease.as_deref(), None, None).await;
-            (resp, Outcome::Refused)
+            match answer {
+                Answer::Http => {
+                    let lease = parts
+                        .headers
+                        .get(enforce::LEASE_HEADER)
+                        .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
+                    let resp =
+                        enforce::refuse(enf, &refusal, cx, lease.as_deref(), None, None).await;
+                    (resp, Outcome::Refused)
+                }
+                Answer::Mcp { id, .. } => {
+                    let lease = serde_json::from_slice::<Value>(&bytes)
+                        .ok()
+                        .and_then(|m| crate::mcp::call::ToolCall::of(&m))
+                        .and_then(|c| c.lease);
+                    let resp =
+                        enforce::refuse(enf, &refusal, cx, lease.as_deref(), None, None).await;
+                    (
+                        crate::mcp::rewrap(resp, id, StatusCode::OK).await,
+                        Outcome::Refused,
+                    )
+                }
+            }
         }
     }
 }
@@ -200,7 +257,7 @@ pub async fn approve(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
         .unwrap_or_else(|_| problem(ErrorCode::Internal, "the release could not be completed"))
 }
 
-async fn release(state: &AppState, enf: &Enforcement, id: &str) -> Response<ProxyBody> {
+async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Response<ProxyBody> {
     let rec = match load(enf, id).await {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -254,32 +311,47 @@ async fn release(state: &AppState, enf: &Enforcement, id: &str) -> Response<Prox
     };
     who.origin = rec["request"]["origin"].as_str().map(str::to_owned);
     who.caller = rec["caller"].as_str().map(str::to_owned);
+    let keep = Keep::Escrow {
+        id: id.to_owned(),
+        record: decided.clone(),
+    };
     // Released under the bundle in force now: its contract is what the write must meet.
-    let bundle = state.bundle.load_full();
-    let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
-    cx.bind(bundle.as_deref(), &binding);
-    match enforce::check(
-        &state.config,
-        enf,
-        &state.upstream,
-        enforce::WriteFacts::http(&parts, &bytes, &who),
-        &who,
-        binding,
-        true,
-    )
-    .await
-    {
-        Ok(permit) => {
-            let keep = Keep::Escrow {
-                id: id.to_owned(),
-                record: decided,
-            };
-            let cap = binding.capability();
-            write::forward(state, enf, permit, parts, bytes, &conn, &cx, keep, cap).await;
+    let refused = if rec["request"]["protocol"] == "mcp" {
+        crate::mcp::held::release(state, enf, parts, bytes, &conn, &who, &mut cx, keep)
+            .await
+            .err()
+    } else {
+        let bundle = state.bundle.load_full();
+        let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
+        cx.bind(bundle.as_deref(), &binding);
+        match enforce::check(
+            &state.config,
+            enf,
+            &state.upstream,
+            enforce::WriteFacts::http(&parts, &bytes, &who),
+            &who,
+            binding,
+            true,
+        )
+        .await
+        {
+            Ok(permit) => {
+                let cap = binding.capability();
+                write::forward(state, enf, permit, parts, bytes, &conn, &cx, keep, cap).await;
+                None
+            }
+            Err(denied) => {
+                let code = denied.refusal.code;
+                Some((
+                    code,
+                    write::refuse(state, enf, &parts, denied, &cx, &bytes).await,
+                ))
+            }
         }
-        Err(denied) => {
-            let code = denied.refusal.code;
-            let resp = write::refuse(state, enf, &parts, denied, &cx, &bytes).await;
+    };
+    match refused {
+        None => {}
+        Some((code, resp)) => {
             let receipt = resp
                 .headers()
                 .get(enforce::RECEIPT_HEADER)

@@ -134,7 +134,11 @@ pub(crate) async fn handle(
                         Keep::Key(p) => Some(p),
                         _ => None,
                     };
-                    escrow::hold(&enf, permit, parts, bytes, &conn, &who, &cx, pending).await
+                    let answer = escrow::Answer::Http;
+                    escrow::hold(
+                        &enf, permit, parts, bytes, &conn, &who, &cx, pending, answer,
+                    )
+                    .await
                 }
                 _ => forward(&state, &enf, permit, parts, bytes, &conn, &cx, keep, cap).await,
             }

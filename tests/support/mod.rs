@@ -602,6 +602,18 @@ impl TlsConn {
 }
 
 /// Fetches an admin path, returning status and body text.
+/// POSTs an empty body to the admin listener; the answer as JSON (null if it is not).
+pub async fn admin_post(admin: SocketAddr, path: &str) -> (StatusCode, serde_json::Value) {
+    let req = Request::post(format!("http://{admin}{path}"))
+        .body(full(""))
+        .unwrap();
+    let (parts, body) = send(&http1_client(), req).await;
+    (
+        parts.status,
+        serde_json::from_slice(&body).unwrap_or(serde_json::Value::Null),
+    )
+}
+
 pub async fn admin_get(admin: SocketAddr, path: &str) -> (StatusCode, String) {
     let req = Request::get(format!("http://{admin}{path}"))
         .body(full(""))

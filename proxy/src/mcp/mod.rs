@@ -27,12 +27,15 @@ use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
 
 use crate::body::{self, CollectError, ProxyBody};
-use crate::enforce::{self, Binding, Carried, Denied, Disposition, Requester, WriteContext};
+use crate::enforce::{self, Binding, Denied, Disposition, Requester, WriteContext};
+use crate::escrow;
 use crate::idempotency::{self, Begin};
 use crate::pipeline::{forward_plain, AppState, ConnInfo, Outcome};
 use crate::problem::Problem;
 use crate::write::{self, Keep};
 
+pub mod call;
+pub mod held;
 pub mod pin;
 pub mod pinning;
 pub mod results;
@@ -45,11 +48,6 @@ pub const METHOD_HEADER: &str = "mcp-method";
 pub const NAME_HEADER: &str = "mcp-name";
 /// The protocol revision a request speaks (both generations send it after the handshake).
 pub const PROTOCOL_HEADER: &str = "mcp-protocol-version";
-/// Where a tool call carries its lease and inverse (SPEC §5.1, §11).
-const LEASE_META: &str = "compensationLease";
-const INVERSE_META: &str = "compensationInverse";
-/// Where a tool call may carry its idempotency key instead of the `Idempotency-Key` header.
-const KEY_META: &str = "idempotencyKey";
 
 /// A request to `mcp.path`.
 pub(crate) async fn handle(
@@ -189,28 +187,18 @@ async fn tool_call(
     conn: &Arc<ConnInfo>,
     mut parts: http::request::Parts,
     bytes: Bytes,
-    mut msg: Value,
+    msg: Value,
     id: Value,
     mut cx: WriteContext,
 ) -> (Response<ProxyBody>, Outcome) {
-    let Some(name) = msg
-        .get("params")
-        .and_then(|p| p.get("name"))
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-    else {
+    let Some(call) = call::ToolCall::of(&msg) else {
         let refusal = Refusal::new(ErrorCode::BadRequest, "tools/call needs params.name");
         return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK).await;
     };
+    let name = call.name.clone();
     cx.operation = format!("tools/call {name}");
     let bundle = state.bundle.load_full();
-    let binding = match bundle.as_deref() {
-        None => Binding::NoBundle,
-        Some(b) => match b.tool(&name) {
-            Some(cap) => Binding::Bound(cap),
-            None => Binding::Unbound,
-        },
-    };
+    let binding = call.binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
     // A pinned tool last listed with another definition is not called (SPEC §7).
     if let (Some(b), Some(cap)) = (bundle.as_deref(), binding.capability()) {
@@ -225,45 +213,25 @@ async fn tool_call(
             return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK).await;
         }
     }
-    let arguments = msg
-        .get("params")
-        .and_then(|p| p.get("arguments"))
-        .cloned()
-        .unwrap_or_else(|| json!({}));
-    let args = serde_json::to_vec(&arguments).unwrap_or_default();
-    let meta = msg.get("params").and_then(|p| p.get("_meta"));
-    let lease_bytes = meta
-        .and_then(|m| m.get(LEASE_META))
-        .map(|l| serde_json::to_vec(l).unwrap_or_default());
+    let lease_bytes = call.lease.clone();
+    let refused = |denied: Denied| {
+        let (cx, lease, args, id) = (&cx, lease_bytes.as_deref(), &call.args, id.clone());
+        async move { refuse(state, cx, denied, lease, args, id, StatusCode::OK).await }
+    };
 
     let Some(enf) = state.enforcement.clone() else {
         return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
     };
-    let rule = binding
-        .capability()
-        .filter(|c| c.contract.output.is_some())
-        .map(|c| results::OutputRule {
-            contract: c.contract.clone(),
-            on_drift: c.runtime.on_drift,
-        });
+    let rule = results::OutputRule::of(binding.capability());
     // A tool that only reads needs no lease; its input contract still holds.
     if let Some(cap) = binding.capability() {
         if cap.contract.side_effect == SideEffect::Read {
             if let Err(refusal) = palisade_policy::rich::check_input(
                 &cap.contract,
-                &args,
+                &call.args,
                 state.config.max_json_depth,
             ) {
-                return refuse(
-                    state,
-                    &cx,
-                    refusal.into(),
-                    lease_bytes.as_deref(),
-                    &args,
-                    id,
-                    StatusCode::OK,
-                )
-                .await;
+                return refused(refusal.into()).await;
             }
             let (resp, outcome) =
                 forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
@@ -280,22 +248,9 @@ async fn tool_call(
     }
 
     let who = Requester::of(&state.config, &parts, conn);
-    let path = format!("/mcp/tools/{name}");
-    let handle = binding
-        .capability()
-        .and_then(|c| c.contract.state_handle.as_deref())
-        .and_then(|h| arguments.get(h))
-        .map(|v| match v {
-            Value::String(s) => s.clone(),
-            other => other.to_string(),
-        });
-    let resource = match handle {
-        Some(h) => format!("mcp:tool/{name}/{h}"),
-        None => format!("mcp:tool/{name}"),
-    };
     // Idempotency (SPEC §5.6): the key from the header or from `_meta`, the request judged
     // by tool and arguments, not by JSON-RPC id or lease, which differ on a retry.
-    let key_headers = idempotency_headers(&parts.headers, meta);
+    let key_headers = idempotency_headers(&parts.headers, call.key.as_deref());
     if let Some(cap) = binding.capability() {
         if cap.contract.idempotency_key == IdempotencyKey::Required
             && !key_headers.contains_key(idempotency::KEY_HEADER)
@@ -304,24 +259,15 @@ async fn tool_call(
                 ErrorCode::IdempotencyKeyRequired,
                 "the tool's contract requires an idempotency key",
             );
-            return refuse(
-                state,
-                &cx,
-                refusal.into(),
-                lease_bytes.as_deref(),
-                &args,
-                id,
-                StatusCode::OK,
-            )
-            .await;
+            return refused(refusal.into()).await;
         }
     }
     let fingerprinted =
-        palisade_policy::canon::to_vec(&json!({"name": name, "arguments": arguments}));
+        palisade_policy::canon::to_vec(&json!({"name": name, "arguments": call.arguments}));
     let key_request = idempotency::Request {
         headers: &key_headers,
         method: &Method::POST,
-        target: &path,
+        target: &call.path,
         body: &fingerprinted,
         caller: who.caller.as_deref(),
     };
@@ -330,39 +276,13 @@ async fn tool_call(
         Ok(None) => Keep::Nothing,
         Ok(Some(Begin::Fresh(pending))) => Keep::Key(pending),
         Ok(Some(Begin::Replay(resp))) => return (replayed(resp, id).await, Outcome::Replayed),
-        Err(refusal) => {
-            return refuse(
-                state,
-                &cx,
-                refusal.into(),
-                lease_bytes.as_deref(),
-                &args,
-                id,
-                StatusCode::OK,
-            )
-            .await
-        }
-    };
-    let facts = enforce::WriteFacts {
-        lease: lease_bytes.clone().map(Carried::Json),
-        inverse: meta
-            .and_then(|m| m.get(INVERSE_META))
-            .map(|i| Carried::Json(serde_json::to_vec(i).unwrap_or_default())),
-        target: who
-            .origin
-            .as_deref()
-            .and_then(|o| palisade_policy::target::request_target(o, &path).ok()),
-        resource: Some(resource),
-        input: &args,
-        body: &bytes,
-        path: &path,
-        headers: None,
+        Err(refusal) => return refused(refusal.into()).await,
     };
     let permit = match enforce::check(
         &state.config,
         &enf,
         &state.upstream,
-        facts,
+        call.facts(&binding, &who, &bytes),
         &who,
         binding,
         false,
@@ -370,63 +290,32 @@ async fn tool_call(
     .await
     {
         Ok(p) => p,
-        Err(denied) => {
-            return refuse(
-                state,
-                &cx,
-                denied,
-                lease_bytes.as_deref(),
-                &args,
-                id,
-                StatusCode::OK,
-            )
-            .await
-        }
+        Err(denied) => return refused(denied).await,
     };
-    if permit.disposition() == Disposition::Hold {
-        // Not built for tool calls: a held call needs an answer an MCP client can wait on.
-        // Nothing has moved (a held write advances no epoch).
-        drop(permit);
-        let refusal = Refusal::new(
-            ErrorCode::RecoveryMode,
-            "HUMAN_ESCROW is not supported for MCP tool calls",
-        );
-        return refuse(
-            state,
-            &cx,
-            refusal.into(),
-            lease_bytes.as_deref(),
-            &args,
-            id,
-            StatusCode::OK,
-        )
-        .await;
-    }
-    // The server gets the call without the PTCL members (like the PTCL headers on HTTP).
-    if let Some(m) = msg
-        .get_mut("params")
-        .and_then(|p| p.get_mut("_meta"))
-        .and_then(Value::as_object_mut)
-    {
-        m.remove(LEASE_META);
-        m.remove(INVERSE_META);
-        m.remove(KEY_META);
-    }
-    let forwarded = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
-    parts.headers.remove(header::CONTENT_LENGTH);
-    parts.headers.remove(idempotency::KEY_HEADER);
-    let trace_id = cx.trace_id.clone();
     // Protocol revisions are dates: 2026-07-28 introduced `resultType`.
     let typed = parts
         .headers
         .get(PROTOCOL_HEADER)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v >= "2026-07-28");
-    // From here the epoch is durable: the call finishes in its own task (see write.rs), and
-    // so does the relay of a streamed answer (results.rs).
+    let trace_id = cx.trace_id.clone();
+    // From here the epoch may be durable: the call finishes in its own task (see write.rs),
+    // and so does the relay of a streamed answer (results.rs).
     let task = {
         let (state, conn, id) = (state.clone(), conn.clone(), id.clone());
         tokio::spawn(async move {
+            let pending = match keep {
+                Keep::Key(p) => Some(p),
+                _ => None,
+            };
+            if permit.disposition() == Disposition::Hold {
+                let answer = escrow::Answer::Mcp { id, typed };
+                return escrow::hold(
+                    &enf, permit, parts, bytes, &conn, &who, &cx, pending, answer,
+                )
+                .await;
+            }
+            let keep = pending.map_or(Keep::Nothing, Keep::Key);
             let commit = results::Commit { enf, permit, keep };
             let upstream = match (commit.permit.is_dry_run(), &state.shadow) {
                 (false, _) => &state.upstream,
@@ -437,6 +326,9 @@ async fn tool_call(
                     return (resp, Outcome::Forwarded);
                 }
             };
+            parts.headers.remove(header::CONTENT_LENGTH);
+            parts.headers.remove(idempotency::KEY_HEADER);
+            let forwarded = call::without_ptcl(msg);
             let sent = write::send(
                 &state,
                 upstream,
@@ -534,15 +426,11 @@ pub(crate) fn inverse_failed(answer: &[u8]) -> bool {
 /// The headers an idempotency key is read from: the request's, or `_meta.idempotencyKey`
 /// when the request has no `Idempotency-Key` (an MCP client sets `_meta` per call, headers
 /// per connection).
-fn idempotency_headers(headers: &http::HeaderMap, meta: Option<&Value>) -> http::HeaderMap {
+fn idempotency_headers(headers: &http::HeaderMap, meta_key: Option<&str>) -> http::HeaderMap {
     let mut out = http::HeaderMap::new();
     if let Some(v) = headers.get(idempotency::KEY_HEADER) {
         out.insert(idempotency::KEY_HEADER, v.clone());
-    } else if let Some(v) = meta
-        .and_then(|m| m.get(KEY_META))
-        .and_then(Value::as_str)
-        .and_then(|k| HeaderValue::from_str(&format!("\"{k}\"")).ok())
-    {
+    } else if let Some(v) = meta_key.and_then(|k| HeaderValue::from_str(&format!("\"{k}\"")).ok()) {
         out.insert(idempotency::KEY_HEADER, v);
     }
     out
@@ -672,7 +560,11 @@ async fn refuse(
 }
 
 /// A problem+json response re-cast as a JSON-RPC error, keeping its receipt headers.
-async fn rewrap(resp: Response<ProxyBody>, id: Value, status: StatusCode) -> Response<ProxyBody> {
+pub(crate) async fn rewrap(
+    resp: Response<ProxyBody>,
+    id: Value,
+    status: StatusCode,
+) -> Response<ProxyBody> {
     let (parts, body) = resp.into_parts();
     // The problem was made here, in memory; the bound is only a guard.
     let problem: Value = body::collect_proxy(body, 1 << 20)

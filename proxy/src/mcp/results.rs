@@ -56,6 +56,16 @@ pub(crate) struct OutputRule {
     pub on_drift: DriftPolicy,
 }
 
+impl OutputRule {
+    /// The rule of `cap`, if its contract has an output schema.
+    pub fn of(cap: Option<&palisade_policy::rich::Capability>) -> Option<Self> {
+        cap.filter(|c| c.contract.output.is_some()).map(|c| Self {
+            contract: c.contract.clone(),
+            on_drift: c.runtime.on_drift,
+        })
+    }
+}
+
 /// A permitted tool call of a write tool, committed when its answer is known.
 pub(crate) struct Commit {
     pub enf: Arc<Enforcement>,

@@ -1,0 +1,107 @@
+//! HUMAN_ESCROW for tool calls (SPEC §5.4): the release of a held `tools/call`.
+//!
+//! A held call was answered with a tool result saying so (`escrow::Answer::Mcp`). When an
+//! operator approves it, the stored POST is judged again as a tool call, by the facts it
+//! carried (`call::ToolCall`) under the bundle in force now, then sent without its PTCL
+//! members and committed when its answer comes (`results::relay`), the answer stored in the
+//! escrow record. The call goes out with the headers it came with: a session-based server may
+//! have forgotten its `Mcp-Session-Id` by then, so escrow suits stateless (2026-07-28)
+//! servers best.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{header, Response};
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::Value;
+
+use super::{call, results};
+use crate::body::{self, ProxyBody};
+use crate::enforce::{self, Enforcement, Requester, WriteContext};
+use crate::idempotency;
+use crate::pipeline::{AppState, ConnInfo};
+use crate::write::{self, Keep};
+
+/// Releases a held tool call; a refusal comes back as its code and its problem response
+/// (rejection receipt stored, drift event emitted).
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn release(
+    state: &Arc<AppState>,
+    enf: &Arc<Enforcement>,
+    mut parts: http::request::Parts,
+    bytes: Bytes,
+    conn: &ConnInfo,
+    who: &Requester,
+    cx: &mut WriteContext,
+    keep: Keep,
+) -> Result<(), (ErrorCode, Response<ProxyBody>)> {
+    let msg = palisade_policy::json::parse(&bytes, state.config.max_json_depth).ok();
+    let Some((msg, call)) = msg.and_then(|m| call::ToolCall::of(&m).map(|c| (m, c))) else {
+        let refusal = Refusal::new(ErrorCode::Internal, "the held tool call cannot be read");
+        return Err(refused(state, enf, cx, refusal.into(), None, &bytes).await);
+    };
+    let bundle = state.bundle.load_full();
+    let binding = call.binding(bundle.as_deref());
+    cx.bind(bundle.as_deref(), &binding);
+    let rule = results::OutputRule::of(binding.capability());
+    let permit = match enforce::check(
+        &state.config,
+        enf,
+        &state.upstream,
+        call.facts(&binding, who, &bytes),
+        who,
+        binding,
+        true,
+    )
+    .await
+    {
+        Ok(p) => p,
+        Err(denied) => {
+            return Err(refused(state, enf, cx, denied, call.lease.as_deref(), &call.args).await)
+        }
+    };
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.remove(idempotency::KEY_HEADER);
+    let sent = write::send(
+        state,
+        &state.upstream,
+        &permit,
+        parts,
+        call::without_ptcl(msg),
+        conn,
+        cx,
+    )
+    .await;
+    let commit = results::Commit {
+        enf: enf.clone(),
+        permit,
+        keep,
+    };
+    let resp = results::relay(state, cx, rule, id, sent, Some(commit)).await;
+    // Read to its end: a streamed answer is committed by its relay before the stream ends.
+    let _ = body::collect_proxy(resp.into_body(), state.config.max_response).await;
+    Ok(())
+}
+
+async fn refused(
+    state: &AppState,
+    enf: &Enforcement,
+    cx: &WriteContext,
+    denied: enforce::Denied,
+    lease: Option<&[u8]>,
+    evidence: &[u8],
+) -> (ErrorCode, Response<ProxyBody>) {
+    let code = denied.refusal.code;
+    state.metrics.refusal(code);
+    let resp = enforce::refuse(
+        enf,
+        &denied.refusal,
+        cx,
+        lease,
+        Some(evidence),
+        denied.current_epoch,
+    )
+    .await;
+    (code, resp)
+}
