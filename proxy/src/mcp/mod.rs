@@ -213,9 +213,10 @@ async fn tool_call(
             return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK).await;
         }
     }
-    let lease_bytes = call.lease.clone();
+    // Every refusal from here names the call's lease (if any) and has its arguments as
+    // evidence.
     let refused = |denied: Denied| {
-        let (cx, lease, args, id) = (&cx, lease_bytes.as_deref(), &call.args, id.clone());
+        let (cx, lease, args, id) = (&cx, call.lease.as_deref(), &call.args, id.clone());
         async move { refuse(state, cx, denied, lease, args, id, StatusCode::OK).await }
     };
 
