@@ -49,11 +49,16 @@ impl Drop for McpServer {
 
 impl McpServer {
     async fn start() -> McpServer {
-        Self::start_paged(0).await
+        Self::start_with(&[]).await
     }
 
     /// The server with `tools/list` in pages of `page_size` tools (0: one page).
     async fn start_paged(page_size: usize) -> McpServer {
+        Self::start_with(&[("PAGE_SIZE", &page_size.to_string())]).await
+    }
+
+    /// The server with `env` set (see `tests/mcp/server.py`).
+    async fn start_with(env: &[(&str, &str)]) -> McpServer {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -63,7 +68,7 @@ impl McpServer {
             .arg(repo().join("tests/mcp/server.py"))
             .arg(port.to_string())
             .arg(dir.path().join("exec.log"))
-            .env("PAGE_SIZE", page_size.to_string())
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .spawn()
@@ -206,6 +211,18 @@ fn sidecar_with(server: &McpServer, bundle: &BundleFiles, extra: &str) -> Palisa
     Palisade::start_in(dir, &text)
 }
 
+/// The SDK server, and a sidecar in front of it with `bundle`'s tools bound (the bundle's
+/// directory is returned to live as long as the sidecar).
+async fn setup(
+    bundle: fn(&std::path::Path) -> BundleFiles,
+) -> (McpServer, tempfile::TempDir, Palisade) {
+    let server = McpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let b = bundle(dir.path());
+    let p = sidecar(&server, &b);
+    (server, dir, p)
+}
+
 /// A lease for a tool call, as the object `params._meta.compensationLease` carries.
 fn tool_lease(tool: &str, epoch: u64) -> Value {
     tool_lease_mode(tool, epoch, "COMPENSATING_ACTION")
@@ -226,10 +243,7 @@ fn meta(lease: Value) -> Value {
 
 /// The acceptance scenario of issue 6 in one protocol generation.
 async fn leases_and_fences_for_tool_calls(mode: &'static str) {
-    let server = McpServer::start().await;
-    let bundle_dir = tempfile::tempdir().unwrap();
-    let b = erp_tools(bundle_dir.path());
-    let p = sidecar(&server, &b);
+    let (server, _bundle, p) = setup(erp_tools).await;
     let steps = json!([
         {"op": "list"},
         {"op": "call", "name": "add", "args": {"a": 20, "b": 22}},
@@ -325,10 +339,7 @@ async fn tool_calls_are_leased_and_fenced_with_sessions_and_sse() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn progress_streams_through_before_the_tool_finishes() {
-    let server = McpServer::start().await;
-    let bundle_dir = tempfile::tempdir().unwrap();
-    let b = erp_tools(bundle_dir.path());
-    let p = sidecar(&server, &b);
+    let (_server, _bundle, p) = setup(erp_tools).await;
     let out = client(
         p.url("/mcp"),
         "legacy",
@@ -349,10 +360,7 @@ async fn progress_streams_through_before_the_tool_finishes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_header_that_disagrees_with_the_body_is_refused() {
-    let server = McpServer::start().await;
-    let bundle_dir = tempfile::tempdir().unwrap();
-    let b = erp_tools(bundle_dir.path());
-    let p = sidecar(&server, &b);
+    let (server, _bundle, p) = setup(erp_tools).await;
     let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
                       "params": {"name": "set_stock", "arguments": {"sku": "X", "qty": 1},
                                  "_meta": meta(tool_lease("set_stock", 1))}});
@@ -432,20 +440,27 @@ fn pinned_digests(server: &McpServer) -> serde_json::Map<String, Value> {
         .collect()
 }
 
-/// Rewrites a bundle's lockfile with `toolDigest`s added (and its digest recomputed).
-fn with_tool_digests(mut b: BundleFiles, digests: &serde_json::Map<String, Value>) -> BundleFiles {
+/// Rewrites a bundle's lockfile with `edit` (and its digest recomputed).
+fn edit_lock(mut b: BundleFiles, edit: impl FnOnce(&mut Value)) -> BundleFiles {
     let mut lock: Value = serde_json::from_slice(&std::fs::read(&b.lockfile).unwrap()).unwrap();
-    for (name, cap) in lock["capabilities"].as_object_mut().unwrap() {
-        if let Some(d) = digests.get(name) {
-            cap["toolDigest"] = d.clone();
-        }
-    }
+    edit(&mut lock);
     std::fs::write(&b.lockfile, serde_json::to_vec(&lock).unwrap()).unwrap();
     b.digest = format!(
         "sha-256:{}",
         palisade_policy::digest::Sha256Digest::of_json(&lock).to_hex()
     );
     b
+}
+
+/// Rewrites a bundle's lockfile with `toolDigest`s added.
+fn with_tool_digests(b: BundleFiles, digests: &serde_json::Map<String, Value>) -> BundleFiles {
+    edit_lock(b, |lock| {
+        for (name, cap) in lock["capabilities"].as_object_mut().unwrap() {
+            if let Some(d) = digests.get(name) {
+                cap["toolDigest"] = d.clone();
+            }
+        }
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -671,10 +686,7 @@ async fn fence_of(p: &Palisade, resource: &str) -> u64 {
 /// call needs a newer lease, and only that retry is committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_interim_answer_to_a_write_is_not_a_commit() {
-    let server = McpServer::start().await;
-    let bundle_dir = tempfile::tempdir().unwrap();
-    let b = confirm_tools(bundle_dir.path());
-    let p = sidecar(&server, &b);
+    let (server, _bundle, p) = setup(confirm_tools).await;
     let args = json!({"sku": "SKU-7", "qty": 70});
     let out = client(
         p.url("/mcp"),
@@ -707,35 +719,15 @@ async fn an_interim_answer_to_a_write_is_not_a_commit() {
     assert_eq!(server.executions(), vec!["confirm_stock SKU-7 70"]);
     assert_eq!(fence_of(&p, "mcp:tool/confirm_stock/SKU-7").await, 2);
     // The audit chain verifies with the interim receipt in it: interim, rejection, commit.
-    let mut p = p;
-    let config = p.dir.path().join("palisade.toml");
-    p.sigterm();
-    p.child.wait().unwrap();
-    let audit = Command::new(bin())
-        .args(["audit", "verify", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(
-        audit.status.success(),
-        "{}",
-        String::from_utf8_lossy(&audit.stderr)
-    );
-    assert!(
-        String::from_utf8_lossy(&audit.stdout).starts_with("ok: 3 receipts"),
-        "{}",
-        String::from_utf8_lossy(&audit.stdout)
-    );
+    let (ok, out, err) = p.stop_and_audit();
+    assert!(ok && out.starts_with("ok: 3 receipts"), "{out}{err}");
 }
 
 /// SPEC §5.6 and §5.4 on tool calls: a key (here in `_meta.idempotencyKey`) replays the
 /// stored answer to a retry with another JSON-RPC id, refuses reuse with other arguments, and
 /// a DRY_RUN_SHADOW call is answered without reaching the server or moving its fence.
 async fn keys_and_dry_runs_on_tool_calls(mode: &'static str) {
-    let server = McpServer::start().await;
-    let bundle_dir = tempfile::tempdir().unwrap();
-    let b = confirm_tools(bundle_dir.path());
-    let p = sidecar(&server, &b);
+    let (server, _bundle, p) = setup(confirm_tools).await;
     let keyed = |lease: Value| {
         let mut m = meta(lease);
         m["idempotencyKey"] = json!("order-77");
@@ -883,10 +875,7 @@ async fn paginated_listings_are_pinned_page_by_page_and_list_changed_passes() {
 /// arrives, with nobody left to read it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_hangs_up_mid_stream_does_not_lose_the_receipt() {
-    let server = McpServer::start().await;
-    let bundle_dir = tempfile::tempdir().unwrap();
-    let b = confirm_tools(bundle_dir.path());
-    let p = sidecar(&server, &b);
+    let (server, _bundle, p) = setup(confirm_tools).await;
     let mut m = meta(tool_lease("slow_set_stock", 1));
     m["progressToken"] = json!("p-1");
     m["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
@@ -927,21 +916,8 @@ async fn a_client_that_hangs_up_mid_stream_does_not_lose_the_receipt() {
     assert_eq!(fence_of(&p, "mcp:tool/slow_set_stock/H-1").await, 1);
     // Let the relay store the receipt, then stop and audit.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let mut p = p;
-    let config = p.dir.path().join("palisade.toml");
-    p.sigterm();
-    p.child.wait().unwrap();
-    let audit = Command::new(bin())
-        .args(["audit", "verify", "--config"])
-        .arg(&config)
-        .output()
-        .unwrap();
-    assert!(
-        String::from_utf8_lossy(&audit.stdout).starts_with("ok: 1 receipts"),
-        "{}{}",
-        String::from_utf8_lossy(&audit.stdout),
-        String::from_utf8_lossy(&audit.stderr)
-    );
+    let (ok, out, err) = p.stop_and_audit();
+    assert!(ok && out.starts_with("ok: 1 receipts"), "{out}{err}");
 }
 
 /// SPEC §5.4 for tool calls: the inverse of a tool call given as a tool call,
@@ -1027,10 +1003,7 @@ async fn a_tool_call_is_compensated_by_its_inverse_tool_call() {
 /// again, runs once and its answer is stored; rejected, it never runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_tool_call_runs_only_once_approved() {
-    let server = McpServer::start().await;
-    let bundle_dir = tempfile::tempdir().unwrap();
-    let b = confirm_tools(bundle_dir.path());
-    let p = sidecar(&server, &b);
+    let (server, _bundle, p) = setup(confirm_tools).await;
     let out = client(
         p.url("/mcp"),
         "2026-07-28",
@@ -1102,4 +1075,43 @@ async fn a_held_tool_call_runs_only_once_approved() {
     assert_eq!(doc["state"], "rejected");
     assert_eq!(server.executions(), vec!["set_stock E-1 9"]);
     assert_eq!(fence_of(&p, "mcp:tool/set_stock/E-2").await, 0);
+}
+
+/// SPEC §7 `qualified-fallback` on a read tool: a result that breaks the output contract is
+/// replaced by the answer of the binding's fallback deployment (another SDK server, one that
+/// meets the contract); with the fallback gone, the call is refused with a receipt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_tool_falls_back_to_its_qualified_deployment() {
+    let server = McpServer::start().await;
+    let mut backup = McpServer::start_with(&[("ADD_CAP", "100")]).await;
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let b = edit_lock(erp_tools(bundle_dir.path()), |lock| {
+        lock["capabilities"]["add"]["runtime"] = json!({
+            "onDrift": "qualified-fallback", "onError": "route-to-error", "timeout": "PT10S",
+            "fallback": format!("http://127.0.0.1:{}", backup.port)});
+    });
+    let p = sidecar(&server, &b);
+    let steps = json!([
+        {"op": "call", "name": "add", "args": {"a": 2, "b": 3}},
+        {"op": "call", "name": "add", "args": {"a": 900, "b": 5}},
+    ]);
+    let out = client(p.url("/mcp"), "2026-07-28", steps.clone()).await;
+    assert_eq!(out[0]["result"]["result"], 5, "{out:?}");
+    // 905 breaks `maximum: 100`; only the backup answers 100.
+    assert_eq!(out[1]["result"]["result"], 100, "{out:?}");
+    let events = drift_events(&p);
+    assert!(
+        events.iter().any(|e| e["code"] == "ERR_CONTRACT_OUTPUT"
+            && e["actionTaken"] == "fallback"
+            && e["observedIdentifier"] == "tools/call add"),
+        "{events:?}"
+    );
+    // Without its fallback the breach is refused.
+    let _ = backup.child.kill();
+    let _ = backup.child.wait();
+    let out = client(p.url("/mcp"), "2026-07-28", steps).await;
+    assert_eq!(out[0]["result"]["result"], 5, "{out:?}");
+    let e = &out[1]["error"]["data"];
+    assert_eq!(e["code"], "ERR_CONTRACT_OUTPUT", "{out:?}");
+    assert_receipt_verifies(&e["receipt"], "rejection");
 }

@@ -247,7 +247,7 @@ pub(crate) async fn blocked_problem(
 }
 
 /// The request again, to the pre-qualified backup deployment.
-async fn fallback(
+pub(crate) async fn fallback(
     state: &AppState,
     base: &str,
     r: Retry<'_>,

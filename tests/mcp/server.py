@@ -16,7 +16,8 @@ one line to EXEC_LOG, so a test can tell whether a call reached the server. The 
 - add_tool(name): registers a new tool, so the server sends notifications/tools/list_changed.
 
 With PAGE_SIZE set in the environment, tools/list is paginated (nextCursor) in pages of that
-many tools.
+many tools. With ADD_CAP set, add never answers more than that (a fallback deployment that
+meets an output contract the primary breaks).
 """
 
 import asyncio
@@ -29,6 +30,7 @@ from mcp_types import InputRequiredResult, ListToolsResult
 port = int(sys.argv[1])
 exec_log = sys.argv[2]
 PAGE_SIZE = int(os.environ.get("PAGE_SIZE", "0"))
+ADD_CAP = int(os.environ.get("ADD_CAP", "0"))
 
 
 class TestServer(MCPServer):
@@ -53,7 +55,7 @@ def record(line: str) -> None:
 @server.tool()
 def add(a: int, b: int) -> int:
     """Add two numbers."""
-    return a + b
+    return min(a + b, ADD_CAP) if ADD_CAP else a + b
 
 
 @server.tool()

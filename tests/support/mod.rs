@@ -462,6 +462,24 @@ impl Palisade {
             .unwrap();
         assert!(status.success());
     }
+
+    /// Stops the sidecar (SIGTERM, then waits for it) and runs `palisade audit verify` on its
+    /// configuration: whether the audit passed, and what it printed (stdout, stderr).
+    pub fn stop_and_audit(mut self) -> (bool, String, String) {
+        let config = self.dir.path().join("palisade.toml");
+        self.sigterm();
+        self.child.wait().unwrap();
+        let out = Command::new(bin())
+            .args(["audit", "verify", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
 }
 
 // ---- clients -----------------------------------------------------------------------------

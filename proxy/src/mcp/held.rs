@@ -38,7 +38,7 @@ pub(crate) async fn release(
     let msg = palisade_policy::json::parse(&bytes, state.config.max_json_depth).ok();
     let Some((msg, call)) = msg.and_then(|m| call::ToolCall::of(&m).map(|c| (m, c))) else {
         let refusal = Refusal::new(ErrorCode::Internal, "the held tool call cannot be read");
-        return Err(refused(state, enf, cx, refusal.into(), None, &bytes).await);
+        return Err(refused(state, cx, refusal.into(), None, &bytes).await);
     };
     let bundle = state.bundle.load_full();
     let binding = call.binding(bundle.as_deref());
@@ -57,7 +57,7 @@ pub(crate) async fn release(
     {
         Ok(p) => p,
         Err(denied) => {
-            return Err(refused(state, enf, cx, denied, call.lease.as_deref(), &call.args).await)
+            return Err(refused(state, cx, denied, call.lease.as_deref(), &call.args).await)
         }
     };
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
@@ -86,22 +86,12 @@ pub(crate) async fn release(
 
 async fn refused(
     state: &AppState,
-    enf: &Enforcement,
     cx: &WriteContext,
     denied: enforce::Denied,
     lease: Option<&[u8]>,
     evidence: &[u8],
 ) -> (ErrorCode, Response<ProxyBody>) {
     let code = denied.refusal.code;
-    state.metrics.refusal(code);
-    let resp = enforce::refuse(
-        enf,
-        &denied.refusal,
-        cx,
-        lease,
-        Some(evidence),
-        denied.current_epoch,
-    )
-    .await;
+    let resp = super::refusal_problem(state, cx, denied, lease, evidence).await;
     (code, resp)
 }

@@ -234,6 +234,7 @@ async fn tool_call(
             ) {
                 return refused(refusal.into()).await;
             }
+            let rule = rule.map(|r| r.with_fallback(cap, &parts, &bytes, conn));
             let (resp, outcome) =
                 forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
             let sent = write::Sent {
@@ -403,20 +404,24 @@ pub(crate) fn inverse_request(
     )
 }
 
-/// Whether the answer to an inverse tool call (JSON or SSE, whole) reports a failure: a
-/// JSON-RPC error or an `isError` result. An answer with no response in it counts as failed.
-pub(crate) fn inverse_failed(answer: &[u8]) -> bool {
-    let messages: Vec<Value> = match serde_json::from_slice::<Value>(answer) {
+/// The JSON-RPC messages of a whole reply: a JSON one, or each event's data of an SSE one
+/// (one message per event, as MCP servers send them).
+pub(crate) fn messages_in(answer: &[u8]) -> Vec<Value> {
+    match serde_json::from_slice::<Value>(answer) {
         Ok(v) => vec![v],
-        // SSE: the events' data, one message each.
         Err(_) => answer
             .split(|b| *b == b'\n')
             .filter_map(|l| l.strip_prefix(b"data:"))
             .filter_map(|d| serde_json::from_slice(d.trim_ascii()).ok())
             .collect(),
-    };
-    let Some(response) = messages
-        .iter()
+    }
+}
+
+/// Whether the answer to an inverse tool call (JSON or SSE, whole) reports a failure: a
+/// JSON-RPC error or an `isError` result. An answer with no response in it counts as failed.
+pub(crate) fn inverse_failed(answer: &[u8]) -> bool {
+    let Some(response) = messages_in(answer)
+        .into_iter()
         .find(|m| m.get("result").is_some() || m.get("error").is_some())
     else {
         return true;
@@ -537,8 +542,21 @@ async fn refuse(
     id: Value,
     status: StatusCode,
 ) -> (Response<ProxyBody>, Outcome) {
+    let resp = refusal_problem(state, cx, denied, lease, evidence).await;
+    (rewrap(resp, id, status).await, Outcome::Refused)
+}
+
+/// A refusal of a tool call as problem+json: counted, with its rejection receipt and drift
+/// event when enforcement is on.
+pub(crate) async fn refusal_problem(
+    state: &AppState,
+    cx: &WriteContext,
+    denied: Denied,
+    lease: Option<&[u8]>,
+    evidence: &[u8],
+) -> Response<ProxyBody> {
     state.metrics.refusal(denied.refusal.code);
-    let resp = match &state.enforcement {
+    match &state.enforcement {
         Some(enf) => {
             enforce::refuse(
                 enf,
@@ -556,8 +574,7 @@ async fn refuse(
             &cx.trace_id,
         )
         .into_response(),
-    };
-    (rewrap(resp, id, status).await, Outcome::Refused)
+    }
 }
 
 /// A problem+json response re-cast as a JSON-RPC error, keeping its receipt headers.

@@ -11,9 +11,10 @@
 //! - A complete result of a tool whose contract has `structural.output` must carry
 //!   `structuredContent` that validates. If not: a `structural` drift event (the location, the
 //!   digest of the offending content), and by the binding's `onDrift`: `notify` passes it on;
-//!   `quarantine` writes it (0600, named by its digest) and, like `fail-closed` and
-//!   `qualified-fallback` (no fallback for MCP: see docs/decisions.md), replaces the message
-//!   with a JSON-RPC error `ERR_CONTRACT_OUTPUT` carrying a rejection receipt.
+//!   `quarantine` writes it (0600, named by its digest) and, like `fail-closed`, replaces the
+//!   message with a JSON-RPC error `ERR_CONTRACT_OUTPUT` carrying a rejection receipt;
+//!   `qualified-fallback` sends a read tool's call again to the binding's fallback deployment
+//!   and passes on its answer (a write tool's call is never sent twice: it is refused).
 //!
 //! A write tool's commit waits for its answer: the receipt (kind `commit`, `interim` or
 //! `dry-run`) is stored when the answer arrives, and travels in the answer's
@@ -34,7 +35,7 @@ use serde_json::{json, Value};
 use super::sse;
 use crate::body::{self, BoxError, ProxyBody};
 use crate::enforce::{self, Enforcement, Permit, WriteContext};
-use crate::pipeline::AppState;
+use crate::pipeline::{AppState, ConnInfo};
 use crate::problem::Problem;
 use crate::write::{self, Keep};
 
@@ -54,6 +55,16 @@ pub fn is_interim(result: &Value) -> bool {
 pub(crate) struct OutputRule {
     pub contract: Arc<Contract>,
     pub on_drift: DriftPolicy,
+    /// `qualified-fallback` of a read tool: where and what to send again.
+    pub fallback: Option<Arc<Fallback>>,
+}
+
+/// A read tool's call, kept to be sent to the binding's fallback deployment.
+pub(crate) struct Fallback {
+    pub base: String,
+    pub parts: http::request::Parts,
+    pub body: Bytes,
+    pub conn: ConnInfo,
 }
 
 impl OutputRule {
@@ -62,7 +73,32 @@ impl OutputRule {
         cap.filter(|c| c.contract.output.is_some()).map(|c| Self {
             contract: c.contract.clone(),
             on_drift: c.runtime.on_drift,
+            fallback: None,
         })
+    }
+
+    /// This rule with the call kept for its fallback deployment, when the binding names one
+    /// under `qualified-fallback` (a read tool's only: a write is never sent twice).
+    pub fn with_fallback(
+        mut self,
+        cap: &palisade_policy::rich::Capability,
+        parts: &http::request::Parts,
+        body: &Bytes,
+        conn: &ConnInfo,
+    ) -> Self {
+        if let (DriftPolicy::QualifiedFallback, Some(base), Some(parts)) = (
+            cap.runtime.on_drift,
+            &cap.runtime.fallback,
+            crate::output::copy_head(parts),
+        ) {
+            self.fallback = Some(Arc::new(Fallback {
+                base: base.clone(),
+                parts,
+                body: body.clone(),
+                conn: conn.clone(),
+            }));
+        }
+        self
     }
 }
 
@@ -80,14 +116,22 @@ enum Verdict {
     Interim,
 }
 
-/// The output-contract refusal of `msg`, if it answers `id` with a complete result that
+/// What a complete result that breaks its output contract gets.
+enum Breach {
+    /// Replaced by the refusal.
+    Refused(Refusal),
+    /// Replaced by the fallback deployment's answer (the refusal if it gives none).
+    Fallback(Arc<Fallback>, Refusal),
+}
+
+/// The output-contract breach of `msg`, if it answers `id` with a complete result that
 /// breaks `rule` (reported: drift event, quarantine). `None`: pass it on.
 fn violation(
     state: &AppState,
     cx: &WriteContext,
     rule: &OutputRule,
     msg: &Value,
-) -> Option<Refusal> {
+) -> Option<Breach> {
     let schema = rule.contract.output.as_ref()?;
     let result = msg.get("result")?;
     if is_interim(result) || result.get("isError") == Some(&Value::Bool(true)) {
@@ -107,6 +151,7 @@ fn violation(
     let action = match rule.on_drift {
         DriftPolicy::Notify => Action::Notify,
         DriftPolicy::Quarantine => Action::Quarantined,
+        DriftPolicy::QualifiedFallback if rule.fallback.is_some() => Action::Fallback,
         DriftPolicy::FailClosed | DriftPolicy::QualifiedFallback => Action::Blocked,
     };
     let refusal = Refusal::new(
@@ -121,15 +166,39 @@ fn violation(
         action,
         crate::output::Observed::payload(&evidence),
     );
-    match action {
-        Action::Notify | Action::Fallback => None,
-        Action::Quarantined | Action::Blocked => {
-            if action == Action::Quarantined {
-                crate::output::quarantine(state, &evidence);
-            }
-            Some(refusal)
+    match (action, &rule.fallback) {
+        (Action::Notify, _) => None,
+        (Action::Fallback, Some(f)) => Some(Breach::Fallback(f.clone(), refusal)),
+        (Action::Quarantined, _) => {
+            crate::output::quarantine(state, &evidence);
+            Some(Breach::Refused(refusal))
         }
+        _ => Some(Breach::Refused(refusal)),
     }
+}
+
+/// The answer to `id` from the fallback deployment, if it gives one.
+async fn fallback_answer(
+    state: &AppState,
+    cx: &WriteContext,
+    f: &Fallback,
+    id: &Value,
+) -> Option<Value> {
+    let retry = crate::output::Retry {
+        parts: crate::output::copy_head(&f.parts)?,
+        body: f.body.clone(),
+        conn: &f.conn,
+    };
+    let resp = crate::output::fallback(state, &f.base, retry, cx).await;
+    if !resp.status().is_success() {
+        return None;
+    }
+    let bytes = body::collect_proxy(resp.into_body(), state.config.max_response)
+        .await
+        .ok()?;
+    super::messages_in(&bytes).into_iter().find(|m| {
+        m.get("id") == Some(id) && (m.get("result").is_some() || m.get("error").is_some())
+    })
 }
 
 /// The answer to request `id` as the client is to get it, and what it was; `None` when `msg`
@@ -147,14 +216,16 @@ async fn judge(
     if msg.get("result").is_some_and(is_interim) {
         return Some((msg, Verdict::Interim));
     }
-    let refused = rule.and_then(|r| violation(state, cx, r, &msg));
-    Some(match refused {
-        None => (msg, Verdict::Complete),
-        Some(refusal) => {
-            let p = crate::output::blocked_problem(state, &refusal, cx).await;
-            (super::error_doc(id.clone(), p.to_json()), Verdict::Complete)
-        }
-    })
+    let refusal = match rule.and_then(|r| violation(state, cx, r, &msg)) {
+        None => return Some((msg, Verdict::Complete)),
+        Some(Breach::Refused(refusal)) => refusal,
+        Some(Breach::Fallback(f, refusal)) => match fallback_answer(state, cx, &f, id).await {
+            Some(answer) => return Some((answer, Verdict::Complete)),
+            None => refusal,
+        },
+    };
+    let p = crate::output::blocked_problem(state, &refusal, cx).await;
+    Some((super::error_doc(id.clone(), p.to_json()), Verdict::Complete))
 }
 
 /// `msg` with `receipt` in `result._meta` (a result only: an error's `data` is the server's).
