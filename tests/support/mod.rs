@@ -597,6 +597,9 @@ impl TlsConn {
             TlsSender::H1(s) => {
                 req.headers_mut()
                     .insert("host", "localhost".parse().unwrap());
+                // The connection takes the next request only once it is done with the last
+                // one; sending earlier fails the request as canceled.
+                s.ready().await.map_err(|e| e.to_string())?;
                 s.send_request(req).await
             }
             TlsSender::H2(s) => {
@@ -619,7 +622,6 @@ impl TlsConn {
     }
 }
 
-/// Fetches an admin path, returning status and body text.
 /// POSTs an empty body to the admin listener; the answer as JSON (null if it is not).
 pub async fn admin_post(admin: SocketAddr, path: &str) -> (StatusCode, serde_json::Value) {
     let req = Request::post(format!("http://{admin}{path}"))
@@ -632,6 +634,7 @@ pub async fn admin_post(admin: SocketAddr, path: &str) -> (StatusCode, serde_jso
     )
 }
 
+/// Fetches an admin path, returning status and body text.
 pub async fn admin_get(admin: SocketAddr, path: &str) -> (StatusCode, String) {
     let req = Request::get(format!("http://{admin}{path}"))
         .body(full(""))

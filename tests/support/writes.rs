@@ -307,7 +307,36 @@ pub fn copy_state(from: &std::path::Path, to: &std::path::Path) {
 }
 
 /// The drift events the sidecar printed (the stdout sink), in order.
+/// The drift events the sidecar kept, oldest first, from `GET /admin/v1/drift-events`. The
+/// admin API has an event before the refusal's response leaves; the stdout sink, written by a
+/// task of its own, may not (see `logged_drift_events`).
 pub fn drift_events(p: &Palisade) -> Vec<Value> {
+    use std::io::{Read as _, Write as _};
+    let mut events = Vec::new();
+    let mut after = 0u64;
+    loop {
+        let mut s = std::net::TcpStream::connect(p.admin).unwrap();
+        write!(
+            s,
+            "GET /admin/v1/drift-events?limit=1000&after={after} HTTP/1.0\r\nHost: admin\r\n\r\n"
+        )
+        .unwrap();
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).unwrap();
+        let text = String::from_utf8_lossy(&answer);
+        let (_, body) = text.split_once("\r\n\r\n").unwrap();
+        let doc: Value = serde_json::from_str(body).unwrap();
+        let page = doc["events"].as_array().unwrap();
+        if page.is_empty() {
+            return events;
+        }
+        events.extend(page.iter().cloned());
+        after = doc["next"].as_u64().unwrap();
+    }
+}
+
+/// The drift events the stdout sink has written so far.
+pub fn logged_drift_events(p: &Palisade) -> Vec<Value> {
     p.logs()
         .lines()
         .filter(|l| l.contains("\"eventId\""))
