@@ -870,28 +870,92 @@ async fn paginated_listings_are_pinned_page_by_page_and_list_changed_passes() {
     }
 }
 
-/// A write tool's answer streams over SSE; the client hangs up after the first progress
-/// event. The call still runs to its end, and its commit receipt is stored when the answer
-/// arrives, with nobody left to read it.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_client_that_hangs_up_mid_stream_does_not_lose_the_receipt() {
-    let (server, _bundle, p) = setup(confirm_tools).await;
+/// A stateless (2026-07-28) `slow_set_stock` call with a lease at epoch 1, asking for
+/// progress, so the server answers with an SSE stream: a progress event, then after 1 s the
+/// result.
+fn slow_call(p: &Palisade, sku: &str) -> Request<BoxBody> {
     let mut m = meta(tool_lease("slow_set_stock", 1));
     m["progressToken"] = json!("p-1");
     m["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-    m["io.modelcontextprotocol/clientInfo"] = json!({"name": "hang-up", "version": "1"});
+    m["io.modelcontextprotocol/clientInfo"] = json!({"name": "raw", "version": "1"});
     m["io.modelcontextprotocol/clientCapabilities"] = json!({});
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": "slow_set_stock", "arguments": {"sku": "H-1", "qty": 5},
+                      "params": {"name": "slow_set_stock", "arguments": {"sku": sku, "qty": 5},
                                  "_meta": m}});
-    let req = Request::post(p.url("/mcp"))
+    Request::post(p.url("/mcp"))
         .header("content-type", "application/json")
         .header("accept", "application/json, text/event-stream")
         .header("mcp-protocol-version", "2026-07-28")
         .header("mcp-method", "tools/call")
         .header("mcp-name", "slow_set_stock")
         .body(full(body.to_string()))
-        .unwrap();
+        .unwrap()
+}
+
+/// The JSON-RPC messages of an SSE body, in order.
+fn sse_messages(body: &[u8]) -> Vec<Value> {
+    String::from_utf8_lossy(body)
+        .lines()
+        .filter_map(|l| l.strip_prefix("data: "))
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect()
+}
+
+/// A write tool's answer that never comes: past the binding's timeout, or cut off by the
+/// server going away. Either way the write may have happened, so it is committed with
+/// `outcome: "uncertain"` and the client gets a JSON-RPC error that says so, with that receipt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_answer_never_comes_is_committed_as_uncertain() {
+    use http_body_util::BodyExt as _;
+    // The binding allows 0.4 s; the tool takes 1 s.
+    let server = McpServer::start().await;
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let b = edit_lock(confirm_tools(bundle_dir.path()), |lock| {
+        lock["capabilities"]["slow_set_stock"]["runtime"] = json!({
+            "onDrift": "fail-closed", "onError": "route-to-error", "timeout": "PT0.4S"});
+    });
+    let p = sidecar(&server, &b);
+    let (parts, body) = send(&http1_client(), slow_call(&p, "U-1")).await;
+    assert_eq!(parts.status, StatusCode::OK);
+    let msgs = sse_messages(&body);
+    assert_eq!(msgs[0]["method"], "notifications/progress", "{msgs:?}");
+    let e = &msgs.last().unwrap()["error"]["data"];
+    assert_eq!(e["code"], "ERR_UPSTREAM_TIMEOUT", "{msgs:?}");
+    assert_eq!(e["outcome"], "uncertain");
+    assert_receipt_verifies(&e["receipt"], "commit");
+    assert_eq!(e["receipt"]["outcome"], "uncertain");
+    // The epoch stays spent: the call was sent, whatever became of it.
+    assert_eq!(fence_of(&p, "mcp:tool/slow_set_stock/U-1").await, 1);
+
+    // The server dies mid-call: the stream breaks before the answer.
+    let mut server = McpServer::start().await;
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let p = sidecar(&server, &confirm_tools(bundle_dir.path()));
+    let resp = http1_client().request(slow_call(&p, "U-2")).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    let mut body = resp.into_body();
+    let first = body.frame().await.unwrap().unwrap().into_data().unwrap();
+    assert!(String::from_utf8_lossy(&first).contains("notifications/progress"));
+    let _ = server.child.kill();
+    let _ = server.child.wait();
+    let rest = body.collect().await.unwrap().to_bytes();
+    let msgs = sse_messages(&rest);
+    let e = &msgs.last().unwrap()["error"]["data"];
+    assert_eq!(e["code"], "ERR_UPSTREAM_UNAVAILABLE", "{msgs:?}");
+    assert_eq!(e["outcome"], "uncertain");
+    assert_receipt_verifies(&e["receipt"], "commit");
+    assert_eq!(e["receipt"]["outcome"], "uncertain");
+    assert!(server.executions().is_empty());
+    assert_eq!(fence_of(&p, "mcp:tool/slow_set_stock/U-2").await, 1);
+}
+
+/// A write tool's answer streams over SSE; the client hangs up after the first progress
+/// event. The call still runs to its end, and its commit receipt is stored when the answer
+/// arrives, with nobody left to read it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_mid_stream_does_not_lose_the_receipt() {
+    let (server, _bundle, p) = setup(confirm_tools).await;
+    let req = slow_call(&p, "H-1");
     {
         use http_body_util::BodyExt as _;
         let c = http1_client();

@@ -230,13 +230,23 @@ async fn judge(
 
 /// `msg` with `receipt` in `result._meta` (a result only: an error's `data` is the server's).
 pub(crate) fn with_receipt(mut msg: Value, receipt: Option<Value>) -> Value {
-    if let (Some(r), Some(result)) = (
-        receipt,
-        msg.get_mut("result").and_then(Value::as_object_mut),
-    ) {
+    let Some(r) = receipt else {
+        return msg;
+    };
+    if let Some(result) = msg.get_mut("result").and_then(Value::as_object_mut) {
         let meta = result.entry("_meta").or_insert_with(|| json!({}));
         if let Some(m) = meta.as_object_mut() {
             m.insert(RECEIPT_META.to_owned(), r);
+        }
+        return msg;
+    }
+    // One of our own errors (a call given up on) carries it in its problem, unless that
+    // already holds a rejection receipt of its own.
+    if let Some(error) = msg.get_mut("error").and_then(Value::as_object_mut) {
+        if error.get("code") == Some(&json!(super::REFUSED)) {
+            if let Some(problem) = error.get_mut("data").and_then(Value::as_object_mut) {
+                problem.entry("receipt").or_insert(r);
+            }
         }
     }
     msg
@@ -535,11 +545,22 @@ mod tests {
     }
 
     #[test]
-    fn the_receipt_goes_into_a_result_only() {
+    fn the_receipt_goes_into_a_result_or_our_own_error() {
         let r = json!({"receipt_id": "urn:uuid:1"});
         let msg = with_receipt(json!({"id": 1, "result": {"content": []}}), Some(r.clone()));
         assert_eq!(msg["result"]["_meta"][RECEIPT_META], r);
-        let err = json!({"id": 1, "error": {"code": 1, "message": "x"}});
-        assert_eq!(with_receipt(err.clone(), Some(r)), err);
+        // A server's error is left as it is.
+        let err = json!({"id": 1, "error": {"code": 1, "message": "x", "data": {}}});
+        assert_eq!(with_receipt(err.clone(), Some(r.clone())), err);
+        let ours = json!({"id": 1, "error": {"code": super::super::REFUSED, "message": "x",
+                                             "data": {"code": "ERR_UPSTREAM_TIMEOUT"}}});
+        assert_eq!(
+            with_receipt(ours, Some(r.clone()))["error"]["data"]["receipt"],
+            r
+        );
+        // A refusal's own rejection receipt stays.
+        let refused = json!({"id": 1, "error": {"code": super::super::REFUSED, "message": "x",
+                                                "data": {"receipt": {"kind": "rejection"}}}});
+        assert_eq!(with_receipt(refused.clone(), Some(r)), refused);
     }
 }
