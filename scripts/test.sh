@@ -3,6 +3,7 @@
 #
 #   scripts/test.sh            formatting, lints, all tests, a short fuzz run
 #   PALISADE_FUZZ_SECONDS=0    skip the fuzz run (e.g. while iterating locally)
+#   SETUP_ONLY=1               only install and set up (system packages, venv, npm packages)
 #
 # Works on a fresh machine with the Rust toolchain: it installs what is missing.
 set -euo pipefail
@@ -60,6 +61,9 @@ if [ "$(cat "$node_dir/.package" 2>/dev/null)" != "$want" ]; then
   npm ci --prefix "$node_dir" --no-audit --no-fund --silent
   echo "$want" > "$node_dir/.package"
 fi
+
+# SETUP_ONLY=1: stop here (benches/mcp/run uses the venv this makes).
+[ "${SETUP_ONLY:-0}" = 1 ] && exit 0
 
 say "cargo fmt --check"
 cargo fmt --all -- --check
