@@ -164,7 +164,16 @@ async fn another_identity_is_refused_before_anything_is_sent() {
         read_event["evidenceDigest"],
         format!("sha-256:{}", sha256_hex(&imposter_der))
     );
-    assert_eq!(identity[1]["category"], "identity");
+    // The write's, found by check 12's GET, names the peer as the read's does.
+    let write_event = identity[1];
+    assert_eq!(write_event["category"], "identity");
+    assert_eq!(write_event["observedIdentifier"], IMPOSTER);
+    assert_eq!(write_event["diagnostics"]["expectedIdentity"], ERP);
+    assert_eq!(write_event["diagnostics"]["operation"], "PUT /items/1");
+    assert_eq!(
+        write_event["evidenceDigest"],
+        format!("sha-256:{}", sha256_hex(&imposter_der))
+    );
     let metrics = admin_get(s.p.admin, "/metrics").await.1;
     assert!(
         metrics.contains("palisade_refusals_total{code=\"ERR_DEPLOYMENT_IDENTITY\"} 2"),

@@ -180,7 +180,8 @@ async fn grant(
             &parts.headers,
             identity.as_deref(),
         )
-        .await?
+        .await
+        .map_err(|d| d.refusal)?
         .digest
     } else {
         Sha256Digest::empty()

@@ -181,6 +181,8 @@ pub struct Permit {
 pub struct Denied {
     pub refusal: Refusal,
     pub current_epoch: Option<u64>,
+    /// Check 12's GET met another deployment identity: the peer, for the drift event.
+    pub peer: Option<crate::peer_identity::Mismatch>,
 }
 
 impl From<Refusal> for Denied {
@@ -188,6 +190,7 @@ impl From<Refusal> for Denied {
         Self {
             refusal,
             current_epoch: None,
+            peer: None,
         }
     }
 }
@@ -532,6 +535,7 @@ pub async fn check(
     let at_epoch = |refusal| Denied {
         refusal,
         current_epoch: Some(current),
+        peer: None,
     };
     fence::check_epoch(current, l.cas_fence_epoch).map_err(at_epoch)?;
     // Check 12 applies to HTTP resources only (`facts.headers` is `None` for a tool call).
@@ -541,7 +545,10 @@ pub async fn check(
             .and_then(|c| c.deployment_identity.as_deref());
         let actual = fetch_state(config, upstream, pq, headers, identity)
             .await
-            .map_err(at_epoch)?;
+            .map_err(|d| Denied {
+                current_epoch: Some(current),
+                ..d
+            })?;
         fence::check_pre_image(&l.pre_image_state_hash, &actual.digest).map_err(at_epoch)?;
         Some(actual)
     } else {
@@ -604,6 +611,7 @@ pub async fn check(
                     "another write advanced the resource's epoch first",
                 ),
                 current_epoch: Some(current),
+                peer: None,
             })
         }
     }
@@ -660,12 +668,12 @@ pub(crate) async fn fetch_state(
     pq: &str,
     headers: &http::HeaderMap,
     identity: Option<&str>,
-) -> Result<State, Refusal> {
+) -> Result<State, Denied> {
     let unavailable = || {
-        Refusal::new(
+        Denied::from(Refusal::new(
             ErrorCode::PreimageUnavailable,
             "the upstream did not return the resource's current representation",
-        )
+        ))
     };
     let uri = upstream.uri_for(pq).map_err(|_| unavailable())?;
     let mut req = Request::get(uri);
@@ -679,10 +687,14 @@ pub(crate) async fn fetch_state(
         tracing::warn!(error = %e, "pre-image fetch failed");
         match e {
             // Not the pinned deployment: the write would go to the same peer.
-            crate::upstream::UpstreamError::Identity(_) => Refusal::new(
-                ErrorCode::DeploymentIdentity,
-                "the upstream's TLS identity is not the binding's deployment.identity",
-            ),
+            crate::upstream::UpstreamError::Identity(m) => Denied {
+                refusal: Refusal::new(
+                    ErrorCode::DeploymentIdentity,
+                    "the upstream's TLS identity is not the binding's deployment.identity",
+                ),
+                current_epoch: None,
+                peer: Some(m),
+            },
             _ => unavailable(),
         }
     })?;
@@ -826,6 +838,40 @@ pub async fn refuse(
     evidence_body: Option<&[u8]>,
     current_epoch: Option<u64>,
 ) -> Response<ProxyBody> {
+    refuse_as(
+        enf,
+        refusal,
+        cx,
+        lease_raw,
+        evidence_body,
+        current_epoch,
+        None,
+    )
+    .await
+}
+
+/// [`refuse`] for a denied check: an identity mismatch at check 12 reports the peer (its
+/// SPIFFE ID observed, its certificate as evidence), as a refused read does.
+pub async fn refuse_denied(
+    enf: &Enforcement,
+    denied: &Denied,
+    cx: &WriteContext,
+    lease_raw: Option<&[u8]>,
+    evidence_body: Option<&[u8]>,
+) -> Response<ProxyBody> {
+    let (refusal, epoch, peer) = (&denied.refusal, denied.current_epoch, denied.peer.as_ref());
+    refuse_as(enf, refusal, cx, lease_raw, evidence_body, epoch, peer).await
+}
+
+async fn refuse_as(
+    enf: &Enforcement,
+    refusal: &Refusal,
+    cx: &WriteContext,
+    lease_raw: Option<&[u8]>,
+    evidence_body: Option<&[u8]>,
+    current_epoch: Option<u64>,
+    peer: Option<&crate::peer_identity::Mismatch>,
+) -> Response<ProxyBody> {
     let request_id = uuid::Uuid::new_v4().to_string();
     let lease_id = lease_raw.and_then(lease_id_hint);
     let body = ReceiptBody {
@@ -842,23 +888,37 @@ pub async fn refuse(
         )
     };
     let sealed = enf.store.append_receipt(body).await;
-    if let Some(event) = DriftEvent::for_refusal(
+    let observed = match peer {
+        Some(m) => m.observed.clone().unwrap_or_else(|| "none".into()),
+        None => cx.operation.clone(),
+    };
+    // A contract refusal's offending payload is the body; a peer's, its certificate; any
+    // other's, the lease.
+    let evidence = match peer {
+        Some(m) => Some(m.certificate.clone()),
+        None if refusal.code == ErrorCode::ContractInput => evidence_body.map(<[u8]>::to_vec),
+        None => lease_raw.map(<[u8]>::to_vec),
+    };
+    if let Some(mut event) = DriftEvent::for_refusal(
         refusal,
         EventContext {
             event_id: uuid::Uuid::now_v7().to_string(),
             timestamp: now_rfc3339(enf),
             trace_id: cx.trace_id.clone(),
-            observed_identifier: Some(cx.operation.clone()),
+            observed_identifier: Some(observed),
             binding_id: cx.binding_id.clone(),
             expected_digest: cx.contract_digest.clone(),
-            // A contract refusal's offending payload is the body; any other's is the lease.
-            evidence: if refusal.code == ErrorCode::ContractInput {
-                evidence_body.map(<[u8]>::to_vec)
-            } else {
-                lease_raw.map(<[u8]>::to_vec)
-            },
+            evidence,
         },
     ) {
+        if let Some(m) = peer {
+            event
+                .diagnostics
+                .insert("expectedIdentity".into(), m.expected.clone().into());
+            event
+                .diagnostics
+                .insert("operation".into(), cx.operation.clone().into());
+        }
         enf.drift.emit(&event);
     }
     let mut problem = Problem::from_refusal(refusal, &request_id, &cx.trace_id);

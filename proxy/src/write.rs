@@ -174,15 +174,7 @@ pub(crate) async fn refuse(
         .headers
         .get(enforce::LEASE_HEADER)
         .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
-    enforce::refuse(
-        enf,
-        &denied.refusal,
-        cx,
-        lease.as_deref(),
-        Some(body),
-        denied.current_epoch,
-    )
-    .await
+    enforce::refuse_denied(enf, &denied, cx, lease.as_deref(), Some(body)).await
 }
 
 /// A permitted write as it came back from its upstream leg.

@@ -557,17 +557,7 @@ pub(crate) async fn refusal_problem(
 ) -> Response<ProxyBody> {
     state.metrics.refusal(denied.refusal.code);
     match &state.enforcement {
-        Some(enf) => {
-            enforce::refuse(
-                enf,
-                &denied.refusal,
-                cx,
-                lease,
-                Some(evidence),
-                denied.current_epoch,
-            )
-            .await
-        }
+        Some(enf) => enforce::refuse_denied(enf, &denied, cx, lease, Some(evidence)).await,
         None => Problem::from_refusal(
             &denied.refusal,
             &uuid::Uuid::new_v4().to_string(),
