@@ -1179,3 +1179,45 @@ async fn a_read_tool_falls_back_to_its_qualified_deployment() {
     assert_eq!(e["code"], "ERR_CONTRACT_OUTPUT", "{out:?}");
     assert_receipt_verifies(&e["receipt"], "rejection");
 }
+
+/// A tool whose contract says `idempotencyKey: required` is refused without a key (SPEC
+/// §5.6), before anything moves, and runs with one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_that_requires_a_key_is_refused_without_one() {
+    let server = McpServer::start().await;
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let mut c = contract(
+        json!({"$schema": DIALECT, "type": "object", "required": ["sku", "qty"]}),
+        "write",
+        "compensable",
+        "required",
+    );
+    c["state"] = json!({"handle": "sku"});
+    let b = write_mcp_bundle(
+        bundle_dir.path(),
+        "urn:palisade:test:mcp/3",
+        &[("set_stock", "set_stock", c)],
+    );
+    let p = sidecar(&server, &b);
+    let mut keyed = meta(tool_lease("set_stock", 1));
+    keyed["idempotencyKey"] = json!("order-5");
+    let out = client(
+        p.url("/mcp"),
+        "2026-07-28",
+        json!([
+            {"op": "call", "name": "set_stock", "args": {"sku": "K-5", "qty": 1},
+             "meta": meta(tool_lease("set_stock", 1))},
+            {"op": "call", "name": "set_stock", "args": {"sku": "K-5", "qty": 2}, "meta": keyed},
+        ]),
+    )
+    .await;
+    let e = &out[0]["error"]["data"];
+    assert_eq!(e["code"], "ERR_IDEMPOTENCY_KEY_REQUIRED", "{out:?}");
+    assert_receipt_verifies(&e["receipt"], "rejection");
+    assert_eq!(out[1]["is_error"], false, "{out:?}");
+    assert_receipt_verifies(&out[1]["meta"]["commitReceipt"], "commit");
+    assert_eq!(server.executions(), vec!["set_stock K-5 2"]);
+    assert!(drift_events(&p)
+        .iter()
+        .any(|e| e["code"] == "ERR_IDEMPOTENCY_KEY_REQUIRED"));
+}
