@@ -390,8 +390,34 @@ async fn a_header_that_disagrees_with_the_body_is_refused() {
     assert_eq!(parts.status, StatusCode::BAD_REQUEST);
     let v: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(v["error"]["data"]["code"], "ERR_BAD_REQUEST", "{v}");
+    assert_receipt_verifies(&v["error"]["data"]["receipt"], "rejection");
+    // A body the strict parser refuses (a duplicate member: the server could read the other
+    // one) goes nowhere, nor does a tool call that names no tool.
+    let dup = r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"add","name":"set_stock","arguments":{}}}"#;
+    let nameless = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"arguments":{}}}"#;
+    for (body, status, id) in [
+        (dup, StatusCode::BAD_REQUEST, Value::Null),
+        (nameless, StatusCode::OK, json!(9)),
+    ] {
+        let req = Request::post(p.url("/mcp"))
+            .header("content-type", "application/json")
+            .body(full(body))
+            .unwrap();
+        let (parts, bytes) = send(&http1_client(), req).await;
+        assert_eq!(parts.status, status, "{body}");
+        let v: Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(v["id"], id, "{v}");
+        assert_eq!(v["error"]["code"], -32001, "{v}");
+        assert_eq!(v["error"]["data"]["code"], "ERR_BAD_REQUEST", "{v}");
+        assert_receipt_verifies(&v["error"]["data"]["receipt"], "rejection");
+    }
     assert!(server.executions().is_empty());
     let events = drift_events(&p);
+    // A malformed request is not drift (ERR_BAD_REQUEST has no drift category): receipts only.
+    assert!(
+        !events.iter().any(|e| e["code"] == "ERR_BAD_REQUEST"),
+        "{events:?}"
+    );
     assert_eq!(
         events
             .iter()

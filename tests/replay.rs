@@ -90,6 +90,36 @@ async fn stalls_once() -> std::net::SocketAddr {
     addr
 }
 
+/// `palisade replay` arguments: `har` against `target` at `speed`, `requests` of them, one at
+/// a time; with `lease_key`, each write gets a lease it signs.
+fn replay_args(
+    har: &std::path::Path,
+    target: &str,
+    speed: &str,
+    requests: &str,
+    lease_key: Option<&std::path::Path>,
+) -> Vec<String> {
+    let mut a: Vec<String> = [
+        "--har",
+        har.to_str().unwrap(),
+        "--target",
+        target,
+        "--speed",
+        speed,
+        "--requests",
+        requests,
+        "--concurrency",
+        "1",
+    ]
+    .map(str::to_owned)
+    .to_vec();
+    if let Some(key) = lease_key {
+        let key = key.to_str().unwrap();
+        a.extend(["--lease-key", key, "--public-base", BASE].map(str::to_owned));
+    }
+    a
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stall_shows_in_the_tail_no_coordinated_omission() {
     let addr = stalls_once().await;
@@ -170,29 +200,7 @@ async fn with_a_lease_key_every_write_passes_and_without_one_none_reaches_the_so
     let har_path = dir.path().join("erp.har");
     std::fs::write(&har_path, har(&entries)).unwrap();
     let target = format!("http://{}", p.data);
-    let common = |lease: bool| {
-        let mut a = vec![
-            "--har".to_owned(),
-            har_path.to_str().unwrap().to_owned(),
-            "--target".to_owned(),
-            target.clone(),
-            "--speed".to_owned(),
-            "1".to_owned(),
-            "--requests".to_owned(),
-            "6".to_owned(),
-            "--concurrency".to_owned(),
-            "1".to_owned(),
-        ];
-        if lease {
-            a.extend([
-                "--lease-key".to_owned(),
-                key.to_str().unwrap().to_owned(),
-                "--public-base".to_owned(),
-                BASE.to_owned(),
-            ]);
-        }
-        a
-    };
+    let common = |lease: bool| replay_args(&har_path, &target, "1", "6", lease.then_some(&*key));
     let run = |args: Vec<String>| {
         let dir = dir.path().to_owned();
         tokio::task::spawn_blocking(move || {
@@ -266,26 +274,7 @@ async fn the_recorded_erp_traffic_replays_with_leases_and_is_refused_without() {
     let key = dir.path().join("agent.pem");
     std::fs::write(&key, KeyPair::from_seed(AGENT_SEED).to_pkcs8_pem()).unwrap();
     let run = |target: String, lease: bool| {
-        let mut a = vec![
-            "--har".to_owned(),
-            har_path.to_str().unwrap().to_owned(),
-            "--target".to_owned(),
-            target,
-            "--speed".to_owned(),
-            "50".to_owned(),
-            "--requests".to_owned(),
-            total.clone(),
-            "--concurrency".to_owned(),
-            "1".to_owned(),
-        ];
-        if lease {
-            a.extend([
-                "--lease-key".to_owned(),
-                key.to_str().unwrap().to_owned(),
-                "--public-base".to_owned(),
-                BASE.to_owned(),
-            ]);
-        }
+        let a = replay_args(&har_path, &target, "50", &total, lease.then_some(&*key));
         let dir = dir.path().to_owned();
         tokio::task::spawn_blocking(move || {
             replay(&a.iter().map(String::as_str).collect::<Vec<_>>(), &dir)

@@ -73,8 +73,13 @@ pub(crate) enum Answer {
     /// 202 with the escrow document.
     Http,
     /// An MCP tool call: a JSON-RPC result answering `id` that says the call is held, with
-    /// the escrow in `_meta.escrow` (`typed`: the revision knows `resultType`).
-    Mcp { id: Value, typed: bool },
+    /// the escrow in `_meta.escrow` (`typed`: the revision knows `resultType`); `lease` is
+    /// the call's, for a refusal's receipt.
+    Mcp {
+        id: Value,
+        typed: bool,
+        lease: Option<Vec<u8>>,
+    },
 }
 
 /// Holds a permitted HUMAN_ESCROW write: 202 (or a tool result) with its Location and an
@@ -122,7 +127,9 @@ pub(crate) async fn hold(
     let doc = json!({"escrow_id": id, "state": "held", "location": location});
     let (status, doc) = match &answer {
         Answer::Http => (StatusCode::ACCEPTED, doc),
-        Answer::Mcp { id: rpc_id, typed } => {
+        Answer::Mcp {
+            id: rpc_id, typed, ..
+        } => {
             let mut result = json!({
                 "content": [{"type": "text", "text": format!(
                     "held for human approval, not executed yet; its state is at {location}"
@@ -187,11 +194,7 @@ pub(crate) async fn hold(
                         enforce::refuse(enf, &refusal, cx, lease.as_deref(), None, None).await;
                     (resp, Outcome::Refused)
                 }
-                Answer::Mcp { id, .. } => {
-                    let lease = serde_json::from_slice::<Value>(&bytes)
-                        .ok()
-                        .and_then(|m| crate::mcp::call::ToolCall::of(&m))
-                        .and_then(|c| c.lease);
+                Answer::Mcp { id, lease, .. } => {
                     let resp =
                         enforce::refuse(enf, &refusal, cx, lease.as_deref(), None, None).await;
                     (

@@ -280,13 +280,10 @@ pub(crate) async fn fallback(
     };
     match upstream.send(req).await {
         Ok(resp) => {
-            let (mut rparts, rbody) = resp.into_parts();
-            crate::headers::strip_hop_by_hop(&mut rparts.headers);
-            rparts.version = http::Version::default();
-            rparts
-                .headers
+            let mut resp = crate::upstream::downstream(resp);
+            resp.headers_mut()
                 .insert("agent-fallback", HeaderValue::from_static("1"));
-            Response::from_parts(rparts, body::boxed(rbody))
+            resp
         }
         Err(e) => {
             tracing::warn!(error = %e, "fallback deployment failed");

@@ -305,10 +305,7 @@ pub(crate) async fn forward_plain(
         .record(sent_at.elapsed().as_secs_f64());
     match result {
         Ok(resp) => {
-            let (mut rparts, rbody) = resp.into_parts();
-            headers::strip_hop_by_hop(&mut rparts.headers);
-            rparts.version = Version::default();
-            let mut resp = Response::from_parts(rparts, body::boxed(rbody));
+            let mut resp = crate::upstream::downstream(resp);
             if let (Some(resource), Some(enf)) = (fenced_read, &state.enforcement) {
                 // A store that cannot answer costs the read nothing but this header.
                 if let Ok(epoch @ 1..) = enf.store.epoch(&resource).await {
@@ -328,20 +325,7 @@ pub(crate) async fn forward_plain(
         Err(e) => {
             // The full error goes to the log; the client learns only the code (STYLE §2).
             tracing::warn!(error = %e, trace_id = %trace_id, "upstream failure");
-            let (code, detail) = match e {
-                UpstreamError::Timeout(_) => (
-                    ErrorCode::UpstreamTimeout,
-                    "the upstream did not answer within upstream.timeout",
-                ),
-                UpstreamError::Connect(_) => (
-                    ErrorCode::UpstreamUnavailable,
-                    "the upstream could not be reached",
-                ),
-                UpstreamError::Failed(_) | UpstreamError::Identity(_) => (
-                    ErrorCode::UpstreamUnavailable,
-                    "the upstream connection failed",
-                ),
-            };
+            let (code, detail) = e.problem();
             (problem(code, detail), Outcome::Error)
         }
     }

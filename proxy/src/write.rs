@@ -15,7 +15,7 @@ use std::sync::Arc;
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
 use bytes::Bytes;
-use http::{header, HeaderValue, Response, Version};
+use http::{header, HeaderValue, Response};
 use palisade_policy::ErrorCode;
 use serde_json::{json, Value};
 use tokio::time::Instant;
@@ -296,16 +296,11 @@ pub(crate) async fn send(
         .upstream_duration
         .record(sent_at.elapsed().as_secs_f64());
     match result {
-        Ok(resp) => {
-            let (mut rparts, rbody) = resp.into_parts();
-            crate::headers::strip_hop_by_hop(&mut rparts.headers);
-            rparts.version = Version::default();
-            Sent {
-                resp: Response::from_parts(rparts, body::boxed(rbody)),
-                outcome: Outcome::Forwarded,
-                note: None,
-            }
-        }
+        Ok(resp) => Sent {
+            resp: crate::upstream::downstream(resp),
+            outcome: Outcome::Forwarded,
+            note: None,
+        },
         Err(UpstreamError::Identity(m)) => {
             // The handshake failed: nothing of the write left the sidecar. The epoch has
             // moved; the commit receipt says the write was not sent.
@@ -318,20 +313,8 @@ pub(crate) async fn send(
         Err(e) => {
             // The full error goes to the log; the client learns only the code.
             tracing::warn!(error = %e, trace_id = %cx.trace_id, "upstream failure");
-            let mut p = match e {
-                UpstreamError::Timeout(_) => problem(
-                    ErrorCode::UpstreamTimeout,
-                    "the upstream did not answer within upstream.timeout",
-                ),
-                UpstreamError::Connect(_) => problem(
-                    ErrorCode::UpstreamUnavailable,
-                    "the upstream could not be reached",
-                ),
-                UpstreamError::Failed(_) | UpstreamError::Identity(_) => problem(
-                    ErrorCode::UpstreamUnavailable,
-                    "the upstream connection failed",
-                ),
-            };
+            let (code, detail) = e.problem();
+            let mut p = problem(code, detail);
             // Sent but unanswered: the write may or may not have happened.
             let mut note = None;
             if p.code == ErrorCode::UpstreamTimeout {

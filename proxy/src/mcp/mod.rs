@@ -306,18 +306,18 @@ async fn tool_call(
     let task = {
         let (state, conn, id) = (state.clone(), conn.clone(), id.clone());
         tokio::spawn(async move {
-            let pending = match keep {
-                Keep::Key(p) => Some(p),
-                _ => None,
-            };
             if permit.disposition() == Disposition::Hold {
-                let answer = escrow::Answer::Mcp { id, typed };
+                let pending = match keep {
+                    Keep::Key(p) => Some(p),
+                    _ => None,
+                };
+                let lease = call.lease;
+                let answer = escrow::Answer::Mcp { id, typed, lease };
                 return escrow::hold(
                     &enf, permit, parts, bytes, &conn, &who, &cx, pending, answer,
                 )
                 .await;
             }
-            let keep = pending.map_or(Keep::Nothing, Keep::Key);
             let commit = results::Commit { enf, permit, keep };
             let upstream = match (commit.permit.is_dry_run(), &state.shadow) {
                 (false, _) => &state.upstream,
@@ -409,11 +409,7 @@ pub(crate) fn inverse_request(
 pub(crate) fn messages_in(answer: &[u8]) -> Vec<Value> {
     match serde_json::from_slice::<Value>(answer) {
         Ok(v) => vec![v],
-        Err(_) => answer
-            .split(|b| *b == b'\n')
-            .filter_map(|l| l.strip_prefix(b"data:"))
-            .filter_map(|d| serde_json::from_slice(d.trim_ascii()).ok())
-            .collect(),
+        Err(_) => sse::json_events(answer),
     }
 }
 
@@ -608,13 +604,7 @@ pub(crate) fn error_doc(id: Value, problem: Value) -> Value {
 }
 
 fn error_response(id: Value, status: StatusCode, problem: Value) -> Response<ProxyBody> {
-    let doc = error_doc(id, problem);
-    let mut r = body::json_response(status, &doc);
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
+    body::json_response(status, &error_doc(id, problem))
 }
 
 #[cfg(test)]

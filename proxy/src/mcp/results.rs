@@ -116,6 +116,13 @@ enum Verdict {
     Interim,
 }
 
+impl Verdict {
+    /// The commit receipt's `outcome` for it.
+    fn note(self) -> Option<&'static str> {
+        (self == Self::Interim).then_some(enforce::INTERIM)
+    }
+}
+
 /// What a complete result that breaks its output contract gets.
 enum Breach {
     /// Replaced by the refusal.
@@ -252,17 +259,9 @@ pub(crate) fn with_receipt(mut msg: Value, receipt: Option<Value>) -> Value {
     msg
 }
 
-fn json_reply(status: StatusCode, doc: &Value) -> Response<ProxyBody> {
-    let mut r = body::json_response(status, doc);
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
-}
-
 /// Commits `commit` with `msg` as its answer; gives the message with its receipt, and the
-/// receipt header for a JSON reply.
+/// receipt headers for a JSON reply. An interim answer (`note` [`enforce::INTERIM`]) does
+/// not spend the call's idempotency key: the call is not done.
 async fn settle(
     state: &AppState,
     cx: &WriteContext,
@@ -271,21 +270,45 @@ async fn settle(
     msg: Value,
 ) -> (Value, http::HeaderMap) {
     let Commit { enf, permit, keep } = commit;
-    let resp = json_reply(StatusCode::OK, &msg);
+    let keep = if note == Some(enforce::INTERIM) {
+        Keep::Nothing
+    } else {
+        keep
+    };
+    let resp = body::json_response(StatusCode::OK, &msg);
     let (resp, receipt) = write::settle(state, &enf, permit, cx, note, resp, keep).await;
     (with_receipt(msg, receipt), resp.into_parts().0.headers)
 }
 
+/// [`settle`], answered as a JSON reply of its own.
+async fn settled_reply(
+    state: &AppState,
+    cx: &WriteContext,
+    commit: Commit,
+    msg: Value,
+) -> Response<ProxyBody> {
+    let (msg, headers) = settle(state, cx, commit, None, msg).await;
+    let mut resp = body::json_response(StatusCode::OK, &msg);
+    copy_receipt_headers(&headers, resp.headers_mut());
+    resp
+}
+
 /// A problem as the JSON-RPC error that answers `id`.
 fn error_msg(cx: &WriteContext, id: &Value, code: ErrorCode, detail: &str) -> Value {
-    let mut p = Problem::new(
+    let p = Problem::new(
         code,
         detail,
         &uuid::Uuid::new_v4().to_string(),
         &cx.trace_id,
     );
-    p.extensions.insert("outcome".into(), json!("uncertain"));
     super::error_doc(id.clone(), p.to_json())
+}
+
+/// [`error_msg`] for a call whose answer never came: it may or may not have run.
+fn unanswered(cx: &WriteContext, id: &Value, code: ErrorCode, detail: &str) -> Value {
+    let mut msg = error_msg(cx, id, code, detail);
+    msg["error"]["data"]["outcome"] = json!("uncertain");
+    msg
 }
 
 /// The answer of a dry run with no shadow deployment: checked, not executed (SPEC §5.4).
@@ -304,10 +327,7 @@ pub(crate) async fn dry_run(
     if typed {
         msg["result"]["resultType"] = json!("complete");
     }
-    let (msg, headers) = settle(state, cx, commit, None, msg).await;
-    let mut resp = json_reply(StatusCode::OK, &msg);
-    copy_receipt_headers(&headers, resp.headers_mut());
-    resp
+    settled_reply(state, cx, commit, msg).await
 }
 
 fn copy_receipt_headers(from: &http::HeaderMap, to: &mut http::HeaderMap) {
@@ -364,13 +384,8 @@ pub(crate) async fn relay(
                 "the tool result exceeds limits.max_response and cannot be checked",
             );
             return match commit {
-                Some(c) => {
-                    let (msg, headers) = settle(state, cx, c, None, msg).await;
-                    let mut resp = json_reply(StatusCode::OK, &msg);
-                    copy_receipt_headers(&headers, resp.headers_mut());
-                    resp
-                }
-                None => json_reply(StatusCode::OK, &msg),
+                Some(c) => settled_reply(state, cx, c, msg).await,
+                None => body::json_response(StatusCode::OK, &msg),
             };
         }
     };
@@ -380,13 +395,8 @@ pub(crate) async fn relay(
     };
     parts.headers.remove(header::CONTENT_LENGTH);
     match (judged, commit) {
-        (Some((msg, verdict)), Some(mut c)) => {
-            let note = (verdict == Verdict::Interim).then_some(enforce::INTERIM);
-            if note.is_some() {
-                // The call is not done: its key is not spent on an interim answer.
-                c.keep = Keep::Nothing;
-            }
-            let (msg, headers) = settle(state, cx, c, note, msg).await;
+        (Some((msg, verdict)), Some(c)) => {
+            let (msg, headers) = settle(state, cx, c, verdict.note(), msg).await;
             copy_receipt_headers(&headers, &mut parts.headers);
             let out = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
             Response::from_parts(parts, body::full(out))
@@ -445,7 +455,7 @@ fn relay_stream(
                 match tokio::time::timeout_at(deadline, events.next()).await {
                     Ok(n) => n,
                     Err(_) => {
-                        let msg = error_msg(
+                        let msg = unanswered(
                             &cx,
                             &id,
                             ErrorCode::UpstreamTimeout,
@@ -463,7 +473,7 @@ fn relay_stream(
                 ended => {
                     // The stream ended (or broke) before the call was answered.
                     if commit.is_some() {
-                        let msg = error_msg(
+                        let msg = unanswered(
                             &cx,
                             &id,
                             ErrorCode::UpstreamUnavailable,
@@ -480,13 +490,7 @@ fn relay_stream(
             if let Some(msg) = sse::json_data(&event) {
                 if let Some((msg, verdict)) = judge(&state, &cx, rule.as_ref(), &id, msg).await {
                     let msg = match commit.take() {
-                        Some(mut c) => {
-                            let note = (verdict == Verdict::Interim).then_some(enforce::INTERIM);
-                            if note.is_some() {
-                                c.keep = Keep::Nothing;
-                            }
-                            settle(&state, &cx, c, note, msg).await.0
-                        }
+                        Some(c) => settle(&state, &cx, c, verdict.note(), msg).await.0,
                         None => msg,
                     };
                     out = sse::with_data(&event, &msg);

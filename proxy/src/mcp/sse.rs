@@ -72,6 +72,17 @@ pub fn with_data(event: &[u8], value: &Value) -> Bytes {
     Bytes::from(out)
 }
 
+/// The JSON data of every event in a whole SSE body (a reply already read to its end).
+pub fn json_events(mut body: &[u8]) -> Vec<Value> {
+    let mut out = Vec::new();
+    while !body.is_empty() {
+        let end = event_end(body).unwrap_or(body.len());
+        out.extend(json_data(&body[..end]));
+        body = &body[end..];
+    }
+    out
+}
+
 /// An SSE body read one complete event at a time.
 pub struct Events {
     input: http_body_util::BodyDataStream<ProxyBody>,
@@ -194,6 +205,12 @@ mod tests {
             out,
             ": keep-alive\n\nretry: 100\ndata: not json\n\ndata: {\"b\":2}\n\n"
         );
+    }
+
+    #[test]
+    fn a_whole_body_gives_each_event_s_json() {
+        let body = b"event: message\ndata: {\"a\":\ndata: 1}\n\n: ping\n\ndata: {\"b\":2}";
+        assert_eq!(json_events(body), vec![json!({"a": 1}), json!({"b": 2})]);
     }
 
     #[tokio::test]
