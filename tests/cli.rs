@@ -490,13 +490,13 @@ fn the_demo_does_what_it_prints() {
     }
 }
 
-/// `examples/erp` is exactly what `palisade::sample_bundle` writes (the demo's bundle), and it
+/// `examples/erp` is exactly what `palisade::cli::sample_bundle` writes (the demo's bundle), and it
 /// passes `palisade lock check`.
 #[test]
 fn the_example_bundle_is_current_and_checks() {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/erp");
     let fresh = tempfile::tempdir().unwrap();
-    let digest = palisade::sample_bundle::write(fresh.path()).unwrap();
+    let digest = palisade::cli::sample_bundle::write(fresh.path()).unwrap();
     let list = |d: &Path| {
         let mut v: Vec<(String, Vec<u8>)> = Vec::new();
         for sub in ["", "contracts"] {

@@ -24,10 +24,13 @@ use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::Config;
-use crate::pipeline::{self, AppState, ConnInfo};
-use crate::tls::{self, ReloadingCert};
-use crate::upstream::Upstream;
-use crate::{admin, telemetry};
+use crate::context::AppState;
+use crate::control::admin;
+use crate::net::conn::ConnInfo;
+use crate::net::tls::{self, ReloadingCert};
+use crate::net::upstream::Upstream;
+use crate::pipeline;
+use crate::telemetry;
 
 /// How long new connections are still accepted after shutdown begins.
 pub const ACCEPT_GRACE: Duration = Duration::from_secs(1);
@@ -62,7 +65,7 @@ impl Server {
             )?),
             None => None,
         };
-        let bundle = crate::bundle::from_config(&config)
+        let bundle = crate::control::bundle::from_config(&config)
             .map_err(|problems| anyhow::anyhow!("rich bundle refused:\n{}", problems.join("\n")))?;
         if let Some(b) = &bundle {
             tracing::info!(digest = %b.digest, binding_id = %b.binding_id, capabilities = b.capabilities.len(), "rich bundle loaded");
@@ -72,7 +75,7 @@ impl Server {
         let enforcement = if config.writes.is_empty() {
             None
         } else {
-            Some(Arc::new(crate::enforce::Enforcement::load(&config)?))
+            Some(Arc::new(crate::context::Enforcement::load(&config)?))
         };
         let data = TcpListener::bind(&config.listen_addr)
             .await
@@ -124,7 +127,7 @@ impl Server {
         if let Some(b) = state.bundle.load_full() {
             metrics::gauge!(crate::telemetry::LOCKFILE_INFO, "digest" => b.digest.clone()).set(1.0);
         }
-        crate::reload::spawn_triggers(state.clone());
+        crate::control::reload::spawn_triggers(state.clone());
         let tls = tls.map(|(acceptor, resolver)| {
             tokio::spawn(resolver.clone().watch(CERT_POLL));
             (acceptor, resolver)
@@ -294,5 +297,28 @@ async fn serve_connection(
     };
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
+    }
+}
+
+/// Completes on SIGTERM or Ctrl-C (SIGINT).
+pub async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
     }
 }

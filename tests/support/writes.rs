@@ -175,7 +175,7 @@ pub async fn post_json(
 pub async fn start_with_sor() -> (Palisade, std::net::SocketAddr, tempfile::TempDir) {
     let sor_dir = tempfile::tempdir().unwrap();
     let sor =
-        palisade::sample_sor::SampleSor::open(&sor_dir.path().join("inventory.json")).unwrap();
+        palisade::cli::sample_sor::SampleSor::open(&sor_dir.path().join("inventory.json")).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(sor.serve(listener));

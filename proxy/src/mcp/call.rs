@@ -6,7 +6,10 @@ use bytes::Bytes;
 use palisade_policy::rich::Bundle;
 use serde_json::{json, Value};
 
-use crate::enforce::{Binding, Carried, Requester, WriteFacts};
+use crate::context::Binding;
+use crate::enforce::facts::Carried;
+use crate::enforce::facts::Requester;
+use crate::enforce::facts::WriteFacts;
 
 /// Where a tool call carries its lease and inverse (SPEC §5.1, §11).
 pub const LEASE_META: &str = "compensationLease";

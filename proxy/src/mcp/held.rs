@@ -15,12 +15,18 @@ use http::{header, Response};
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::Value;
 
-use super::{call, results};
-use crate::body::{self, ProxyBody};
-use crate::enforce::{self, Enforcement, Requester, WriteContext};
-use crate::idempotency;
-use crate::pipeline::{AppState, ConnInfo};
-use crate::write::{self, Keep};
+use super::{call, relay, results};
+use crate::context::AppState;
+use crate::context::Enforcement;
+use crate::context::WriteContext;
+use crate::enforce::checks;
+use crate::enforce::facts::Requester;
+use crate::enforce::idempotency;
+use crate::enforce::permit;
+use crate::enforce::send;
+use crate::enforce::send::Keep;
+use crate::net::body::{self, ProxyBody};
+use crate::net::conn::ConnInfo;
 
 /// Releases a held tool call; a refusal comes back as its code and its problem response
 /// (rejection receipt stored, drift event emitted).
@@ -44,7 +50,7 @@ pub(crate) async fn release(
     let binding = call.binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
     let rule = results::OutputRule::of(binding.capability());
-    let permit = match enforce::check(
+    let permit = match checks::check(
         &state.config,
         enf,
         &state.upstream,
@@ -63,7 +69,7 @@ pub(crate) async fn release(
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     parts.headers.remove(header::CONTENT_LENGTH);
     parts.headers.remove(idempotency::KEY_HEADER);
-    let sent = write::send(
+    let sent = send::send(
         state,
         &state.upstream,
         &permit,
@@ -78,7 +84,7 @@ pub(crate) async fn release(
         permit,
         keep,
     };
-    let resp = results::relay(state, cx, rule, id, sent, Some(commit)).await;
+    let resp = relay::relay(state, cx, rule, id, sent, Some(commit)).await;
     // Read to its end: a streamed answer is committed by its relay before the stream ends.
     let _ = body::collect_proxy(resp.into_body(), state.config.max_response).await;
     Ok(())
@@ -87,11 +93,11 @@ pub(crate) async fn release(
 async fn refused(
     state: &AppState,
     cx: &WriteContext,
-    denied: enforce::Denied,
+    denied: permit::Denied,
     lease: Option<&[u8]>,
     evidence: &[u8],
 ) -> (ErrorCode, Response<ProxyBody>) {
     let code = denied.refusal.code;
-    let resp = super::refusal_problem(state, cx, denied, lease, evidence).await;
+    let resp = super::refusal::refusal_problem(state, cx, denied, lease, evidence).await;
     (code, resp)
 }

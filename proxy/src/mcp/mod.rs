@@ -26,28 +26,39 @@ use palisade_policy::rich::{IdempotencyKey, SideEffect};
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
 
-use crate::body::{self, CollectError, ProxyBody};
-use crate::enforce::{self, Binding, Denied, Disposition, Requester, WriteContext};
-use crate::escrow;
-use crate::idempotency::{self, Begin};
-use crate::pipeline::{forward_plain, AppState, ConnInfo, Outcome};
-use crate::problem::Problem;
-use crate::write::{self, Keep};
+use crate::context::AppState;
+use crate::context::Binding;
+use crate::context::Outcome;
+use crate::context::WriteContext;
+use crate::enforce::checks;
+use crate::enforce::escrow;
+use crate::enforce::facts::Requester;
+use crate::enforce::forward::forward_plain;
+use crate::enforce::idempotency::{self, Begin};
+use crate::enforce::permit::Denied;
+use crate::enforce::permit::Disposition;
+use crate::enforce::send;
+use crate::enforce::send::Keep;
+use crate::net::body::{self, CollectError, ProxyBody};
+use crate::net::conn::ConnInfo;
+use crate::net::headers;
+use crate::net::jsonrpc::{self, rpc_error};
+use crate::net::problem::Problem;
 
 pub mod call;
 pub mod held;
+pub mod inverse;
 pub mod pin;
 pub mod pinning;
+pub mod refusal;
+pub mod relay;
 pub mod results;
 pub mod sse;
+pub mod wire;
 
-/// JSON-RPC error code of a Palisade refusal (SPEC §6).
-pub const REFUSED: i64 = -32001;
-/// Header naming the JSON-RPC method (2026-07-28) and the tool of a `tools/call`.
-pub const METHOD_HEADER: &str = "mcp-method";
-pub const NAME_HEADER: &str = "mcp-name";
-/// The protocol revision a request speaks (both generations send it after the handshake).
-pub const PROTOCOL_HEADER: &str = "mcp-protocol-version";
+use refusal::refuse;
+use wire::{header_mismatch, method_of};
+pub use wire::{METHOD_HEADER, NAME_HEADER, PROTOCOL_HEADER};
 
 /// A request to `mcp.path`.
 pub(crate) async fn handle(
@@ -150,37 +161,6 @@ pub(crate) async fn handle(
     tool_call(state, conn, parts, bytes, msg, id, cx).await
 }
 
-fn method_of(msg: &Value) -> Option<&str> {
-    msg.get("method").and_then(Value::as_str)
-}
-
-/// `Mcp-Method` (and `Mcp-Name` for a tool call), where present, must say what the message
-/// says: no hop may route by the header and be checked by the body (SPEC §11).
-fn header_mismatch(headers: &http::HeaderMap, msg: &Value) -> Option<Refusal> {
-    let method = method_of(msg);
-    if let Some(h) = headers.get(METHOD_HEADER) {
-        if method.is_none() || h.to_str().ok() != method {
-            return Some(Refusal::new(
-                ErrorCode::McpMethodMismatch,
-                "the Mcp-Method header disagrees with the JSON-RPC method",
-            ));
-        }
-    }
-    if let (Some(h), Some("tools/call")) = (headers.get(NAME_HEADER), method) {
-        let name = msg
-            .get("params")
-            .and_then(|p| p.get("name"))
-            .and_then(Value::as_str);
-        if h.to_str().ok() != name {
-            return Some(Refusal::new(
-                ErrorCode::McpMethodMismatch,
-                "the Mcp-Name header disagrees with params.name",
-            ));
-        }
-    }
-    None
-}
-
 /// A `tools/call`: bound by tool name, enforced like an HTTP write when it writes.
 async fn tool_call(
     state: &Arc<AppState>,
@@ -237,13 +217,13 @@ async fn tool_call(
             let rule = rule.map(|r| r.with_fallback(cap, &parts, &bytes, conn));
             let (resp, outcome) =
                 forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
-            let sent = write::Sent {
+            let sent = send::Sent {
                 resp,
                 outcome,
                 note: None,
             };
             return (
-                results::relay(state, &cx, rule, id, sent, None).await,
+                relay::relay(state, &cx, rule, id, sent, None).await,
                 outcome,
             );
         }
@@ -280,7 +260,7 @@ async fn tool_call(
         Ok(Some(Begin::Replay(resp))) => return (replayed(resp, id).await, Outcome::Replayed),
         Err(refusal) => return refused(refusal.into()).await,
     };
-    let permit = match enforce::check(
+    let permit = match checks::check(
         &state.config,
         &enf,
         &state.upstream,
@@ -331,7 +311,7 @@ async fn tool_call(
             parts.headers.remove(header::CONTENT_LENGTH);
             parts.headers.remove(idempotency::KEY_HEADER);
             let forwarded = call::without_ptcl(msg);
-            let sent = write::send(
+            let sent = send::send(
                 &state,
                 upstream,
                 &commit.permit,
@@ -342,7 +322,7 @@ async fn tool_call(
             )
             .await;
             let outcome = sent.outcome;
-            let resp = results::relay(&state, &cx, rule, id, sent, Some(commit)).await;
+            let resp = relay::relay(&state, &cx, rule, id, sent, Some(commit)).await;
             (resp, outcome)
         })
     };
@@ -359,70 +339,6 @@ async fn tool_call(
             (rpc_error(id, StatusCode::OK, &p), Outcome::Error)
         }
     }
-}
-
-/// The revision an inverse tool call is sent in: stateless, so it needs no session.
-const INVERSE_REVISION: &str = "2026-07-28";
-
-/// The request that sends an inverse given as a tool call (`{"tool", "arguments"}`,
-/// SPEC §5.4 as extended in docs/decisions.md): a stateless 2026-07-28 `tools/call` POSTed
-/// to `mcp.path`, so it needs no session. Path, headers and body.
-pub(crate) fn inverse_request(
-    config: &crate::config::Config,
-    call: &palisade_policy::inverse::ToolCall,
-) -> (String, Vec<(String, String)>, Bytes) {
-    let headers = [
-        ("content-type", "application/json"),
-        ("accept", "application/json, text/event-stream"),
-        (PROTOCOL_HEADER, INVERSE_REVISION),
-        (METHOD_HEADER, "tools/call"),
-        (NAME_HEADER, call.name.as_str()),
-    ]
-    .into_iter()
-    .map(|(k, v)| (k.to_owned(), v.to_owned()))
-    .collect();
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {
-            "name": call.name,
-            "arguments": call.arguments,
-            "_meta": {
-                "io.modelcontextprotocol/protocolVersion": INVERSE_REVISION,
-                "io.modelcontextprotocol/clientInfo":
-                    {"name": "palisade", "version": env!("CARGO_PKG_VERSION")},
-                "io.modelcontextprotocol/clientCapabilities": {},
-            },
-        },
-    });
-    let path = config.mcp_path.clone().unwrap_or_else(|| "/mcp".to_owned());
-    (
-        path,
-        headers,
-        Bytes::from(serde_json::to_vec(&body).unwrap_or_default()),
-    )
-}
-
-/// The JSON-RPC messages of a whole reply: a JSON one, or each event's data of an SSE one
-/// (one message per event, as MCP servers send them).
-pub(crate) fn messages_in(answer: &[u8]) -> Vec<Value> {
-    match serde_json::from_slice::<Value>(answer) {
-        Ok(v) => vec![v],
-        Err(_) => sse::json_events(answer),
-    }
-}
-
-/// Whether the answer to an inverse tool call (JSON or SSE, whole) reports a failure: a
-/// JSON-RPC error or an `isError` result. An answer with no response in it counts as failed.
-pub(crate) fn inverse_failed(answer: &[u8]) -> bool {
-    let Some(response) = messages_in(answer)
-        .into_iter()
-        .find(|m| m.get("result").is_some() || m.get("error").is_some())
-    else {
-        return true;
-    };
-    response.get("error").is_some() || response["result"].get("isError") == Some(&Value::Bool(true))
 }
 
 /// The headers an idempotency key is read from: the request's, or `_meta.idempotencyKey`
@@ -453,10 +369,10 @@ async fn replayed(resp: Response<ProxyBody>, id: Value) -> Response<ProxyBody> {
     }
     let receipt = parts
         .headers
-        .get(enforce::RECEIPT_HEADER)
+        .get(headers::RECEIPT_HEADER)
         .and_then(|v| URL_SAFE_NO_PAD.decode(v.as_bytes()).ok())
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-    let msg = results::with_receipt(msg, receipt);
+    let msg = jsonrpc::with_receipt(msg, receipt);
     parts.headers.remove(header::CONTENT_LENGTH);
     let out = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
     Response::from_parts(parts, body::full(out))
@@ -524,131 +440,4 @@ async fn list(
     };
     rparts.headers.remove(header::CONTENT_LENGTH);
     (Response::from_parts(rparts, body::full(out)), outcome)
-}
-
-/// A refusal as a JSON-RPC error: the rejection receipt and drift event as for HTTP
-/// (`enforce::refuse`), the problem object as the error's `data`.
-#[allow(clippy::too_many_arguments)]
-async fn refuse(
-    state: &AppState,
-    cx: &WriteContext,
-    denied: Denied,
-    lease: Option<&[u8]>,
-    evidence: &[u8],
-    id: Value,
-    status: StatusCode,
-) -> (Response<ProxyBody>, Outcome) {
-    let resp = refusal_problem(state, cx, denied, lease, evidence).await;
-    (rewrap(resp, id, status).await, Outcome::Refused)
-}
-
-/// A refusal of a tool call as problem+json: counted, with its rejection receipt and drift
-/// event when enforcement is on.
-pub(crate) async fn refusal_problem(
-    state: &AppState,
-    cx: &WriteContext,
-    denied: Denied,
-    lease: Option<&[u8]>,
-    evidence: &[u8],
-) -> Response<ProxyBody> {
-    state.metrics.refusal(denied.refusal.code);
-    match &state.enforcement {
-        Some(enf) => enforce::refuse_denied(enf, &denied, cx, lease, Some(evidence)).await,
-        None => Problem::from_refusal(
-            &denied.refusal,
-            &uuid::Uuid::new_v4().to_string(),
-            &cx.trace_id,
-        )
-        .into_response(),
-    }
-}
-
-/// A problem+json response re-cast as a JSON-RPC error, keeping its receipt headers.
-pub(crate) async fn rewrap(
-    resp: Response<ProxyBody>,
-    id: Value,
-    status: StatusCode,
-) -> Response<ProxyBody> {
-    let (parts, body) = resp.into_parts();
-    // The problem was made here, in memory; the bound is only a guard.
-    let problem: Value = body::collect_proxy(body, 1 << 20)
-        .await
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or(Value::Null);
-    let mut out = error_response(id, status, problem);
-    for name in [enforce::RECEIPT_HEADER, enforce::FENCE_HEADER] {
-        if let Some(v) = parts.headers.get(name) {
-            out.headers_mut().insert(name, v.clone());
-        }
-    }
-    out
-}
-
-fn rpc_error(id: Value, status: StatusCode, p: &Problem) -> Response<ProxyBody> {
-    error_response(id, status, p.to_json())
-}
-
-/// The JSON-RPC error answering `id` with `problem` as its data (SPEC §6).
-pub(crate) fn error_doc(id: Value, problem: Value) -> Value {
-    let message = problem
-        .get("title")
-        .and_then(Value::as_str)
-        .unwrap_or("Refused")
-        .to_owned();
-    json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "error": {"code": REFUSED, "message": message, "data": problem},
-    })
-}
-
-fn error_response(id: Value, status: StatusCode, problem: Value) -> Response<ProxyBody> {
-    body::json_response(status, &error_doc(id, problem))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn an_inverse_tool_call_fails_on_an_error_or_is_error() {
-        assert!(!inverse_failed(
-            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[]}}"#
-        ));
-        assert!(inverse_failed(
-            br#"{"jsonrpc":"2.0","id":1,"result":{"content":[],"isError":true}}"#
-        ));
-        assert!(inverse_failed(
-            br#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"x"}}"#
-        ));
-        let sse = b"event: message\ndata: {\"method\":\"notifications/progress\"}\n\n\
-                    event: message\ndata: {\"id\":1,\"result\":{\"isError\":false}}\n\n";
-        assert!(!inverse_failed(sse));
-        assert!(inverse_failed(b"not an answer"));
-    }
-
-    #[test]
-    fn headers_must_agree_with_the_message() {
-        let call = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add"}});
-        let mut h = http::HeaderMap::new();
-        assert!(header_mismatch(&h, &call).is_none());
-        h.insert(METHOD_HEADER, HeaderValue::from_static("tools/call"));
-        h.insert(NAME_HEADER, HeaderValue::from_static("add"));
-        assert!(header_mismatch(&h, &call).is_none());
-        h.insert(NAME_HEADER, HeaderValue::from_static("delete_everything"));
-        assert_eq!(
-            header_mismatch(&h, &call).map(|r| r.code),
-            Some(ErrorCode::McpMethodMismatch)
-        );
-        h.remove(NAME_HEADER);
-        h.insert(METHOD_HEADER, HeaderValue::from_static("tools/list"));
-        assert_eq!(
-            header_mismatch(&h, &call).map(|r| r.code),
-            Some(ErrorCode::McpMethodMismatch)
-        );
-        // A response (no method) under an Mcp-Method header is a mismatch too.
-        let resp = json!({"jsonrpc":"2.0","id":1,"result":{}});
-        assert!(header_mismatch(&h, &resp).is_some());
-    }
 }

@@ -16,8 +16,8 @@ use http::{header, HeaderValue, Method, Request, Uri};
 use palisade_policy::digest::{Sha256Digest, Spelling};
 use serde_json::{json, Map, Value};
 
-use crate::body;
-use crate::upstream::Upstream;
+use crate::net::body;
+use crate::net::upstream::Upstream;
 
 const MODERN: &str = "2026-07-28";
 const LEGACY: &str = "2025-11-25";

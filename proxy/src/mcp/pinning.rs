@@ -12,9 +12,6 @@
 //!
 //! Each page of a paginated listing is filtered on its own; `nextCursor` is kept.
 
-use std::collections::HashMap;
-use std::sync::Mutex;
-
 use palisade_policy::digest::{Sha256Digest, Spelling};
 use palisade_policy::drift::Action;
 use palisade_policy::rich::{Bundle, DriftPolicy};
@@ -22,30 +19,8 @@ use palisade_policy::{ErrorCode, Refusal};
 use serde_json::Value;
 
 use crate::config::UnboundWrites;
-use crate::enforce::WriteContext;
-use crate::pipeline::AppState;
-
-/// Tools whose latest listing showed their pinned definition changed, with the digest of the
-/// bundle that pinned them.
-#[derive(Debug, Default)]
-pub struct Drifted(Mutex<HashMap<String, String>>);
-
-impl Drifted {
-    /// Whether `tool`, as pinned by the bundle `digest`, was last listed changed.
-    pub fn is_drifted(&self, digest: &str, tool: &str) -> bool {
-        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        map.get(tool).is_some_and(|d| d == digest)
-    }
-
-    fn mark(&self, digest: &str, tool: &str, drifted: bool) {
-        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if drifted {
-            map.insert(tool.to_owned(), digest.to_owned());
-        } else {
-            map.remove(tool);
-        }
-    }
-}
+use crate::context::AppState;
+use crate::context::WriteContext;
 
 /// Whether a drifted tool's calls are refused under `policy`.
 pub fn refuses_calls(policy: DriftPolicy) -> bool {
@@ -82,7 +57,7 @@ pub fn filter(state: &AppState, cx: &WriteContext, bundle: &Bundle, msg: &Value)
                         let action = match cap.runtime.on_drift {
                             DriftPolicy::Notify => Action::Notify,
                             DriftPolicy::Quarantine => {
-                                crate::output::quarantine(
+                                crate::enforce::output::quarantine(
                                     state,
                                     &palisade_policy::canon::to_vec(tool),
                                 );
@@ -133,12 +108,12 @@ fn report(
         ErrorCode::ToolDrifted,
         "a listed tool does not match its pinned definition",
     );
-    crate::output::report(
+    crate::enforce::output::report(
         state,
         &refusal,
         cx,
         action,
-        crate::output::Observed {
+        crate::enforce::output::Observed {
             identifier: Some(tool.to_owned()),
             expected,
             evidence: palisade_policy::canon::to_vec(definition),

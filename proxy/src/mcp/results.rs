@@ -26,21 +26,24 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Response, StatusCode};
+use http::{Response, StatusCode};
 use palisade_policy::drift::Action;
 use palisade_policy::rich::{Contract, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
 
-use super::sse;
-use crate::body::{self, BoxError, ProxyBody};
-use crate::enforce::{self, Enforcement, Permit, WriteContext};
-use crate::pipeline::{AppState, ConnInfo};
-use crate::problem::Problem;
-use crate::write::{self, Keep};
-
-/// Where a result carries its receipt.
-pub const RECEIPT_META: &str = "commitReceipt";
+use crate::context::AppState;
+use crate::context::Enforcement;
+use crate::context::WriteContext;
+use crate::enforce::permit::Permit;
+use crate::enforce::receipts;
+use crate::enforce::send;
+use crate::enforce::send::Keep;
+use crate::net::body::{self, ProxyBody};
+use crate::net::conn::ConnInfo;
+use crate::net::headers;
+use crate::net::jsonrpc::{self, with_receipt};
+use crate::net::problem::Problem;
 
 /// Whether `result` is an interim outcome rather than a complete result.
 pub fn is_interim(result: &Value) -> bool {
@@ -89,7 +92,7 @@ impl OutputRule {
         if let (DriftPolicy::QualifiedFallback, Some(base), Some(parts)) = (
             cap.runtime.on_drift,
             &cap.runtime.fallback,
-            crate::output::copy_head(parts),
+            crate::enforce::output::copy_head(parts),
         ) {
             self.fallback = Some(Arc::new(Fallback {
                 base: base.clone(),
@@ -111,20 +114,20 @@ pub(crate) struct Commit {
 
 /// What the answer to the call was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Verdict {
+pub(super) enum Verdict {
     Complete,
     Interim,
 }
 
 impl Verdict {
     /// The commit receipt's `outcome` for it.
-    fn note(self) -> Option<&'static str> {
-        (self == Self::Interim).then_some(enforce::INTERIM)
+    pub(super) fn note(self) -> Option<&'static str> {
+        (self == Self::Interim).then_some(receipts::INTERIM)
     }
 }
 
 /// What a complete result that breaks its output contract gets.
-enum Breach {
+pub(super) enum Breach {
     /// Replaced by the refusal.
     Refused(Refusal),
     /// Replaced by the fallback deployment's answer (the refusal if it gives none).
@@ -133,7 +136,7 @@ enum Breach {
 
 /// The output-contract breach of `msg`, if it answers `id` with a complete result that
 /// breaks `rule` (reported: drift event, quarantine). `None`: pass it on.
-fn violation(
+pub(super) fn violation(
     state: &AppState,
     cx: &WriteContext,
     rule: &OutputRule,
@@ -166,18 +169,18 @@ fn violation(
         "the tool result's structuredContent violates structural.output",
     )
     .with_location(location);
-    crate::output::report(
+    crate::enforce::output::report(
         state,
         &refusal,
         cx,
         action,
-        crate::output::Observed::payload(&evidence),
+        crate::enforce::output::Observed::payload(&evidence),
     );
     match (action, &rule.fallback) {
         (Action::Notify, _) => None,
         (Action::Fallback, Some(f)) => Some(Breach::Fallback(f.clone(), refusal)),
         (Action::Quarantined, _) => {
-            crate::output::quarantine(state, &evidence);
+            crate::enforce::output::quarantine(state, &evidence);
             Some(Breach::Refused(refusal))
         }
         _ => Some(Breach::Refused(refusal)),
@@ -185,32 +188,32 @@ fn violation(
 }
 
 /// The answer to `id` from the fallback deployment, if it gives one.
-async fn fallback_answer(
+pub(super) async fn fallback_answer(
     state: &AppState,
     cx: &WriteContext,
     f: &Fallback,
     id: &Value,
 ) -> Option<Value> {
-    let retry = crate::output::Retry {
-        parts: crate::output::copy_head(&f.parts)?,
+    let retry = crate::enforce::output::Retry {
+        parts: crate::enforce::output::copy_head(&f.parts)?,
         body: f.body.clone(),
         conn: &f.conn,
     };
-    let resp = crate::output::fallback(state, &f.base, retry, cx).await;
+    let resp = crate::enforce::output::fallback(state, &f.base, retry, cx).await;
     if !resp.status().is_success() {
         return None;
     }
     let bytes = body::collect_proxy(resp.into_body(), state.config.max_response)
         .await
         .ok()?;
-    super::messages_in(&bytes).into_iter().find(|m| {
+    super::wire::messages_in(&bytes).into_iter().find(|m| {
         m.get("id") == Some(id) && (m.get("result").is_some() || m.get("error").is_some())
     })
 }
 
 /// The answer to request `id` as the client is to get it, and what it was; `None` when `msg`
 /// is not that answer.
-async fn judge(
+pub(super) async fn judge(
     state: &AppState,
     cx: &WriteContext,
     rule: Option<&OutputRule>,
@@ -231,38 +234,17 @@ async fn judge(
             None => refusal,
         },
     };
-    let p = crate::output::blocked_problem(state, &refusal, cx).await;
-    Some((super::error_doc(id.clone(), p.to_json()), Verdict::Complete))
-}
-
-/// `msg` with `receipt` in `result._meta` (a result only: an error's `data` is the server's).
-pub(crate) fn with_receipt(mut msg: Value, receipt: Option<Value>) -> Value {
-    let Some(r) = receipt else {
-        return msg;
-    };
-    if let Some(result) = msg.get_mut("result").and_then(Value::as_object_mut) {
-        let meta = result.entry("_meta").or_insert_with(|| json!({}));
-        if let Some(m) = meta.as_object_mut() {
-            m.insert(RECEIPT_META.to_owned(), r);
-        }
-        return msg;
-    }
-    // One of our own errors (a call given up on) carries it in its problem, unless that
-    // already holds a rejection receipt of its own.
-    if let Some(error) = msg.get_mut("error").and_then(Value::as_object_mut) {
-        if error.get("code") == Some(&json!(super::REFUSED)) {
-            if let Some(problem) = error.get_mut("data").and_then(Value::as_object_mut) {
-                problem.entry("receipt").or_insert(r);
-            }
-        }
-    }
-    msg
+    let p = crate::enforce::output::blocked_problem(state, &refusal, cx).await;
+    Some((
+        jsonrpc::error_doc(id.clone(), p.to_json()),
+        Verdict::Complete,
+    ))
 }
 
 /// Commits `commit` with `msg` as its answer; gives the message with its receipt, and the
-/// receipt headers for a JSON reply. An interim answer (`note` [`enforce::INTERIM`]) does
+/// receipt headers for a JSON reply. An interim answer (`note` [`receipts::INTERIM`]) does
 /// not spend the call's idempotency key: the call is not done.
-async fn settle(
+pub(super) async fn settle(
     state: &AppState,
     cx: &WriteContext,
     commit: Commit,
@@ -270,18 +252,18 @@ async fn settle(
     msg: Value,
 ) -> (Value, http::HeaderMap) {
     let Commit { enf, permit, keep } = commit;
-    let keep = if note == Some(enforce::INTERIM) {
+    let keep = if note == Some(receipts::INTERIM) {
         Keep::Nothing
     } else {
         keep
     };
     let resp = body::json_response(StatusCode::OK, &msg);
-    let (resp, receipt) = write::settle(state, &enf, permit, cx, note, resp, keep).await;
+    let (resp, receipt) = send::settle(state, &enf, permit, cx, note, resp, keep).await;
     (with_receipt(msg, receipt), resp.into_parts().0.headers)
 }
 
 /// [`settle`], answered as a JSON reply of its own.
-async fn settled_reply(
+pub(super) async fn settled_reply(
     state: &AppState,
     cx: &WriteContext,
     commit: Commit,
@@ -294,18 +276,18 @@ async fn settled_reply(
 }
 
 /// A problem as the JSON-RPC error that answers `id`.
-fn error_msg(cx: &WriteContext, id: &Value, code: ErrorCode, detail: &str) -> Value {
+pub(super) fn error_msg(cx: &WriteContext, id: &Value, code: ErrorCode, detail: &str) -> Value {
     let p = Problem::new(
         code,
         detail,
         &uuid::Uuid::new_v4().to_string(),
         &cx.trace_id,
     );
-    super::error_doc(id.clone(), p.to_json())
+    jsonrpc::error_doc(id.clone(), p.to_json())
 }
 
 /// [`error_msg`] for a call whose answer never came: it may or may not have run.
-fn unanswered(cx: &WriteContext, id: &Value, code: ErrorCode, detail: &str) -> Value {
+pub(super) fn unanswered(cx: &WriteContext, id: &Value, code: ErrorCode, detail: &str) -> Value {
     let mut msg = error_msg(cx, id, code, detail);
     msg["error"]["data"]["outcome"] = json!("uncertain");
     msg
@@ -330,209 +312,15 @@ pub(crate) async fn dry_run(
     settled_reply(state, cx, commit, msg).await
 }
 
-fn copy_receipt_headers(from: &http::HeaderMap, to: &mut http::HeaderMap) {
+pub(super) fn copy_receipt_headers(from: &http::HeaderMap, to: &mut http::HeaderMap) {
     for name in [
-        enforce::RECEIPT_HEADER,
-        enforce::FENCE_HEADER,
-        enforce::DRY_RUN_HEADER,
+        headers::RECEIPT_HEADER,
+        headers::FENCE_HEADER,
+        headers::DRY_RUN_HEADER,
     ] {
         if let Some(v) = from.get(name) {
             to.insert(name, v.clone());
         }
-    }
-}
-
-/// `resp`, the server's reply to tool call `id`, on its way to the client: checked against
-/// `rule`, and committed by `commit` when it answers a write (see the module doc). `sent`
-/// says what the upstream leg made of it.
-pub(crate) async fn relay(
-    state: &Arc<AppState>,
-    cx: &WriteContext,
-    rule: Option<OutputRule>,
-    id: Value,
-    sent: write::Sent,
-    commit: Option<Commit>,
-) -> Response<ProxyBody> {
-    let write::Sent { resp, note, .. } = sent;
-    let sse = resp
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.to_ascii_lowercase().starts_with("text/event-stream"));
-    // A failed leg, or an HTTP error from the server: the answer is final as it is.
-    if !resp.status().is_success() || note.is_some() || (rule.is_none() && commit.is_none()) {
-        return match commit {
-            Some(Commit { enf, permit, keep }) => {
-                write::settle(state, &enf, permit, cx, note, resp, keep)
-                    .await
-                    .0
-            }
-            None => resp,
-        };
-    }
-    if sse {
-        return relay_stream(state, cx, rule, id, resp, commit);
-    }
-    let (mut parts, rbody) = resp.into_parts();
-    let bytes = match body::collect_proxy(rbody, state.config.max_response).await {
-        Ok(b) => b,
-        Err(_) => {
-            let msg = error_msg(
-                cx,
-                &id,
-                ErrorCode::ResponseTooLarge,
-                "the tool result exceeds limits.max_response and cannot be checked",
-            );
-            return match commit {
-                Some(c) => settled_reply(state, cx, c, msg).await,
-                None => body::json_response(StatusCode::OK, &msg),
-            };
-        }
-    };
-    let judged = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(v) => judge(state, cx, rule.as_ref(), &id, v).await,
-        Err(_) => None,
-    };
-    parts.headers.remove(header::CONTENT_LENGTH);
-    match (judged, commit) {
-        (Some((msg, verdict)), Some(c)) => {
-            let (msg, headers) = settle(state, cx, c, verdict.note(), msg).await;
-            copy_receipt_headers(&headers, &mut parts.headers);
-            let out = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
-            Response::from_parts(parts, body::full(out))
-        }
-        (Some((msg, _)), None) => {
-            let out = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
-            Response::from_parts(parts, body::full(out))
-        }
-        // Not an answer to the call (a reply we cannot read): passed on, and a write is
-        // committed as what it is, sent with an answer nobody can judge.
-        (None, Some(c)) => {
-            let resp = Response::from_parts(parts, body::full(bytes));
-            write::settle(state, &c.enf, c.permit, cx, None, resp, c.keep)
-                .await
-                .0
-        }
-        (None, None) => Response::from_parts(parts, body::full(bytes)),
-    }
-}
-
-/// The SSE case of [`relay`]: the head goes out now; a task relays the events.
-fn relay_stream(
-    state: &Arc<AppState>,
-    cx: &WriteContext,
-    rule: Option<OutputRule>,
-    id: Value,
-    resp: Response<ProxyBody>,
-    commit: Option<Commit>,
-) -> Response<ProxyBody> {
-    let (mut parts, rbody) = resp.into_parts();
-    parts.headers.remove(header::CONTENT_LENGTH);
-    if let Some(c) = &commit {
-        // The receipt comes with the answer; the head says what it can already.
-        if c.permit.is_dry_run() {
-            parts
-                .headers
-                .insert(enforce::DRY_RUN_HEADER, HeaderValue::from_static("1"));
-        } else {
-            parts
-                .headers
-                .insert(enforce::FENCE_HEADER, HeaderValue::from(c.permit.epoch()));
-        }
-    }
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, BoxError>>(16);
-    let limit = state.config.max_response as usize;
-    // A write holds its resource's lock until it is committed: its wait is bounded.
-    let deadline =
-        tokio::time::Instant::now() + cx.timeout.unwrap_or(state.config.upstream_timeout);
-    let (state, cx) = (state.clone(), cx.clone());
-    tokio::spawn(async move {
-        let mut events = sse::Events::new(rbody, limit);
-        let mut client = Some(tx);
-        let mut commit = commit;
-        loop {
-            let next = if commit.is_some() {
-                match tokio::time::timeout_at(deadline, events.next()).await {
-                    Ok(n) => n,
-                    Err(_) => {
-                        let msg = unanswered(
-                            &cx,
-                            &id,
-                            ErrorCode::UpstreamTimeout,
-                            "the tool call was not answered within its timeout",
-                        );
-                        give_up(&state, &cx, commit.take(), msg, client.take()).await;
-                        return;
-                    }
-                }
-            } else {
-                events.next().await
-            };
-            let event = match next {
-                Some(Ok(event)) => event,
-                ended => {
-                    // The stream ended (or broke) before the call was answered.
-                    if commit.is_some() {
-                        let msg = unanswered(
-                            &cx,
-                            &id,
-                            ErrorCode::UpstreamUnavailable,
-                            "the server's stream ended before the tool call was answered",
-                        );
-                        give_up(&state, &cx, commit.take(), msg, client.take()).await;
-                    } else if let (Some(Err(e)), Some(tx)) = (ended, client.take()) {
-                        let _ = tx.send(Err(e)).await;
-                    }
-                    return;
-                }
-            };
-            let mut out = event.clone();
-            if let Some(msg) = sse::json_data(&event) {
-                if let Some((msg, verdict)) = judge(&state, &cx, rule.as_ref(), &id, msg).await {
-                    let msg = match commit.take() {
-                        Some(c) => settle(&state, &cx, c, verdict.note(), msg).await.0,
-                        None => msg,
-                    };
-                    out = sse::with_data(&event, &msg);
-                }
-            }
-            let delivered = match &client {
-                Some(tx) => tx.send(Ok(out)).await.is_ok(),
-                None => false,
-            };
-            if !delivered {
-                // The client left: a write is still read to its answer and committed.
-                client = None;
-                if commit.is_none() {
-                    return;
-                }
-            }
-        }
-    });
-    let stream = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|item| (item, rx))
-    });
-    Response::from_parts(parts, body::from_stream(stream))
-}
-
-/// A write whose answer never came: committed as uncertain, the client told so.
-async fn give_up(
-    state: &AppState,
-    cx: &WriteContext,
-    commit: Option<Commit>,
-    msg: Value,
-    client: Option<tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>>,
-) {
-    let msg = match commit {
-        Some(c) => settle(state, cx, c, Some("uncertain"), msg).await.0,
-        None => msg,
-    };
-    if let Some(tx) = client {
-        let event = format!(
-            "event: message\ndata: {}\n\n",
-            serde_json::to_string(&msg).unwrap_or_default()
-        );
-        let _ = tx.send(Ok(Bytes::from(event))).await;
     }
 }
 
@@ -552,18 +340,18 @@ mod tests {
     fn the_receipt_goes_into_a_result_or_our_own_error() {
         let r = json!({"receipt_id": "urn:uuid:1"});
         let msg = with_receipt(json!({"id": 1, "result": {"content": []}}), Some(r.clone()));
-        assert_eq!(msg["result"]["_meta"][RECEIPT_META], r);
+        assert_eq!(msg["result"]["_meta"][crate::net::jsonrpc::RECEIPT_META], r);
         // A server's error is left as it is.
         let err = json!({"id": 1, "error": {"code": 1, "message": "x", "data": {}}});
         assert_eq!(with_receipt(err.clone(), Some(r.clone())), err);
-        let ours = json!({"id": 1, "error": {"code": super::super::REFUSED, "message": "x",
+        let ours = json!({"id": 1, "error": {"code": crate::net::jsonrpc::REFUSED, "message": "x",
                                              "data": {"code": "ERR_UPSTREAM_TIMEOUT"}}});
         assert_eq!(
             with_receipt(ours, Some(r.clone()))["error"]["data"]["receipt"],
             r
         );
         // A refusal's own rejection receipt stays.
-        let refused = json!({"id": 1, "error": {"code": super::super::REFUSED, "message": "x",
+        let refused = json!({"id": 1, "error": {"code": crate::net::jsonrpc::REFUSED, "message": "x",
                                                 "data": {"receipt": {"kind": "rejection"}}}});
         assert_eq!(with_receipt(refused.clone(), Some(r)), refused);
     }

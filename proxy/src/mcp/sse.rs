@@ -11,7 +11,7 @@ use futures_util::StreamExt as _;
 use http_body_util::BodyExt as _;
 use serde_json::Value;
 
-use crate::body::{self, BoxError, ProxyBody};
+use crate::net::body::{self, BoxError, ProxyBody};
 
 /// What the caller does with one event's JSON data.
 pub enum Verdict {

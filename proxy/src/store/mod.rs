@@ -10,7 +10,7 @@
 //! fsync (group commit), so durability costs one disk flush per batch, not per write.
 //!
 //! The per-resource write lock is not here: one sidecar owns an embedded store, so the lock is
-//! in-process (`enforce::ResourceLocks`); a shared backend takes it in the database.
+//! in-process (`context::ResourceLocks`); a shared backend takes it in the database.
 
 pub mod embedded;
 pub mod journal;

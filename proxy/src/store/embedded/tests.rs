@@ -1,6 +1,6 @@
 use super::*;
 use palisade_policy::keys::TrustStore;
-use palisade_policy::receipt::ReceiptKind;
+use palisade_policy::receipt::{self, ReceiptKind};
 
 fn key() -> Arc<KeyPair> {
     Arc::new(KeyPair::from_seed([3; 32]))

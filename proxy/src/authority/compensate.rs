@@ -1,0 +1,210 @@
+//! `POST …/leases/{id}/compensate`: the staged inverse sent, or the snapshot put back, at
+//! most once, fenced with the next epoch (SPEC §5.4).
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Response, StatusCode};
+use palisade_policy::{inverse, ErrorCode, Refusal};
+use serde_json::{json, Value};
+
+use crate::context::AppState;
+use crate::context::Enforcement;
+use crate::enforce::checks;
+use crate::enforce::identity;
+use crate::net::body::{self, ProxyBody};
+use crate::net::conn::ConnInfo;
+use crate::net::headers;
+
+use super::lease_record::{bad, caller_record};
+
+/// Undoes a committed write (SPEC §5.4).
+pub(super) async fn compensate(
+    state: &AppState,
+    enf: &Enforcement,
+    parts: &http::request::Parts,
+    lease_id: &str,
+    conn: &ConnInfo,
+) -> Result<Response<ProxyBody>, Refusal> {
+    let record = caller_record(enf, parts, lease_id, conn).await?;
+    match record["state"].as_str() {
+        Some("committed") => {}
+        Some("compensated") => {
+            return Err(Refusal::new(
+                ErrorCode::AlreadyCompensated,
+                "the lease's write was already compensated",
+            ))
+        }
+        _ => return Err(bad("the lease has no committed write to compensate")),
+    }
+    if enf.clock.now_ms() > record["expires_at_ms"].as_i64().unwrap_or(0) {
+        return Err(Refusal::new(
+            ErrorCode::LeaseExpired,
+            "the lease's recovery window has passed",
+        )
+        .with_status(410));
+    }
+    let path = record["path"].as_str().unwrap_or("/").to_owned();
+    let resource = record["resource"].as_str().unwrap_or_default().to_owned();
+    // The request that undoes the write.
+    let mut tool_inverse = false;
+    let (method, inv_path, inv_headers, inv_body): (Method, String, Vec<(String, String)>, Bytes) =
+        match record["recovery_mode"].as_str() {
+            Some("COMPENSATING_ACTION") => {
+                let bytes = enf
+                    .store
+                    .inverse(lease_id)
+                    .await
+                    .map_err(checks::store_refusal)?
+                    .ok_or_else(|| {
+                        Refusal::new(
+                            ErrorCode::InverseNotStaged,
+                            "no inverse payload is staged for this lease",
+                        )
+                    })?;
+                let inv = inverse::parse(&bytes, state.config.max_json_depth)?;
+                if let Some(call) = &inv.tool {
+                    tool_inverse = true;
+                    let (path, headers, body) =
+                        crate::mcp::inverse::inverse_request(&state.config, call);
+                    (Method::POST, path, headers, body)
+                } else {
+                    let body = inv
+                        .body
+                        .as_ref()
+                        .map(|b| Bytes::from(serde_json::to_vec(b).unwrap_or_default()))
+                        .unwrap_or_default();
+                    let mut headers: Vec<(String, String)> = inv.headers.into_iter().collect();
+                    if inv.body.is_some() && !headers.iter().any(|(k, _)| k == "content-type") {
+                        headers.push(("content-type".into(), "application/json".into()));
+                    }
+                    let method = Method::from_bytes(inv.method.as_bytes())
+                        .map_err(|_| bad("inverse method"))?;
+                    (method, inv.path, headers, body)
+                }
+            }
+            Some("SNAPSHOT_RESTORE") => {
+                let snap: Value = enf
+                    .store
+                    .snapshot(lease_id)
+                    .await
+                    .map_err(checks::store_refusal)?
+                    .and_then(|b| serde_json::from_slice(&b).ok())
+                    .ok_or_else(|| {
+                        bad("no snapshot was kept for this lease (pre_image = \"off\"?)")
+                    })?;
+                if snap["absent"] == true {
+                    (Method::DELETE, path.clone(), Vec::new(), Bytes::new())
+                } else {
+                    let body = snap["body_b64"]
+                        .as_str()
+                        .and_then(|b| {
+                            base64::Engine::decode(
+                                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                                b,
+                            )
+                            .ok()
+                        })
+                        .unwrap_or_default();
+                    let headers = snap["content_type"]
+                        .as_str()
+                        .map(|ct| vec![("content-type".to_owned(), ct.to_owned())])
+                        .unwrap_or_default();
+                    (Method::PUT, path.clone(), headers, Bytes::from(body))
+                }
+            }
+            _ => {
+                return Err(bad(
+                    "only COMPENSATING_ACTION and SNAPSHOT_RESTORE leases are compensated",
+                ))
+            }
+        };
+
+    let _lock = enf.locks.lock(&resource).await;
+    let epoch = match enf
+        .store
+        .begin_compensation(lease_id.to_owned())
+        .await
+        .map_err(checks::store_refusal)?
+    {
+        crate::store::Compensation::Started { epoch } => epoch,
+        crate::store::Compensation::AlreadyCompensated => {
+            return Err(Refusal::new(
+                ErrorCode::AlreadyCompensated,
+                "the lease's write was already compensated",
+            ))
+        }
+        crate::store::Compensation::NotCommitted => {
+            return Err(bad("the lease has no committed write to compensate"))
+        }
+    };
+    let uri = state
+        .upstream
+        .uri_for(&inv_path)
+        .map_err(|_| bad("inverse path cannot be forwarded"))?;
+    let mut req = http::Request::builder().method(method.clone()).uri(uri);
+    for name in [header::AUTHORIZATION, header::COOKIE, header::HOST] {
+        if let Some(v) = parts.headers.get(&name) {
+            req = req.header(name, v.clone());
+        }
+    }
+    for (k, v) in &inv_headers {
+        req = req.header(k.as_str(), v.as_str());
+    }
+    req = req.header(headers::FENCE_HEADER, epoch);
+    let req = req
+        .body(body::full(inv_body))
+        .map_err(|_| bad("inverse request cannot be built"))?;
+    let identity = identity::for_route(state, &method, inv_path.split('?').next().unwrap_or(""));
+    // A tool call answers failure inside an HTTP 200: a JSON-RPC error or an isError result.
+    let mut tool_failed = false;
+    let upstream_status = match state.upstream.send_as(req, identity.as_deref()).await {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            // Drain the answer so the connection returns to the pool.
+            let answer = body::collect_limited(resp.into_body(), state.config.max_response).await;
+            if tool_inverse && status < 400 {
+                tool_failed = answer.map_or(true, |a| crate::mcp::inverse::inverse_failed(&a));
+            }
+            status
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, lease_id, "compensation request failed; outcome uncertain");
+            502
+        }
+    };
+    let body = palisade_policy::receipt::ReceiptBody {
+        lease_id: Some(lease_id.to_owned()),
+        sor_target_uri: Some(resource.clone()),
+        cas_fence_epoch: Some(epoch),
+        method: Some(method.to_string()),
+        upstream_status: Some(upstream_status),
+        outcome: if upstream_status >= 500 {
+            Some("uncertain".to_owned())
+        } else if tool_failed {
+            Some("failed".to_owned())
+        } else {
+            None
+        },
+        ..palisade_policy::receipt::ReceiptBody::new(
+            format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+            palisade_policy::receipt::ReceiptKind::Compensation,
+            enf.now_rfc3339(),
+        )
+    };
+    let sealed = enf
+        .store
+        .append_receipt(body)
+        .await
+        .map_err(checks::store_refusal)?;
+    let status = if upstream_status < 400 && !tool_failed {
+        StatusCode::OK
+    } else {
+        StatusCode::BAD_GATEWAY
+    };
+    let mut resp = body::json_response(
+        status,
+        &json!({"lease_id": lease_id, "upstream_status": upstream_status, "receipt": sealed.value}),
+    );
+    resp.headers_mut()
+        .insert(headers::FENCE_HEADER, HeaderValue::from(epoch));
+    Ok(resp)
+}

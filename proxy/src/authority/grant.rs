@@ -1,0 +1,176 @@
+//! `POST …/leases` (grant) and `PUT …/leases/{id}/inverse` (stage an inverse).
+
+use http::{header, HeaderValue, Method, Response, StatusCode};
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::lease::{self, RecoveryMode};
+use palisade_policy::{inverse, json, target, ErrorCode, Refusal};
+use serde_json::{json, Value};
+
+use crate::context::AppState;
+use crate::context::Enforcement;
+use crate::enforce::checks;
+use crate::enforce::facts;
+use crate::enforce::identity;
+use crate::enforce::preimage;
+use crate::net::body::{self, ProxyBody};
+use crate::net::conn::ConnInfo;
+
+use super::lease_record::{bad, PREFIX};
+
+pub(super) async fn grant(
+    state: &AppState,
+    enf: &Enforcement,
+    parts: &http::request::Parts,
+    body: &[u8],
+    conn: &ConnInfo,
+) -> Result<Response<ProxyBody>, Refusal> {
+    let config = &state.config;
+    let caller = conn.caller(&parts.headers).ok_or_else(|| {
+        Refusal::new(
+            ErrorCode::CallerUnidentified,
+            "a lease grant needs a client certificate or an Authorization header",
+        )
+    })?;
+    let req = json::parse(body, config.max_json_depth)
+        .map_err(|_| bad("grant request is not valid I-JSON"))?;
+    let Value::Object(req) = req else {
+        return Err(bad("grant request must be a JSON object"));
+    };
+    let target_uri = req
+        .get("sor_target_uri")
+        .and_then(Value::as_str)
+        .ok_or_else(|| bad("sor_target_uri is required and must be a string"))?;
+    let mode = req
+        .get("recovery_mode")
+        .and_then(Value::as_str)
+        .and_then(RecoveryMode::parse)
+        .ok_or_else(|| bad("recovery_mode must be one of the four PTCL modes"))?;
+    let t_req = req
+        .get("t_req_ms")
+        .and_then(Value::as_u64)
+        .filter(|t| *t <= json::MAX_SAFE_INTEGER)
+        .ok_or_else(|| bad("t_req_ms must be a non-negative integer"))?;
+    let trace_anchor = match req.get("trace_anchor_ref") {
+        None => None,
+        Some(v) => Some(
+            v.as_str()
+                .and_then(|s| Sha256Digest::parse_ptcl(s).ok())
+                .ok_or_else(|| bad("trace_anchor_ref must be sha256: and 64 lowercase hex"))?,
+        ),
+    };
+    // The inverse is signed into the lease, so it must be known now (docs/decisions.md).
+    let inverse_value = req
+        .get("inverse_payload")
+        .ok_or_else(|| bad("inverse_payload is required"))?;
+    let inverse = inverse::parse(
+        &serde_json::to_vec(inverse_value).unwrap_or_default(),
+        config.max_json_depth,
+    )?;
+
+    // The target must be a resource behind this sidecar.
+    let normalized = target::normalize(target_uri)
+        .map_err(|_| bad("sor_target_uri must be an absolute http(s) URI"))?;
+    let own = facts::origin(config, parts, conn)
+        .and_then(|o| target::request_target(&o, "/").ok())
+        .ok_or_else(|| bad("the request's origin cannot be formed (Host missing)"))?;
+    if !normalized.starts_with(&own) {
+        return Err(Refusal::new(
+            ErrorCode::TargetMismatch,
+            "sor_target_uri does not name a resource behind this sidecar",
+        ));
+    }
+    if u128::from(t_req) > config.max_grant.as_millis() {
+        return Err(Refusal::new(
+            ErrorCode::RecoveryWindow,
+            "t_req_ms exceeds ptcl.max_grant",
+        ));
+    }
+
+    let resource = target::resource_key(&normalized);
+    let current = enf
+        .store
+        .epoch(resource)
+        .await
+        .map_err(checks::store_refusal)?;
+    let pq = &normalized[own.len() - 1..];
+    let pre_image = if config.pre_image_fetch {
+        let path = pq.split('?').next().unwrap_or(pq);
+        let identity = identity::for_route(state, &Method::GET, path);
+        preimage::fetch_state(
+            config,
+            &state.upstream,
+            pq,
+            &parts.headers,
+            identity.as_deref(),
+        )
+        .await
+        .map_err(|d| d.refusal)?
+        .digest
+    } else {
+        Sha256Digest::empty()
+    };
+    let now = enf.clock.now_ms();
+    let lease_id = format!("urn:uuid:{}", uuid::Uuid::new_v4());
+    let mut fields = json!({
+        "ptcl_version": "1.0",
+        "lease_id": lease_id,
+        "sor_target_uri": normalized,
+        "recovery_mode": mode.as_str(),
+        "t_req_ms": t_req,
+        "t_granted_ms": t_req.max(1),
+        "cas_fence_epoch": current + 1,
+        "pre_image_state_hash": pre_image.to_string(),
+        "inverse_payload_jcs_hash": inverse.digest.to_string(),
+        "issued_at": lease::format_rfc3339_ms(now),
+        "agent_id": caller,
+    });
+    if let (Some(t), Some(obj)) = (trace_anchor, fields.as_object_mut()) {
+        obj.insert("trace_anchor_ref".into(), json!(t.to_string()));
+    }
+    let signed = lease::sign(fields.as_object().cloned().unwrap_or_default(), &enf.key);
+    let record = json!({
+        "lease_id": lease_id,
+        "state": "granted",
+        "resource": resource,
+        "epoch": current + 1,
+        "recovery_mode": mode.as_str(),
+        "expires_at_ms": now + t_req.max(1) as i64,
+        "agent_id": caller,
+    });
+    enf.store
+        .stage(
+            lease_id.clone(),
+            Some(serde_json::to_vec(&record).unwrap_or_default()),
+            Some(inverse.jcs),
+        )
+        .await
+        .map_err(checks::store_refusal)?;
+    let mut resp = body::json_response(StatusCode::CREATED, &signed);
+    if let Ok(loc) = HeaderValue::from_str(&format!("{PREFIX}/{lease_id}")) {
+        resp.headers_mut().insert(header::LOCATION, loc);
+    }
+    Ok(resp)
+}
+
+pub(super) async fn stage_inverse(
+    state: &AppState,
+    enf: &Enforcement,
+    lease_id: &str,
+    body: &[u8],
+) -> Result<Response<ProxyBody>, Refusal> {
+    if lease_id.is_empty() || lease_id.len() > lease::MAX_LEASE_ID_BYTES || lease_id.contains('/') {
+        return Err(bad(
+            "lease_id in the path must be 1 to 128 bytes without '/'",
+        ));
+    }
+    let inverse = inverse::parse(body, state.config.max_json_depth)?;
+    let digest = inverse.digest.to_string();
+    enf.store
+        .stage(lease_id.to_owned(), None, Some(inverse.jcs))
+        .await
+        .map_err(checks::store_refusal)?;
+    Ok(body::json_response(
+        StatusCode::CREATED,
+        &json!({"lease_id": lease_id, "inverse_payload_jcs_hash": digest}),
+    ))
+}

@@ -1,0 +1,99 @@
+//! The lease authority (SPEC §5.7) and inverse staging (SPEC §5.4), under
+//! `/.well-known/ptcl/v1/leases` on the data plane.
+//!
+//! - `POST …/leases` grants a lease signed by the sidecar key: the next epoch of the resource
+//!   (not reserved: a concurrent grant may race and the loser's write gets 409), the pre-image
+//!   digest computed by the sidecar, `t_granted_ms = t_req_ms` (≤ `ptcl.max_grant`),
+//!   `issued_at` now, and `agent_id` = the caller's identity. The inverse payload is staged
+//!   durably with the grant.
+//! - `PUT …/leases/{lease_id}/inverse` stages (or replaces) an inverse payload for a lease.
+//!
+//! Refusals here are refusals like any other: problem+json, rejection receipt, drift event.
+//!
+//! - `POST …/leases/{lease_id}/compensate` undoes a committed write within the lease's window
+//!   (SPEC §5.4): COMPENSATING_ACTION sends the staged inverse, SNAPSHOT_RESTORE puts the
+//!   stored pre-image back (or DELETEs when the resource was absent). The lease is marked
+//!   compensated and the resource's fence advanced *before* the inverse is sent, so it is sent
+//!   at most once and with a newer epoch than the write it undoes.
+//!
+//! - `GET …/leases/{lease_id}`: the lease's state (`granted|committed|compensated|expired`),
+//!   epoch and receipts.
+
+mod compensate;
+mod grant;
+mod lease_record;
+mod lookup;
+
+use bytes::Bytes;
+use http::{Method, Response};
+use hyper::body::Incoming;
+use palisade_policy::{ErrorCode, Refusal};
+
+use crate::context::AppState;
+use crate::context::Enforcement;
+use crate::context::WriteContext;
+use crate::enforce::receipts;
+use crate::net::body::{self, ProxyBody};
+use crate::net::conn::ConnInfo;
+
+use compensate::compensate;
+use grant::{grant, stage_inverse};
+pub use lease_record::PREFIX;
+use lookup::lookup;
+
+pub async fn handle(
+    state: &AppState,
+    enf: &Enforcement,
+    parts: http::request::Parts,
+    body: Incoming,
+    conn: &ConnInfo,
+    cx: &WriteContext,
+) -> Response<ProxyBody> {
+    let path = parts.uri.path().to_owned();
+    let rest = &path[PREFIX.len()..];
+    let result = match (&parts.method, rest) {
+        (&Method::POST, "") => match read_body(state, body).await {
+            Ok(b) => grant(state, enf, &parts, &b, conn).await,
+            Err(r) => Err(r),
+        },
+        (&Method::GET, r) if r.starts_with('/') && !r[1..].contains('/') => {
+            lookup(enf, &parts, &r[1..], conn).await
+        }
+        (&Method::POST, r) if r.starts_with('/') && r.ends_with("/compensate") => {
+            let lease_id = &r[1..r.len() - "/compensate".len()];
+            compensate(state, enf, &parts, lease_id, conn).await
+        }
+        (&Method::PUT, r) if r.starts_with('/') && r.ends_with("/inverse") => {
+            let lease_id = &r[1..r.len() - "/inverse".len()];
+            match read_body(state, body).await {
+                Ok(b) => stage_inverse(state, enf, lease_id, &b).await,
+                Err(r) => Err(r),
+            }
+        }
+        _ => Err(Refusal::new(
+            ErrorCode::NotFound,
+            "no lease-authority endpoint at this path",
+        )),
+    };
+    match result {
+        Ok(resp) => resp,
+        Err(refusal) => {
+            state.metrics.refusal(refusal.code);
+            receipts::refuse(enf, &refusal, cx, None, None, None).await
+        }
+    }
+}
+
+async fn read_body(state: &AppState, body: Incoming) -> Result<Bytes, Refusal> {
+    body::read_request_body(body, state.config.max_body)
+        .await
+        .map_err(|e| match e {
+            body::CollectError::TooLarge(_) => Refusal::new(
+                ErrorCode::BodyTooLarge,
+                "request body exceeds limits.max_body",
+            ),
+            body::CollectError::Read(_) => {
+                Refusal::new(ErrorCode::BadRequest, "request body could not be read")
+            }
+        })
+}

@@ -1,0 +1,250 @@
+//! The `palisade` command line (SPEC §1).
+//!
+//! Exit codes: 0 ok, 1 the input was refused, 2 usage or configuration error. Errors go to
+//! stderr one per line, naming the file, field and reason.
+
+use std::io::Write as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use palisade_policy::digest::{Sha256Digest, Spelling};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "palisade",
+    version,
+    about = "Inline enforcement sidecar for agent writes"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the sidecar.
+    Run {
+        #[arg(long, env = "PALISADE_CONFIG")]
+        config: PathBuf,
+    },
+    /// Start a sample SoR with a sidecar in front of it and print curl lines to try.
+    Demo {
+        /// Data-plane port of the demo sidecar (0 picks a free one).
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+    },
+    /// Replay recorded traffic (HAR 1.2) against a target, open loop (SPEC §12).
+    Replay(ReplayArgs),
+    /// Write a new Ed25519 PKCS#8 PEM private key; print its kid and public key.
+    Keygen {
+        #[arg(long)]
+        out: PathBuf,
+    },
+    /// Sign and verify compensation leases.
+    #[command(subcommand)]
+    Lease(LeaseCommand),
+    /// Print the RFC 8785 canonical form of the JSON on stdin.
+    Jcs,
+    /// Print the SHA-256 of the JCS form of the JSON on stdin.
+    Digest {
+        #[arg(long, value_parser = ["sha256", "sha-256"], default_value = "sha-256")]
+        prefix: String,
+    },
+    /// Configuration tools.
+    #[command(subcommand)]
+    Config(ConfigCommand),
+    /// Audit tools.
+    #[command(subcommand)]
+    Audit(AuditCommand),
+    /// RICH bundle tools.
+    #[command(subcommand)]
+    Lock(LockCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum LockCommand {
+    /// Verify and compile a bundle; print its digest and a binding summary.
+    Check {
+        #[arg(long)]
+        lockfile: PathBuf,
+        #[arg(long)]
+        contracts: PathBuf,
+        /// Refuse any other lockfile digest (as `rich.expected_digest`).
+        #[arg(long = "expected-digest")]
+        expected_digest: Option<String>,
+    },
+    /// Pin a running MCP server's tools: write a lockfile (FILE) with each tool's digest and
+    /// a contract per tool in contracts/ beside it, for review.
+    PinMcp {
+        /// The server's Streamable HTTP endpoint, e.g. http://127.0.0.1:8000/mcp.
+        #[arg(long)]
+        url: String,
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum AuditCommand {
+    /// Walk the receipt chain in the store: every `prev` link and every signature.
+    Verify {
+        #[arg(long, env = "PALISADE_CONFIG")]
+        config: PathBuf,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum LeaseCommand {
+    /// Print a lease signed with KEY.
+    Sign {
+        #[arg(long)]
+        key: PathBuf,
+        #[arg(long)]
+        target: String,
+        #[arg(long)]
+        epoch: u64,
+        #[arg(long = "pre-image")]
+        pre_image: String,
+        /// JSON file holding the inverse payload (SPEC §5.4).
+        #[arg(long)]
+        inverse: PathBuf,
+        #[arg(long, default_value = "COMPENSATING_ACTION")]
+        mode: String,
+        #[arg(long = "t-req", default_value_t = 30_000)]
+        t_req: u64,
+        #[arg(long = "t-granted", default_value_t = 60_000)]
+        t_granted: u64,
+    },
+    /// Verify the lease on stdin (checks 2–6 of SPEC §5.2) against an issuers file.
+    Verify {
+        #[arg(long)]
+        trust: PathBuf,
+        /// `ptcl.max_clock_skew`.
+        #[arg(long, default_value = "60s")]
+        max_clock_skew: humantime::Duration,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum ConfigCommand {
+    /// Validate a configuration (and the files it names) without starting.
+    Check {
+        #[arg(long, env = "PALISADE_CONFIG")]
+        config: PathBuf,
+    },
+}
+
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match dispatch(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(f) => {
+            let mut err = std::io::stderr().lock();
+            for line in f.lines {
+                let _ = writeln!(err, "palisade: {line}");
+            }
+            ExitCode::from(f.code)
+        }
+    }
+}
+
+fn dispatch(cli: Cli) -> Result<(), Failure> {
+    match cli.command {
+        Command::Run { config } => run(&config),
+        Command::Demo { port } => {
+            crate::cli::demo::run(port).map_err(|e| Failure::usage(format!("{e:#}")))
+        }
+        Command::Replay(args) => run_replay(args),
+        Command::Keygen { out } => keygen(&out),
+        Command::Lease(LeaseCommand::Sign {
+            key,
+            target,
+            epoch,
+            pre_image,
+            inverse,
+            mode,
+            t_req,
+            t_granted,
+        }) => lease_sign(
+            &key, &target, epoch, &pre_image, &inverse, &mode, t_req, t_granted,
+        ),
+        Command::Lease(LeaseCommand::Verify {
+            trust,
+            max_clock_skew,
+        }) => lease_verify(&trust, (*max_clock_skew).as_millis() as i64),
+        Command::Jcs => {
+            let out = canonical_stdin()?;
+            std::io::stdout()
+                .write_all(&out)
+                .map_err(|e| Failure::usage(format!("stdout: {e}")))
+        }
+        Command::Digest { prefix } => {
+            let out = canonical_stdin()?;
+            let spelling = if prefix == "sha256" {
+                Spelling::Sha256
+            } else {
+                Spelling::ShaDash256
+            };
+            println!("{}", Sha256Digest::of(&out).spelled(spelling));
+            Ok(())
+        }
+        Command::Audit(AuditCommand::Verify { config }) => audit_verify(&config),
+        Command::Lock(LockCommand::Check {
+            lockfile,
+            contracts,
+            expected_digest,
+        }) => match crate::control::bundle::load(&lockfile, &contracts, expected_digest.as_deref())
+        {
+            Ok(b) => {
+                println!("{}", crate::control::bundle::summary(&b));
+                Ok(())
+            }
+            Err(lines) => Err(Failure { code: 1, lines }),
+        },
+        Command::Lock(LockCommand::PinMcp { url, out }) => {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map_err(|e| Failure::usage(format!("runtime: {e}")))?;
+            let tools = runtime
+                .block_on(crate::mcp::pin::fetch_tools(&url))
+                .map_err(|e| Failure {
+                    code: 1,
+                    lines: vec![format!("{url}: {e}")],
+                })?;
+            let digest =
+                crate::mcp::pin::write_bundle(&tools, &url, &out).map_err(|e| Failure {
+                    code: 1,
+                    lines: vec![e],
+                })?;
+            println!(
+                "{}",
+                serde_json::json!({"lockfile": out.display().to_string(), "digest": digest, "tools": tools.len()})
+            );
+            Ok(())
+        }
+        Command::Config(ConfigCommand::Check { config }) => {
+            let cfg = load_config(&config)?;
+            for w in check_referenced_files(&cfg, &config)? {
+                eprintln!("{}: warning: {w}", config.display());
+            }
+            println!("{}: ok", config.display());
+            Ok(())
+        }
+    }
+}
+
+pub mod demo;
+mod failure;
+pub(crate) mod keys;
+mod operate;
+pub mod replay;
+pub mod sample_bundle;
+pub mod sample_sor;
+mod stdin;
+
+pub use failure::Failure;
+use keys::{keygen, lease_sign, lease_verify};
+use operate::{audit_verify, check_referenced_files, load_config, run, run_replay, ReplayArgs};
+use stdin::canonical_stdin;

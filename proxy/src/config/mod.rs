@@ -1,0 +1,85 @@
+//! The TOML configuration of SPEC §2, typed and validated.
+//!
+//! Loading happens in two passes so that one run reports every problem at once:
+//! 1. each top-level table is deserialised on its own, with `serde_ignored` collecting unknown
+//!    keys (typos must not silently disable enforcement) instead of stopping at the first;
+//! 2. [`RawConfig::validate`] parses durations, sizes, addresses and URLs, collecting every
+//!    failure as a [`ConfigProblem`] naming the file, the key and the reason.
+//!
+//! Not here: reading the files a config names (keys, bundles); `run` does that and reports
+//! their problems the same way.
+
+mod model;
+pub mod raw;
+mod validate;
+
+use std::path::Path;
+
+pub use model::{
+    Config, ConfigError, ConfigProblem, ListenTls, Sink, StoreKind, UnboundWrites,
+    DEFAULT_SIGNING_KEY,
+};
+use raw::RawConfig;
+pub use validate::parse_size;
+use validate::{section, Collector};
+
+impl Config {
+    /// Reads and validates `path`; every problem found is in the error.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigError(vec![ConfigProblem {
+                file: file.clone(),
+                key: "-".into(),
+                reason: format!("cannot read: {e}"),
+            }])
+        })?;
+        Self::parse(&text, &file)
+    }
+
+    /// Validates configuration text; `file` names it in problems.
+    pub fn parse(text: &str, file: &str) -> Result<Config, ConfigError> {
+        let mut c = Collector {
+            file,
+            problems: Vec::new(),
+        };
+        let mut table: toml::Table = match text.parse() {
+            Ok(t) => t,
+            Err(e) => {
+                let key = e
+                    .span()
+                    .map(|s| format!("byte {}", s.start))
+                    .unwrap_or_else(|| "-".into());
+                c.push(&key, e.message().to_owned());
+                return Err(ConfigError(c.problems));
+            }
+        };
+        let raw = RawConfig {
+            listen: section(&mut table, "listen", &mut c),
+            admin: section(&mut table, "admin", &mut c),
+            upstream: section(&mut table, "upstream", &mut c),
+            limits: section(&mut table, "limits", &mut c),
+            store: section(&mut table, "store", &mut c),
+            signing: section(&mut table, "signing", &mut c),
+            trust: section(&mut table, "trust", &mut c),
+            ptcl: section(&mut table, "ptcl", &mut c),
+            rich: section(&mut table, "rich", &mut c),
+            mcp: table
+                .contains_key("mcp")
+                .then(|| section(&mut table, "mcp", &mut c)),
+            drift: section(&mut table, "drift", &mut c),
+        };
+        for key in table.keys() {
+            c.push(key, "unknown key");
+        }
+        let config = raw.validate(&mut c);
+        if c.problems.is_empty() {
+            Ok(config)
+        } else {
+            Err(ConfigError(c.problems))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

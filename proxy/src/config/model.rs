@@ -1,0 +1,97 @@
+//! The validated configuration: what the rest of the sidecar reads.
+
+use std::fmt;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Where `signing.key` is looked for when the config does not say.
+pub const DEFAULT_SIGNING_KEY: &str = "/etc/palisade/signing.pem";
+
+/// One thing wrong with a configuration file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigProblem {
+    pub file: String,
+    /// Dotted key path, e.g. `limits.max_body`.
+    pub key: String,
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigProblem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}: {}", self.file, self.key, self.reason)
+    }
+}
+
+/// Every problem found in one configuration file.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+pub struct ConfigError(pub Vec<ConfigProblem>);
+
+// ---- pass 2: validated ---------------------------------------------------------------------
+
+#[derive(Debug, Clone)]
+pub struct ListenTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Embedded,
+    Postgres,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UnboundWrites {
+    Deny,
+    Allow,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Sink {
+    Stdout,
+    File(PathBuf),
+    Webhook(String),
+}
+
+/// A validated configuration. Every field has its SPEC default filled in.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub listen_addr: String,
+    pub drain_timeout: Duration,
+    pub listen_tls: Option<ListenTls>,
+    pub public_base: Option<String>,
+    pub admin_addr: String,
+    pub upstream_url: http::Uri,
+    pub upstream_connect_timeout: Duration,
+    pub upstream_timeout: Duration,
+    pub upstream_ca: Option<PathBuf>,
+    pub upstream_identity: Option<String>,
+    pub shadow_url: Option<http::Uri>,
+    pub max_body: u64,
+    pub max_response: u64,
+    pub max_json_depth: usize,
+    pub header_timeout: Duration,
+    pub max_connections: usize,
+    pub store_kind: StoreKind,
+    pub store_path: PathBuf,
+    pub store_url: Option<String>,
+    pub signing_key: Option<PathBuf>,
+    pub trust_issuers: Option<PathBuf>,
+    pub writes: Vec<http::Method>,
+    pub max_clock_skew: Duration,
+    pub pre_image_fetch: bool,
+    pub max_grant: Duration,
+    pub authority: bool,
+    /// How long an Idempotency-Key's outcome is kept (SPEC §5.6: 24 h by default).
+    pub idempotency_retention: Duration,
+    pub lockfile: Option<PathBuf>,
+    pub contracts: Option<PathBuf>,
+    pub expected_digest: Option<String>,
+    pub unbound_writes: UnboundWrites,
+    pub watch: bool,
+    pub mcp_path: Option<String>,
+    pub drift_sinks: Vec<Sink>,
+    pub quarantine_dir: PathBuf,
+}

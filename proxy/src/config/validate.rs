@@ -1,0 +1,300 @@
+//! From the file as written to [`Config`]: each table read on its own with its unknown keys
+//! collected, then every value parsed, each failure a [`ConfigProblem`].
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use serde::de::DeserializeOwned;
+
+use super::model::{Config, ConfigProblem, ListenTls, Sink, StoreKind, UnboundWrites};
+use super::raw::{RawConfig, RawSink};
+
+pub(super) struct Collector<'a> {
+    pub(super) file: &'a str,
+    pub(super) problems: Vec<ConfigProblem>,
+}
+
+impl Collector<'_> {
+    pub(super) fn push(&mut self, key: &str, reason: impl Into<String>) {
+        self.problems.push(ConfigProblem {
+            file: self.file.to_owned(),
+            key: key.to_owned(),
+            reason: reason.into(),
+        });
+    }
+
+    pub(super) fn duration(&mut self, key: &str, v: &Option<String>, default: &str) -> Duration {
+        let text = v.as_deref().unwrap_or(default);
+        match humantime::parse_duration(text) {
+            Ok(d) => d,
+            Err(_) => {
+                self.push(key, "expected a duration such as \"2s\" or \"150ms\"");
+                humantime::parse_duration(default).expect("defaults are valid durations")
+            }
+        }
+    }
+
+    pub(super) fn size(&mut self, key: &str, v: &Option<String>, default: u64) -> u64 {
+        match v {
+            None => default,
+            Some(text) => parse_size(text).unwrap_or_else(|| {
+                self.push(
+                    key,
+                    "expected a size such as \"1MiB\", \"512KiB\" or \"4096\"",
+                );
+                default
+            }),
+        }
+    }
+
+    pub(super) fn addr(&mut self, key: &str, v: &Option<String>, default: &str) -> String {
+        let text = v.clone().unwrap_or_else(|| default.to_owned());
+        if text.parse::<SocketAddr>().is_err() {
+            self.push(
+                key,
+                "expected host:port with an IP address, e.g. \"127.0.0.1:8080\"",
+            );
+        }
+        text
+    }
+
+    pub(super) fn url(&mut self, key: &str, text: &str) -> Option<http::Uri> {
+        match text.parse::<http::Uri>() {
+            Ok(u)
+                if matches!(u.scheme_str(), Some("http" | "https")) && u.authority().is_some() =>
+            {
+                if u.path() != "/" && !u.path().is_empty() {
+                    self.push(key, "must be an origin (scheme://host:port) without a path");
+                }
+                Some(u)
+            }
+            _ => {
+                self.push(key, "expected an absolute http:// or https:// URL");
+                None
+            }
+        }
+    }
+}
+
+/// Parses `"1MiB"`, `"512KiB"`, `"10MB"`, `"4096"` (bytes).
+pub fn parse_size(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: u64 = num.parse().ok()?;
+    let mult: u64 = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" | "kB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        _ => return None,
+    };
+    n.checked_mul(mult)
+}
+
+pub(super) fn section<T: DeserializeOwned + Default>(
+    table: &mut toml::Table,
+    name: &str,
+    c: &mut Collector<'_>,
+) -> T {
+    let Some(value) = table.remove(name) else {
+        return T::default();
+    };
+    let mut unknown = Vec::new();
+    let result = serde_ignored::deserialize(value, |path| unknown.push(path.to_string()));
+    for key in unknown {
+        c.push(&format!("{name}.{key}"), "unknown key");
+    }
+    match result {
+        Ok(v) => v,
+        Err(e) => {
+            c.push(name, e.to_string());
+            T::default()
+        }
+    }
+}
+
+impl RawConfig {
+    pub(super) fn validate(self, c: &mut Collector<'_>) -> Config {
+        let listen_addr = c.addr("listen.addr", &self.listen.addr, "0.0.0.0:8080");
+        let drain_timeout = c.duration("listen.drain_timeout", &self.listen.drain_timeout, "20s");
+        let public_base = self.listen.public_base.clone();
+        if let Some(base) = &public_base {
+            c.url("listen.public_base", base);
+        }
+        let admin_addr = c.addr("admin.addr", &self.admin.addr, "127.0.0.1:9901");
+
+        let upstream_url = match &self.upstream.url {
+            Some(u) => c.url("upstream.url", u),
+            None => {
+                c.push("upstream.url", "is required");
+                None
+            }
+        }
+        .unwrap_or_else(|| http::Uri::from_static("http://127.0.0.1:1"));
+        let shadow_url = self
+            .upstream
+            .shadow_url
+            .as_deref()
+            .and_then(|u| c.url("upstream.shadow_url", u));
+        let upstream_tls = self.upstream.tls.unwrap_or_default();
+
+        let max_json_depth = match self.limits.max_json_depth {
+            None => 128,
+            Some(d) if (1..=4096).contains(&d) => d as usize,
+            Some(_) => {
+                c.push("limits.max_json_depth", "must be between 1 and 4096");
+                128
+            }
+        };
+        let max_connections = match self.limits.max_connections {
+            None => 10_000,
+            Some(n) if (1..=1_000_000).contains(&n) => n as usize,
+            Some(_) => {
+                c.push("limits.max_connections", "must be between 1 and 1000000");
+                10_000
+            }
+        };
+
+        let store_kind = match self.store.kind.as_deref() {
+            None | Some("embedded") => StoreKind::Embedded,
+            Some("postgres") => StoreKind::Postgres,
+            Some(_) => {
+                c.push("store.kind", "must be \"embedded\" or \"postgres\"");
+                StoreKind::Embedded
+            }
+        };
+        if store_kind == StoreKind::Postgres && self.store.url.is_none() {
+            c.push("store.url", "is required when store.kind = \"postgres\"");
+        }
+
+        let writes = self
+            .ptcl
+            .writes
+            .unwrap_or_else(|| ["POST", "PUT", "PATCH", "DELETE"].map(String::from).into())
+            .iter()
+            .filter_map(|m| match http::Method::from_bytes(m.as_bytes()) {
+                Ok(method) if m.bytes().all(|b| b.is_ascii_uppercase()) => Some(method),
+                _ => {
+                    c.push("ptcl.writes", "must list HTTP methods in upper case");
+                    None
+                }
+            })
+            .collect();
+        let pre_image_fetch = match self.ptcl.pre_image.as_deref() {
+            None | Some("fetch") => true,
+            Some("off") => false,
+            Some(_) => {
+                c.push("ptcl.pre_image", "must be \"fetch\" or \"off\"");
+                true
+            }
+        };
+        let unbound_writes = match self.rich.unbound_writes.as_deref() {
+            None | Some("deny") => UnboundWrites::Deny,
+            Some("allow") => UnboundWrites::Allow,
+            Some(_) => {
+                c.push("rich.unbound_writes", "must be \"deny\" or \"allow\"");
+                UnboundWrites::Deny
+            }
+        };
+        if self.rich.lockfile.is_some() != self.rich.contracts.is_some() {
+            c.push("rich", "lockfile and contracts must be set together");
+        }
+
+        let drift_sinks = self
+            .drift
+            .sinks
+            .unwrap_or_else(|| vec![RawSink::Named("stdout".into())])
+            .into_iter()
+            .filter_map(|s| match s {
+                RawSink::Named(n) if n == "stdout" => Some(Sink::Stdout),
+                RawSink::Named(_) => {
+                    c.push("drift.sinks", "a named sink must be \"stdout\"");
+                    None
+                }
+                RawSink::File { file } => Some(Sink::File(file)),
+                RawSink::Webhook { webhook } => {
+                    c.url("drift.sinks.webhook", &origin_of(&webhook));
+                    Some(Sink::Webhook(webhook))
+                }
+            })
+            .collect();
+
+        let mcp_path = self.mcp.map(|m| m.path.unwrap_or_else(|| "/mcp".into()));
+        if let Some(p) = &mcp_path {
+            if !p.starts_with('/') {
+                c.push("mcp.path", "must start with '/'");
+            }
+        }
+
+        Config {
+            listen_addr,
+            drain_timeout,
+            listen_tls: self.listen.tls.map(|t| ListenTls {
+                cert: t.cert,
+                key: t.key,
+                client_ca: t.client_ca,
+            }),
+            public_base,
+            admin_addr,
+            upstream_url,
+            upstream_connect_timeout: c.duration(
+                "upstream.connect_timeout",
+                &self.upstream.connect_timeout,
+                "2s",
+            ),
+            upstream_timeout: c.duration("upstream.timeout", &self.upstream.timeout, "30s"),
+            upstream_ca: upstream_tls.ca,
+            upstream_identity: upstream_tls.identity,
+            shadow_url,
+            max_body: c.size("limits.max_body", &self.limits.max_body, 1 << 20),
+            max_response: c.size("limits.max_response", &self.limits.max_response, 8 << 20),
+            max_json_depth,
+            header_timeout: c.duration("limits.header_timeout", &self.limits.header_timeout, "10s"),
+            max_connections,
+            store_kind,
+            store_path: self
+                .store
+                .path
+                .unwrap_or_else(|| "/var/lib/palisade/state.redb".into()),
+            store_url: self.store.url,
+            signing_key: self.signing.key,
+            trust_issuers: self.trust.issuers,
+            writes,
+            max_clock_skew: c.duration("ptcl.max_clock_skew", &self.ptcl.max_clock_skew, "60s"),
+            pre_image_fetch,
+            max_grant: c.duration("ptcl.max_grant", &self.ptcl.max_grant, "5m"),
+            authority: self.ptcl.authority.unwrap_or(true),
+            idempotency_retention: c.duration(
+                "ptcl.idempotency_retention",
+                &self.ptcl.idempotency_retention,
+                "24h",
+            ),
+            lockfile: self.rich.lockfile,
+            contracts: self.rich.contracts,
+            expected_digest: self.rich.expected_digest,
+            unbound_writes,
+            watch: self.rich.watch.unwrap_or(true),
+            mcp_path,
+            drift_sinks,
+            quarantine_dir: self
+                .drift
+                .quarantine_dir
+                .unwrap_or_else(|| "/var/lib/palisade/quarantine".into()),
+        }
+    }
+}
+
+/// The origin part of a URL (for validating webhook URLs, which may have a path).
+fn origin_of(url: &str) -> String {
+    match url.parse::<http::Uri>() {
+        Ok(u) => match (u.scheme_str(), u.authority()) {
+            (Some(s), Some(a)) => format!("{s}://{a}"),
+            _ => url.to_owned(),
+        },
+        Err(_) => url.to_owned(),
+    }
+}

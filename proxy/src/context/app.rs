@@ -1,0 +1,34 @@
+//! The state one server's requests share.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use super::enforcement::Enforcement;
+use super::locks::Drifted;
+use crate::config::Config;
+use crate::net::upstream::Upstream;
+use crate::telemetry;
+
+/// State shared by every request of one server.
+pub struct AppState {
+    pub config: Config,
+    pub metrics: telemetry::Metrics,
+    /// Present when `ptcl.writes` is not empty: every write goes through it.
+    pub enforcement: Option<Arc<Enforcement>>,
+    /// The RICH bundle in force (SPEC §7): swapped whole on reload; a request loads it once
+    /// and is decided wholly by that version.
+    pub bundle: arc_swap::ArcSwapOption<palisade_policy::rich::Bundle>,
+    /// `upstream.shadow_url`: where DRY_RUN_SHADOW writes go instead of the SoR.
+    pub shadow: Option<Upstream>,
+    pub upstream: Upstream,
+    /// Set on SIGTERM: `/readyz` turns 503 at once.
+    pub draining: AtomicBool,
+    /// MCP tools last listed with a changed definition (SPEC §7).
+    pub mcp_drifted: Drifted,
+}
+
+impl AppState {
+    pub fn is_draining(&self) -> bool {
+        self.draining.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,79 @@
+//! The handles write enforcement needs, built once at start.
+
+use std::sync::Arc;
+
+use palisade_policy::keys::{KeyPair, TrustStore};
+use palisade_policy::lease;
+
+use crate::clock::AnchoredClock;
+use crate::config::Config;
+use crate::store::Store;
+use crate::telemetry::drift::DriftSink;
+
+use super::locks::{FirstSeen, InFlight, ResourceLocks};
+
+/// Everything write enforcement needs, built once at start.
+pub struct Enforcement {
+    pub key: Arc<KeyPair>,
+    pub trust: TrustStore,
+    pub store: Arc<dyn Store>,
+    pub locks: ResourceLocks,
+    pub clock: AnchoredClock,
+    pub first_seen: FirstSeen,
+    pub drift: DriftSink,
+    /// Idempotency keys whose first request is still running (SPEC §5.6).
+    pub idempotency: InFlight,
+}
+
+impl Enforcement {
+    /// Loads the sidecar key and the issuers, opens the store, starts the drift sink. Must run
+    /// inside the runtime (the drift sink spawns its writer task).
+    pub fn load(config: &Config) -> anyhow::Result<Self> {
+        use anyhow::Context as _;
+        let key_path = config
+            .signing_key
+            .clone()
+            .unwrap_or_else(|| crate::config::DEFAULT_SIGNING_KEY.into());
+        let pem = std::fs::read_to_string(&key_path)
+            .with_context(|| format!("signing.key: cannot read {}", key_path.display()))?;
+        let key = Arc::new(
+            KeyPair::from_pkcs8_pem(&pem)
+                .with_context(|| format!("signing.key: {}", key_path.display()))?,
+        );
+        let mut trust = TrustStore::new();
+        trust.insert(key.trusted("sidecar"))?;
+        if let Some(path) = &config.trust_issuers {
+            let bytes = std::fs::read(path)
+                .with_context(|| format!("trust.issuers: cannot read {}", path.display()))?;
+            trust
+                .extend_from_issuers_json(&bytes)
+                .with_context(|| format!("trust.issuers: {}", path.display()))?;
+        }
+        let store: Arc<dyn Store> = match config.store_kind {
+            crate::config::StoreKind::Embedded => Arc::new(
+                crate::store::embedded::EmbeddedStore::open(&config.store_path, key.clone())
+                    .context("store")?,
+            ),
+            crate::config::StoreKind::Postgres => {
+                anyhow::bail!("store.kind: \"postgres\" is not available in this build")
+            }
+        };
+        Ok(Self {
+            key,
+            trust,
+            store,
+            locks: ResourceLocks::default(),
+            clock: AnchoredClock::new(),
+            first_seen: FirstSeen::default(),
+            drift: DriftSink::start(&config.drift_sinks),
+            idempotency: Default::default(),
+        })
+    }
+}
+
+impl Enforcement {
+    /// Now on the sidecar's clock, as receipts and events write it (RFC 3339, milliseconds).
+    pub fn now_rfc3339(&self) -> String {
+        lease::format_rfc3339_ms(self.clock.now_ms())
+    }
+}

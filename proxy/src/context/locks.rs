@@ -1,0 +1,93 @@
+//! In-memory coordination shared by the requests of one process: per-resource write locks,
+//! when a lease was first seen, idempotency keys in flight, tools seen drifted. Each table is
+//! bounded or holds only what a running request holds.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+
+use tokio::sync::OwnedMutexGuard;
+
+/// In-process per-resource write locks (SPEC §5.3). One sidecar owns an embedded store, so an
+/// in-process lock is the lock every writer respects; a shared (PostgreSQL) store takes its
+/// lock in the database instead.
+#[derive(Default)]
+pub struct ResourceLocks {
+    /// Weak entries: a lock lives as long as someone holds or waits for it; dead entries are
+    /// swept when the map grows.
+    map: Mutex<HashMap<String, Weak<tokio::sync::Mutex<()>>>>,
+}
+
+impl ResourceLocks {
+    pub async fn lock(&self, resource: &str) -> OwnedMutexGuard<()> {
+        let lock = {
+            let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(l) = map.get(resource).and_then(Weak::upgrade) {
+                l
+            } else {
+                if map.len() > 4096 {
+                    map.retain(|_, w| w.strong_count() > 0);
+                }
+                let l = Arc::new(tokio::sync::Mutex::new(()));
+                map.insert(resource.to_owned(), Arc::downgrade(&l));
+                l
+            }
+        };
+        lock.lock_owned().await
+    }
+}
+
+/// When this sidecar first saw a lease that has no `issued_at` (its window starts then).
+/// Bounded: when full, the oldest half is forgotten (such a lease then starts a new window,
+/// which is the same as it never having been seen). Kept in memory: after a restart a
+/// never-used lease starts a new window; a used one is refused by its fence anyway.
+#[derive(Default)]
+pub struct FirstSeen {
+    map: Mutex<HashMap<String, i64>>,
+}
+
+impl FirstSeen {
+    const CAP: usize = 100_000;
+
+    pub fn get_or_insert(&self, lease_id: &str, now_ms: i64) -> i64 {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(t) = map.get(lease_id) {
+            return *t;
+        }
+        if map.len() >= Self::CAP {
+            let mut times: Vec<i64> = map.values().copied().collect();
+            times.sort_unstable();
+            let cutoff = times[times.len() / 2];
+            map.retain(|_, t| *t > cutoff);
+        }
+        map.insert(lease_id.to_owned(), now_ms);
+        now_ms
+    }
+}
+
+/// Keys whose first request is still running, with that request's fingerprint.
+#[derive(Default)]
+pub struct InFlight {
+    pub(crate) map: Arc<Mutex<HashMap<String, String>>>,
+}
+
+/// Tools whose latest listing showed their pinned definition changed, with the digest of the
+/// bundle that pinned them.
+#[derive(Debug, Default)]
+pub struct Drifted(Mutex<HashMap<String, String>>);
+
+impl Drifted {
+    /// Whether `tool`, as pinned by the bundle `digest`, was last listed changed.
+    pub fn is_drifted(&self, digest: &str, tool: &str) -> bool {
+        let map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        map.get(tool).is_some_and(|d| d == digest)
+    }
+
+    pub(crate) fn mark(&self, digest: &str, tool: &str, drifted: bool) {
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if drifted {
+            map.insert(tool.to_owned(), digest.to_owned());
+        } else {
+            map.remove(tool);
+        }
+    }
+}

@@ -1,0 +1,21 @@
+//! What every request handler is handed: the server's state and the facts of one request.
+//!
+//! The bottom of the request-handling layers (docs/architecture.md): the pipeline, the
+//! protocol surfaces (`authority`, `mcp`) and `enforce` all import from here, and nothing here
+//! imports them. It may use only `config`, `clock`, `net`, `telemetry` and `store`.
+//! - [`AppState`]: one per server: configuration, metrics, the bundle in force, the upstream
+//!   clients, and [`Enforcement`] when writes are enforced;
+//! - [`Enforcement`]: the handles write enforcement needs (key, trust, store, locks, clock,
+//!   drift sink), built once at start;
+//! - [`WriteContext`] and [`Binding`]: what one request is decided by and named as;
+//! - `locks`: in-memory tables shared by the requests of one process.
+
+mod app;
+mod enforcement;
+mod locks;
+mod request;
+
+pub use app::AppState;
+pub use enforcement::Enforcement;
+pub use locks::{Drifted, FirstSeen, InFlight, ResourceLocks};
+pub use request::{Binding, Outcome, WriteContext};

@@ -1,0 +1,100 @@
+//! The facts one request is decided by and named as, and how it ended.
+
+use palisade_policy::rich::{Bundle, Capability};
+
+/// Facts about the request that receipts and events name.
+#[derive(Debug, Clone)]
+pub struct WriteContext {
+    pub method: http::Method,
+    pub trace_id: String,
+    /// `METHOD path` without the query.
+    pub operation: String,
+    /// The bundle in force (`sha-256:` of the lockfile), for receipts.
+    pub lockfile_digest: Option<String>,
+    /// The bundle's `bindingId` and the bound contract's digest, for drift events.
+    pub binding_id: Option<String>,
+    pub contract_digest: Option<String>,
+    /// The binding's upstream timeout (`runtime.timeout`, else `operational.timeout`).
+    pub timeout: Option<std::time::Duration>,
+    /// The binding's `deployment.identity`: the SPIFFE ID the upstream must present.
+    pub identity: Option<String>,
+}
+
+impl WriteContext {
+    pub fn new(method: http::Method, trace_id: String, operation: String) -> Self {
+        Self {
+            method,
+            trace_id,
+            operation,
+            lockfile_digest: None,
+            binding_id: None,
+            contract_digest: None,
+            timeout: None,
+            identity: None,
+        }
+    }
+
+    /// Records the bundle and the capability (if any) this request is decided by.
+    pub fn bind(&mut self, bundle: Option<&Bundle>, binding: &Binding<'_>) {
+        if let Some(b) = bundle {
+            self.lockfile_digest = Some(b.digest.clone());
+            self.binding_id = Some(b.binding_id.clone());
+        }
+        if let Binding::Bound(cap) = binding {
+            self.contract_digest = Some(cap.contract.digest.clone());
+            self.identity = cap.deployment_identity.clone();
+            self.timeout = cap
+                .runtime
+                .timeout_ms
+                .or(cap.contract.timeout_ms)
+                .map(std::time::Duration::from_millis);
+        }
+    }
+}
+
+/// How the bundle in force binds a request (SPEC §4, §7).
+#[derive(Debug, Clone, Copy)]
+pub enum Binding<'a> {
+    /// No bundle configured: every operation is unbound.
+    NoBundle,
+    /// A bundle is loaded and no capability matches.
+    Unbound,
+    Bound(&'a Capability),
+}
+
+impl<'a> Binding<'a> {
+    /// Routes a request through `bundle`.
+    pub fn of(bundle: Option<&'a Bundle>, method: &http::Method, path: &str) -> Self {
+        match bundle {
+            None => Binding::NoBundle,
+            Some(b) => match b.route(method.as_str(), path) {
+                Some(cap) => Binding::Bound(cap),
+                None => Binding::Unbound,
+            },
+        }
+    }
+
+    pub fn capability(&self) -> Option<&'a Capability> {
+        match self {
+            Binding::Bound(c) => Some(c),
+            _ => None,
+        }
+    }
+}
+
+/// How a request ended, for metrics and the access log.
+#[derive(Debug, Clone, Copy)]
+pub enum Outcome {
+    Forwarded,
+    Refused,
+    Error,
+    /// An idempotency key's stored outcome, sent again (SPEC §5.6).
+    Replayed,
+}
+
+impl Outcome {
+    /// Index into `telemetry::OUTCOMES`.
+    pub fn index(self) -> usize {
+        self as usize
+    }
+}

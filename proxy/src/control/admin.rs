@@ -1,0 +1,231 @@
+//! The admin listener (SPEC §9): health, readiness, metrics, and the escrow decisions
+//! (`POST /admin/v1/escrow/{id}/approve|reject`, `GET /admin/v1/escrow`).
+//!
+//! Plain HTTP/1.1 on `admin.addr` (loopback by default). It is served apart from the data
+//! plane so a flood of agent traffic cannot starve probes, and it stops last on shutdown so
+//! that `/readyz` keeps answering 503 while the data plane drains.
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::{header, Method, Request, Response, StatusCode};
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::context::AppState;
+use crate::control::escrow;
+use crate::net::body::{self, ProxyBody};
+
+pub async fn serve(
+    listener: TcpListener,
+    state: Arc<AppState>,
+    metrics: PrometheusHandle,
+    mut stop: watch::Receiver<bool>,
+) {
+    // Histograms are kept in windows that need draining now and then.
+    let upkeep = {
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+            loop {
+                tick.tick().await;
+                metrics.run_upkeep();
+            }
+        })
+    };
+    loop {
+        let (stream, _) = tokio::select! {
+            a = listener.accept() => match a {
+                Ok(a) => a,
+                Err(_) => continue,
+            },
+            _ = stop.changed() => break,
+        };
+        let state = state.clone();
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req| respond(req, state.clone(), metrics.clone()));
+            let _ = auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(stream), svc)
+                .await;
+        });
+    }
+    upkeep.abort();
+}
+
+async fn respond(
+    req: Request<Incoming>,
+    state: Arc<AppState>,
+    metrics: PrometheusHandle,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let text = |status: StatusCode, body: &'static str| {
+        let mut r = Response::new(body::full(body));
+        *r.status_mut() = status;
+        r.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("text/plain"),
+        );
+        r
+    };
+    let path = req.uri().path();
+    let json = |status: StatusCode, doc: serde_json::Value| body::json_response(status, &doc);
+    match (req.method(), path) {
+        (&Method::POST, "/admin/v1/reload") => {
+            return Ok(match crate::control::reload::reload(&state).await {
+                Ok(crate::control::reload::Reloaded::Applied { digest }) => json(
+                    StatusCode::OK,
+                    serde_json::json!({"result": "applied", "digest": digest}),
+                ),
+                Ok(crate::control::reload::Reloaded::Unchanged { digest }) => json(
+                    StatusCode::OK,
+                    serde_json::json!({"result": "unchanged", "digest": digest}),
+                ),
+                Err(problems) => json(
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    serde_json::json!({"result": "rejected", "problems": problems,
+                        "digest": state.bundle.load_full().map(|b| b.digest.clone())}),
+                ),
+            });
+        }
+        (&Method::GET, "/admin/v1/drift-events") => {
+            // ?after=<cursor>&limit=N (default 100, at most 1000).
+            let mut after = 0u64;
+            let mut limit = 100usize;
+            for pair in req.uri().query().unwrap_or("").split('&') {
+                match pair.split_once('=') {
+                    Some(("after", v)) => after = v.parse().unwrap_or(0),
+                    Some(("limit", v)) => limit = v.parse().unwrap_or(100).clamp(1, 1000),
+                    _ => {}
+                }
+            }
+            let page = match &state.enforcement {
+                Some(enf) => enf.drift.page(after, limit),
+                None => crate::telemetry::drift::Page {
+                    events: Vec::new(),
+                    next: after,
+                },
+            };
+            return Ok(json(
+                StatusCode::OK,
+                serde_json::json!({"events": page.events, "next": page.next}),
+            ));
+        }
+        (&Method::GET, "/admin/v1/lockfile") => {
+            return Ok(match state.bundle.load_full() {
+                Some(b) => json(StatusCode::OK, crate::control::bundle::summary(&b)),
+                None => json(
+                    StatusCode::NOT_FOUND,
+                    serde_json::json!({"error": "no bundle configured"}),
+                ),
+            });
+        }
+        _ => {}
+    }
+    if let (&Method::GET, Some(resource)) = (req.method(), path.strip_prefix("/admin/v1/fences/")) {
+        return Ok(fence(&state, resource).await);
+    }
+    if let Some(rest) = path.strip_prefix("/admin/v1/escrow") {
+        let resp = match (req.method(), rest) {
+            (&Method::GET, "" | "/") => escrow::list(state).await,
+            (&Method::POST, r) => match r.strip_prefix('/').and_then(|r| r.split_once('/')) {
+                Some((id, "approve")) if !id.is_empty() => {
+                    escrow::approve(state, id.to_owned()).await
+                }
+                Some((id, "reject")) if !id.is_empty() => {
+                    escrow::reject(state, id.to_owned()).await
+                }
+                _ => text(StatusCode::NOT_FOUND, "not found\n"),
+            },
+            _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        };
+        return Ok(resp);
+    }
+    Ok(match (req.method(), path) {
+        (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),
+        (&Method::GET, "/readyz") => {
+            // Ready: not draining, and the store answers (SPEC §9).
+            let store_ok = match &state.enforcement {
+                Some(enf) => enf.store.ready().await.is_ok(),
+                None => true,
+            };
+            if state.is_draining() {
+                text(StatusCode::SERVICE_UNAVAILABLE, "draining\n")
+            } else if !store_ok {
+                text(StatusCode::SERVICE_UNAVAILABLE, "store unavailable\n")
+            } else {
+                text(StatusCode::OK, "ready\n")
+            }
+        }
+        (&Method::GET, "/metrics") => {
+            let mut r = Response::new(body::full(metrics.render()));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                header::HeaderValue::from_static("text/plain; version=0.0.4"),
+            );
+            r
+        }
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    })
+}
+
+/// An HTTP resource's key: its normalised URI without the query (relative to `public_base`
+/// when it starts with `/`).
+fn http_key(state: &AppState, decoded: &str) -> Option<String> {
+    let absolute = match (decoded.starts_with('/'), &state.config.public_base) {
+        (true, Some(base)) => format!("{}{decoded}", base.trim_end_matches('/')),
+        _ => decoded.to_owned(),
+    };
+    let normalized = palisade_policy::target::normalize(&absolute).ok()?;
+    Some(palisade_policy::target::resource_key(&normalized).to_owned())
+}
+
+/// `GET /admin/v1/fences/{resource}`: a resource's current epoch (0: never fenced). The
+/// resource is its key (SPEC §4.3), percent-encoded as one path segment; a key that starts
+/// with `/` is taken relative to `listen.public_base`.
+async fn fence(state: &AppState, encoded: &str) -> Response<ProxyBody> {
+    let json = |status: StatusCode, doc: serde_json::Value| body::json_response(status, &doc);
+    let Some(enf) = &state.enforcement else {
+        return json(
+            StatusCode::NOT_FOUND,
+            serde_json::json!({"error": "no enforcement configured: there are no fences"}),
+        );
+    };
+    let Ok(decoded) = percent_encoding::percent_decode_str(encoded).decode_utf8() else {
+        return json(
+            StatusCode::BAD_REQUEST,
+            serde_json::json!({"error": "the resource is not UTF-8 once decoded"}),
+        );
+    };
+    // MCP tool resources have keys of their own (SPEC §11), not URIs.
+    let key = if decoded.starts_with("mcp:tool/") {
+        decoded.into_owned()
+    } else {
+        match http_key(state, &decoded) {
+            Some(k) => k,
+            None => {
+                return json(
+                    StatusCode::BAD_REQUEST,
+                    serde_json::json!({"error": "the resource is not an absolute http(s) URI or an mcp:tool/ key"}),
+                )
+            }
+        }
+    };
+    match enf.store.epoch(&key).await {
+        Ok(epoch) => json(
+            StatusCode::OK,
+            serde_json::json!({"resource": key, "epoch": epoch}),
+        ),
+        Err(e) => {
+            tracing::warn!(error = %e, "fence lookup failed");
+            json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                serde_json::json!({"error": "the state store does not answer"}),
+            )
+        }
+    }
+}

@@ -1,0 +1,223 @@
+//! Operator decisions on held writes (SPEC §5.4): `POST /admin/v1/escrow/{id}/approve|reject`
+//! and `GET /admin/v1/escrow`. A release judges the held request again under the bundle in
+//! force, as the protocol that carried it (an HTTP write or an MCP tool call); holding and the
+//! escrow record itself are `enforce::escrow`.
+
+use std::sync::Arc;
+
+use http::{Method, Response, StatusCode};
+use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
+use palisade_policy::ErrorCode;
+use serde_json::{json, Value};
+
+use crate::context::{AppState, Binding, Enforcement, WriteContext};
+use crate::enforce::checks;
+use crate::enforce::escrow::{
+    load, not_held, problem, rebuild, status_doc, without_request, LIST_SCAN,
+};
+use crate::enforce::facts::WriteFacts;
+use crate::enforce::receipts;
+use crate::enforce::send;
+use crate::enforce::send::Keep;
+use crate::net::body::{self, ProxyBody};
+use crate::net::headers;
+use crate::store::{Attachments, EscrowUpdate};
+use base64::Engine as _;
+
+/// `POST /admin/v1/escrow/{id}/approve`: releases a held write; every check runs again.
+pub async fn approve(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
+    let Some(enf) = state.enforcement.clone() else {
+        return problem(ErrorCode::NotFound, "write enforcement is off");
+    };
+    // The release runs to its end even if the operator's connection goes away.
+    let task = tokio::spawn(async move { release(&state, &enf, &id).await });
+    task.await
+        .unwrap_or_else(|_| problem(ErrorCode::Internal, "the release could not be completed"))
+}
+
+async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Response<ProxyBody> {
+    let rec = match load(enf, id).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    if rec["state"] != "held" {
+        return not_held();
+    }
+    let mut releasing = rec.clone();
+    releasing["state"] = json!("releasing");
+    releasing["released_at"] = json!(enf.now_rfc3339());
+    let update = EscrowUpdate {
+        id: id.to_owned(),
+        expect: Some("held".into()),
+        record: releasing.clone(),
+    };
+    match enf.store.escrow_put(update).await {
+        Ok(true) => {}
+        Ok(false) => return not_held(),
+        Err(_) => {
+            return problem(
+                ErrorCode::StoreUnavailable,
+                "the state store cannot record the release",
+            )
+        }
+    }
+    let decided = without_request(&releasing);
+    let mut cx = WriteContext::new(
+        Method::from_bytes(rec["request"]["method"].as_str().unwrap_or("").as_bytes())
+            .unwrap_or(Method::POST),
+        rec["trace_id"].as_str().unwrap_or_default().to_owned(),
+        rec["operation"].as_str().unwrap_or_default().to_owned(),
+    );
+    let finish_refused = |code: &str, receipt: Value| {
+        let mut r = decided.clone();
+        r["state"] = json!("refused");
+        r["code"] = json!(code);
+        r["receipt"] = receipt;
+        EscrowUpdate {
+            id: id.to_owned(),
+            expect: Some("releasing".into()),
+            record: r,
+        }
+    };
+    let Some((parts, bytes, conn, mut who)) = rebuild(&rec["request"]) else {
+        tracing::error!(escrow_id = %id, "held request unreadable; refusing its release");
+        let _ = enf
+            .store
+            .escrow_put(finish_refused(ErrorCode::Internal.as_str(), Value::Null))
+            .await;
+        return problem(ErrorCode::Internal, "the held request cannot be read");
+    };
+    who.origin = rec["request"]["origin"].as_str().map(str::to_owned);
+    who.caller = rec["caller"].as_str().map(str::to_owned);
+    let keep = Keep::Escrow {
+        id: id.to_owned(),
+        record: decided.clone(),
+    };
+    // Released under the bundle in force now: its contract is what the write must meet.
+    let refused = if rec["request"]["protocol"] == "mcp" {
+        crate::mcp::held::release(state, enf, parts, bytes, &conn, &who, &mut cx, keep)
+            .await
+            .err()
+    } else {
+        let bundle = state.bundle.load_full();
+        let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
+        cx.bind(bundle.as_deref(), &binding);
+        match checks::check(
+            &state.config,
+            enf,
+            &state.upstream,
+            WriteFacts::http(&parts, &bytes, &who),
+            &who,
+            binding,
+            true,
+        )
+        .await
+        {
+            Ok(permit) => {
+                let cap = binding.capability();
+                send::forward(state, enf, permit, parts, bytes, &conn, &cx, keep, cap).await;
+                None
+            }
+            Err(denied) => {
+                let code = denied.refusal.code;
+                Some((
+                    code,
+                    receipts::refuse_write(state, enf, &parts, denied, &cx, &bytes).await,
+                ))
+            }
+        }
+    };
+    match refused {
+        None => {}
+        Some((code, resp)) => {
+            let receipt = resp
+                .headers()
+                .get(headers::RECEIPT_HEADER)
+                .and_then(|v| {
+                    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+                    URL_SAFE_NO_PAD.decode(v.as_bytes()).ok()
+                })
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .unwrap_or(Value::Null);
+            if let Err(e) = enf
+                .store
+                .escrow_put(finish_refused(code.as_str(), receipt))
+                .await
+            {
+                tracing::error!(error = %e, escrow_id = %id, "escrow refusal not recorded");
+            }
+        }
+    }
+    match load(enf, id).await {
+        Ok(rec) => body::json_response(StatusCode::OK, &status_doc(&rec)),
+        Err(resp) => resp,
+    }
+}
+
+/// `POST /admin/v1/escrow/{id}/reject`: drops a held write with an escrow receipt.
+pub async fn reject(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
+    let Some(enf) = state.enforcement.clone() else {
+        return problem(ErrorCode::NotFound, "write enforcement is off");
+    };
+    let rec = match load(&enf, &id).await {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    if rec["state"] != "held" {
+        return not_held();
+    }
+    let mut rejected = without_request(&rec);
+    rejected["state"] = json!("rejected");
+    rejected["rejected_at"] = json!(enf.now_rfc3339());
+    let body = ReceiptBody {
+        outcome: Some("rejected".into()),
+        lease_id: rec["lease_id"].as_str().map(str::to_owned),
+        method: rec["request"]["method"].as_str().map(str::to_owned),
+        trace_id: rec["trace_id"].as_str().map(str::to_owned),
+        ..ReceiptBody::new(
+            format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+            ReceiptKind::Escrow,
+            enf.now_rfc3339(),
+        )
+    };
+    let attach = Attachments {
+        idempotency: None,
+        escrow: Some(EscrowUpdate {
+            id: id.clone(),
+            expect: Some("held".into()),
+            record: rejected,
+        }),
+    };
+    match enf.store.append_receipt_with(body, attach).await {
+        Ok(Some(_)) => match load(&enf, &id).await {
+            Ok(rec) => body::json_response(StatusCode::OK, &status_doc(&rec)),
+            Err(resp) => resp,
+        },
+        Ok(None) => not_held(),
+        Err(_) => problem(
+            ErrorCode::StoreUnavailable,
+            "the state store cannot record the rejection",
+        ),
+    }
+}
+
+/// `GET /admin/v1/escrow`: escrows not yet decided (held, or left releasing by a crash).
+pub async fn list(state: Arc<AppState>) -> Response<ProxyBody> {
+    let Some(enf) = state.enforcement.clone() else {
+        return body::json_response(StatusCode::OK, &json!({"escrows": []}));
+    };
+    match enf.store.escrows(LIST_SCAN).await {
+        Ok(all) => {
+            let open: Vec<Value> = all
+                .iter()
+                .filter(|r| r["state"] == "held" || r["state"] == "releasing")
+                .map(status_doc)
+                .collect();
+            body::json_response(StatusCode::OK, &json!({"escrows": open}))
+        }
+        Err(_) => problem(
+            ErrorCode::StoreUnavailable,
+            "the state store cannot be read",
+        ),
+    }
+}

@@ -1,0 +1,15 @@
+//! The operator's side: the admin listener, the bundle holder and its reloads, escrow
+//! decisions.
+//!
+//! Above the request layers: it reads and swaps what they use ([`crate::context::AppState`]'s
+//! bundle) and calls into `enforce` and `mcp` to release held writes; none of them calls
+//! back into it.
+//! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/admin/v1/…`;
+//! - [`bundle`]: the RICH bundle a configuration names, loaded and compiled;
+//! - [`reload`]: swapping it (admin call, SIGHUP, file watch) without a torn read;
+//! - [`escrow`]: approve, reject and list held writes.
+
+pub mod admin;
+pub mod bundle;
+pub mod escrow;
+pub mod reload;

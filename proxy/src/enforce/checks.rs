@@ -1,0 +1,226 @@
+//! Write enforcement (SPEC §5.2), in the SPEC's order: pure checks first, I/O last.
+//!
+//! ```text
+//! unbound? (404) → 1 lease present (428) → 2–8 policy::lease::verify
+//!   → 10 inverse staged and matching → [per-resource lock]
+//!   → 11 fence epoch (store read) → 12 pre-image (upstream GET)
+//!   → durable: advance epoch + stage inverse (store, fsync) → Permit
+//! ```
+//! The caller forwards the write while holding the [`Permit`] (and so the resource's lock),
+//! then calls `receipts::commit` for the receipt. A refusal at any step goes through
+//! `receipts::refuse`: problem+json, a signed rejection receipt in the chain, a drift event;
+//! nothing reaches the upstream and no epoch moves. Contract checks 8 (reversibility) and 9
+//! (`structural.input`) run here too, from the bound capability.
+//!
+//! A permit says what happens next (`Disposition`): forward, dry-run (nothing moves) or
+//! hold in escrow (nothing moves until an operator releases it, when every check runs again).
+
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::lease::{self, RequestFacts, VerifyContext};
+use palisade_policy::{fence, inverse, target, ErrorCode, Refusal};
+
+use crate::config::{Config, UnboundWrites};
+use crate::context::{Binding, Enforcement};
+use crate::enforce::facts::{Requester, WriteFacts};
+use crate::enforce::permit::{Denied, Permit};
+use crate::enforce::preimage::fetch_state;
+use crate::net::upstream::Upstream;
+use crate::store::{Advance, StoreError, WriteIntent};
+
+/// Runs checks in SPEC order; `Ok` means the write may go on as its [`Permit::disposition`]
+/// says. `releasing`: an escrowed write being released (it is forwarded, not held again).
+#[allow(clippy::too_many_arguments)] // each is a distinct input of the checks; none travel together elsewhere
+pub async fn check(
+    config: &Config,
+    enf: &Enforcement,
+    upstream: &Upstream,
+    facts: WriteFacts<'_>,
+    who: &Requester,
+    binding: Binding<'_>,
+    releasing: bool,
+) -> Result<Permit, Denied> {
+    // SPEC §4.2: without a lockfile every write is unbound.
+    if binding.capability().is_none() && config.unbound_writes == UnboundWrites::Deny {
+        return Err(Refusal::new(
+            ErrorCode::UnboundOperation,
+            "no lockfile binding for this operation and rich.unbound_writes is deny",
+        )
+        .into());
+    }
+    // Check 1.
+    let carried = facts.lease.as_ref().ok_or_else(|| {
+        Refusal::new(
+            ErrorCode::LeaseRequired,
+            "a write needs a compensation lease",
+        )
+    })?;
+    let raw = carried.lease_bytes()?;
+    let raw: &[u8] = &raw;
+    let body = facts.body;
+    let target = facts.target.clone().ok_or_else(|| {
+        Refusal::new(
+            ErrorCode::TargetMismatch,
+            "the request's target cannot be formed (Host missing or invalid)",
+        )
+    })?;
+    // Checks 2–8. The window of a lease without issued_at starts when first seen (check 6).
+    // Scoped so that the borrowed callback is gone before the next await (the future must be
+    // Send for every lifetime).
+    let verified = {
+        let now = enf.clock.now_ms();
+        let first_seen = |lease_id: &str| enf.first_seen.get_or_insert(lease_id, now);
+        let cx = VerifyContext {
+            now_ms: now,
+            max_clock_skew_ms: config.max_clock_skew.as_millis() as i64,
+            first_seen: Some(&first_seen),
+            request: Some(RequestFacts {
+                target: &target,
+                // Check 8: the bound contract's reversibility gates the recovery mode.
+                reversibility: binding.capability().map(|c| c.contract.reversibility),
+            }),
+        };
+        lease::verify(raw, &enf.trust, &cx)
+    };
+    let verified = verified?;
+    let l = verified.lease();
+    // Check 9: the body against the bound contract's structural.input.
+    if let Some(cap) = binding.capability() {
+        palisade_policy::rich::check_input(&cap.contract, facts.input, config.max_json_depth)?;
+    }
+    // A lease this sidecar granted names its caller (SPEC §5.7): only that caller may use it.
+    if let Some(agent) = &l.agent_id {
+        if who.caller.as_deref() != Some(agent.as_str()) {
+            return Err(Refusal::new(
+                ErrorCode::LeaseNotYours,
+                "the lease was granted to another caller",
+            )
+            .into());
+        }
+    }
+
+    // Check 10: the inverse travels inline or was staged earlier.
+    let staged = match &facts.inverse {
+        Some(carried) => Some(inverse::parse(
+            &carried.inverse_bytes()?,
+            config.max_json_depth,
+        )?),
+        None => match enf
+            .store
+            .inverse(&l.lease_id)
+            .await
+            .map_err(store_refusal)?
+        {
+            Some(bytes) => Some(inverse::parse(&bytes, config.max_json_depth)?),
+            None => None,
+        },
+    };
+    inverse::check(staged.as_ref(), l)?;
+
+    // Checks 11–12 and the forward happen under the resource's lock.
+    let resource = facts
+        .resource
+        .clone()
+        .unwrap_or_else(|| target::resource_key(&target).to_owned());
+    let pq = facts.path;
+    let guard = enf.locks.lock(&resource).await;
+    let current = enf.store.epoch(&resource).await.map_err(store_refusal)?;
+    let at_epoch = |refusal| Denied {
+        refusal,
+        current_epoch: Some(current),
+        peer: None,
+    };
+    fence::check_epoch(current, l.cas_fence_epoch).map_err(at_epoch)?;
+    // Check 12 applies to HTTP resources only (`facts.headers` is `None` for a tool call).
+    let pre_image = if let (true, Some(headers)) = (config.pre_image_fetch, facts.headers) {
+        let identity = binding
+            .capability()
+            .and_then(|c| c.deployment_identity.as_deref());
+        let actual = fetch_state(config, upstream, pq, headers, identity)
+            .await
+            .map_err(|d| Denied {
+                current_epoch: Some(current),
+                ..d
+            })?;
+        fence::check_pre_image(&l.pre_image_state_hash, &actual.digest).map_err(at_epoch)?;
+        Some(actual)
+    } else {
+        None
+    };
+    // SNAPSHOT_RESTORE keeps what the write replaces.
+    let snapshot = match (l.recovery_mode, &pre_image) {
+        (lease::RecoveryMode::SnapshotRestore, Some(state)) => Some(state.snapshot()),
+        _ => None,
+    };
+
+    // A dry run passes every check the real write would, but moves nothing; so does an
+    // escrowed write until it is released (SPEC §5.4).
+    let moves = match l.recovery_mode {
+        lease::RecoveryMode::DryRunShadow => false,
+        lease::RecoveryMode::HumanEscrow => releasing,
+        _ => true,
+    };
+    if !moves {
+        return Ok(Permit {
+            _lock: guard,
+            target,
+            request_digest: Sha256Digest::of(body),
+            pre_image: pre_image.map(|s| s.digest),
+            lease: verified,
+            released: releasing,
+        });
+    }
+
+    // Durable before the write leaves (SPEC §5.3).
+    let record = serde_json::json!({
+        "lease_id": l.lease_id,
+        "lease_digest": verified.digest().to_string(),
+        "recovery_mode": l.recovery_mode.as_str(),
+        "expires_at_ms": verified.expires_at_ms(),
+        "resource": resource,
+        "path": pq,
+        "epoch": l.cas_fence_epoch,
+        "state": "committed",
+        "agent_id": l.agent_id,
+    });
+    let intent = WriteIntent {
+        resource: resource.clone(),
+        epoch: l.cas_fence_epoch,
+        lease_id: l.lease_id.clone(),
+        lease_record: serde_json::to_vec(&record).unwrap_or_default(),
+        inverse: staged.map(|s| s.jcs),
+        snapshot,
+    };
+    let waited = tokio::time::Instant::now();
+    let advanced = enf.store.advance(intent).await;
+    metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "advance")
+        .record(waited.elapsed().as_secs_f64());
+    match advanced.map_err(store_refusal)? {
+        Advance::Advanced => {}
+        Advance::Stale { current } => {
+            return Err(Denied {
+                refusal: Refusal::new(
+                    ErrorCode::StaleFenceEpoch,
+                    "another write advanced the resource's epoch first",
+                ),
+                current_epoch: Some(current),
+                peer: None,
+            })
+        }
+    }
+    Ok(Permit {
+        _lock: guard,
+        target,
+        request_digest: Sha256Digest::of(body),
+        pre_image: pre_image.map(|s| s.digest),
+        lease: verified,
+        released: releasing,
+    })
+}
+
+pub(crate) fn store_refusal(e: StoreError) -> Refusal {
+    tracing::warn!(error = %e, "store unavailable; refusing the write");
+    Refusal::new(
+        ErrorCode::StoreUnavailable,
+        "the state store cannot record this write",
+    )
+}

@@ -1,0 +1,280 @@
+//! HUMAN_ESCROW (SPEC §5.4): a write held durably until an operator releases or drops it.
+//!
+//! ```text
+//! write (checks 1–12 pass, no epoch moves) → held: request stored with an escrow receipt
+//!   → 202 + Location /.well-known/ptcl/v1/escrow/{id}
+//! POST /admin/v1/escrow/{id}/approve → releasing → every check again (releasing = true)
+//!   → forwarded: released (upstream status, body, commit receipt)  | refused: refused (code)
+//! POST /admin/v1/escrow/{id}/reject  → rejected (escrow receipt), never forwarded
+//! ```
+//! Each transition is a compare-and-set on the escrow's state in the store, so approve and
+//! reject race safely and a write is released at most once. The held record keeps the request
+//! as it came (headers and body; the SoR needs its credentials); the request leaves the record
+//! when the escrow is decided.
+//!
+//! A crash while an escrow is `releasing` leaves it so: the write may or may not have been
+//! forwarded, and its lease's fence epoch keeps it from being forwarded twice. Such an escrow
+//! shows in `GET /admin/v1/escrow` for an operator to look at.
+
+use std::net::SocketAddr;
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{header, HeaderName, HeaderValue, Method, Response, StatusCode};
+use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::{json, Value};
+
+use crate::context::Enforcement;
+use crate::context::Outcome;
+use crate::context::WriteContext;
+use crate::enforce::facts::Requester;
+use crate::enforce::idempotency::Pending;
+use crate::enforce::permit::Permit;
+use crate::enforce::receipts;
+use crate::net::body::{self, ProxyBody};
+use crate::net::conn::ConnInfo;
+use crate::net::headers;
+use crate::net::jsonrpc;
+use crate::net::problem::Problem;
+use crate::store::{Attachments, EscrowUpdate};
+
+pub const PREFIX: &str = "/.well-known/ptcl/v1/escrow";
+
+/// Most escrow records `GET /admin/v1/escrow` looks through.
+pub(crate) const LIST_SCAN: usize = 10_000;
+
+pub(crate) fn problem(code: ErrorCode, detail: &str) -> Response<ProxyBody> {
+    Problem::new(
+        code,
+        detail,
+        &uuid::Uuid::new_v4().to_string(),
+        &uuid::Uuid::new_v4().simple().to_string(),
+    )
+    .into_response()
+}
+
+/// A decided escrow's record: the held request (credentials, body) leaves it.
+pub(crate) fn without_request(record: &Value) -> Value {
+    let mut doc = record.clone();
+    if let Some(obj) = doc.as_object_mut() {
+        obj.remove("request");
+    }
+    doc
+}
+
+/// What an escrow looks like from outside: no request, no caller digest.
+pub(crate) fn status_doc(record: &Value) -> Value {
+    let mut doc = without_request(record);
+    if let Some(obj) = doc.as_object_mut() {
+        obj.remove("caller");
+    }
+    doc
+}
+
+/// How a held write is answered.
+pub(crate) enum Answer {
+    /// 202 with the escrow document.
+    Http,
+    /// An MCP tool call: a JSON-RPC result answering `id` that says the call is held, with
+    /// the escrow in `_meta.escrow` (`typed`: the revision knows `resultType`); `lease` is
+    /// the call's, for a refusal's receipt.
+    Mcp {
+        id: Value,
+        typed: bool,
+        lease: Option<Vec<u8>>,
+    },
+}
+
+/// Holds a permitted HUMAN_ESCROW write: 202 (or a tool result) with its Location and an
+/// escrow receipt.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn hold(
+    enf: &Enforcement,
+    permit: Permit,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    conn: &ConnInfo,
+    who: &Requester,
+    cx: &WriteContext,
+    pending: Option<Pending>,
+    answer: Answer,
+) -> (Response<ProxyBody>, Outcome) {
+    let id = uuid::Uuid::now_v7().to_string();
+    let location = format!("{PREFIX}/{id}");
+    let mut headers = parts.headers.clone();
+    crate::net::headers::strip_hop_by_hop(&mut headers);
+    let headers: Vec<Value> = headers
+        .iter()
+        .map(|(n, v)| json!([n.as_str(), STANDARD.encode(v.as_bytes())]))
+        .collect();
+    let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    let record = json!({
+        "escrow_id": id,
+        "state": "held",
+        "lease_id": permit.lease().lease_id,
+        "operation": cx.operation,
+        "trace_id": cx.trace_id,
+        "held_at": enf.now_rfc3339(),
+        "caller": who.caller,
+        "request": {
+            "method": parts.method.as_str(),
+            "target": target,
+            "headers": headers,
+            "body_b64": STANDARD.encode(&bytes),
+            "origin": who.origin,
+            "peer": conn.peer.to_string(),
+            "tls": conn.tls,
+            "protocol": if matches!(answer, Answer::Mcp { .. }) { "mcp" } else { "http" },
+        },
+    });
+    let doc = json!({"escrow_id": id, "state": "held", "location": location});
+    let (status, doc) = match &answer {
+        Answer::Http => (StatusCode::ACCEPTED, doc),
+        Answer::Mcp {
+            id: rpc_id, typed, ..
+        } => {
+            let mut result = json!({
+                "content": [{"type": "text", "text": format!(
+                    "held for human approval, not executed yet; its state is at {location}"
+                )}],
+                "isError": false,
+                "_meta": {"escrow": doc},
+            });
+            if *typed {
+                result["resultType"] = json!("complete");
+            }
+            let msg = json!({"jsonrpc": "2.0", "id": rpc_id, "result": result});
+            (StatusCode::OK, msg)
+        }
+    };
+    let mut resp = body::json_response(status, &doc);
+    if let Ok(v) = HeaderValue::from_str(&location) {
+        resp.headers_mut().insert(header::LOCATION, v);
+    }
+    let body = ReceiptBody {
+        outcome: Some("held".into()),
+        ..receipts::permit_receipt(enf, &permit, cx, ReceiptKind::Escrow)
+    };
+    let resp_body = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
+    let attach = Attachments {
+        idempotency: pending.as_ref().map(|p| p.record(&resp, &resp_body)),
+        escrow: Some(EscrowUpdate {
+            id,
+            expect: None,
+            record,
+        }),
+    };
+    match enf.store.append_receipt_with(body, attach).await {
+        Ok(Some(sealed)) => {
+            if let Some(v) = receipts::receipt_header_value(&sealed.value) {
+                resp.headers_mut().insert(headers::RECEIPT_HEADER, v);
+            }
+            if let Answer::Mcp { .. } = answer {
+                // The tool result carries its receipt, as a committed call's does.
+                let msg = jsonrpc::with_receipt(doc, Some(sealed.value));
+                let mut with = body::json_response(status, &msg);
+                for name in [header::LOCATION.as_str(), headers::RECEIPT_HEADER] {
+                    if let Some(v) = resp.headers().get(name) {
+                        with.headers_mut().insert(name, v.clone());
+                    }
+                }
+                resp = with;
+            }
+            (resp, Outcome::Forwarded)
+        }
+        Ok(None) | Err(_) => {
+            let refusal = Refusal::new(
+                ErrorCode::StoreUnavailable,
+                "the state store cannot hold this write",
+            );
+            match answer {
+                Answer::Http => {
+                    let lease = parts
+                        .headers
+                        .get(headers::LEASE_HEADER)
+                        .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
+                    let resp =
+                        receipts::refuse(enf, &refusal, cx, lease.as_deref(), None, None).await;
+                    (resp, Outcome::Refused)
+                }
+                Answer::Mcp { id, lease, .. } => {
+                    let resp =
+                        receipts::refuse(enf, &refusal, cx, lease.as_deref(), None, None).await;
+                    (
+                        jsonrpc::rewrap(resp, id, StatusCode::OK).await,
+                        Outcome::Refused,
+                    )
+                }
+            }
+        }
+    }
+}
+
+/// The held request, rebuilt as it came: its parts, body, connection facts and sender.
+pub(crate) fn rebuild(
+    request: &Value,
+) -> Option<(http::request::Parts, Bytes, ConnInfo, Requester)> {
+    let method = Method::from_bytes(request["method"].as_str()?.as_bytes()).ok()?;
+    let mut b = http::Request::builder()
+        .method(method)
+        .uri(request["target"].as_str()?);
+    for pair in request["headers"].as_array()? {
+        let name = HeaderName::from_bytes(pair[0].as_str()?.as_bytes()).ok()?;
+        let value = STANDARD.decode(pair[1].as_str()?).ok()?;
+        b = b.header(name, HeaderValue::from_bytes(&value).ok()?);
+    }
+    let (parts, ()) = b.body(()).ok()?.into_parts();
+    let bytes = Bytes::from(STANDARD.decode(request["body_b64"].as_str()?).ok()?);
+    let conn = ConnInfo {
+        peer: request["peer"].as_str()?.parse::<SocketAddr>().ok()?,
+        tls: request["tls"].as_bool()?,
+        client_cert: None,
+    };
+    Some((parts, bytes, conn, Requester::default()))
+}
+
+pub(crate) async fn load(enf: &Enforcement, id: &str) -> Result<Value, Response<ProxyBody>> {
+    match enf.store.escrow(id).await {
+        Ok(Some(rec)) => Ok(rec),
+        Ok(None) => Err(problem(ErrorCode::NotFound, "no escrow with this id")),
+        Err(e) => {
+            tracing::warn!(error = %e, "escrow lookup failed");
+            Err(problem(
+                ErrorCode::StoreUnavailable,
+                "the state store cannot be read",
+            ))
+        }
+    }
+}
+
+pub(crate) fn not_held() -> Response<ProxyBody> {
+    problem(
+        ErrorCode::EscrowNotHeld,
+        "the escrow has already been decided",
+    )
+}
+
+/// `GET /.well-known/ptcl/v1/escrow/{id}` on the data plane: the escrow's state for the
+/// caller that submitted it (anyone else gets 404, as for an unknown id).
+pub(crate) async fn lookup(
+    enf: &Enforcement,
+    path: &str,
+    caller: Option<String>,
+) -> Response<ProxyBody> {
+    let id = path
+        .strip_prefix(PREFIX)
+        .and_then(|r| r.strip_prefix('/'))
+        .filter(|id| !id.is_empty() && !id.contains('/'));
+    let Some(id) = id else {
+        return problem(ErrorCode::NotFound, "no escrow endpoint at this path");
+    };
+    match load(enf, id).await {
+        Ok(rec) if rec["caller"].as_str().map(str::to_owned) == caller => {
+            body::json_response(StatusCode::OK, &status_doc(&rec))
+        }
+        Ok(_) => problem(ErrorCode::NotFound, "no escrow with this id"),
+        Err(resp) => resp,
+    }
+}

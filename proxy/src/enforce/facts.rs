@@ -1,0 +1,126 @@
+//! What the checks read from a write, whatever protocol carried it: the lease and inverse as
+//! carried ([`Carried`]), the target and body ([`WriteFacts`]), the sender ([`Requester`]).
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use http::{header, HeaderValue};
+use palisade_policy::lease::{self};
+use palisade_policy::{target, ErrorCode, Refusal};
+
+use crate::config::Config;
+use crate::net::conn::ConnInfo;
+use crate::net::headers::{INVERSE_HEADER, LEASE_HEADER};
+
+/// A lease or inverse as the write carried it.
+pub enum Carried<'a> {
+    /// An HTTP header: the lease as base64url or raw JSON, the inverse as base64url.
+    Header(&'a HeaderValue),
+    /// A JSON document already (MCP `params._meta`).
+    Json(Vec<u8>),
+}
+
+impl Carried<'_> {
+    pub(super) fn lease_bytes(&self) -> Result<std::borrow::Cow<'_, [u8]>, Refusal> {
+        match self {
+            Carried::Header(v) => Ok(std::borrow::Cow::Owned(
+                lease::decode_header(v.as_bytes())?.into_owned(),
+            )),
+            Carried::Json(b) => Ok(std::borrow::Cow::Borrowed(b)),
+        }
+    }
+
+    pub(super) fn inverse_bytes(&self) -> Result<std::borrow::Cow<'_, [u8]>, Refusal> {
+        match self {
+            Carried::Header(v) => URL_SAFE_NO_PAD
+                .decode(v.as_bytes())
+                .map(std::borrow::Cow::Owned)
+                .map_err(|_| {
+                    Refusal::new(
+                        ErrorCode::InverseNotStaged,
+                        "Agent-Compensation-Inverse is not unpadded base64url",
+                    )
+                }),
+            Carried::Json(b) => Ok(std::borrow::Cow::Borrowed(b)),
+        }
+    }
+}
+
+/// What the checks need from a write, whatever protocol carried it.
+pub struct WriteFacts<'a> {
+    /// Check 1: the lease, if the write carries one.
+    pub lease: Option<Carried<'a>>,
+    /// Check 10: an inverse sent with the write (else the staged one is used).
+    pub inverse: Option<Carried<'a>>,
+    /// Check 7: the request's normalised target URI (`None`: it cannot be formed).
+    pub target: Option<String>,
+    /// The fenced resource; `None`: the target without its query (SPEC §4.3).
+    pub resource: Option<String>,
+    /// Check 9's input: an HTTP body, or a tool call's `arguments`.
+    pub input: &'a [u8],
+    /// The whole request as sent (its digest goes into the receipt).
+    pub body: &'a [u8],
+    /// The path and query, recorded with the lease (and GET for check 12 on HTTP).
+    pub path: &'a str,
+    /// The request's headers, for check 12's GET; `None` skips check 12 (an MCP tool call
+    /// has no representation to fetch, SPEC §5.2).
+    pub headers: Option<&'a http::HeaderMap>,
+}
+
+impl<'a> WriteFacts<'a> {
+    /// An HTTP write: lease and inverse from the PTCL headers, the target from the request.
+    pub fn http(parts: &'a http::request::Parts, body: &'a [u8], who: &Requester) -> Self {
+        let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+        Self {
+            lease: parts.headers.get(LEASE_HEADER).map(Carried::Header),
+            inverse: parts.headers.get(INVERSE_HEADER).map(Carried::Header),
+            target: who
+                .origin
+                .as_deref()
+                .and_then(|o| target::request_target(o, path).ok()),
+            resource: None,
+            input: body,
+            body,
+            path,
+            headers: Some(&parts.headers),
+        }
+    }
+}
+
+/// Who sent a write, as the checks need it: the origin its `sor_target_uri` must name and the
+/// caller identity an `agent_id` must match. Taken from the connection for a live request and
+/// from the escrow record for a released one.
+#[derive(Debug, Clone, Default)]
+pub struct Requester {
+    pub origin: Option<String>,
+    pub caller: Option<String>,
+}
+
+impl Requester {
+    pub fn of(config: &Config, parts: &http::request::Parts, conn: &ConnInfo) -> Self {
+        Self {
+            origin: origin(config, parts, conn),
+            caller: conn.caller(&parts.headers),
+        }
+    }
+}
+
+/// The origin agents name in `sor_target_uri`: `listen.public_base`, else the request's own.
+pub(crate) fn origin(
+    config: &Config,
+    parts: &http::request::Parts,
+    conn: &ConnInfo,
+) -> Option<String> {
+    if let Some(base) = &config.public_base {
+        return Some(base.clone());
+    }
+    let host = parts
+        .headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .map(str::to_owned)
+        .or_else(|| parts.uri.authority().map(|a| a.to_string()))?;
+    Some(format!(
+        "{}://{host}",
+        if conn.tls { "https" } else { "http" }
+    ))
+}

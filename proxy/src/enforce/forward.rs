@@ -1,0 +1,73 @@
+//! A request sent upstream as it is, without write enforcement: reads, unenforced writes,
+//! reads bound as side-effect free. Not a stage: the last step of the paths that need no
+//! permit. Fenced reads get `Agent-Fence-Token`; an identity mismatch is reported.
+
+use http::{HeaderValue, Response};
+use palisade_policy::ErrorCode;
+
+use crate::context::{AppState, Outcome, WriteContext};
+use crate::enforce::identity;
+use crate::net::body::ProxyBody;
+use crate::net::conn::ConnInfo;
+use crate::net::headers::{self};
+use crate::net::problem::Problem;
+use crate::net::rewrite::build_upstream_request;
+use crate::net::upstream::UpstreamError;
+use tokio::time::Instant;
+
+/// Sends a request upstream as it is (no enforcement) and streams the answer back. A read of
+/// a fenced resource (`fenced_read`: its resource key) gets `Agent-Fence-Token`.
+pub(crate) async fn forward_plain(
+    state: &AppState,
+    parts: http::request::Parts,
+    body: ProxyBody,
+    conn: &ConnInfo,
+    cx: &WriteContext,
+    fenced_read: Option<String>,
+) -> (Response<ProxyBody>, Outcome) {
+    let trace_id = cx.trace_id.as_str();
+    let problem = |code: ErrorCode, detail: &str| {
+        let request_id = uuid::Uuid::new_v4().to_string();
+        Problem::new(code, detail, &request_id, trace_id).into_response()
+    };
+    let upstream_req = match build_upstream_request(&state.upstream, parts, body, conn) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::debug!(error = %e, "request target not forwardable");
+            let resp = problem(ErrorCode::BadRequest, "request target cannot be forwarded");
+            return (resp, Outcome::Refused);
+        }
+    };
+    let sent_at = Instant::now();
+    let result = state
+        .upstream
+        .send_as(upstream_req, cx.identity.as_deref())
+        .await;
+    state
+        .metrics
+        .upstream_duration
+        .record(sent_at.elapsed().as_secs_f64());
+    match result {
+        Ok(resp) => {
+            let mut resp = crate::net::upstream::downstream(resp);
+            if let (Some(resource), Some(enf)) = (fenced_read, &state.enforcement) {
+                // A store that cannot answer costs the read nothing but this header.
+                if let Ok(epoch @ 1..) = enf.store.epoch(&resource).await {
+                    resp.headers_mut()
+                        .insert(headers::FENCE_HEADER, HeaderValue::from(epoch));
+                }
+            }
+            (resp, Outcome::Forwarded)
+        }
+        Err(UpstreamError::Identity(m)) => {
+            tracing::warn!(error = %m, trace_id = %trace_id, "upstream identity refused");
+            (identity::refused(state, cx, &m).await, Outcome::Refused)
+        }
+        Err(e) => {
+            // The full error goes to the log; the client learns only the code (STYLE §2).
+            tracing::warn!(error = %e, trace_id = %trace_id, "upstream failure");
+            let (code, detail) = e.problem();
+            (problem(code, detail), Outcome::Error)
+        }
+    }
+}

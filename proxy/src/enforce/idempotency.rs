@@ -1,0 +1,269 @@
+//! `Idempotency-Key` on writes (SPEC §5.6, draft-ietf-httpapi-idempotency-key-header).
+//!
+//! ```text
+//! key present? → reserve it in flight (409 if already) → stored outcome?
+//!   same fingerprint → replay it (not forwarded)     different → 422
+//!   none → the write runs; once forwarded, its outcome (whatever it was) is stored with its
+//!          receipt in one transaction, then the reservation is released
+//! ```
+//! The reservation comes before the store lookup, so two concurrent requests with one key
+//! cannot both miss the store and both forward. Reservations live in this process: one sidecar
+//! owns an embedded store. After a crash between forwarding and storing the outcome the key is
+//! free again, but the lease's fence epoch is already spent, so a retry is refused with 409
+//! and never re-executed.
+//!
+//! Keys are scoped per caller identity (client certificate, else `Authorization` digest; the
+//! rest share an anonymous scope) and stored as a digest of scope and key: bounded in size,
+//! and no credential is stored.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{header, HeaderName, HeaderValue, Response, StatusCode};
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::{json, Value};
+
+use crate::context::Enforcement;
+use crate::enforce::checks;
+use crate::enforce::receipts;
+use crate::net::body::{self, ProxyBody};
+use crate::net::headers;
+use crate::store::IdempotencyRecord;
+
+pub const KEY_HEADER: &str = "idempotency-key";
+pub const REPLAYED_HEADER: &str = "idempotent-replayed";
+/// Longest key accepted, in bytes (the draft recommends UUIDs; this leaves room for others).
+pub const MAX_KEY_LEN: usize = 256;
+
+/// The response headers a stored outcome keeps besides `Agent-Commit-Receipt` (which comes
+/// from the stored receipt itself).
+const KEPT_HEADERS: [&str; 4] = [
+    "content-type",
+    "location",
+    headers::FENCE_HEADER,
+    headers::DRY_RUN_HEADER,
+];
+
+/// A key this request holds: its outcome is to be stored. Dropping it (a refusal, or the
+/// outcome stored) releases the key.
+pub struct Pending {
+    key: String,
+    fingerprint: String,
+    expires_ms: i64,
+    map: Arc<Mutex<HashMap<String, String>>>,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(&self.key);
+    }
+}
+
+pub enum Begin {
+    /// First use of the key: run the write, then store its outcome.
+    Fresh(Pending),
+    /// The key's stored outcome, to be sent as it is.
+    Replay(Response<ProxyBody>),
+}
+
+/// What a request's key is judged by.
+pub struct Request<'a> {
+    pub headers: &'a http::HeaderMap,
+    pub method: &'a http::Method,
+    /// Path and query as sent.
+    pub target: &'a str,
+    pub body: &'a [u8],
+    /// The caller identity (`ConnInfo::caller`), `None` for the anonymous scope.
+    pub caller: Option<&'a str>,
+}
+
+/// The key from the header: an RFC 8941 string (`"…"`) or, leniently, a bare token.
+fn parse_key(v: &HeaderValue) -> Result<&str, Refusal> {
+    let bad = || {
+        Refusal::new(
+            ErrorCode::BadRequest,
+            "Idempotency-Key must be a non-empty string of at most 256 bytes",
+        )
+    };
+    let s = v.to_str().map_err(|_| bad())?.trim();
+    let s = s
+        .strip_prefix('"')
+        .and_then(|s| s.strip_suffix('"'))
+        .unwrap_or(s);
+    if s.is_empty() || s.len() > MAX_KEY_LEN {
+        return Err(bad());
+    }
+    Ok(s)
+}
+
+/// The request fingerprint: method, target and body digest.
+fn fingerprint(r: &Request<'_>) -> String {
+    let mut input = Vec::with_capacity(r.target.len() + 80);
+    input.extend_from_slice(r.method.as_str().as_bytes());
+    input.push(b'\n');
+    input.extend_from_slice(r.target.as_bytes());
+    input.push(b'\n');
+    input.extend_from_slice(Sha256Digest::of(r.body).to_string().as_bytes());
+    Sha256Digest::of(&input).to_string()
+}
+
+fn scoped_key(caller: Option<&str>, key: &str) -> String {
+    let scope = caller.unwrap_or("anonymous");
+    let mut input = Vec::with_capacity(scope.len() + key.len() + 1);
+    input.extend_from_slice(scope.as_bytes());
+    input.push(0);
+    input.extend_from_slice(key.as_bytes());
+    Sha256Digest::of(&input).to_string()
+}
+
+fn reused() -> Refusal {
+    Refusal::new(
+        ErrorCode::IdempotencyKeyReused,
+        "the Idempotency-Key was used with a different request (method, target or body)",
+    )
+}
+
+/// Judges a write's key; `Ok(None)` when it has none.
+pub async fn begin(
+    enf: &Enforcement,
+    r: &Request<'_>,
+    retention_ms: i64,
+) -> Result<Option<Begin>, Refusal> {
+    let Some(v) = r.headers.get(KEY_HEADER) else {
+        return Ok(None);
+    };
+    let key = scoped_key(r.caller, parse_key(v)?);
+    let fingerprint = fingerprint(r);
+    let pending = {
+        let mut map = enf
+            .idempotency
+            .map
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if let Some(running) = map.get(&key) {
+            return Err(if *running == fingerprint {
+                Refusal::new(
+                    ErrorCode::IdempotencyInFlight,
+                    "a request with this Idempotency-Key is still being processed",
+                )
+            } else {
+                reused()
+            });
+        }
+        map.insert(key.clone(), fingerprint.clone());
+        Pending {
+            key,
+            fingerprint,
+            expires_ms: enf.clock.now_ms().saturating_add(retention_ms),
+            map: enf.idempotency.map.clone(),
+        }
+    };
+    let stored = enf
+        .store
+        .idempotency(&pending.key)
+        .await
+        .map_err(checks::store_refusal)?;
+    match stored {
+        None => Ok(Some(Begin::Fresh(pending))),
+        Some(rec) if rec["fingerprint"] == pending.fingerprint.as_str() => {
+            Ok(Some(Begin::Replay(replay(&rec))))
+        }
+        Some(_) => Err(reused()),
+    }
+}
+
+impl Pending {
+    /// The outcome to store for this key: the response as the client got it (its body given
+    /// whole), without the receipt, which the store adds when it seals it.
+    pub fn record(&self, resp: &Response<ProxyBody>, body: &Bytes) -> IdempotencyRecord {
+        let headers: Vec<Value> = KEPT_HEADERS
+            .iter()
+            .filter_map(|name| {
+                let v = resp.headers().get(*name)?.to_str().ok()?;
+                Some(json!([name, v]))
+            })
+            .collect();
+        IdempotencyRecord {
+            key: self.key.clone(),
+            record: json!({
+                "fingerprint": self.fingerprint,
+                "status": resp.status().as_u16(),
+                "headers": headers,
+                "body_b64": STANDARD.encode(body),
+            }),
+            expires_ms: self.expires_ms,
+        }
+    }
+}
+
+/// Rebuilds a stored outcome. Every field was written by this process; anything unreadable
+/// degrades to what can be read rather than failing the replay.
+fn replay(rec: &Value) -> Response<ProxyBody> {
+    let body = rec["body_b64"]
+        .as_str()
+        .and_then(|b| STANDARD.decode(b).ok())
+        .unwrap_or_default();
+    let mut resp = Response::new(body::full(body));
+    *resp.status_mut() = rec["status"]
+        .as_u64()
+        .and_then(|s| StatusCode::from_u16(u16::try_from(s).ok()?).ok())
+        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for pair in rec["headers"].as_array().into_iter().flatten() {
+        let (Some(name), Some(value)) = (pair[0].as_str(), pair[1].as_str()) else {
+            continue;
+        };
+        if let (Ok(n), Ok(v)) = (
+            HeaderName::from_bytes(name.as_bytes()),
+            HeaderValue::from_str(value),
+        ) {
+            resp.headers_mut().insert(n, v);
+        }
+    }
+    if let Some(v) = receipts::receipt_header_value(&rec["receipt"]) {
+        resp.headers_mut().insert(headers::RECEIPT_HEADER, v);
+    }
+    resp.headers_mut()
+        .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    resp.headers_mut()
+        .insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    resp
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn keys_are_sf_strings_or_tokens_and_bounded() {
+        let ok = |s: &str| parse_key(&HeaderValue::from_str(s).unwrap()).map(str::to_owned);
+        assert_eq!(ok("\"8e03978e-40d5\"").unwrap(), "8e03978e-40d5");
+        assert_eq!(ok("abc").unwrap(), "abc");
+        assert!(ok("\"\"").is_err());
+        assert!(ok(&"k".repeat(MAX_KEY_LEN + 1)).is_err());
+        assert!(ok(&"k".repeat(MAX_KEY_LEN)).is_ok());
+    }
+
+    #[test]
+    fn scopes_and_fingerprints_separate_what_they_should() {
+        assert_ne!(scoped_key(Some("a"), "k"), scoped_key(Some("b"), "k"));
+        let h = http::HeaderMap::new();
+        let req = |m: &'static http::Method, t: &'static str, b: &'static [u8]| Request {
+            headers: &h,
+            method: m,
+            target: t,
+            body: b,
+            caller: None,
+        };
+        let base = fingerprint(&req(&http::Method::PUT, "/a", b"x"));
+        assert_eq!(base, fingerprint(&req(&http::Method::PUT, "/a", b"x")));
+        assert_ne!(base, fingerprint(&req(&http::Method::POST, "/a", b"x")));
+        assert_ne!(base, fingerprint(&req(&http::Method::PUT, "/a?b", b"x")));
+        assert_ne!(base, fingerprint(&req(&http::Method::PUT, "/a", b"y")));
+    }
+}

@@ -1,0 +1,58 @@
+//! Deployment identity at the enforcement layer (SPEC §7): which identity a route pins, and
+//! what a mismatch met at the TLS handshake leaves behind (drift event, rejection receipt).
+//! The handshake check itself is `net::identity`.
+
+use http::Response;
+use palisade_policy::codes::{ErrorCode, Refusal};
+use palisade_policy::drift::Action;
+
+use crate::context::{AppState, WriteContext};
+use crate::net::body::ProxyBody;
+use crate::net::identity::Mismatch;
+
+/// The `deployment.identity` of the capability the bundle in force routes `method path` to.
+pub(crate) fn for_route(state: &AppState, method: &http::Method, path: &str) -> Option<String> {
+    let bundle = state.bundle.load();
+    bundle
+        .as_deref()?
+        .route(method.as_str(), path)?
+        .deployment_identity
+        .clone()
+}
+
+/// Reports a mismatch: the `identity` drift event (the peer's SPIFFE ID as the observed
+/// identifier, its certificate's digest as evidence, the expected ID in the diagnostics) and
+/// the refusals counter. Returns the refusal for the response.
+pub(crate) fn report(state: &AppState, cx: &WriteContext, m: &Mismatch) -> Refusal {
+    let refusal = Refusal::new(
+        ErrorCode::DeploymentIdentity,
+        "the upstream's TLS identity is not the binding's deployment.identity",
+    );
+    crate::enforce::output::report(
+        state,
+        &refusal,
+        cx,
+        Action::Blocked,
+        crate::enforce::output::Observed {
+            identifier: Some(m.observed.clone().unwrap_or_else(|| "none".into())),
+            expected: None,
+            evidence: m.certificate.clone(),
+            diagnostics: vec![
+                ("expectedIdentity", m.expected.clone()),
+                ("operation", cx.operation.clone()),
+            ],
+        },
+    );
+    refusal
+}
+
+/// 502 `ERR_DEPLOYMENT_IDENTITY` for a request that holds no permit (a read, a pre-image
+/// fetch): the drift event and a rejection receipt. Nothing of the request reached the peer.
+pub(crate) async fn refused(
+    state: &AppState,
+    cx: &WriteContext,
+    m: &Mismatch,
+) -> Response<ProxyBody> {
+    let refusal = report(state, cx, m);
+    crate::enforce::output::blocked(state, &refusal, cx).await
+}

@@ -1,0 +1,87 @@
+//! What the checks hand on: a [`Permit`] for a write that passed (holding its resource's
+//! lock), or a [`Denied`] with the refusal and the fence's epoch.
+
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::lease::{self, VerifiedLease};
+use palisade_policy::Refusal;
+use tokio::sync::OwnedMutexGuard;
+
+use crate::net::identity::Mismatch;
+
+/// A write that passed every check and whose epoch advance is durable. Holding it holds the
+/// resource's lock, so the forward happens under the lock too.
+pub struct Permit {
+    pub(super) _lock: OwnedMutexGuard<()>,
+    pub(super) lease: VerifiedLease,
+    pub(super) target: String,
+    pub(super) request_digest: Sha256Digest,
+    pub(super) pre_image: Option<Sha256Digest>,
+    /// An escrowed write on its release: forwarded, not held again.
+    pub(super) released: bool,
+}
+
+/// A refused write: the refusal, and the resource's epoch when the refusal came from the
+/// fence (checks 11–12), for `current_epoch` and `Agent-Fence-Token`.
+#[derive(Debug)]
+pub struct Denied {
+    pub refusal: Refusal,
+    pub current_epoch: Option<u64>,
+    /// Check 12's GET met another deployment identity: the peer, for the drift event.
+    pub peer: Option<Mismatch>,
+}
+
+impl From<Refusal> for Denied {
+    fn from(refusal: Refusal) -> Self {
+        Self {
+            refusal,
+            current_epoch: None,
+            peer: None,
+        }
+    }
+}
+
+/// What a permitted write does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Its epoch advance is durable: forward it.
+    Forward,
+    /// DRY_RUN_SHADOW: to the shadow (or nowhere); no epoch moved.
+    DryRun,
+    /// HUMAN_ESCROW, first pass: hold it durably; no epoch moved.
+    Hold,
+}
+
+impl Permit {
+    /// The lease's epoch (what a forwarded write advanced its resource to).
+    pub fn epoch(&self) -> u64 {
+        self.lease.lease().cas_fence_epoch
+    }
+
+    pub fn disposition(&self) -> Disposition {
+        match self.lease.lease().recovery_mode {
+            lease::RecoveryMode::DryRunShadow => Disposition::DryRun,
+            lease::RecoveryMode::HumanEscrow if !self.released => Disposition::Hold,
+            _ => Disposition::Forward,
+        }
+    }
+
+    pub fn is_dry_run(&self) -> bool {
+        self.disposition() == Disposition::DryRun
+    }
+
+    pub fn lease(&self) -> &lease::Lease {
+        self.lease.lease()
+    }
+
+    pub fn target(&self) -> &str {
+        &self.target
+    }
+
+    pub fn request_digest(&self) -> Sha256Digest {
+        self.request_digest
+    }
+
+    pub fn pre_image(&self) -> Option<Sha256Digest> {
+        self.pre_image
+    }
+}

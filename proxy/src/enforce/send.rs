@@ -1,0 +1,272 @@
+//! A permitted write on its way: sent to the SoR (a dry run to the shadow, or nowhere), then
+//! settled: the commit receipt and what must be stored with it, in one durable transaction.
+
+use base64::engine::general_purpose::STANDARD;
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{header, HeaderValue, Response};
+use palisade_policy::ErrorCode;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use crate::context::AppState;
+use crate::context::Enforcement;
+use crate::context::Outcome;
+use crate::context::WriteContext;
+use crate::enforce::idempotency::{self};
+use crate::enforce::identity;
+use crate::enforce::permit::Permit;
+use crate::enforce::receipts;
+use crate::net::body::{self, CollectError, ProxyBody};
+use crate::net::conn::ConnInfo;
+use crate::net::headers;
+use crate::net::problem::Problem;
+use crate::net::rewrite::build_upstream_request;
+use crate::net::upstream::UpstreamError;
+use crate::store::{Attachments, EscrowUpdate};
+use palisade_policy::rich::Capability;
+
+/// What must be stored with a forwarded write's receipt. Anything but `Nothing` buffers the
+/// response body (≤ `limits.max_response`), since it is stored.
+pub(crate) enum Keep {
+    Nothing,
+    /// The idempotency key's outcome (SPEC §5.6).
+    Key(idempotency::Pending),
+    /// A released escrow: its final record (the held record without the request).
+    Escrow {
+        id: String,
+        record: Value,
+    },
+}
+
+/// A permitted write as it came back from its upstream leg.
+pub(crate) struct Sent {
+    pub resp: Response<ProxyBody>,
+    pub outcome: Outcome,
+    /// What the commit receipt must say that its status cannot (`outcome`, SPEC §5.5).
+    pub note: Option<&'static str>,
+}
+
+/// Sends a permitted write to the SoR (a dry run to the shadow, or nowhere), then commits:
+/// the receipt and what `keep` asks to store with it. The upstream's failure is the write's
+/// outcome too: its epoch stays advanced (the write may have landed) and its receipt says
+/// what the client saw.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn forward(
+    state: &AppState,
+    enf: &Enforcement,
+    permit: Permit,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    conn: &ConnInfo,
+    cx: &WriteContext,
+    keep: Keep,
+    cap: Option<&Capability>,
+) -> (Response<ProxyBody>, Outcome) {
+    let dry_run = permit.is_dry_run();
+    let target = match (&state.shadow, dry_run) {
+        (Some(shadow), true) => Some(shadow),
+        (None, true) => None,
+        _ => Some(&state.upstream),
+    };
+    let Sent {
+        resp,
+        outcome,
+        note,
+    } = match target {
+        // DRY_RUN_SHADOW without a shadow deployment: the sidecar answers (SPEC §5.4).
+        None => {
+            let mut resp = Response::new(body::full(r#"{"dry_run":true}"#));
+            resp.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            Sent {
+                resp,
+                outcome: Outcome::Forwarded,
+                note: None,
+            }
+        }
+        Some(upstream) => send(state, upstream, &permit, parts, bytes, conn, cx).await,
+    };
+    // The write has happened; an answer that breaks the output contract is still not passed
+    // on (no fallback: a write is not sent twice).
+    let resp = match cap {
+        Some(cap) if matches!(outcome, Outcome::Forwarded) && target.is_some() => {
+            crate::enforce::output::check(state, cap, cx, resp, None).await
+        }
+        _ => resp,
+    };
+    let (resp, _) = settle(state, enf, permit, cx, note, resp, keep).await;
+    (resp, outcome)
+}
+
+/// The upstream leg of a permitted write: the fence token on, the binding's identity and
+/// timeout applied, a failure turned into the problem the client gets.
+pub(crate) async fn send(
+    state: &AppState,
+    upstream: &crate::net::upstream::Upstream,
+    permit: &Permit,
+    mut parts: http::request::Parts,
+    bytes: Bytes,
+    conn: &ConnInfo,
+    cx: &WriteContext,
+) -> Sent {
+    // The fence token travels upstream; the PTCL headers do not.
+    parts
+        .headers
+        .insert(headers::FENCE_HEADER, HeaderValue::from(permit.epoch()));
+    let problem = |code: ErrorCode, detail: &str| {
+        Problem::new(
+            code,
+            detail,
+            &uuid::Uuid::new_v4().to_string(),
+            &cx.trace_id,
+        )
+    };
+    let failed = |p: Problem, note| Sent {
+        resp: p.into_response(),
+        outcome: Outcome::Error,
+        note,
+    };
+    let req = match build_upstream_request(upstream, parts, body::full(bytes), conn) {
+        Ok(req) => req,
+        Err(e) => {
+            tracing::warn!(error = %e, "request target not forwardable");
+            let p = problem(ErrorCode::BadRequest, "request target cannot be forwarded");
+            return failed(p, None);
+        }
+    };
+    let sent_at = Instant::now();
+    // The binding's timeout, when it has one, bounds this call (SPEC §7). The shadow is
+    // another deployment: the binding's identity is not its own.
+    let identity = if permit.is_dry_run() {
+        None
+    } else {
+        cx.identity.as_deref()
+    };
+    let send = upstream.send_as(req, identity);
+    let result = match cx.timeout {
+        Some(limit) => match tokio::time::timeout(limit, send).await {
+            Ok(r) => r,
+            Err(_) => Err(UpstreamError::Timeout(limit)),
+        },
+        None => send.await,
+    };
+    state
+        .metrics
+        .upstream_duration
+        .record(sent_at.elapsed().as_secs_f64());
+    match result {
+        Ok(resp) => Sent {
+            resp: crate::net::upstream::downstream(resp),
+            outcome: Outcome::Forwarded,
+            note: None,
+        },
+        Err(UpstreamError::Identity(m)) => {
+            // The handshake failed: nothing of the write left the sidecar. The epoch has
+            // moved; the commit receipt says the write was not sent.
+            tracing::warn!(error = %m, trace_id = %cx.trace_id, "upstream identity refused");
+            let refusal = identity::report(state, cx, &m);
+            let p =
+                Problem::from_refusal(&refusal, &uuid::Uuid::new_v4().to_string(), &cx.trace_id);
+            failed(p, Some("not-sent"))
+        }
+        Err(e) => {
+            // The full error goes to the log; the client learns only the code.
+            tracing::warn!(error = %e, trace_id = %cx.trace_id, "upstream failure");
+            let (code, detail) = e.problem();
+            let mut p = problem(code, detail);
+            // Sent but unanswered: the write may or may not have happened.
+            let mut note = None;
+            if p.code == ErrorCode::UpstreamTimeout {
+                p.extensions.insert("outcome".into(), json!("uncertain"));
+                note = Some("uncertain");
+            }
+            failed(p, note)
+        }
+    }
+}
+
+/// The commit of a forwarded write whose answer is final: the answer buffered when `keep`
+/// stores it, then the receipt with what `keep` asks for, in one durable transaction. Gives
+/// the answer as the client gets it and the receipt (none if it could not be stored).
+pub(crate) async fn settle(
+    state: &AppState,
+    enf: &Enforcement,
+    permit: Permit,
+    cx: &WriteContext,
+    note: Option<&str>,
+    mut resp: Response<ProxyBody>,
+    keep: Keep,
+) -> (Response<ProxyBody>, Option<Value>) {
+    let buffer = !matches!(keep, Keep::Nothing);
+    let problem = |code: ErrorCode, detail: &str| {
+        Problem::new(
+            code,
+            detail,
+            &uuid::Uuid::new_v4().to_string(),
+            &cx.trace_id,
+        )
+    };
+    let mut buffered = Bytes::new();
+    if buffer {
+        let (rparts, rbody) = resp.into_parts();
+        resp = match body::collect_proxy(rbody, state.config.max_response).await {
+            Ok(b) => {
+                buffered = b.clone();
+                Response::from_parts(rparts, body::full(b))
+            }
+            Err(e) => {
+                let p = match e {
+                    CollectError::TooLarge(_) => problem(
+                        ErrorCode::ResponseTooLarge,
+                        "the upstream response exceeds limits.max_response and cannot be stored",
+                    ),
+                    CollectError::Read(_) => problem(
+                        ErrorCode::UpstreamUnavailable,
+                        "the upstream connection failed",
+                    ),
+                };
+                let resp = p.into_response();
+                // The problem is what the client gets and what the key replays.
+                let (p_parts, p_body) = resp.into_parts();
+                let b = body::collect_proxy(p_body, u64::MAX)
+                    .await
+                    .unwrap_or_default();
+                buffered = b.clone();
+                Response::from_parts(p_parts, body::full(b))
+            }
+        };
+    }
+    let attach = |r: &Response<ProxyBody>| match &keep {
+        Keep::Nothing => Attachments::default(),
+        Keep::Key(pending) => Attachments {
+            idempotency: Some(pending.record(r, &buffered)),
+            escrow: None,
+        },
+        Keep::Escrow { id, record } => {
+            let mut record = record.clone();
+            record["state"] = json!("released");
+            record["upstream_status"] = json!(r.status().as_u16());
+            record["content_type"] = r
+                .headers()
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .map_or(Value::Null, |v| json!(v));
+            record["body_b64"] = json!(STANDARD.encode(&buffered));
+            Attachments {
+                idempotency: None,
+                escrow: Some(EscrowUpdate {
+                    id: id.clone(),
+                    expect: Some("releasing".into()),
+                    record,
+                }),
+            }
+        }
+    };
+    let sealed = receipts::commit(enf, permit, cx, note, &mut resp, attach).await;
+    // Released only now: the key's outcome is durable, so a retry finds it.
+    drop(keep);
+    (resp, sealed.map(|r| r.value))
+}

@@ -1,0 +1,151 @@
+//! The enforced write path, once the body is read (SPEC §5):
+//!
+//! ```text
+//! Idempotency-Key (5.6): replay / 409 / 422, or reserve the key
+//!   → checks 1–12 (checks::check) → Permit
+//!   → [own task from here] forward | dry-run (shadow or nowhere) | hold in escrow
+//!   → commit: receipt + the key's outcome (+ escrow state) in one durable transaction
+//! ```
+//! Once a permit exists the write's epoch may already be durable, so the rest runs in a task
+//! of its own: a client that hangs up cannot cut the write between forwarding and its
+//! receipt, and an idempotency key's outcome is stored whatever the client does.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::Response;
+use palisade_policy::ErrorCode;
+
+use crate::context::AppState;
+use crate::context::Binding;
+use crate::context::Enforcement;
+use crate::context::Outcome;
+use crate::context::WriteContext;
+use crate::enforce::checks;
+use crate::enforce::escrow;
+use crate::enforce::facts::Requester;
+use crate::enforce::facts::WriteFacts;
+use crate::enforce::forward::forward_plain;
+use crate::enforce::idempotency::{self, Begin};
+use crate::enforce::permit::Disposition;
+use crate::enforce::receipts::refuse_write as refuse;
+use crate::enforce::send::{forward, Keep};
+use crate::net::body::{self, ProxyBody};
+use crate::net::conn::ConnInfo;
+use crate::net::problem::Problem;
+use palisade_policy::rich::{IdempotencyKey, SideEffect};
+
+/// An enforced write whose body has been read.
+pub(crate) async fn handle(
+    state: &Arc<AppState>,
+    enf: &Arc<Enforcement>,
+    conn: &Arc<ConnInfo>,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    mut cx: WriteContext,
+) -> (Response<ProxyBody>, Outcome) {
+    // One bundle version decides this request from here to its end.
+    let bundle = state.bundle.load_full();
+    let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
+    cx.bind(bundle.as_deref(), &binding);
+    if let Some(cap) = binding.capability() {
+        // A bound operation that only reads needs no lease (its sideEffect says so); its
+        // input contract still holds.
+        if cap.contract.side_effect == SideEffect::Read {
+            if let Err(refusal) = palisade_policy::rich::check_input(
+                &cap.contract,
+                &bytes,
+                state.config.max_json_depth,
+            ) {
+                let resp = refuse(state, enf, &parts, refusal.into(), &cx, &bytes).await;
+                return (resp, Outcome::Refused);
+            }
+            return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+        }
+        if cap.contract.idempotency_key == IdempotencyKey::Required
+            && !parts.headers.contains_key(idempotency::KEY_HEADER)
+        {
+            let refusal = palisade_policy::Refusal::new(
+                ErrorCode::IdempotencyKeyRequired,
+                "the operation's contract requires an Idempotency-Key",
+            );
+            let resp = refuse(state, enf, &parts, refusal.into(), &cx, &bytes).await;
+            return (resp, Outcome::Refused);
+        }
+    }
+    let who = Requester::of(&state.config, &parts, conn);
+    let target = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |p| p.as_str())
+        .to_owned();
+    let key = idempotency::Request {
+        headers: &parts.headers,
+        method: &parts.method,
+        target: &target,
+        body: &bytes,
+        caller: who.caller.as_deref(),
+    };
+    let retention = state.config.idempotency_retention.as_millis() as i64;
+    let keep = match idempotency::begin(enf, &key, retention).await {
+        Ok(None) => Keep::Nothing,
+        Ok(Some(Begin::Fresh(pending))) => Keep::Key(pending),
+        Ok(Some(Begin::Replay(resp))) => return (resp, Outcome::Replayed),
+        Err(refusal) => {
+            let resp = refuse(state, enf, &parts, refusal.into(), &cx, &bytes).await;
+            return (resp, Outcome::Refused);
+        }
+    };
+    let permit = match checks::check(
+        &state.config,
+        enf,
+        &state.upstream,
+        WriteFacts::http(&parts, &bytes, &who),
+        &who,
+        binding,
+        false,
+    )
+    .await
+    {
+        Ok(p) => p,
+        Err(denied) => {
+            let resp = refuse(state, enf, &parts, denied, &cx, &bytes).await;
+            return (resp, Outcome::Refused);
+        }
+    };
+    let trace_id = cx.trace_id.clone();
+    let task = {
+        let (state, enf, conn) = (state.clone(), enf.clone(), conn.clone());
+        tokio::spawn(async move {
+            let cap = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path()).capability();
+            match permit.disposition() {
+                Disposition::Hold => {
+                    let pending = match keep {
+                        Keep::Key(p) => Some(p),
+                        _ => None,
+                    };
+                    let answer = escrow::Answer::Http;
+                    escrow::hold(
+                        &enf, permit, parts, bytes, &conn, &who, &cx, pending, answer,
+                    )
+                    .await
+                }
+                _ => forward(&state, &enf, permit, parts, bytes, &conn, &cx, keep, cap).await,
+            }
+        })
+    };
+    match task.await {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::error!(error = %e, "write task failed");
+            let resp = Problem::new(
+                ErrorCode::Internal,
+                "the write could not be completed",
+                &uuid::Uuid::new_v4().to_string(),
+                &trace_id,
+            )
+            .into_response();
+            (resp, Outcome::Error)
+        }
+    }
+}

@@ -1,0 +1,23 @@
+//! The wire: bodies, headers, TLS, the upstream client and what it sends.
+//!
+//! Nothing here decides whether a request may pass; it moves bytes and shapes messages for
+//! the layers above (`pipeline`, `enforce`, `mcp`). It may use `config` and the policy crate,
+//! never a module above it.
+//! - [`body`]: the one body type, bounded collection, byte counting;
+//! - [`headers`]: hop-by-hop stripping, forwarding headers, trace context, the PTCL names;
+//! - [`conn`]: what a connection knows about the downstream peer;
+//! - [`tls`]: server and client TLS configuration, certificate reload;
+//! - [`upstream`]: the pooled client to the protected application, its errors;
+//! - [`identity`]: the upstream's SPIFFE identity, checked at the TLS handshake;
+//! - [`rewrite`]: a downstream request made into the upstream request;
+//! - [`problem`] and [`jsonrpc`]: refusals as RFC 9457 problem+json and as JSON-RPC errors.
+
+pub mod body;
+pub mod conn;
+pub mod headers;
+pub mod identity;
+pub mod jsonrpc;
+pub mod problem;
+pub mod rewrite;
+pub mod tls;
+pub mod upstream;

@@ -1,0 +1,87 @@
+//! Turns refusals and failures into RFC 9457 `application/problem+json` responses (SPEC §6).
+//!
+//! The code table in `palisade_policy::codes` fixes status, title and `type`; this file only
+//! renders. `detail` comes from policy and names fields and rules, never request values.
+
+use http::{header, Response, StatusCode};
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::{json, Map, Value};
+
+use crate::net::body::{self, ProxyBody};
+
+/// A problem document about to be sent.
+#[derive(Debug, Clone)]
+pub struct Problem {
+    pub code: ErrorCode,
+    pub status: u16,
+    pub detail: String,
+    pub reason: Option<&'static str>,
+    /// Request id (`instance`).
+    pub instance: String,
+    pub trace_id: String,
+    /// Extension members (`current_epoch`, `receipt`, …).
+    pub extensions: Map<String, Value>,
+}
+
+impl Problem {
+    pub fn new(code: ErrorCode, detail: impl Into<String>, instance: &str, trace_id: &str) -> Self {
+        Self {
+            code,
+            status: code.status(),
+            detail: detail.into(),
+            reason: None,
+            instance: instance.to_owned(),
+            trace_id: trace_id.to_owned(),
+            extensions: Map::new(),
+        }
+    }
+
+    pub fn from_refusal(r: &Refusal, instance: &str, trace_id: &str) -> Self {
+        let mut p = Self {
+            status: r.status(),
+            reason: r.reason,
+            ..Self::new(r.code, r.detail.to_string(), instance, trace_id)
+        };
+        if let Some(at) = &r.location {
+            p.extensions
+                .insert("violationLocation".into(), Value::String(at.clone()));
+        }
+        p
+    }
+
+    pub fn to_json(&self) -> Value {
+        let mut doc = json!({
+            "type": self.code.problem_type(),
+            "title": self.code.title(),
+            "status": self.status,
+            "code": self.code.as_str(),
+            "detail": self.detail,
+            "instance": self.instance,
+            "trace_id": self.trace_id,
+        });
+        let obj = doc.as_object_mut().expect("literal object");
+        if let Some(reason) = self.reason {
+            obj.insert("reason".into(), json!(reason));
+        }
+        for (k, v) in &self.extensions {
+            obj.insert(k.clone(), v.clone());
+        }
+        doc
+    }
+
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        let body = serde_json::to_vec(&self.to_json()).unwrap_or_default();
+        let mut resp = Response::new(body::full(body));
+        *resp.status_mut() = status;
+        resp.headers_mut().insert(
+            header::CONTENT_TYPE,
+            header::HeaderValue::from_static("application/problem+json"),
+        );
+        resp.headers_mut().insert(
+            header::CACHE_CONTROL,
+            header::HeaderValue::from_static("no-store"),
+        );
+        resp
+    }
+}

@@ -1,0 +1,102 @@
+//! One exchange's bookkeeping: the in-flight gauge, request metrics, and the access-log line
+//! written when the response body has been sent.
+
+use http::{Method, Response};
+use tokio::time::Instant;
+
+use crate::context::{AppState, Outcome};
+use crate::net::body::{self, Counted, ProxyBody};
+use crate::telemetry;
+
+/// Whether a request's body must be buffered before it may be forwarded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// Streams both ways.
+    Read,
+    /// Buffered (≤ `max_body`) for the checks that need the whole body.
+    Write,
+}
+
+impl Kind {
+    /// Index into [`telemetry::KINDS`].
+    fn index(self) -> usize {
+        match self {
+            Kind::Read => 0,
+            Kind::Write => 1,
+        }
+    }
+}
+
+/// Keeps `palisade_inflight_requests` right whichever way a request ends.
+pub(super) struct InflightGuard(metrics::Gauge);
+
+impl InflightGuard {
+    pub(super) fn new(gauge: &metrics::Gauge) -> Self {
+        gauge.increment(1.0);
+        Self(gauge.clone())
+    }
+}
+
+impl Drop for InflightGuard {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
+
+/// Per-request facts the access log and metrics need once the response body ends.
+pub(super) struct Exchange {
+    pub(super) method: Method,
+    pub(super) path: String,
+    pub(super) kind: Kind,
+    pub(super) trace_id: String,
+    pub(super) start: Instant,
+}
+
+/// Records metrics now and writes the access-log line when the response body has been sent.
+pub(super) fn finish(
+    state: &AppState,
+    resp: Response<ProxyBody>,
+    ex: Exchange,
+    outcome: Outcome,
+    inflight: InflightGuard,
+) -> Response<ProxyBody> {
+    let status = resp.status().as_u16();
+    state
+        .metrics
+        .request(ex.kind.index(), method_index(&ex.method), outcome.index());
+    state
+        .metrics
+        .request_duration
+        .record(ex.start.elapsed().as_secs_f64());
+    let outcome = telemetry::OUTCOMES[outcome.index()];
+    let (parts, body) = resp.into_parts();
+    let counted = Counted::new(body, move |bytes| {
+        let _inflight = inflight;
+        tracing::info!(
+            target: "palisade::access",
+            method = %ex.method,
+            path = %ex.path,
+            status,
+            duration_ms = ex.start.elapsed().as_secs_f64() * 1000.0,
+            bytes,
+            trace_id = %ex.trace_id,
+            outcome,
+        );
+    });
+    Response::from_parts(parts, body::boxed(counted))
+}
+
+/// Index into [`telemetry::METHODS`]: a closed label set (clients must not mint label
+/// values).
+fn method_index(m: &Method) -> usize {
+    match *m {
+        Method::GET => 0,
+        Method::HEAD => 1,
+        Method::POST => 2,
+        Method::PUT => 3,
+        Method::PATCH => 4,
+        Method::DELETE => 5,
+        Method::OPTIONS => 6,
+        _ => 7,
+    }
+}

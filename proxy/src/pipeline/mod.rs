@@ -1,0 +1,193 @@
+//! One request, start to end (docs/architecture.md, "One request"). The order of the
+//! stages is this one function, [`handle`], read top to bottom.
+//!
+//! ```text
+//! head → trace context → reserved paths (lease authority, escrow status) → classify
+//!   → reads: stream to upstream and back (fence token on fenced resources)
+//!   → writes: read body (≤ max_body, else 413) → write::handle (idempotency, checks,
+//!     forward | dry-run | escrow, receipt) — or straight to the upstream without enforcement
+//!   → response: strip hop-by-hop, count bytes, access log, metrics
+//! ```
+
+mod exchange;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use http::{Method, Request, Response};
+use hyper::body::Incoming;
+use palisade_policy::ErrorCode;
+use tokio::time::Instant;
+
+use crate::authority;
+use crate::context::{AppState, Binding, Outcome, WriteContext};
+use crate::enforce::forward::forward_plain;
+use crate::enforce::{escrow, facts, output, write};
+use crate::mcp;
+use crate::net::body::{self, CollectError, ProxyBody};
+use crate::net::conn::ConnInfo;
+use crate::net::headers;
+use crate::net::problem::Problem;
+use exchange::{finish, Exchange, InflightGuard, Kind};
+
+/// The data-plane service: never fails; every failure becomes a response.
+pub async fn handle(
+    state: Arc<AppState>,
+    conn: Arc<ConnInfo>,
+    req: Request<Incoming>,
+) -> Result<Response<ProxyBody>, Infallible> {
+    let inflight = InflightGuard::new(&state.metrics.inflight);
+    let start = Instant::now();
+    let (mut parts, body) = req.into_parts();
+    let trace_id = headers::ensure_traceparent(&mut parts.headers);
+    let kind = if state.config.writes.contains(&parts.method) {
+        Kind::Write
+    } else {
+        Kind::Read
+    };
+    let ex = Exchange {
+        method: parts.method.clone(),
+        // The path only: a query string may carry secrets.
+        path: parts.uri.path().to_owned(),
+        kind,
+        trace_id: trace_id.clone(),
+        start,
+    };
+    // The request id (`instance`) is made only for problem responses: the happy path has no
+    // use for it, and randomness costs a syscall.
+    let refuse = |code: ErrorCode, detail: &str| {
+        let request_id = uuid::Uuid::new_v4().to_string();
+        Problem::new(code, detail, &request_id, &trace_id).into_response()
+    };
+
+    // The lease authority (SPEC §5.7) lives under the reserved PTCL prefix.
+    if let (true, Some(enf)) = (state.config.authority, &state.enforcement) {
+        if ex.path.starts_with(authority::PREFIX) {
+            let cx = write_context(&ex);
+            let resp = authority::handle(&state, enf, parts, body, &conn, &cx).await;
+            let outcome = if resp.status().is_success() {
+                Outcome::Forwarded
+            } else {
+                Outcome::Refused
+            };
+            return Ok(finish(&state, resp, ex, outcome, inflight));
+        }
+    }
+
+    // Escrow status (SPEC §5.4), for the caller that submitted the write.
+    if let (Some(enf), true) = (&state.enforcement, ex.path.starts_with(escrow::PREFIX)) {
+        if parts.method == Method::GET {
+            let resp = escrow::lookup(enf, &ex.path, conn.caller(&parts.headers)).await;
+            let outcome = if resp.status().is_success() {
+                Outcome::Forwarded
+            } else {
+                Outcome::Refused
+            };
+            return Ok(finish(&state, resp, ex, outcome, inflight));
+        }
+    }
+    // Reserved prefixes (SPEC §3) are the sidecar's own and never reach the upstream.
+    if ex.path.starts_with("/.well-known/ptcl/") || ex.path.starts_with("/.well-known/agtp/") {
+        let resp = refuse(ErrorCode::NotFound, "no sidecar endpoint at this path");
+        return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+    }
+
+    // MCP (SPEC §11): classified by JSON-RPC method, not HTTP method.
+    if state.config.mcp_path.as_deref() == Some(ex.path.as_str()) {
+        let cx = write_context(&ex);
+        let (resp, outcome) = mcp::handle(&state, &conn, parts, body, cx).await;
+        return Ok(finish(&state, resp, ex, outcome, inflight));
+    }
+
+    // A read is decided by the bundle in force: its binding names the upstream identity, and
+    // a contract with an output schema has its answer buffered and checked (SPEC §7), its
+    // request kept so a qualified fallback can send it again.
+    let mut read_cx = None;
+    if kind == Kind::Read {
+        let bundle = state.bundle.load_full();
+        let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
+        let mut cx = write_context(&ex);
+        cx.bind(bundle.as_deref(), &binding);
+        let checked = binding.capability().filter(|c| c.contract.output.is_some());
+        if let Some(cap) = checked {
+            let bytes = match body::read_request_body(body, state.config.max_body).await {
+                Ok(b) => b,
+                Err(_) => {
+                    let resp = refuse(
+                        ErrorCode::BodyTooLarge,
+                        "request body exceeds limits.max_body",
+                    );
+                    return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+                }
+            };
+            let kept = output::copy_head(&parts);
+            let (resp, outcome) =
+                forward_plain(&state, parts, body::full(bytes.clone()), &conn, &cx, None).await;
+            let resp = output::check(
+                &state,
+                cap,
+                &cx,
+                resp,
+                kept.map(|parts| output::Retry {
+                    parts,
+                    body: bytes,
+                    conn: &conn,
+                }),
+            )
+            .await;
+            return Ok(finish(&state, resp, ex, outcome, inflight));
+        }
+        read_cx = Some(cx);
+    }
+
+    let body = match kind {
+        Kind::Read => body::boxed(body),
+        Kind::Write => {
+            let bytes = match body::read_request_body(body, state.config.max_body).await {
+                Ok(bytes) => bytes,
+                Err(CollectError::TooLarge(limit)) => {
+                    state.metrics.refusal(ErrorCode::BodyTooLarge);
+                    let resp = refuse(
+                        ErrorCode::BodyTooLarge,
+                        &format!("request body exceeds limits.max_body ({limit} bytes)"),
+                    );
+                    return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+                }
+                Err(CollectError::Read(e)) => {
+                    tracing::debug!(error = %e, "request body read failed");
+                    let resp = refuse(ErrorCode::BadRequest, "request body could not be read");
+                    return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+                }
+            };
+            if let Some(enf) = &state.enforcement {
+                let cx = write_context(&ex);
+                let (resp, outcome) = write::handle(&state, enf, &conn, parts, bytes, cx).await;
+                return Ok(finish(&state, resp, ex, outcome, inflight));
+            }
+            body::full(bytes)
+        }
+    };
+
+    // Reads of a fenced resource carry its epoch too (SPEC §5.3), so an agent can lease the
+    // next write from what it read.
+    let fenced_read = match (&state.enforcement, kind) {
+        (Some(_), Kind::Read) => facts::origin(&state.config, &parts, &conn).and_then(|o| {
+            let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+            palisade_policy::target::request_target(&o, pq)
+                .ok()
+                .map(|t| palisade_policy::target::resource_key(&t).to_owned())
+        }),
+        _ => None,
+    };
+    let cx = read_cx.unwrap_or_else(|| write_context(&ex));
+    let (resp, outcome) = forward_plain(&state, parts, body, &conn, &cx, fenced_read).await;
+    Ok(finish(&state, resp, ex, outcome, inflight))
+}
+
+fn write_context(ex: &Exchange) -> WriteContext {
+    WriteContext::new(
+        ex.method.clone(),
+        ex.trace_id.clone(),
+        format!("{} {}", ex.method, ex.path),
+    )
+}

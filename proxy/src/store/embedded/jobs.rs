@@ -1,0 +1,178 @@
+//! The writer's jobs and how one is applied inside a batch's transaction.
+
+use palisade_policy::keys::KeyPair;
+use palisade_policy::receipt::{self, ReceiptBody, ReceiptKind, SealedReceipt};
+use redb::{Database, Durability, ReadableTable};
+use tokio::sync::oneshot;
+
+use crate::store::journal::Journal;
+use crate::store::{Advance, Attachments, Compensation, EscrowUpdate, StoreError, WriteIntent};
+
+use super::tables::{
+    escrow_state_is, lease_key, set_lease_state, sweep_expired, unavailable, ChainHead, Part,
+    Tables,
+};
+
+/// A unit of work for the writer thread, with the channel its answer goes back on.
+pub(super) enum Job {
+    Advance(WriteIntent, oneshot::Sender<Result<Advance, StoreError>>),
+    Compensate(String, oneshot::Sender<Result<Compensation, StoreError>>),
+    Stage {
+        lease_id: String,
+        record: Option<Vec<u8>>,
+        inverse: Option<Vec<u8>>,
+        reply: oneshot::Sender<Result<(), StoreError>>,
+    },
+    Receipt(
+        Box<(ReceiptBody, Attachments)>,
+        oneshot::Sender<Result<Option<SealedReceipt>, StoreError>>,
+    ),
+    EscrowPut(EscrowUpdate, oneshot::Sender<Result<bool, StoreError>>),
+}
+
+pub(super) enum Answer {
+    Advance(Advance),
+    Staged,
+    Compensate(Compensation),
+    /// `None`: the attached escrow update's expected state did not hold.
+    Receipt(Option<Box<SealedReceipt>>),
+    EscrowPut(bool),
+}
+
+/// Applies a batch in one transaction, made durable by one journal append; nothing is
+/// visible or answered unless the append and the commit succeed.
+pub(super) fn apply(
+    db: &Database,
+    journal: &mut Journal,
+    key: &KeyPair,
+    mut chain: ChainHead,
+    batch: &[Job],
+) -> Result<(Vec<Answer>, ChainHead), StoreError> {
+    let mut wtx = db.begin_write().map_err(unavailable)?;
+    // Durability comes from the journal (see the module doc).
+    wtx.set_durability(Durability::None);
+    let mut answers = Vec::with_capacity(batch.len());
+    let redo = {
+        let mut t = Tables::open(&wtx)?;
+        let mut stored_keys = false;
+        for job in batch {
+            match job {
+                Job::Advance(intent, _) => {
+                    let resource = intent.resource.as_bytes();
+                    let current = t.fence(resource)?;
+                    if intent.epoch <= current {
+                        answers.push(Answer::Advance(Advance::Stale { current }));
+                        continue;
+                    }
+                    t.set_fence(resource, intent.epoch)?;
+                    let id = intent.lease_id.as_str();
+                    t.put_lease(&lease_key(id, Part::Record, None), &intent.lease_record)?;
+                    if let Some(inv) = &intent.inverse {
+                        t.put_lease(&lease_key(id, Part::Inverse, None), inv)?;
+                    }
+                    if let Some(snap) = &intent.snapshot {
+                        t.put_lease(&lease_key(id, Part::Snapshot, None), snap)?;
+                    }
+                    answers.push(Answer::Advance(Advance::Advanced));
+                }
+                Job::Compensate(lease_id, _) => {
+                    let record_key = lease_key(lease_id, Part::Record, None);
+                    let record: Option<serde_json::Value> = t
+                        .leases
+                        .get(record_key.as_slice())
+                        .map_err(unavailable)?
+                        .and_then(|v| serde_json::from_slice(v.value()).ok());
+                    let answer = match record {
+                        Some(mut rec) if rec["state"] == "committed" => {
+                            let resource = rec["resource"].as_str().unwrap_or_default().to_owned();
+                            let epoch = t.fence(resource.as_bytes())? + 1;
+                            t.set_fence(resource.as_bytes(), epoch)?;
+                            rec["state"] = "compensated".into();
+                            rec["compensation_epoch"] = epoch.into();
+                            let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
+                            t.put_lease(&record_key, &bytes)?;
+                            Compensation::Started { epoch }
+                        }
+                        Some(rec) if rec["state"] == "compensated" => {
+                            Compensation::AlreadyCompensated
+                        }
+                        _ => Compensation::NotCommitted,
+                    };
+                    answers.push(Answer::Compensate(answer));
+                }
+                Job::Stage {
+                    lease_id,
+                    record,
+                    inverse,
+                    ..
+                } => {
+                    if let Some(r) = record {
+                        t.put_lease(&lease_key(lease_id, Part::Record, None), r)?;
+                    }
+                    if let Some(inv) = inverse {
+                        t.put_lease(&lease_key(lease_id, Part::Inverse, None), inv)?;
+                    }
+                    answers.push(Answer::Staged);
+                }
+                Job::EscrowPut(update, _) => {
+                    let ok = escrow_state_is(&t.escrows, &update.id, update.expect.as_deref())?;
+                    if ok {
+                        let bytes = serde_json::to_vec(&update.record).map_err(unavailable)?;
+                        t.put_escrow(&update.id, &bytes)?;
+                    }
+                    answers.push(Answer::EscrowPut(ok));
+                }
+                Job::Receipt(job, _) => {
+                    let (body, attach) = &**job;
+                    if let Some(update) = &attach.escrow {
+                        if !escrow_state_is(&t.escrows, &update.id, update.expect.as_deref())? {
+                            answers.push(Answer::Receipt(None));
+                            continue;
+                        }
+                    }
+                    let sealed = receipt::seal(body, chain.head, key);
+                    if let Some(update) = &attach.escrow {
+                        let mut record = update.record.clone();
+                        record["receipt"] = sealed.value.clone();
+                        let bytes = serde_json::to_vec(&record).map_err(unavailable)?;
+                        t.put_escrow(&update.id, &bytes)?;
+                    }
+                    if let Some(idem) = &attach.idempotency {
+                        let mut record = idem.record.clone();
+                        record["receipt"] = sealed.value.clone();
+                        record["expires_ms"] = idem.expires_ms.into();
+                        let bytes = serde_json::to_vec(&record).map_err(unavailable)?;
+                        t.put_idempotency(&idem.key, &bytes, idem.expires_ms.max(0) as u64)?;
+                        stored_keys = true;
+                    }
+                    t.put_receipt(chain.next_seq, &sealed.jcs)?;
+                    if let (Some(lease_id), ReceiptKind::Interim) = (&body.lease_id, body.kind) {
+                        // Sent but not complete: nothing to compensate (SPEC §7).
+                        set_lease_state(&mut t, lease_id, "interim")?;
+                    }
+                    if let Some(lease_id) = &body.lease_id {
+                        t.put_lease(
+                            &lease_key(lease_id, Part::Receipt, Some(chain.next_seq)),
+                            &[],
+                        )?;
+                    }
+                    chain = ChainHead {
+                        next_seq: chain.next_seq + 1,
+                        head: sealed.digest,
+                    };
+                    answers.push(Answer::Receipt(Some(Box::new(sealed))));
+                }
+            }
+        }
+        if stored_keys {
+            sweep_expired(&mut t)?;
+        }
+        t.redo
+    };
+    // The durable point: once the journal holds the batch, it survives a crash.
+    if !redo.is_empty() {
+        journal.append(&redo.bytes).map_err(unavailable)?;
+    }
+    wtx.commit().map_err(unavailable)?;
+    Ok((answers, chain))
+}

@@ -1,0 +1,355 @@
+//! The `embedded` store: one local redb file, ACID, for a single sidecar replica.
+//!
+//! Why redb: pure Rust (no C toolchain or server), one file, copy-on-write B-trees with
+//! checksummed commits, so a crash at any instant leaves the last committed transaction intact
+//! (no WAL replay to get wrong); `Durability::Immediate` fsyncs on commit.
+//!
+//! Writes go through one writer thread that owns every write transaction. Callers send jobs
+//! over a channel; the thread takes every job waiting, applies them in arrival order in *one*
+//! transaction, makes it durable once, then answers each caller. Under load, many writes
+//! share an fsync (group commit); alone, a write pays one. The receipt chain's head lives in
+//! that thread, so receipts are totally ordered without a lock.
+//!
+//! Durable means: the batch's changes are appended to the redo journal ([`super::journal`])
+//! and fsync'd, then the redb transaction commits without its own fsync. A durable redb
+//! commit (a checkpoint) follows when the journal passes `writer::CHECKPOINT_BYTES`, after a second
+//! without writes, and on a clean stop, which also removes the emptied journal. Opening the
+//! store replays whatever the journal holds first.
+//!
+//! Reads (`epoch`, `inverse`, `receipts`) use redb read transactions on the caller's thread:
+//! they see the last committed state and never wait for the writer.
+
+mod jobs;
+mod tables;
+mod writer;
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::sync::Arc;
+
+use futures_util::future::BoxFuture;
+use palisade_policy::keys::KeyPair;
+use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
+use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use tokio::sync::oneshot;
+
+use crate::store::{
+    Advance, Attachments, Compensation, EscrowUpdate, Store, StoreError, WriteIntent,
+};
+
+use jobs::Job;
+use tables::{
+    lease_key, now_ms, read_chain_head, unavailable, Part, ESCROWS, FENCES, IDEMPOTENCY,
+    IDEMPOTENCY_EXPIRY, LEASE_DATA, RECEIPTS,
+};
+use writer::{journal_path, recover, writer};
+
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    /// To the writer thread. The thread ends when the store (the last sender) is dropped.
+    jobs: mpsc::Sender<Job>,
+    /// Transactions committed by the writer: lets tests and metrics see group commit.
+    commits: Arc<AtomicU64>,
+    /// Set when a write transaction fails, cleared when one commits. redb refuses every write
+    /// after an I/O error until the file is reopened, so in practice this stays set until a
+    /// restart; `/readyz` reports it.
+    failed: Arc<AtomicBool>,
+    /// Joined on drop, so the file's lock is released when the store is gone.
+    writer: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Drop for EmbeddedStore {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer after its current batch.
+        let (closed, _) = mpsc::channel();
+        drop(std::mem::replace(&mut self.jobs, closed));
+        if let Some(handle) = self.writer.take() {
+            let _ = handle.join();
+        }
+    }
+}
+
+impl EmbeddedStore {
+    /// Opens (or creates) the store file. `key` signs the receipts this store appends.
+    pub fn open(path: &Path, key: Arc<KeyPair>) -> Result<Self, StoreError> {
+        let db =
+            Database::create(path).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+        // Create every table up front so readers never meet a missing one.
+        let wtx = db.begin_write().map_err(unavailable)?;
+        {
+            wtx.open_table(FENCES).map_err(unavailable)?;
+            wtx.open_table(LEASE_DATA).map_err(unavailable)?;
+            wtx.open_table(RECEIPTS).map_err(unavailable)?;
+            wtx.open_table(IDEMPOTENCY).map_err(unavailable)?;
+            wtx.open_table(IDEMPOTENCY_EXPIRY).map_err(unavailable)?;
+            wtx.open_table(ESCROWS).map_err(unavailable)?;
+        }
+        wtx.commit().map_err(unavailable)?;
+        let journal = recover(&db, &journal_path(path))?;
+        let db = Arc::new(db);
+        let head = read_chain_head(&db)?;
+        let (jobs, rx) = mpsc::channel();
+        let commits = Arc::new(AtomicU64::new(0));
+        let failed = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let db = db.clone();
+            let commits = commits.clone();
+            let failed = failed.clone();
+            std::thread::Builder::new()
+                .name("palisade-store".into())
+                .spawn(move || writer(db, journal, key, head, rx, commits, failed))
+                .map_err(unavailable)?
+        };
+        Ok(Self {
+            db,
+            jobs,
+            commits,
+            failed,
+            writer: Some(writer),
+        })
+    }
+
+    /// Write transactions committed so far.
+    pub fn commits(&self) -> u64 {
+        self.commits.load(Ordering::Relaxed)
+    }
+
+    fn read_bytes(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let rtx = self.db.begin_read().map_err(unavailable)?;
+        let table = rtx.open_table(table).map_err(unavailable)?;
+        let v = table.get(key).map_err(unavailable)?;
+        Ok(v.map(|v| v.value().to_vec()))
+    }
+
+    fn read_lease(&self, lease_id: &str, part: Part) -> Result<Option<Vec<u8>>, StoreError> {
+        let rtx = self.db.begin_read().map_err(unavailable)?;
+        let table = rtx.open_table(LEASE_DATA).map_err(unavailable)?;
+        let v = table
+            .get(lease_key(lease_id, part, None).as_slice())
+            .map_err(unavailable)?;
+        Ok(v.map(|v| v.value().to_vec()))
+    }
+
+    fn send(&self, job: Job) -> Result<(), StoreError> {
+        self.jobs
+            .send(job)
+            .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))
+    }
+}
+
+impl EmbeddedStore {
+    fn ask<T>(
+        &self,
+        make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Job,
+    ) -> BoxFuture<'_, Result<T, StoreError>>
+    where
+        T: Send + 'static,
+    {
+        let (tx, rx) = oneshot::channel();
+        let sent = self.send(make(tx));
+        Box::pin(async move {
+            sent?;
+            rx.await
+                .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+        })
+    }
+
+    fn read_json(
+        &self,
+        table: TableDefinition<&str, &[u8]>,
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        Ok(self
+            .read_bytes(table, key)?
+            .and_then(|b| serde_json::from_slice(&b).ok()))
+    }
+}
+
+impl Store for EmbeddedStore {
+    fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let rtx = self.db.begin_read().map_err(unavailable)?;
+            let table = rtx.open_table(FENCES).map_err(unavailable)?;
+            let v = table.get(resource.as_bytes()).map_err(unavailable)?;
+            Ok(v.map_or(0, |v| v.value()))
+        })
+    }
+
+    fn advance(&self, intent: WriteIntent) -> BoxFuture<'_, Result<Advance, StoreError>> {
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            self.send(Job::Advance(intent, tx))?;
+            rx.await
+                .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+        })
+    }
+
+    fn append_receipt_with(
+        &self,
+        body: ReceiptBody,
+        attach: Attachments,
+    ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>> {
+        self.ask(|tx| Job::Receipt(Box::new((body, attach)), tx))
+    }
+
+    fn idempotency<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>> {
+        Box::pin(async move {
+            let record = self.read_json(IDEMPOTENCY, key)?;
+            // Expired but not yet swept: gone, as far as callers can tell.
+            Ok(record.filter(|r| r["expires_ms"].as_u64().is_some_and(|e| e > now_ms())))
+        })
+    }
+
+    fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>> {
+        self.ask(|tx| Job::EscrowPut(update, tx))
+    }
+
+    fn escrow<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>> {
+        Box::pin(async move { self.read_json(ESCROWS, id) })
+    }
+
+    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<serde_json::Value>, StoreError>> {
+        Box::pin(async move {
+            let rtx = self.db.begin_read().map_err(unavailable)?;
+            let table = rtx.open_table(ESCROWS).map_err(unavailable)?;
+            let mut out = Vec::new();
+            for row in table.iter().map_err(unavailable)? {
+                let (_, v) = row.map_err(unavailable)?;
+                if let Ok(rec) = serde_json::from_slice(v.value()) {
+                    out.push(rec);
+                }
+                if out.len() >= limit {
+                    break;
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn stage(
+        &self,
+        lease_id: String,
+        record: Option<Vec<u8>>,
+        inverse: Option<Vec<u8>>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let (reply, rx) = oneshot::channel();
+            self.send(Job::Stage {
+                lease_id,
+                record,
+                inverse,
+                reply,
+            })?;
+            rx.await
+                .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+        })
+    }
+
+    fn inverse<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(async move { self.read_lease(lease_id, Part::Inverse) })
+    }
+
+    fn lease_record<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(async move { self.read_lease(lease_id, Part::Record) })
+    }
+
+    fn lease_receipts<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, StoreError>> {
+        Box::pin(async move {
+            let rtx = self.db.begin_read().map_err(unavailable)?;
+            let index = rtx.open_table(LEASE_DATA).map_err(unavailable)?;
+            let from = lease_key(lease_id, Part::Receipt, None);
+            let mut to = from.clone();
+            if let Some(last) = to.last_mut() {
+                *last += 1;
+            }
+            let mut seqs = Vec::new();
+            for row in index
+                .range::<&[u8]>(from.as_slice()..to.as_slice())
+                .map_err(unavailable)?
+            {
+                let (k, _) = row.map_err(unavailable)?;
+                let k = k.value();
+                if let Some(seq) = k
+                    .get(k.len().saturating_sub(8)..)
+                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
+                {
+                    seqs.push(u64::from_be_bytes(seq));
+                }
+            }
+            let receipts = rtx.open_table(RECEIPTS).map_err(unavailable)?;
+            let mut out = Vec::with_capacity(seqs.len());
+            for seq in seqs {
+                if let Some(v) = receipts.get(seq).map_err(unavailable)? {
+                    out.push(v.value().to_vec());
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(async move { self.read_lease(lease_id, Part::Snapshot) })
+    }
+
+    fn begin_compensation(
+        &self,
+        lease_id: String,
+    ) -> BoxFuture<'_, Result<Compensation, StoreError>> {
+        Box::pin(async move {
+            let (tx, rx) = oneshot::channel();
+            self.send(Job::Compensate(lease_id, tx))?;
+            rx.await
+                .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
+        })
+    }
+
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            if self.failed.load(Ordering::Relaxed) {
+                return Err(StoreError::Unavailable(
+                    "the last write transaction failed".into(),
+                ));
+            }
+            self.epoch("").await.map(|_| ())
+        })
+    }
+
+    fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
+        Box::pin(async move {
+            let rtx = self.db.begin_read().map_err(unavailable)?;
+            let table = rtx.open_table(RECEIPTS).map_err(unavailable)?;
+            let mut out = Vec::with_capacity(table.len().map_err(unavailable)? as usize);
+            for row in table.iter().map_err(unavailable)? {
+                let (_, jcs) = row.map_err(unavailable)?;
+                out.push(jcs.value().to_vec());
+            }
+            Ok(out)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

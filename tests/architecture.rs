@@ -1,0 +1,482 @@
+//! The shape of `proxy/src/` (docs/architecture.md), checked so that it holds as features
+//! land:
+//! - no import cycle between files (modules), nor between top-level folders;
+//! - each top-level folder imports only folders of the layers below it;
+//! - no source file passes 500 lines outside its tests.
+//!
+//! Imports are read from the token stream of each file (comments and strings are not
+//! tokens, so a path in a doc comment is not a dependency): every `crate::…` and `super::…`
+//! path, every `use` tree, and relative paths into a module's own children. A
+//! `#[cfg(test)]` module (inline `mod tests { … }` or a `tests.rs` file) is left out: tests
+//! may reach anywhere.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::str::FromStr as _;
+
+use proc_macro2::{Delimiter, TokenStream, TokenTree};
+
+/// The layers, top first. A module may import modules of its own folder and of any layer
+/// below its own, never one above. Keep in step with docs/architecture.md.
+const LAYERS: &[&[&str]] = &[
+    &["cli"],
+    &["server"],
+    &["control"],
+    &["pipeline"],
+    &["authority"],
+    &["mcp"],
+    &["enforce"],
+    &["context"],
+    &["store"],
+    &["telemetry"],
+    &["net"],
+    &["config", "clock", "fs"],
+];
+
+/// Most lines a source file may have before its test module.
+const MAX_LINES: usize = 500;
+
+fn src_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("src")
+}
+
+/// Every module of the library: its path (`net::body`; the crate root is ``) and file.
+fn modules() -> BTreeMap<String, PathBuf> {
+    fn walk(dir: &Path, out: &mut Vec<PathBuf>) {
+        for entry in std::fs::read_dir(dir).expect("read src dir") {
+            let p = entry.expect("dir entry").path();
+            if p.is_dir() {
+                walk(&p, out);
+            } else if p.extension().is_some_and(|e| e == "rs") {
+                out.push(p);
+            }
+        }
+    }
+    let root = src_dir();
+    let mut files = Vec::new();
+    walk(&root, &mut files);
+    let mut out = BTreeMap::new();
+    for f in files {
+        let rel = f.strip_prefix(&root).expect("under src");
+        let mut parts: Vec<String> = rel
+            .iter()
+            .map(|c| c.to_string_lossy().trim_end_matches(".rs").to_owned())
+            .collect();
+        match parts.last().map(String::as_str) {
+            Some("main") if parts.len() == 1 => continue, // the binary, not the library
+            Some("tests") => continue,                    // a #[cfg(test)] module's file
+            Some("mod") | Some("lib") => {
+                parts.pop();
+            }
+            _ => {}
+        }
+        out.insert(parts.join("::"), f);
+    }
+    out
+}
+
+fn is_punct(t: Option<&TokenTree>, c: char) -> bool {
+    matches!(t, Some(TokenTree::Punct(p)) if p.as_char() == c)
+}
+
+fn is_path_sep(tokens: &[TokenTree], i: usize) -> bool {
+    is_punct(tokens.get(i), ':') && is_punct(tokens.get(i + 1), ':')
+}
+
+/// The paths a path or use tree starting at `tokens[i]` names, each with `prefix` before it.
+fn paths_from(tokens: &[TokenTree], mut i: usize, prefix: Vec<String>, out: &mut Vec<Vec<String>>) {
+    let mut path = prefix;
+    loop {
+        match tokens.get(i) {
+            Some(TokenTree::Ident(id)) => {
+                path.push(id.to_string());
+                if is_path_sep(tokens, i + 1) {
+                    i += 3;
+                    continue;
+                }
+                out.push(path);
+                return;
+            }
+            Some(TokenTree::Group(g)) if g.delimiter() == Delimiter::Brace => {
+                // `{a, b::c, self}`: each item a tree of its own.
+                let inner: Vec<TokenTree> = g.stream().into_iter().collect();
+                let mut start = 0;
+                for k in 0..=inner.len() {
+                    if k == inner.len() || is_punct(inner.get(k), ',') {
+                        if start < k {
+                            paths_from(&inner[start..k], 0, path.clone(), out);
+                        }
+                        start = k + 1;
+                    }
+                }
+                return;
+            }
+            _ => {
+                // `*` or the end: the path so far.
+                out.push(path);
+                return;
+            }
+        }
+    }
+}
+
+/// A path a file names, and whether it is a re-export (`pub use`, `pub(crate) use`).
+type Named = (Vec<String>, bool);
+
+/// Every path a file's tokens name, outside `mod tests { … }`.
+fn referenced_paths(stream: TokenStream, out: &mut Vec<Named>) {
+    let tokens: Vec<TokenTree> = stream.into_iter().collect();
+    let mut i = 0;
+    while i < tokens.len() {
+        match &tokens[i] {
+            TokenTree::Ident(id) if id == "mod" => {
+                if let (Some(TokenTree::Ident(name)), Some(TokenTree::Group(_))) =
+                    (tokens.get(i + 1), tokens.get(i + 2))
+                {
+                    if name == "tests" {
+                        i += 3;
+                        continue;
+                    }
+                }
+            }
+            TokenTree::Ident(id) if id == "use" => {
+                // A use tree: its first segment may be a child module, `crate` or `super`.
+                let reexport = match (
+                    i.checked_sub(1).map(|k| &tokens[k]),
+                    i.checked_sub(2).map(|k| &tokens[k]),
+                ) {
+                    (Some(TokenTree::Ident(p)), _) => p == "pub",
+                    (Some(TokenTree::Group(g)), Some(TokenTree::Ident(p))) => {
+                        g.delimiter() == Delimiter::Parenthesis && p == "pub"
+                    }
+                    _ => false,
+                };
+                let mut found = Vec::new();
+                paths_from(&tokens, i + 1, Vec::new(), &mut found);
+                out.extend(found.into_iter().map(|p| (p, reexport)));
+                while i < tokens.len() && !is_punct(tokens.get(i), ';') {
+                    i += 1;
+                }
+                continue;
+            }
+            TokenTree::Ident(id)
+                if (id == "crate" || id == "super") && is_path_sep(&tokens, i + 1) =>
+            {
+                // A path in code: not preceded by `::` (then it is not the start of a path).
+                let preceded = i >= 2 && is_path_sep(&tokens, i - 2);
+                if !preceded {
+                    let mut found = Vec::new();
+                    paths_from(&tokens, i, Vec::new(), &mut found);
+                    out.extend(found.into_iter().map(|p| (p, false)));
+                }
+            }
+            TokenTree::Ident(_) if is_path_sep(&tokens, i + 1) => {
+                let preceded = i >= 2 && is_path_sep(&tokens, i - 2);
+                if !preceded {
+                    let mut found = Vec::new();
+                    paths_from(&tokens, i, Vec::new(), &mut found);
+                    out.extend(found.into_iter().map(|p| (p, false)));
+                }
+            }
+            TokenTree::Group(g) => referenced_paths(g.stream(), out),
+            _ => {}
+        }
+        i += 1;
+    }
+}
+
+/// The module a path from module `from` lands in (the longest known module prefix) and the
+/// name it names there, if any. `None` for a path outside the crate (another crate, a local
+/// name).
+fn resolve(
+    from: &str,
+    path: &[String],
+    known: &BTreeMap<String, PathBuf>,
+) -> Option<(String, Option<String>)> {
+    let here: Vec<String> = if from.is_empty() {
+        Vec::new()
+    } else {
+        from.split("::").map(str::to_owned).collect()
+    };
+    let mut segs: Vec<String> = Vec::new();
+    let mut rest = path;
+    match rest.first().map(String::as_str) {
+        Some("crate") => rest = &rest[1..],
+        Some("super") => {
+            // `super` of `a::b` (a/b.rs or a/b/mod.rs) is `a`.
+            segs = here[..here.len().saturating_sub(1)].to_vec();
+            rest = &rest[1..];
+            while rest.first().map(String::as_str) == Some("super") {
+                segs.pop();
+                rest = &rest[1..];
+            }
+        }
+        Some("self") => {
+            segs = here.clone();
+            rest = &rest[1..];
+        }
+        Some(first) => {
+            // Relative: only a child module of `from` counts (anything else is an imported
+            // name, whose import was read where it was made, or another crate).
+            let mut child = here.clone();
+            child.push(first.to_owned());
+            if !known.contains_key(&child.join("::")) {
+                return None;
+            }
+            segs = here.clone();
+        }
+        None => return None,
+    }
+    segs.extend(rest.iter().cloned());
+    (0..=segs.len()).rev().find_map(|n| {
+        let m = segs[..n].join("::");
+        known.contains_key(&m).then(|| (m, segs.get(n).cloned()))
+    })
+}
+
+/// Module → the modules it imports. A name a module re-exports from a child (`pub use
+/// app::AppState;`) counts as an import of that child, so a folder's facade is no node that
+/// everything passes through. Inside a folder, import siblings directly: a child importing
+/// its parent's facade while the parent re-exports it is a cycle.
+fn graph() -> BTreeMap<String, BTreeSet<String>> {
+    let known = modules();
+    let mut named: BTreeMap<String, Vec<Named>> = BTreeMap::new();
+    for (module, file) in &known {
+        let src = std::fs::read_to_string(file).expect("read source");
+        let stream = TokenStream::from_str(&src)
+            .unwrap_or_else(|e| panic!("{} does not tokenize: {e:?}", file.display()));
+        let mut paths = Vec::new();
+        referenced_paths(stream, &mut paths);
+        named.insert(module.clone(), paths);
+    }
+    // (module, name) → the module the name is defined in.
+    let mut reexports: BTreeMap<(String, String), String> = BTreeMap::new();
+    for (module, paths) in &named {
+        for (p, reexport) in paths {
+            let Some(name) = p.last().filter(|n| *reexport && *n != "self" && *n != "*") else {
+                continue;
+            };
+            if let Some((target, _)) = resolve(module, p, &known) {
+                reexports.insert((module.clone(), name.clone()), target);
+            }
+        }
+    }
+    let mut g = BTreeMap::new();
+    for (module, paths) in &named {
+        let deps: BTreeSet<String> = paths
+            .iter()
+            .filter_map(|(p, _)| {
+                let (mut m, mut name) = resolve(module, p, &known)?;
+                // Follow re-exports (bounded: a chain of them is short).
+                for _ in 0..8 {
+                    let Some(target) = name
+                        .as_ref()
+                        .and_then(|n| reexports.get(&(m.clone(), n.clone())))
+                    else {
+                        break;
+                    };
+                    if *target == m {
+                        break;
+                    }
+                    m = target.clone();
+                    name = p.last().cloned();
+                }
+                Some(m)
+            })
+            .filter(|m| m != module)
+            .collect();
+        g.insert(module.clone(), deps);
+    }
+    g
+}
+
+/// A cycle in `g`, as the list of nodes around it, if there is one.
+fn find_cycle(g: &BTreeMap<String, BTreeSet<String>>) -> Option<Vec<String>> {
+    #[derive(Clone, Copy, PartialEq)]
+    enum Mark {
+        New,
+        Active,
+        Done,
+    }
+    fn visit(
+        n: &str,
+        g: &BTreeMap<String, BTreeSet<String>>,
+        marks: &mut BTreeMap<String, Mark>,
+        stack: &mut Vec<String>,
+    ) -> Option<Vec<String>> {
+        marks.insert(n.to_owned(), Mark::Active);
+        stack.push(n.to_owned());
+        for d in g.get(n).into_iter().flatten() {
+            match marks.get(d).copied().unwrap_or(Mark::New) {
+                Mark::Active => {
+                    let at = stack.iter().position(|s| s == d).expect("on stack");
+                    let mut cycle = stack[at..].to_vec();
+                    cycle.push(d.clone());
+                    return Some(cycle);
+                }
+                Mark::New => {
+                    if let Some(c) = visit(d, g, marks, stack) {
+                        return Some(c);
+                    }
+                }
+                Mark::Done => {}
+            }
+        }
+        stack.pop();
+        marks.insert(n.to_owned(), Mark::Done);
+        None
+    }
+    let mut marks = BTreeMap::new();
+    for n in g.keys() {
+        if marks.get(n).copied().unwrap_or(Mark::New) == Mark::New {
+            if let Some(c) = visit(n, g, &mut marks, &mut Vec::new()) {
+                return Some(c);
+            }
+        }
+    }
+    None
+}
+
+/// The top-level folder (or file) a module belongs to; `` for the crate root.
+fn folder(module: &str) -> &str {
+    module.split("::").next().unwrap_or("")
+}
+
+fn show(root: &str) -> &str {
+    if root.is_empty() {
+        "(crate root)"
+    } else {
+        root
+    }
+}
+
+#[test]
+fn no_module_imports_one_that_imports_it_back() {
+    let g = graph();
+    if let Some(cycle) = find_cycle(&g) {
+        panic!("import cycle between modules: {}", cycle.join(" → "));
+    }
+}
+
+#[test]
+fn no_folder_imports_one_that_imports_it_back() {
+    let mut folders: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (m, deps) in graph() {
+        let entry = folders.entry(folder(&m).to_owned()).or_default();
+        for d in deps {
+            if folder(&d) != folder(&m) {
+                entry.insert(folder(&d).to_owned());
+            }
+        }
+    }
+    if let Some(cycle) = find_cycle(&folders) {
+        let names: Vec<&str> = cycle.iter().map(|c| show(c)).collect();
+        panic!("import cycle between folders: {}", names.join(" → "));
+    }
+}
+
+#[test]
+fn each_folder_imports_only_the_layers_below_it() {
+    let layer_of = |f: &str| LAYERS.iter().position(|l| l.contains(&f));
+    let mut wrong = Vec::new();
+    for (m, deps) in graph() {
+        let from = folder(&m);
+        if from.is_empty() {
+            continue; // lib.rs only declares the folders
+        }
+        let Some(lf) = layer_of(from) else {
+            wrong.push(format!(
+                "{from} is in no layer of LAYERS (add it, and to docs/architecture.md)"
+            ));
+            continue;
+        };
+        for d in deps {
+            let to = folder(&d);
+            if to == from {
+                continue;
+            }
+            match layer_of(to) {
+                Some(lt) if lt > lf => {}
+                _ => wrong.push(format!("{m} imports {d}: {from} may not use {}", show(to))),
+            }
+        }
+    }
+    wrong.sort();
+    wrong.dedup();
+    assert!(
+        wrong.is_empty(),
+        "imports against the layering:\n{}",
+        wrong.join("\n")
+    );
+}
+
+#[test]
+fn no_source_file_passes_the_line_limit() {
+    let mut long = Vec::new();
+    for file in modules().values() {
+        let src = std::fs::read_to_string(file).expect("read source");
+        let code = src.split("#[cfg(test)]\nmod tests").next().unwrap_or("");
+        let n = code.lines().count();
+        if n > MAX_LINES {
+            long.push(format!("{}: {n} lines", file.display()));
+        }
+    }
+    assert!(
+        long.is_empty(),
+        "files over {MAX_LINES} lines (split them by job):\n{}",
+        long.join("\n")
+    );
+}
+
+/// The checker itself: a cycle, a relative child path and a `super` path are seen.
+#[test]
+fn the_checker_sees_cycles_and_paths() {
+    let mut g = BTreeMap::new();
+    g.insert("a".to_owned(), BTreeSet::from(["b".to_owned()]));
+    g.insert("b".to_owned(), BTreeSet::from(["c".to_owned()]));
+    g.insert("c".to_owned(), BTreeSet::from(["a".to_owned()]));
+    assert_eq!(
+        find_cycle(&g),
+        Some(vec!["a".into(), "b".into(), "c".into(), "a".into()])
+    );
+    g.insert("c".to_owned(), BTreeSet::new());
+    assert_eq!(find_cycle(&g), None);
+
+    let mut known = BTreeMap::new();
+    for m in ["", "net", "net::body", "enforce", "enforce::checks"] {
+        known.insert(m.to_owned(), PathBuf::new());
+    }
+    let mut paths = Vec::new();
+    let src = "use crate::net::{body::{self, ProxyBody}, Other}; use super::checks::check; \
+               fn f() { crate::net::body::full(x); json!(crate::enforce::X); } \
+               mod tests { use crate::enforce::checks; }";
+    referenced_paths(TokenStream::from_str(src).expect("tokens"), &mut paths);
+    let resolved: BTreeSet<String> = paths
+        .iter()
+        .filter_map(|(p, _)| resolve("enforce::receipts", p, &known).map(|(m, _)| m))
+        .collect();
+    let want: BTreeSet<String> = ["net::body", "net", "enforce::checks", "enforce"]
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(resolved, want);
+    // A path in a comment or string is no dependency.
+    let mut none = Vec::new();
+    referenced_paths(
+        TokenStream::from_str("// crate::cli::x\nconst S: &str = \"crate::cli::y\";")
+            .expect("tokens"),
+        &mut none,
+    );
+    assert!(none
+        .iter()
+        .all(|(p, _)| p.first().map(String::as_str) != Some("crate")));
+    // A re-export is told apart from a use.
+    let mut uses = Vec::new();
+    referenced_paths(
+        TokenStream::from_str("pub use app::AppState; pub(crate) use a::B; use c::D;")
+            .expect("tokens"),
+        &mut uses,
+    );
+    let flags: Vec<bool> = uses.iter().map(|(_, r)| *r).collect();
+    assert_eq!(flags, [true, true, false]);
+}
