@@ -535,3 +535,90 @@ fn the_example_bundle_is_current_and_checks() {
     assert_eq!(summary["digest"], digest);
     assert_eq!(summary["capabilities"].as_array().unwrap().len(), 7);
 }
+
+/// The venv `scripts/test.sh` makes (pyca/cryptography is in it).
+fn venv_python() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/pyenv/bin/python")
+}
+
+#[test]
+fn keygen_writes_a_key_openssl_and_pyca_load() {
+    use base64::Engine as _;
+    let dir = tempfile::tempdir().unwrap();
+    let key = dir.path().join("agent.pem");
+    let o = palisade(&["keygen", "--out", key.to_str().unwrap()], b"");
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let entry: serde_json::Value = serde_json::from_str(stdout(&o).trim()).unwrap();
+    let public = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(entry["public_key"].as_str().unwrap())
+        .unwrap();
+
+    // OpenSSL 3 reads it and derives the same public key (SPKI DER: 12-byte prefix + key).
+    let out = Command::new("openssl")
+        .args([
+            "pkey",
+            "-in",
+            key.to_str().unwrap(),
+            "-pubout",
+            "-outform",
+            "DER",
+        ])
+        .output()
+        .expect("openssl is installed");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(&out.stdout[out.stdout.len() - 32..], public.as_slice());
+
+    // pyca/cryptography reads it too.
+    let script = "import sys\n\
+        from cryptography.hazmat.primitives import serialization as s\n\
+        k = s.load_pem_private_key(open(sys.argv[1], 'rb').read(), password=None)\n\
+        sys.stdout.write(k.public_key().public_bytes(s.Encoding.Raw, s.PublicFormat.Raw).hex())\n";
+    let out = Command::new(venv_python())
+        .args(["-c", script, key.to_str().unwrap()])
+        .output()
+        .expect("the test venv exists (scripts/test.sh makes it)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), hex::encode(&public));
+
+    // And the other way: a key OpenSSL made signs leases here.
+    let theirs = dir.path().join("openssl.pem");
+    let out = Command::new("openssl")
+        .args([
+            "genpkey",
+            "-algorithm",
+            "ed25519",
+            "-out",
+            theirs.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let inverse = dir.path().join("inverse.json");
+    std::fs::write(&inverse, br#"{"method":"DELETE","path":"/items/1"}"#).unwrap();
+    let o = palisade(
+        &[
+            "lease",
+            "sign",
+            "--key",
+            theirs.to_str().unwrap(),
+            "--target",
+            "https://erp.example.com/items/1",
+            "--epoch",
+            "1",
+            "--pre-image",
+            "sha256:0000000000000000000000000000000000000000000000000000000000000000",
+            "--inverse",
+            inverse.to_str().unwrap(),
+        ],
+        b"",
+    );
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+}

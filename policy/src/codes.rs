@@ -118,6 +118,15 @@ codes! {
     ToolDrifted = "ERR_TOOL_DRIFTED", 409, "Tool definition drifted from its pin", Some(ToolDefinition);
     // SPEC §11.
     McpMethodMismatch = "ERR_MCP_METHOD_MISMATCH", 400, "Mcp-Method header disagrees with the JSON-RPC method", Some(Representation);
+    // Data plane, request form (SPEC §3, §4.3; docs/decisions.md "Canonical requests"): a
+    // spelling the sidecar cannot decide on as the upstream will read it. Representation
+    // drift: a write so spelled leaves an event.
+    PathNotCanonical = "ERR_PATH_NOT_CANONICAL", 400, "Request path has no canonical form", Some(Representation);
+    MethodNotCanonical = "ERR_METHOD_NOT_CANONICAL", 400, "Method is a case variant of a known method", Some(Representation);
+    MethodNotAllowed = "ERR_METHOD_NOT_ALLOWED", 405, "Method not allowed through the sidecar", Some(Representation);
+    MethodOverride = "ERR_METHOD_OVERRIDE", 400, "Method override headers are refused on writes", Some(Representation);
+    // SPEC §9: a mutating admin call without the admin token. An operator's error, not drift.
+    AdminUnauthorized = "ERR_ADMIN_UNAUTHORIZED", 401, "Admin credential required", None;
     // SPEC §10: the fence store is part of enforcement, so its loss is fence drift.
     StoreUnavailable = "ERR_STORE_UNAVAILABLE", 503, "State store unavailable", Some(Fence);
     // Data plane (SPEC §3). Not drift: nothing violated a binding.

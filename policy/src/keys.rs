@@ -58,11 +58,18 @@ impl KeyPair {
         Ok(Self::from_seed(signing.to_bytes()))
     }
 
+    /// PKCS#8 v1 (RFC 5208; RFC 8410 §7), as `openssl genpkey -algorithm ed25519` writes it:
+    /// the private key alone. ed25519-dalek's own encoding is v2 (RFC 5958, the public key
+    /// attached), which OpenSSL 3 and pyca/cryptography refuse ("extra data"). Both forms are
+    /// read.
     pub fn to_pkcs8_pem(&self) -> String {
-        self.signing
-            .to_pkcs8_pem(Default::default())
-            .expect("encoding a valid Ed25519 key as PKCS#8 cannot fail")
-            .to_string()
+        ed25519_dalek::pkcs8::KeypairBytes {
+            secret_key: self.signing.to_bytes(),
+            public_key: None,
+        }
+        .to_pkcs8_pem(Default::default())
+        .expect("encoding a valid Ed25519 key as PKCS#8 cannot fail")
+        .to_string()
     }
 
     pub fn kid(&self) -> &str {
@@ -203,7 +210,24 @@ mod tests {
     #[test]
     fn pem_round_trips_and_kid_is_the_key_digest() {
         let k = KeyPair::from_seed([7; 32]);
-        let back = KeyPair::from_pkcs8_pem(&k.to_pkcs8_pem()).unwrap();
+        let pem = k.to_pkcs8_pem();
+        let back = KeyPair::from_pkcs8_pem(&pem).unwrap();
+        // v1: version 0, no public key (RFC 8410 §10.3's example is this exact shape).
+        let der = base64::engine::general_purpose::STANDARD
+            .decode(
+                pem.lines()
+                    .filter(|l| !l.starts_with("-----"))
+                    .collect::<String>(),
+            )
+            .unwrap();
+        assert_eq!(der.len(), 48);
+        assert_eq!(
+            &der[..16],
+            b"\x30\x2e\x02\x01\x00\x30\x05\x06\x03\x2b\x65\x70\x04\x22\x04\x20"
+        );
+        // A v2 key (public key attached, as earlier builds wrote) still loads.
+        let v2 = k.signing.to_pkcs8_pem(Default::default()).unwrap();
+        assert_eq!(KeyPair::from_pkcs8_pem(&v2).unwrap().kid(), k.kid());
         assert_eq!(back.kid(), k.kid());
         assert_eq!(k.kid(), Sha256Digest::of(k.public().as_bytes()).to_string());
         assert!(!format!("{k:?}").contains("signing"));

@@ -32,6 +32,8 @@ pub mod inverse;
 pub mod json;
 pub mod keys;
 pub mod lease;
+pub mod method;
+pub mod path;
 pub mod receipt;
 pub mod rich;
 pub mod target;

@@ -3,9 +3,14 @@
 //! Two spellings of one target must compare equal, and two targets must not: scheme and host
 //! are lowercased, a default port is dropped, dot segments are removed (all by the `url` crate),
 //! percent-encoded unreserved characters are decoded and the remaining escapes uppercased
-//! (done here, since WHATWG URL parsing leaves escapes alone).
+//! (done here, since WHATWG URL parsing leaves escapes alone). The path is then put in the one
+//! canonical form requests are forwarded in ([`crate::path::canonical_path`]): slashes merged,
+//! dots decoded and removed, and the spellings with no canonical form refused, so a lease for
+//! `//items/1` or `/items/%2e%2e/1` names the resource a request would reach, or nothing.
 
 use url::Url;
+
+use crate::path::{canonical_path, PathError};
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum TargetError {
@@ -13,10 +18,21 @@ pub enum TargetError {
     NotAbsolute,
     #[error("scheme must be http or https")]
     Scheme,
+    #[error("{0}")]
+    Path(#[from] PathError),
 }
 
 /// The normalised form of an absolute `http`/`https` URI, fragment removed.
 pub fn normalize(uri: &str) -> Result<String, TargetError> {
+    // WHATWG parsing reads `\\` as `/` in http(s) URLs: refuse it before it is rewritten, as a
+    // request path with one is refused.
+    if uri
+        .split(['?', '#'])
+        .next()
+        .is_some_and(|p| p.contains('\\'))
+    {
+        return Err(TargetError::Path(PathError::Backslash));
+    }
     let mut url = Url::parse(uri).map_err(|_| TargetError::NotAbsolute)?;
     if !matches!(url.scheme(), "http" | "https") {
         return Err(TargetError::Scheme);
@@ -25,7 +41,7 @@ pub fn normalize(uri: &str) -> Result<String, TargetError> {
         return Err(TargetError::NotAbsolute);
     }
     url.set_fragment(None);
-    let path = normalize_escapes(url.path());
+    let path = canonical_path(url.path())?;
     url.set_path(&path);
     if let Some(q) = url.query() {
         let q = normalize_escapes(q);
@@ -108,10 +124,33 @@ mod tests {
             "https://erp.example.com:8443/items/1",
             "https://erp.example.com/items/1/",
             "https://erp.example.com/items/1?",
-            "https://erp.example.com/items/%2F1",
             "https://erp.example.org/items/1",
         ] {
             assert_ne!(normalize(other).unwrap(), a, "{other}");
+        }
+    }
+
+    #[test]
+    fn lease_targets_take_the_forwarded_form_or_none() {
+        let a = normalize("https://erp.example.com/items/1").unwrap();
+        for same in [
+            "https://erp.example.com//items/1",
+            "https://erp.example.com/items//1",
+            "https://erp.example.com/x/%2e%2e/items/1",
+            "https://erp.example.com/%69tems/1",
+        ] {
+            assert_eq!(normalize(same).unwrap(), a, "{same}");
+        }
+        for refused in [
+            "https://erp.example.com/items/%2F1",
+            "https://erp.example.com/items\\1",
+            "https://erp.example.com/items/..;/1",
+            "https://erp.example.com/items/%00",
+        ] {
+            assert!(
+                matches!(normalize(refused), Err(TargetError::Path(_))),
+                "{refused}"
+            );
         }
     }
 

@@ -59,6 +59,16 @@ pub fn write_config(
     upstream_extra: &str,
     extra: &str,
 ) -> String {
+    write_config_for(&upstream.url(), dir, upstream_extra, extra)
+}
+
+/// As [`write_config`], for an upstream at `url` (one that is not a [`Upstream`]).
+pub fn write_config_for(
+    url: &str,
+    dir: &std::path::Path,
+    upstream_extra: &str,
+    extra: &str,
+) -> String {
     let sidecar = KeyPair::from_seed(SIDECAR_SEED);
     let agent = KeyPair::from_seed(AGENT_SEED);
     std::fs::write(dir.join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
@@ -74,7 +84,7 @@ pub fn write_config(
          [upstream]\nurl = \"{}\"\n{}{upstream_extra}\
          [signing]\nkey = \"{d}/signing.pem\"\n[trust]\nissuers = \"{d}/issuers.json\"\n\
          [store]\npath = \"{d}/state.redb\"\n{extra}",
-        upstream.url(),
+        url,
         if upstream_extra.contains("timeout =") {
             ""
         } else {

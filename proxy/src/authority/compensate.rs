@@ -76,9 +76,27 @@ pub(super) async fn compensate(
                     if inv.body.is_some() && !headers.iter().any(|(k, _)| k == "content-type") {
                         headers.push(("content-type".into(), "application/json".into()));
                     }
+                    // The inverse goes out in the same canonical form as any request, and
+                    // with no PTCL header of the agent's choosing (the fence token is ours).
+                    headers.retain(|(k, _)| {
+                        let k = k.to_ascii_lowercase();
+                        !headers::SIDECAR_OWNED.contains(&k.as_str())
+                            && !headers::PTCL_REQUEST_HEADERS.contains(&k.as_str())
+                    });
                     let method = Method::from_bytes(inv.method.as_bytes())
                         .map_err(|_| bad("inverse method"))?;
-                    (method, inv.path, headers, body)
+                    let (p, q) = match inv.path.split_once('?') {
+                        Some((p, q)) => (p, Some(q)),
+                        None => (inv.path.as_str(), None),
+                    };
+                    let p = palisade_policy::path::canonical_path(p).map_err(|_| {
+                        Refusal::new(
+                            ErrorCode::PathNotCanonical,
+                            "the inverse's path has no canonical form",
+                        )
+                    })?;
+                    let path = q.map_or(p.clone(), |q| format!("{p}?{q}"));
+                    (method, path, headers, body)
                 }
             }
             Some("SNAPSHOT_RESTORE") => {

@@ -79,6 +79,8 @@ pub struct Config {
     pub store_url: Option<String>,
     pub signing_key: Option<PathBuf>,
     pub trust_issuers: Option<PathBuf>,
+    /// `ptcl.reads`: the safe methods; every other method is a write (SPEC §4, fail-closed).
+    pub reads: Vec<http::Method>,
     pub writes: Vec<http::Method>,
     pub max_clock_skew: Duration,
     pub pre_image_fetch: bool,

@@ -80,6 +80,7 @@ pub struct RawTrust {
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
 pub struct RawPtcl {
+    pub reads: Option<Vec<String>>,
     pub writes: Option<Vec<String>>,
     pub max_clock_skew: Option<String>,
     pub pre_image: Option<String>,

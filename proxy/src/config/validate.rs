@@ -171,19 +171,43 @@ impl RawConfig {
             c.push("store.url", "is required when store.kind = \"postgres\"");
         }
 
-        let writes = self
-            .ptcl
-            .writes
-            .unwrap_or_else(|| ["POST", "PUT", "PATCH", "DELETE"].map(String::from).into())
+        let methods =
+            |c: &mut Collector<'_>, key: &str, list: Option<Vec<String>>, default: &[&str]| {
+                list.unwrap_or_else(|| default.iter().map(|m| (*m).to_owned()).collect())
+                    .iter()
+                    .filter_map(|m| match http::Method::from_bytes(m.as_bytes()) {
+                        Ok(method) if m.bytes().all(|b| b.is_ascii_uppercase()) => Some(method),
+                        _ => {
+                            c.push(key, "must list HTTP methods in upper case");
+                            None
+                        }
+                    })
+                    .collect::<Vec<_>>()
+            };
+        let writes = methods(
+            c,
+            "ptcl.writes",
+            self.ptcl.writes,
+            &["POST", "PUT", "PATCH", "DELETE"],
+        );
+        let reads = methods(
+            c,
+            "ptcl.reads",
+            self.ptcl.reads,
+            &["GET", "HEAD", "OPTIONS"],
+        );
+        if reads.iter().any(|m| writes.contains(m)) {
+            c.push(
+                "ptcl.reads",
+                "must not name a method that ptcl.writes names",
+            );
+        }
+        if reads
             .iter()
-            .filter_map(|m| match http::Method::from_bytes(m.as_bytes()) {
-                Ok(method) if m.bytes().all(|b| b.is_ascii_uppercase()) => Some(method),
-                _ => {
-                    c.push("ptcl.writes", "must list HTTP methods in upper case");
-                    None
-                }
-            })
-            .collect();
+            .any(|m| *m == http::Method::CONNECT || *m == http::Method::TRACE)
+        {
+            c.push("ptcl.reads", "CONNECT and TRACE are never forwarded");
+        }
         let pre_image_fetch = match self.ptcl.pre_image.as_deref() {
             None | Some("fetch") => true,
             Some("off") => false,
@@ -263,6 +287,7 @@ impl RawConfig {
             store_url: self.store.url,
             signing_key: self.signing.key,
             trust_issuers: self.trust.issuers,
+            reads,
             writes,
             max_clock_skew: c.duration("ptcl.max_clock_skew", &self.ptcl.max_clock_skew, "60s"),
             pre_image_fetch,

@@ -30,7 +30,7 @@ pub(crate) async fn forward_plain(
         let request_id = uuid::Uuid::new_v4().to_string();
         Problem::new(code, detail, &request_id, trace_id).into_response()
     };
-    let upstream_req = match build_upstream_request(&state.upstream, parts, body, conn) {
+    let upstream_req = match build_upstream_request(&state.upstream, parts, body, conn, None) {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "request target not forwardable");

@@ -277,7 +277,8 @@ pub(crate) async fn fallback(
         Ok(u) => u,
         Err(_) => return failed(),
     };
-    let Ok(req) = rewrite::build_upstream_request(&upstream, r.parts, body::full(r.body), r.conn)
+    let Ok(req) =
+        rewrite::build_upstream_request(&upstream, r.parts, body::full(r.body), r.conn, None)
     else {
         return failed();
     };

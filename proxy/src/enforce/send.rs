@@ -19,7 +19,6 @@ use crate::enforce::permit::Permit;
 use crate::enforce::receipts;
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::conn::ConnInfo;
-use crate::net::headers;
 use crate::net::problem::Problem;
 use crate::net::rewrite::build_upstream_request;
 use crate::net::upstream::UpstreamError;
@@ -107,15 +106,11 @@ pub(crate) async fn send(
     state: &AppState,
     upstream: &crate::net::upstream::Upstream,
     permit: &Permit,
-    mut parts: http::request::Parts,
+    parts: http::request::Parts,
     bytes: Bytes,
     conn: &ConnInfo,
     cx: &WriteContext,
 ) -> Sent {
-    // The fence token travels upstream; the PTCL headers do not.
-    parts
-        .headers
-        .insert(headers::FENCE_HEADER, HeaderValue::from(permit.epoch()));
     let problem = |code: ErrorCode, detail: &str| {
         Problem::new(
             code,
@@ -129,7 +124,8 @@ pub(crate) async fn send(
         outcome: Outcome::Error,
         note,
     };
-    let req = match build_upstream_request(upstream, parts, body::full(bytes), conn) {
+    let req = match // The fence token travels upstream (inserted last); the client's PTCL headers do not.
+    build_upstream_request(upstream, parts, body::full(bytes), conn, Some(permit.epoch())) {
         Ok(req) => req,
         Err(e) => {
             tracing::warn!(error = %e, "request target not forwardable");

@@ -29,6 +29,11 @@ const HOP_BY_HOP: [&str; 8] = [
 pub const PTCL_REQUEST_HEADERS: [&str; 2] =
     ["agent-compensation-lease", "agent-compensation-inverse"];
 
+/// PTCL headers only the sidecar may set: removed from every client request on arrival and
+/// from every upstream answer, so neither side can forge a fence token or a receipt in the
+/// other's name (SPEC §3: the fence token upstream is the sidecar's).
+pub const SIDECAR_OWNED: [&str; 3] = ["agent-fence-token", "agent-commit-receipt", "agent-dry-run"];
+
 /// Removes hop-by-hop fields, those named by `Connection`, and `Transfer-Encoding` (hyper
 /// frames the body itself on each hop).
 pub fn strip_hop_by_hop(headers: &mut HeaderMap) {

@@ -66,6 +66,11 @@ impl UpstreamError {
 pub fn downstream(resp: Response<Incoming>) -> Response<ProxyBody> {
     let (mut parts, body) = resp.into_parts();
     crate::net::headers::strip_hop_by_hop(&mut parts.headers);
+    // The upstream cannot speak for the sidecar: its receipt and fence headers are set (or
+    // not) by the layer that decided the request.
+    for name in crate::net::headers::SIDECAR_OWNED {
+        parts.headers.remove(name);
+    }
     parts.version = http::Version::default();
     Response::from_parts(parts, crate::net::body::boxed(body))
 }

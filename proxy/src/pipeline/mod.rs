@@ -10,19 +10,21 @@
 //! ```
 
 mod exchange;
+mod request_form;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
+use palisade_policy::method::MethodClass;
 use palisade_policy::ErrorCode;
 use tokio::time::Instant;
 
 use crate::authority;
 use crate::context::{AppState, Binding, Outcome, WriteContext};
 use crate::enforce::forward::forward_plain;
-use crate::enforce::{escrow, facts, output, write};
+use crate::enforce::{escrow, facts, output, receipts, write};
 use crate::mcp;
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::conn::ConnInfo;
@@ -40,10 +42,14 @@ pub async fn handle(
     let start = Instant::now();
     let (mut parts, body) = req.into_parts();
     let trace_id = headers::ensure_traceparent(&mut parts.headers);
-    let kind = if state.config.writes.contains(&parts.method) {
-        Kind::Write
-    } else {
-        Kind::Read
+    // The request as every later stage decides on it and the upstream receives it: method
+    // classified fail-closed, path canonical, overrides and forged PTCL headers gone.
+    let prepared = request_form::prepare(&state.config, &mut parts, state.enforcement.is_some());
+    let kind = match prepared {
+        // `ptcl.writes = []` turns enforcement off: a plain proxy, every method streams.
+        _ if state.enforcement.is_none() => Kind::Read,
+        Ok(MethodClass::Read) => Kind::Read,
+        Ok(MethodClass::Write) | Err(_) => Kind::Write,
     };
     let ex = Exchange {
         method: parts.method.clone(),
@@ -59,6 +65,23 @@ pub async fn handle(
         let request_id = uuid::Uuid::new_v4().to_string();
         Problem::new(code, detail, &request_id, &trace_id).into_response()
     };
+    if let Err(refusal) = prepared {
+        // Nothing of it has reached anyone: refused with a receipt and a drift event, as any
+        // other refusal, when enforcement keeps receipts.
+        state.metrics.refusal(refusal.code);
+        // The spelling refused is the client's, not an operation: events and receipts name
+        // the method only, so no client-chosen text reaches an operator's tools.
+        let cx = WriteContext::new(
+            ex.method.clone(),
+            ex.trace_id.clone(),
+            format!("{} <refused request form>", ex.method),
+        );
+        let resp = match &state.enforcement {
+            Some(enf) => receipts::refuse(enf, &refusal, &cx, None, None, None).await,
+            None => refuse(refusal.code, &refusal.detail),
+        };
+        return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+    }
 
     // The lease authority (SPEC §5.7) lives under the reserved PTCL prefix.
     if let (true, Some(enf)) = (state.config.authority, &state.enforcement) {

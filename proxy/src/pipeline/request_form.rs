@@ -1,0 +1,100 @@
+//! The first stage: the request put in the one form every later stage decides on and the
+//! upstream receives (ARCHITECTURE.md, "Decide on what you forward").
+//!
+//! ```text
+//! method → policy::method::classify      CONNECT/TRACE 405, case variants 400, else read|write
+//! path   → policy::path::canonical_path  rewritten in place, or 400 ERR_PATH_NOT_CANONICAL
+//! headers: method overrides refused on writes, removed on reads; the client's PTCL response
+//!          headers (Agent-Fence-Token, Agent-Commit-Receipt, Agent-Dry-Run) removed
+//! ```
+//! After this stage `parts.uri` holds the canonical path (and the query as sent), so routing,
+//! the lease's target match, the fence and pre-image keys, receipts and the request line sent
+//! upstream all read the same value; nothing downstream sees the client's spelling.
+
+use http::uri::{PathAndQuery, Uri};
+use http::{HeaderMap, Method};
+use palisade_policy::method::{self, MethodClass};
+use palisade_policy::path::canonical_path;
+use palisade_policy::{ErrorCode, Refusal};
+
+use crate::config::Config;
+use crate::net::headers::SIDECAR_OWNED;
+
+/// Checks the method and headers of a request and rewrites its target to the canonical
+/// path. `Err` is the refusal; the request is then answered and goes no further.
+/// `enforcing`: write enforcement is on (`ptcl.writes` not empty); off, the sidecar is a
+/// plain proxy and leaves method overrides alone (there is no write for them to disguise).
+pub(super) fn prepare(
+    config: &Config,
+    parts: &mut http::request::Parts,
+    enforcing: bool,
+) -> Result<MethodClass, Refusal> {
+    let class = method::classify(parts.method.as_str(), &config.reads, &config.writes)?;
+    parts.uri = canonical_uri(&parts.method, &parts.uri)?;
+    if enforcing {
+        strip_overrides(class, &mut parts.headers)?;
+    }
+    // Upstream, these are the sidecar's alone (SPEC §3): the fence token is inserted after
+    // hop-by-hop stripping when a write is forwarded; a client's copy never travels on.
+    for name in SIDECAR_OWNED {
+        parts.headers.remove(name);
+    }
+    Ok(class)
+}
+
+/// The request's URI with its path canonical; the query is kept as sent. `OPTIONS *` is the
+/// one request whose target is no path (RFC 9110 §7.1).
+pub(super) fn canonical_uri(method: &Method, uri: &Uri) -> Result<Uri, Refusal> {
+    let path = match uri.path() {
+        "" => "/",
+        p => p,
+    };
+    if path == "*" && method == Method::OPTIONS {
+        return Ok(uri.clone());
+    }
+    let canonical = canonical_path(path).map_err(|e| {
+        tracing::debug!(error = %e, "request path refused");
+        Refusal::new(ErrorCode::PathNotCanonical, e.to_string())
+    })?;
+    if canonical == path {
+        return Ok(uri.clone());
+    }
+    let pq = match uri.query() {
+        Some(q) => format!("{canonical}?{q}"),
+        None => canonical,
+    };
+    let mut p = uri.clone().into_parts();
+    p.path_and_query = Some(PathAndQuery::try_from(pq).map_err(|_| {
+        Refusal::new(
+            ErrorCode::PathNotCanonical,
+            "the canonical path is not a valid URI path",
+        )
+    })?);
+    Uri::from_parts(p).map_err(|_| {
+        Refusal::new(
+            ErrorCode::PathNotCanonical,
+            "the request target cannot be rebuilt",
+        )
+    })
+}
+
+/// `X-HTTP-Method-Override` and its relatives: a write carrying one is refused (the
+/// application might run the method it names instead of the one checked); on a read they are
+/// removed, so no read turns into a write behind the sidecar.
+fn strip_overrides(class: MethodClass, headers: &mut HeaderMap) -> Result<(), Refusal> {
+    for name in method::OVERRIDE_HEADERS {
+        if headers.contains_key(name) {
+            if class == MethodClass::Write {
+                return Err(Refusal::new(
+                    ErrorCode::MethodOverride,
+                    "a write may not carry a method-override header",
+                ));
+            }
+            headers.remove(name);
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests;
