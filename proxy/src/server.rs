@@ -70,6 +70,14 @@ impl Server {
         if let Some(b) = &bundle {
             tracing::info!(digest = %b.digest, binding_id = %b.binding_id, capabilities = b.capabilities.len(), "rich bundle loaded");
         }
+        if let Some(f) = &config.admin_token_file {
+            if crate::control::admin_auth::read_token(f).is_none() {
+                anyhow::bail!(
+                    "admin.token_file: cannot read {} or it is empty",
+                    f.display()
+                );
+            }
+        }
         // Metrics first: the store's writer thread takes its metric handles when it starts.
         let metrics = crate::telemetry::Metrics::register();
         let enforcement = if config.writes.is_empty() {

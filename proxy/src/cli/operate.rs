@@ -77,6 +77,14 @@ pub(super) fn check_referenced_files(cfg: &Config, path: &Path) -> Result<Vec<St
             }
         }
     }
+    if let Some(f) = &cfg.admin_token_file {
+        if crate::control::admin_auth::read_token(f).is_none() {
+            lines.push(format!(
+                "{file}: admin.token_file: cannot read {} or it is empty",
+                f.display()
+            ));
+        }
+    }
     if let Some(ca) = &cfg.upstream_ca {
         if let Err(e) = crate::net::tls::root_store(ca) {
             lines.push(format!("{file}: upstream.tls.ca: {e}"));

@@ -63,6 +63,8 @@ pub struct Config {
     pub listen_tls: Option<ListenTls>,
     pub public_base: Option<String>,
     pub admin_addr: String,
+    /// `admin.token_file`: the bearer token mutating and `/admin/v1/*` calls need (SPEC §9).
+    pub admin_token_file: Option<PathBuf>,
     pub upstream_url: http::Uri,
     pub upstream_connect_timeout: Duration,
     pub upstream_timeout: Duration,

@@ -28,6 +28,7 @@ pub struct RawListenTls {
 #[serde(default)]
 pub struct RawAdmin {
     pub addr: Option<String>,
+    pub token_file: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]

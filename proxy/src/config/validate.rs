@@ -2,6 +2,7 @@
 //! collected, then every value parsed, each failure a [`ConfigProblem`].
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use serde::de::DeserializeOwned;
@@ -126,6 +127,18 @@ impl RawConfig {
             c.url("listen.public_base", base);
         }
         let admin_addr = c.addr("admin.addr", &self.admin.addr, "127.0.0.1:9901");
+        let admin_token_file = self.admin.token_file.as_ref().map(PathBuf::from);
+        // SPEC §9: without a credential the admin listener stays on loopback, where only the
+        // pod's own containers reach it.
+        let loopback = admin_addr
+            .parse::<SocketAddr>()
+            .map_or(true, |a| a.ip().is_loopback());
+        if !loopback && admin_token_file.is_none() {
+            c.push(
+                "admin.addr",
+                "a non-loopback admin listener needs admin.token_file (or bind it to 127.0.0.1)",
+            );
+        }
 
         let upstream_url = match &self.upstream.url {
             Some(u) => c.url("upstream.url", u),
@@ -264,6 +277,7 @@ impl RawConfig {
             }),
             public_base,
             admin_addr,
+            admin_token_file,
             upstream_url,
             upstream_connect_timeout: c.duration(
                 "upstream.connect_timeout",

@@ -1,7 +1,8 @@
 //! The admin listener (SPEC §9): health, readiness, metrics, and the escrow decisions
 //! (`POST /admin/v1/escrow/{id}/approve|reject`, `GET /admin/v1/escrow`).
 //!
-//! Plain HTTP/1.1 on `admin.addr` (loopback by default). It is served apart from the data
+//! Plain HTTP/1.1 on `admin.addr` (loopback by default). With `admin.token_file`, every call
+//! but the probes needs the admin token (`admin_auth`). It is served apart from the data
 //! plane so a flood of agent traffic cannot starve probes, and it stops last on shutdown so
 //! that `/readyz` keeps answering 503 while the data plane drains.
 
@@ -11,14 +12,14 @@ use std::sync::Arc;
 use http::{header, Method, Request, Response, StatusCode};
 use hyper::body::Incoming;
 use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::context::AppState;
-use crate::control::escrow;
+use crate::control::{admin_auth, escrow};
 use crate::net::body::{self, ProxyBody};
 
 pub async fn serve(
@@ -49,10 +50,16 @@ pub async fn serve(
         let state = state.clone();
         let metrics = metrics.clone();
         tokio::spawn(async move {
+            let header_timeout = state.config.header_timeout;
             let svc = service_fn(move |req| respond(req, state.clone(), metrics.clone()));
-            let _ = auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
+            // Slow headers are cut here as on the data plane: a stalled client must not
+            // hold admin connections open.
+            let mut builder = auto::Builder::new(TokioExecutor::new());
+            builder
+                .http1()
+                .timer(TokioTimer::new())
+                .header_read_timeout(header_timeout);
+            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
         });
     }
     upkeep.abort();
@@ -73,6 +80,13 @@ async fn respond(
         r
     };
     let path = req.uri().path();
+    if let Some(token_file) = &state.config.admin_token_file {
+        if admin_auth::guarded(req.method(), path)
+            && !admin_auth::authorized(token_file, req.headers())
+        {
+            return Ok(admin_auth::refused());
+        }
+    }
     let json = |status: StatusCode, doc: serde_json::Value| body::json_response(status, &doc);
     match (req.method(), path) {
         (&Method::POST, "/admin/v1/reload") => {

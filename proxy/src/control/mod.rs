@@ -4,12 +4,13 @@
 //! Above the request layers: it reads and swaps what they use ([`crate::context::AppState`]'s
 //! bundle) and calls into `enforce` and `mcp` to release held writes; none of them calls
 //! back into it.
-//! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/admin/v1/…`;
+//! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/admin/v1/…`; [`admin_auth`]: its token;
 //! - [`bundle`]: the RICH bundle a configuration names, loaded and compiled;
 //! - [`reload`]: swapping it (admin call, SIGHUP, file watch) without a torn read;
 //! - [`escrow`]: approve, reject and list held writes.
 
 pub mod admin;
+pub mod admin_auth;
 pub mod bundle;
 pub mod escrow;
 pub mod reload;
