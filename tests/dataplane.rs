@@ -596,3 +596,60 @@ async fn large_streams_pass_through_in_bounded_memory() {
     assert!(rss < 64 << 20, "peak RSS {} MiB exceeds 64 MiB", rss >> 20);
     eprintln!("peak RSS after 2 x 256 MiB: {} MiB", rss >> 20);
 }
+
+/// `log.access`: "off" writes no access line; "sampled" writes one success in N and every
+/// refusal and upstream failure (issue 15).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_logging_can_be_off_or_sampled_and_sampling_keeps_failures() {
+    let upstream = Upstream::start().await;
+    let lines = |p: &Palisade| {
+        p.logs()
+            .lines()
+            .filter(|l| l.contains("palisade::access"))
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+    };
+    let get = |p: &Palisade, path: &str| Request::get(p.url(path)).body(full("")).unwrap();
+
+    let off = Palisade::start(&config(&upstream, "[log]\naccess = \"off\"\n"));
+    for _ in 0..5 {
+        assert_eq!(
+            send(&http1_client(), get(&off, "/a")).await.0.status,
+            StatusCode::OK
+        );
+    }
+    let mut off = off;
+    off.sigterm();
+    off.child.wait().unwrap();
+    assert!(lines(&off).is_empty(), "{:?}", lines(&off));
+
+    let sampled = Palisade::start(&config(
+        &upstream,
+        "[log]\naccess = \"sampled\"\naccess_sample_rate = 0.1\n",
+    ));
+    for _ in 0..50 {
+        assert_eq!(
+            send(&http1_client(), get(&sampled, "/ok")).await.0.status,
+            StatusCode::OK
+        );
+    }
+    // A refusal (TRACE is never forwarded) is logged whatever the sample says.
+    for _ in 0..3 {
+        let req = Request::builder()
+            .method("TRACE")
+            .uri(sampled.url("/refused"))
+            .body(full(""))
+            .unwrap();
+        assert_eq!(
+            send(&http1_client(), req).await.0.status,
+            StatusCode::METHOD_NOT_ALLOWED
+        );
+    }
+    let mut sampled = sampled;
+    sampled.sigterm();
+    sampled.child.wait().unwrap();
+    let all = lines(&sampled);
+    let ok = all.iter().filter(|l| l.contains("/ok")).count();
+    let refused = all.iter().filter(|l| l.contains("/refused")).count();
+    assert_eq!((ok, refused), (5, 3), "{all:?}");
+}

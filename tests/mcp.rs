@@ -109,6 +109,26 @@ async fn client_in(
     mode: &'static str,
     steps: Value,
 ) -> Vec<Value> {
+    client_full(prefix, url, mode, steps, json!({})).await
+}
+
+/// [`client`], with `headers` (a JSON object) on every HTTP request the SDK client sends.
+async fn client_with_headers(
+    url: String,
+    mode: &'static str,
+    steps: Value,
+    headers: Value,
+) -> Vec<Value> {
+    client_full(Vec::new(), url, mode, steps, headers).await
+}
+
+async fn client_full(
+    prefix: Vec<String>,
+    url: String,
+    mode: &'static str,
+    steps: Value,
+    headers: Value,
+) -> Vec<Value> {
     tokio::task::spawn_blocking(move || {
         let mut cmd = match prefix.split_first() {
             Some((first, rest)) => {
@@ -122,6 +142,7 @@ async fn client_in(
             .arg(repo().join("tests/mcp/client.py"))
             .arg(&url)
             .arg(mode)
+            .env("MCP_CLIENT_HEADERS", headers.to_string())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -494,7 +515,7 @@ async fn a_rug_pull_is_filtered_from_the_listing_and_its_calls_refused() {
     for mode in ["2026-07-28", "legacy"] {
         let server = McpServer::start().await;
         let digests = pinned_digests(&server);
-        assert_eq!(digests.len(), 7, "{digests:?}");
+        assert_eq!(digests.len(), 8, "{digests:?}");
         let bundle_dir = tempfile::tempdir().unwrap();
         let mut b = erp_tools(bundle_dir.path());
         // rug_pull is bound as a read tool, unpinned; the others carry pin-mcp's digests.
@@ -826,7 +847,7 @@ async fn paginated_listings_are_pinned_page_by_page_and_list_changed_passes() {
     let server = McpServer::start_paged(2).await;
     // pin-mcp follows the cursors too.
     let digests = pinned_digests(&server);
-    assert_eq!(digests.len(), 7, "{digests:?}");
+    assert_eq!(digests.len(), 8, "{digests:?}");
     let bundle_dir = tempfile::tempdir().unwrap();
     let mut b = erp_tools(bundle_dir.path());
     let mut lock: Value = serde_json::from_slice(&std::fs::read(&b.lockfile).unwrap()).unwrap();
@@ -859,8 +880,8 @@ async fn paginated_listings_are_pinned_page_by_page_and_list_changed_passes() {
     )
     .await;
     let all = json!(["add", "set_stock", "count_slowly", "rug_pull", "add_tool"]);
-    // Seven tools in four pages; confirm_stock and slow_set_stock are not in the lockfile
-    // and are removed.
+    // Eight tools in four pages; confirm_stock, slow_set_stock and log_note are not in the
+    // lockfile and are removed.
     assert_eq!(out[0]["tools"], all, "{out:?}");
     assert_eq!(out[0]["pages"], 4, "{out:?}");
     assert_eq!(out[1]["result"], json!({"result": "added"}), "{out:?}");
@@ -871,16 +892,16 @@ async fn paginated_listings_are_pinned_page_by_page_and_list_changed_passes() {
             .contains(&json!("notifications/tools/list_changed")),
         "{out:?}"
     );
-    // Eight tools now, still four pages; the new one is unknown and filtered.
+    // Nine tools now, five pages; the new one is unknown and filtered.
     assert_eq!(out[3]["tools"], all, "{out:?}");
-    assert_eq!(out[3]["pages"], 4, "{out:?}");
+    assert_eq!(out[3]["pages"], 5, "{out:?}");
     // The rug pull shows on its page; the other pages and the cursors are untouched.
     assert_eq!(
         out[5]["tools"],
         json!(["add", "count_slowly", "rug_pull", "add_tool"]),
         "{out:?}"
     );
-    assert_eq!(out[5]["pages"], 4, "{out:?}");
+    assert_eq!(out[5]["pages"], 5, "{out:?}");
     let events = drift_events(&p);
     for (tool, reason) in [
         ("sneaky_extra", "unknown-tool"),
@@ -1246,4 +1267,117 @@ async fn a_tool_that_requires_a_key_is_refused_without_one() {
     assert!(drift_events(&p)
         .iter()
         .any(|e| e["code"] == "ERR_IDEMPOTENCY_KEY_REQUIRED"));
+}
+
+/// Issue 15, interop: a tool whose output contract accepts anything passes a result without
+/// `structuredContent` (a constraining one still refuses it), and a tool call's inverse may
+/// travel in `Agent-Compensation-Inverse` beside `_meta` (SPEC §11) — staged, and used by
+/// compensation — but not in both at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn absent_structured_content_and_the_inverse_header_on_tool_calls() {
+    let server = McpServer::start().await;
+    let write = || {
+        let mut c = contract(
+            json!({"$schema": DIALECT, "type": "object"}),
+            "write",
+            "compensable",
+            "optional",
+        );
+        c["state"] = json!({"handle": "sku"});
+        c
+    };
+    let accept_all = contract_with_output(
+        json!("unknown"),
+        json!({"$schema": DIALECT, "title": "anything"}),
+        "write",
+        "compensable",
+    );
+    let dir_a = tempfile::tempdir().unwrap();
+    let a = write_mcp_bundle(
+        dir_a.path(),
+        "urn:palisade:test:mcp/15",
+        &[
+            ("set_stock", "set_stock", write()),
+            ("log_note", "log_note", accept_all),
+        ],
+    );
+    let p = sidecar_with(&server, &a, "[ptcl]\nauthority = true\n");
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let inverse = json!({"tool": "set_stock", "arguments": {"sku": "H-1", "qty": 0}});
+    let digest =
+        palisade_policy::digest::Sha256Digest::of(&palisade_policy::canon::to_vec(&inverse));
+    let lease = |tool: &str| -> Value {
+        let b64 = lease_for(&agent, &format!("/mcp/tools/{tool}"), 1, |f| {
+            f.insert("inverse_payload_jcs_hash".into(), json!(digest.to_string()));
+        });
+        serde_json::from_slice(&URL_SAFE_NO_PAD.decode(b64).unwrap()).unwrap()
+    };
+    let stock_lease = lease("set_stock");
+    let header = json!({
+        "Agent-Compensation-Inverse": URL_SAFE_NO_PAD.encode(palisade_policy::canon::to_vec(&inverse)),
+    });
+    let out = client_with_headers(
+        p.url("/mcp"),
+        "2026-07-28",
+        json!([
+            {"op": "call", "name": "log_note", "args": {"text": "hi"},
+             "meta": {"compensationLease": lease("log_note")}},
+            {"op": "call", "name": "set_stock", "args": {"sku": "H-1", "qty": 3},
+             "meta": {"compensationLease": stock_lease}},
+            {"op": "call", "name": "set_stock", "args": {"sku": "H-2", "qty": 4},
+             "meta": {"compensationLease": lease("set_stock"), "compensationInverse": inverse}},
+        ]),
+        header,
+    )
+    .await;
+    // Text only, no structuredContent, under an accept-all output contract: a commit.
+    assert_eq!(out[0]["is_error"], false, "{out:?}");
+    assert_eq!(out[0]["result"], json!(["noted: hi"]), "{out:?}");
+    assert_receipt_verifies(&out[0]["meta"]["commitReceipt"], "commit");
+    // The inverse from the header was staged (check 10 passed against the lease's hash).
+    assert_eq!(out[1]["is_error"], false, "{out:?}");
+    assert_receipt_verifies(&out[1]["meta"]["commitReceipt"], "commit");
+    // Carried twice: refused, with a receipt, and never run.
+    let e = &out[2]["error"]["data"];
+    assert_eq!(e["code"], "ERR_BAD_REQUEST", "{out:?}");
+    assert_receipt_verifies(&e["receipt"], "rejection");
+    // ERR_BAD_REQUEST is a malformed request, not drift: no event (as for any 400 of ours).
+    assert!(!drift_events(&p)
+        .iter()
+        .any(|ev| ev["code"] == "ERR_BAD_REQUEST"));
+    // Compensation sends the inverse that came in the header.
+    let id = stock_lease["lease_id"].as_str().unwrap();
+    let (status, body, _) = compensate(&p, &json!({"lease_id": id}).to_string()).await;
+    assert_eq!(status, StatusCode::OK, "{body}");
+    assert_eq!(
+        server.executions(),
+        vec!["log_note hi", "set_stock H-1 3", "set_stock H-1 0"]
+    );
+
+    // A constraining output contract still refuses a result without structuredContent.
+    let dir_b = tempfile::tempdir().unwrap();
+    let b = write_mcp_bundle(
+        dir_b.path(),
+        "urn:palisade:test:mcp/15b",
+        &[(
+            "log_note",
+            "log_note",
+            contract_with_output(
+                json!("unknown"),
+                json!({"$schema": DIALECT, "type": "object"}),
+                "read",
+                "reversible",
+            ),
+        )],
+    );
+    let p = sidecar(&server, &b);
+    let out = client(
+        p.url("/mcp"),
+        "2026-07-28",
+        json!([{"op": "call", "name": "log_note", "args": {"text": "again"}}]),
+    )
+    .await;
+    let e = &out[0]["error"]["data"];
+    assert_eq!(e["code"], "ERR_CONTRACT_OUTPUT", "{out:?}");
+    assert_eq!(e["violationLocation"], "/structuredContent");
 }

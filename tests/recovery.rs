@@ -977,3 +977,131 @@ async fn a_webhook_that_refuses_drops_the_batch_and_never_slows_requests() {
         3
     );
 }
+
+/// Issue 15, bounded state: 10,000 enforced writes from 16 connections leave a state file
+/// proportional to what must be kept (receipts, fences, live leases), expired leases' data
+/// swept, and the chain whole.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_enforced_writes_keep_the_state_file_proportional() {
+    use palisade::store::Store as _;
+    const WRITERS: usize = 16;
+    const WRITES: usize = 10_000;
+    // Leases live 2 s and their data goes as soon as they expire, so most are swept while the
+    // load runs. pre_image off: the size is the store's, not the pre-image fetch's.
+    let s = start("lease_retention = \"0s\"\n[ptcl]\npre_image = \"off\"\n").await;
+    let agent = std::sync::Arc::new(KeyPair::from_seed(AGENT_SEED));
+    let next = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let started = tokio::time::Instant::now();
+    let mut tasks = Vec::new();
+    for _ in 0..WRITERS {
+        let (next, agent, url) = (next.clone(), agent.clone(), s.p.url(""));
+        tasks.push(tokio::spawn(async move {
+            let client = http1_client();
+            let mut ids = Vec::new();
+            loop {
+                let n = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                if n >= WRITES {
+                    return ids;
+                }
+                let path = format!("/items/load-{n}");
+                let lease = lease_for(&agent, &path, 1, |f| {
+                    f.insert("t_granted_ms".into(), json!(2000));
+                });
+                let id = serde_json::from_slice::<Value>(&URL_SAFE_NO_PAD.decode(&lease).unwrap())
+                    .unwrap()["lease_id"]
+                    .as_str()
+                    .unwrap()
+                    .to_owned();
+                let req = Request::put(format!("{url}{path}"))
+                    .header("content-type", "application/json")
+                    .header("agent-compensation-lease", &lease)
+                    .header(
+                        "agent-compensation-inverse",
+                        URL_SAFE_NO_PAD.encode(inverse()),
+                    )
+                    .body(full(r#"{"qty":1150}"#))
+                    .unwrap();
+                let resp = client.request(req).await.unwrap();
+                assert!(resp.status().is_success(), "write {n}: {}", resp.status());
+                ids.push(id);
+            }
+        }));
+    }
+    let mut ids = Vec::new();
+    for t in tasks {
+        ids.extend(t.await.unwrap());
+    }
+    let elapsed = started.elapsed();
+    assert_eq!(ids.len(), WRITES);
+    assert_eq!(writes_seen(&s.upstream), WRITES);
+    // Let the last leases expire, then a few more writes give the sweeps batches to run in.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    for n in 0..40 {
+        let path = format!("/items/nudge-{n}");
+        let lease = lease_for(&agent, &path, 1, |_| {});
+        let (parts, _) = send(
+            &http1_client(),
+            keyed_put(&s.p, &path, &lease, r#"{"qty":1}"#, &[]),
+        )
+        .await;
+        assert!(parts.status.is_success());
+    }
+    let state = s.p.dir.path().join("state.redb");
+    let size = |p: &std::path::Path| std::fs::metadata(p).map_or(0, |m| m.len());
+    let mut journal = state.clone().into_os_string();
+    journal.push(".journal");
+    let under_load = size(&state) + size(std::path::Path::new(&journal));
+    let mut p = s.p;
+    p.sigterm();
+    p.child.wait().unwrap();
+    let stopped = size(&state);
+    eprintln!(
+        "{WRITES} enforced writes in {:.1}s: state file {under_load} B while running \
+         ({} B/write), {stopped} B after a clean stop ({} B/write)",
+        elapsed.as_secs_f64(),
+        under_load / WRITES as u64,
+        stopped / WRITES as u64,
+    );
+    // What must be kept: 10,040 receipts (≈ 1 KB of JCS each) and fence entries; expired
+    // leases' records and inverses are gone. Before the fix this was 28–150 KB per write.
+    assert!(
+        under_load < 8 * 1024 * WRITES as u64,
+        "{under_load} B for {WRITES} writes: the state file grows faster than what it keeps"
+    );
+    let key = std::sync::Arc::new(KeyPair::from_seed(SIDECAR_SEED));
+    let store = palisade::store::embedded::EmbeddedStore::open(&state, key).unwrap();
+    let mut kept = 0;
+    for id in &ids {
+        if store.lease_record(id).await.unwrap().is_some()
+            || store.inverse(id).await.unwrap().is_some()
+        {
+            kept += 1;
+        }
+    }
+    assert_eq!(kept, 0, "{kept} expired leases' data not swept");
+    assert_eq!(store.receipts().await.unwrap().len(), WRITES + 40);
+    for n in [0, WRITES / 2, WRITES - 1] {
+        assert_eq!(
+            store
+                .epoch(&format!("{BASE}/items/load-{n}"))
+                .await
+                .unwrap(),
+            1,
+            "fence of write {n}"
+        );
+    }
+    drop(store);
+    let out = std::process::Command::new(bin())
+        .args(["audit", "verify", "--json", "--config"])
+        .arg(p.dir.path().join("palisade.toml"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["ok"], true);
+    assert_eq!(v["receipts"], WRITES + 40);
+}

@@ -79,14 +79,19 @@ pub fn parse(bytes: &[u8], max_depth: usize) -> Result<InversePayload, Refusal> 
         }
     };
     let path = match obj.get("path") {
+        // Refused at staging, not found out at compensation: the path compensation sends is
+        // the canonical one (issue 15), so a spelling without one could never be undone.
         Some(Value::String(p))
-            if p.starts_with('/') && !p.starts_with("//") && !p.contains(['\r', '\n', '#']) =>
+            if p.starts_with('/')
+                && !p.starts_with("//")
+                && !p.contains(['\r', '\n', '#'])
+                && crate::path::canonical_path(p.split('?').next().unwrap_or_default()).is_ok() =>
         {
             p.clone()
         }
         _ => {
             return Err(malformed(
-                "inverse payload path must be an origin-relative path",
+                "inverse payload path must be an origin-relative path with a canonical form",
             ))
         }
     };
@@ -208,6 +213,20 @@ mod tests {
                 String::from_utf8_lossy(bad)
             );
         }
+    }
+
+    #[test]
+    fn an_inverse_path_without_a_canonical_form_is_refused_when_staged() {
+        for path in ["/a/%2F/b", "/a/%5Cb", "/../etc", "/a/%00", "/a/%FF"] {
+            let doc = format!(r#"{{"method":"PUT","path":"{path}"}}"#);
+            assert_eq!(
+                parse(doc.as_bytes(), 32).unwrap_err().code,
+                ErrorCode::InverseNotStaged,
+                "{path}"
+            );
+        }
+        // Another spelling of a path is fine: compensation sends its canonical form.
+        assert!(parse(br#"{"method":"PUT","path":"/a/./b/%7Ec?x=1"}"#, 32).is_ok());
     }
 
     #[test]

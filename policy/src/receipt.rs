@@ -203,7 +203,17 @@ pub fn verify_chain<'a>(
     receipts: impl IntoIterator<Item = &'a [u8]>,
     trust: &TrustStore,
 ) -> Result<ChainHead, ChainError> {
-    let mut expected_prev = Sha256Digest::empty();
+    verify_chain_from(receipts, trust, Sha256Digest::empty())
+}
+
+/// Walks the retained part of a chain whose first receipt's `prev` must be `start` (the
+/// digest of the last receipt removed under retention).
+pub fn verify_chain_from<'a>(
+    receipts: impl IntoIterator<Item = &'a [u8]>,
+    trust: &TrustStore,
+    start: Sha256Digest,
+) -> Result<ChainHead, ChainError> {
+    let mut expected_prev = start;
     let mut count = 0;
     for (index, bytes) in receipts.into_iter().enumerate() {
         let (prev, digest) =

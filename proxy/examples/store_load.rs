@@ -66,6 +66,7 @@ async fn main() {
                     resource: format!("https://erp.example.com/items/{n}"),
                     epoch: 1,
                     lease_id: lease_id.clone(),
+                    expires_at_ms: 1_800_000_000_000,
                     lease_record: record.into_bytes(),
                     inverse: Some(br#"{"method":"DELETE","path":"/x"}"#.to_vec()),
                     snapshot: None,
@@ -94,11 +95,15 @@ async fn main() {
     }
     let cpu = cpu_seconds() - cpu0;
     let commits = store.commits() - commits0;
+    // The file's size under load, before the clean stop's checkpoint: what a sidecar that
+    // never idles holds on its volume.
+    let bytes = std::fs::metadata(&path).map_or(0, |m| m.len());
     println!(
-        "{{\"writes\":{writes},\"writes_per_s\":{:.0},\"transactions\":{commits},\"jobs_per_transaction\":{:.2},\"cpu_us_per_write\":{:.0}}}",
+        "{{\"writes\":{writes},\"writes_per_s\":{:.0},\"transactions\":{commits},\"jobs_per_transaction\":{:.2},\"cpu_us_per_write\":{:.0},\"file_bytes\":{bytes},\"bytes_per_write\":{:.0}}}",
         writes as f64 / seconds as f64,
         (writes * 2) as f64 / commits.max(1) as f64,
         cpu * 1e6 / writes.max(1) as f64,
+        bytes as f64 / writes.max(1) as f64,
     );
     drop(store);
     let _ = std::fs::remove_file(&path);

@@ -2,6 +2,9 @@
 
     python client.py URL MODE < steps.json
 
+MCP_CLIENT_HEADERS (a JSON object), when set, adds those HTTP headers to every request the
+client sends (an httpx client handed to the SDK's own Streamable HTTP transport).
+
 MODE is "legacy" (initialize handshake, Mcp-Session-Id, SSE replies) or "2026-07-28" (the
 stateless revision). steps.json is a JSON list of steps; each prints one JSON line:
 
@@ -21,10 +24,13 @@ stateless revision). steps.json is a JSON list of steps; each prints one JSON li
 
 import asyncio
 import json
+import os
 import sys
 import time
 
 from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 
 
@@ -45,7 +51,9 @@ async def main() -> None:
         if method:
             notes.append(method)
 
-    async with Client(url, mode=mode, cache=None, message_handler=on_message) as client:
+    extra = json.loads(os.environ.get("MCP_CLIENT_HEADERS") or "{}")
+    server = streamable_http_client(url, http_client=create_mcp_http_client(headers=extra)) if extra else url
+    async with Client(server, mode=mode, cache=None, message_handler=on_message) as client:
         for step in steps:
             try:
                 if step["op"] == "list":

@@ -13,6 +13,7 @@ one line to EXEC_LOG, so a test can tell whether a call reached the server. The 
 - confirm_stock(sku, qty): a write that first answers `input_required` (2026-07-28 multi
   round-trip) and sets the stock only when retried with the request state it handed out.
 - slow_set_stock(sku, qty): a write that reports progress, then takes 1 s (hang-up test).
+- log_note(text): a write that answers text content only, no structuredContent.
 - add_tool(name): registers a new tool, so the server sends notifications/tools/list_changed.
 
 With PAGE_SIZE set in the environment, tools/list is paginated (nextCursor) in pages of that
@@ -102,6 +103,13 @@ async def slow_set_stock(sku: str, qty: int, ctx: Context) -> dict:
     record(f"slow_set_stock {sku} {qty}")
     stock[sku] = qty
     return {"sku": sku, "qty": qty}
+
+
+@server.tool(structured_output=False)
+def log_note(text: str) -> str:
+    """Append a note to the log; answers in text only."""
+    record(f"log_note {text}")
+    return f"noted: {text}"
 
 
 @server.tool()

@@ -19,7 +19,29 @@ pub const DIALECT_2020_12: &str = "https://json-schema.org/draft/2020-12/schema"
 /// A compiled schema.
 pub struct Schema {
     validator: Validator,
+    /// The schema constrains nothing (`true`, or only annotations): see
+    /// [`Schema::accepts_anything`].
+    accepts_anything: bool,
 }
+
+/// Keywords that annotate or name, and constrain no instance (JSON Schema 2020-12 core and
+/// meta-data vocabularies).
+const ANNOTATIONS: &[&str] = &[
+    "$schema",
+    "$id",
+    "$comment",
+    "$anchor",
+    "$dynamicAnchor",
+    "$defs",
+    "$vocabulary",
+    "title",
+    "description",
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+];
 
 impl std::fmt::Debug for Schema {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -82,7 +104,22 @@ impl Schema {
                     format!("schema does not compile: {e}"),
                 )]
             })?;
-        Ok(Schema { validator })
+        let accepts_anything = match schema {
+            Value::Bool(b) => *b,
+            Value::Object(members) => members.keys().all(|k| ANNOTATIONS.contains(&k.as_str())),
+            _ => false,
+        };
+        Ok(Schema {
+            validator,
+            accepts_anything,
+        })
+    }
+
+    /// Whether the schema accepts every instance *and absence*: an output contract of `{}`
+    /// (or only annotations) says nothing about a tool result, so a result without
+    /// `structuredContent` meets it. Any schema that constrains something refuses absence.
+    pub fn accepts_anything(&self) -> bool {
+        self.accepts_anything
     }
 
     /// The first violation, if any (fail fast: the refusal names one location).
@@ -228,6 +265,34 @@ mod tests {
         let v = s.check(&json!({"qty": 0})).unwrap_err();
         assert_eq!(v.instance_location, "/qty");
         assert!(v.schema_location.ends_with("/minimum"), "{v:?}");
+    }
+
+    #[test]
+    fn only_annotation_only_schemas_accept_anything() {
+        for accepting in [
+            json!({}),
+            json!({"title": "t", "description": "d", "$defs": {"x": {"type": "string"}}}),
+        ] {
+            assert!(
+                Schema::compile(&schema(accepting.clone()), "/x")
+                    .unwrap()
+                    .accepts_anything(),
+                "{accepting}"
+            );
+        }
+        for constraining in [
+            json!({"type": "object"}),
+            json!({"properties": {}}),
+            json!({"not": {}}),
+            json!({"$ref": "#/$defs/x", "$defs": {"x": {}}}),
+        ] {
+            assert!(
+                !Schema::compile(&schema(constraining.clone()), "/x")
+                    .unwrap()
+                    .accepts_anything(),
+                "{constraining}"
+            );
+        }
     }
 
     #[test]

@@ -32,7 +32,7 @@ pub(super) async fn caller_record(
         .ok_or_else(|| {
             Refusal::new(
                 ErrorCode::NotFound,
-                "no lease with this id has a record here",
+                "no lease with this id has a record here (never seen, or removed store.lease_retention after it expired)",
             )
         })?;
     if let Some(agent) = record["agent_id"].as_str() {

@@ -91,6 +91,9 @@ enum AuditCommand {
     Verify {
         #[arg(long, env = "PALISADE_CONFIG")]
         config: PathBuf,
+        /// One JSON line: {"ok":true,"receipts":N,"head":"…","pruned":P}.
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -189,7 +192,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             println!("{}", Sha256Digest::of(&out).spelled(spelling));
             Ok(())
         }
-        Command::Audit(AuditCommand::Verify { config }) => audit_verify(&config),
+        Command::Audit(AuditCommand::Verify { config, json }) => audit_verify(&config, json),
         Command::Lock(LockCommand::Check {
             lockfile,
             contracts,

@@ -1,6 +1,7 @@
 //! Running and checking a deployment from the command line: `run`, `config check`,
 //! `audit verify`, `replay`.
 
+use palisade_policy::digest::Sha256Digest;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
 
@@ -226,7 +227,7 @@ pub(super) fn run(config: &Path) -> Result<(), Failure> {
 
 /// `palisade audit verify`: the embedded store holds an exclusive lock on its file, so this
 /// runs while the sidecar is stopped (or against a copy of the file).
-pub(super) fn audit_verify(config: &Path) -> Result<(), Failure> {
+pub(super) fn audit_verify(config: &Path, json: bool) -> Result<(), Failure> {
     let cfg = load_config(config)?;
     let key_path = cfg
         .signing_key
@@ -248,17 +249,49 @@ pub(super) fn audit_verify(config: &Path) -> Result<(), Failure> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
         .map_err(|e| Failure::usage(format!("runtime: {e}")))?;
-    let receipts = runtime
-        .block_on(crate::store::Store::receipts(&store))
+    let log = runtime
+        .block_on(crate::store::Store::receipt_log(&store))
         .map_err(|e| Failure::usage(e.to_string()))?;
-    match palisade_policy::receipt::verify_chain(receipts.iter().map(Vec::as_slice), &trust) {
-        Ok(head) => {
-            println!("ok: {} receipts, head {}", head.count, head.head);
+    // Receipts removed under `store.receipt_retention` leave an anchor: the retained part
+    // must link to it exactly as it linked to the removed receipts.
+    let (pruned, start) = log
+        .anchor
+        .map_or((0, Sha256Digest::empty()), |a| (a.pruned, a.prev));
+    let verified = palisade_policy::receipt::verify_chain_from(
+        log.receipts.iter().map(Vec::as_slice),
+        &trust,
+        start,
+    );
+    match verified {
+        Ok(head) if json => {
+            println!(
+                "{}",
+                serde_json::json!({"ok": true, "receipts": head.count, "head": head.head.to_string(), "pruned": pruned})
+            );
             Ok(())
         }
-        Err(e) => Err(Failure::refused(format!(
-            "{}: {e}",
-            cfg.store_path.display()
-        ))),
+        Ok(head) => {
+            if pruned > 0 {
+                println!(
+                    "ok: {} receipts, head {} ({pruned} older receipts removed under store.receipt_retention; verified from their anchor)",
+                    head.count, head.head
+                );
+            } else {
+                println!("ok: {} receipts, head {}", head.count, head.head);
+            }
+            Ok(())
+        }
+        Err(e) => {
+            if json {
+                println!(
+                    "{}",
+                    serde_json::json!({"ok": false, "error": e.to_string(), "index": e.index as u64 + pruned, "receipt_id": e.receipt_id})
+                );
+            }
+            Err(Failure::refused(format!(
+                "{}: {e}",
+                cfg.store_path.display()
+            )))
+        }
     }
 }

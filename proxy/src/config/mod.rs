@@ -16,7 +16,7 @@ mod validate;
 use std::path::Path;
 
 pub use model::{
-    Config, ConfigError, ConfigProblem, ListenTls, Sink, StoreKind, UnboundWrites,
+    AccessLog, Config, ConfigError, ConfigProblem, ListenTls, Sink, StoreKind, UnboundWrites,
     DEFAULT_SIGNING_KEY,
 };
 use raw::RawConfig;
@@ -68,6 +68,7 @@ impl Config {
                 .contains_key("mcp")
                 .then(|| section(&mut table, "mcp", &mut c)),
             drift: section(&mut table, "drift", &mut c),
+            log: section(&mut table, "log", &mut c),
         };
         for key in table.keys() {
             c.push(key, "unknown key");

@@ -79,6 +79,10 @@ pub struct Config {
     pub store_kind: StoreKind,
     pub store_path: PathBuf,
     pub store_url: Option<String>,
+    /// `store.lease_retention` and `store.receipt_retention` (docs/decisions.md).
+    pub store_retention: crate::store::Retention,
+    /// `log.access`, `log.access_sample_rate`.
+    pub access_log: AccessLog,
     pub signing_key: Option<PathBuf>,
     pub trust_issuers: Option<PathBuf>,
     /// `ptcl.reads`: the safe methods; every other method is a write (SPEC §4, fail-closed).
@@ -98,4 +102,16 @@ pub struct Config {
     pub mcp_path: Option<String>,
     pub drift_sinks: Vec<Sink>,
     pub quarantine_dir: PathBuf,
+}
+
+/// Which requests get an access-log line (`log.access`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AccessLog {
+    Off,
+    /// Every request.
+    Full,
+    /// One successful request in `every`; every refusal, error and 5xx.
+    Sampled {
+        every: u64,
+    },
 }

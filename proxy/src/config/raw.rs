@@ -64,6 +64,8 @@ pub struct RawStore {
     pub kind: Option<String>,
     pub path: Option<PathBuf>,
     pub url: Option<String>,
+    pub lease_retention: Option<String>,
+    pub receipt_retention: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -102,6 +104,13 @@ pub struct RawRich {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
+pub struct RawLog {
+    pub access: Option<String>,
+    pub access_sample_rate: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
 pub struct RawMcp {
     pub path: Option<String>,
 }
@@ -135,4 +144,5 @@ pub struct RawConfig {
     pub rich: RawRich,
     pub mcp: Option<RawMcp>,
     pub drift: RawDrift,
+    pub log: RawLog,
 }

@@ -121,3 +121,61 @@ quarantine_dir = "/var/lib/palisade/quarantine"
         Some("spiffe://cluster.local/ns/erp/sa/erp")
     );
 }
+
+#[test]
+fn retention_and_access_log_have_defaults_and_refuse_nonsense() {
+    let base = "[upstream]\nurl = \"http://127.0.0.1:8081\"\n";
+    let c = Config::parse(base, "t.toml").unwrap();
+    assert_eq!(c.store_retention, crate::store::Retention::default());
+    assert_eq!(c.store_retention.leases, Duration::from_secs(86_400));
+    assert_eq!(
+        c.store_retention.receipts,
+        Some(Duration::from_secs(30 * 86_400))
+    );
+    assert_eq!(c.access_log, AccessLog::Full);
+    let c = Config::parse(
+        &format!("{base}[store]\nreceipt_retention = \"forever\"\nlease_retention = \"1h\"\n[log]\naccess = \"sampled\"\naccess_sample_rate = 0.25\n"),
+        "t.toml",
+    )
+    .unwrap();
+    assert_eq!(c.store_retention.receipts, None);
+    assert_eq!(c.store_retention.leases, Duration::from_secs(3600));
+    assert_eq!(c.access_log, AccessLog::Sampled { every: 4 });
+    let c = Config::parse(&format!("{base}[log]\naccess = \"off\"\n"), "t.toml").unwrap();
+    assert_eq!(c.access_log, AccessLog::Off);
+    for (bad, key) in [
+        (
+            "[store]\nreceipt_retention = \"5m\"\n",
+            "store.receipt_retention",
+        ),
+        (
+            "[store]\nreceipt_retention = \"a while\"\n",
+            "store.receipt_retention",
+        ),
+        (
+            "[store]\nlease_retention = \"-1s\"\n",
+            "store.lease_retention",
+        ),
+        ("[store]\nretention = \"1d\"\n", "store.retention"),
+        ("[log]\naccess = \"some\"\n", "log.access"),
+        (
+            "[log]\naccess = \"sampled\"\naccess_sample_rate = 0.0\n",
+            "log.access_sample_rate",
+        ),
+        (
+            "[log]\naccess = \"sampled\"\naccess_sample_rate = 2.0\n",
+            "log.access_sample_rate",
+        ),
+        (
+            "[log]\naccess_sample_rate = 0.5\n",
+            "log.access_sample_rate",
+        ),
+        ("[log]\nformat = \"json\"\n", "log.format"),
+    ] {
+        let err = Config::parse(&format!("{base}{bad}"), "t.toml").unwrap_err();
+        assert!(
+            err.0.iter().any(|p| p.key == key),
+            "{bad:?}: {key} not in {err}"
+        );
+    }
+}

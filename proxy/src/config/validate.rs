@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 
-use super::model::{Config, ConfigProblem, ListenTls, Sink, StoreKind, UnboundWrites};
+use super::model::{AccessLog, Config, ConfigProblem, ListenTls, Sink, StoreKind, UnboundWrites};
 use super::raw::{RawConfig, RawSink};
 
 pub(super) struct Collector<'a> {
@@ -183,6 +183,54 @@ impl RawConfig {
         if store_kind == StoreKind::Postgres && self.store.url.is_none() {
             c.push("store.url", "is required when store.kind = \"postgres\"");
         }
+        let receipts = match self.store.receipt_retention.as_deref() {
+            Some("forever") => None,
+            _ => Some(c.duration(
+                "store.receipt_retention",
+                &self.store.receipt_retention,
+                "30d",
+            )),
+        };
+        // Shorter than an hour would remove receipts that an open lease's lookup refers to.
+        if receipts.is_some_and(|d| d < Duration::from_secs(3600)) {
+            c.push(
+                "store.receipt_retention",
+                "must be at least \"1h\", or \"forever\"",
+            );
+        }
+        let access_log = match (self.log.access.as_deref(), self.log.access_sample_rate) {
+            (None | Some("full"), None) => AccessLog::Full,
+            (Some("off"), None) => AccessLog::Off,
+            (Some("sampled"), rate) => {
+                let rate = rate.unwrap_or(0.01);
+                if rate.is_finite() && rate > 0.0 && rate <= 1.0 {
+                    AccessLog::Sampled {
+                        every: (1.0 / rate).round().max(1.0) as u64,
+                    }
+                } else {
+                    c.push(
+                        "log.access_sample_rate",
+                        "must be a number in (0, 1], e.g. 0.01 for one request in a hundred",
+                    );
+                    AccessLog::Full
+                }
+            }
+            (None | Some("full" | "off"), Some(_)) => {
+                c.push(
+                    "log.access_sample_rate",
+                    "applies only with log.access = \"sampled\"",
+                );
+                AccessLog::Full
+            }
+            (Some(_), _) => {
+                c.push("log.access", "must be \"full\", \"sampled\" or \"off\"");
+                AccessLog::Full
+            }
+        };
+        let store_retention = crate::store::Retention {
+            leases: c.duration("store.lease_retention", &self.store.lease_retention, "24h"),
+            receipts,
+        };
 
         let methods =
             |c: &mut Collector<'_>, key: &str, list: Option<Vec<String>>, default: &[&str]| {
@@ -299,6 +347,8 @@ impl RawConfig {
                 .path
                 .unwrap_or_else(|| "/var/lib/palisade/state.redb".into()),
             store_url: self.store.url,
+            store_retention,
+            access_log,
             signing_key: self.signing.key,
             trust_issuers: self.trust.issuers,
             reads,

@@ -51,8 +51,12 @@ impl Enforcement {
         }
         let store: Arc<dyn Store> = match config.store_kind {
             crate::config::StoreKind::Embedded => Arc::new(
-                crate::store::embedded::EmbeddedStore::open(&config.store_path, key.clone())
-                    .context("store")?,
+                crate::store::embedded::EmbeddedStore::open_with(
+                    &config.store_path,
+                    key.clone(),
+                    config.store_retention,
+                )
+                .context("store")?,
             ),
             crate::config::StoreKind::Postgres => {
                 anyhow::bail!("store.kind: \"postgres\" is not available in this build")

@@ -186,6 +186,7 @@ pub async fn check(
         resource: resource.clone(),
         epoch: l.cas_fence_epoch,
         lease_id: l.lease_id.clone(),
+        expires_at_ms: verified.expires_at_ms(),
         lease_record: serde_json::to_vec(&record).unwrap_or_default(),
         inverse: staged.map(|s| s.jcs),
         snapshot,

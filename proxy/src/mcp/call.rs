@@ -86,16 +86,29 @@ impl ToolCall {
         }
     }
 
-    /// The facts checks 1–11 judge; `body` is the whole request as sent.
+    /// Whether the call carries its inverse both in `params._meta` and in the
+    /// `Agent-Compensation-Inverse` header: refused rather than one silently preferred.
+    pub fn inverse_carried_twice(&self, headers: &http::HeaderMap) -> bool {
+        self.inverse.is_some() && headers.contains_key(crate::net::headers::INVERSE_HEADER)
+    }
+
+    /// The facts checks 1–11 judge; `body` is the whole request as sent, `headers` its HTTP
+    /// headers: the inverse may travel in `Agent-Compensation-Inverse` as on any HTTP write,
+    /// beside `params._meta` (SPEC §11).
     pub fn facts<'a>(
         &'a self,
         binding: &Binding<'_>,
         who: &Requester,
         body: &'a [u8],
+        headers: &'a http::HeaderMap,
     ) -> WriteFacts<'a> {
         WriteFacts {
             lease: self.lease.clone().map(Carried::Json),
-            inverse: self.inverse.clone().map(Carried::Json),
+            inverse: self.inverse.clone().map(Carried::Json).or_else(|| {
+                headers
+                    .get(crate::net::headers::INVERSE_HEADER)
+                    .map(Carried::Header)
+            }),
             target: who
                 .origin
                 .as_deref()

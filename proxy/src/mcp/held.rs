@@ -54,7 +54,7 @@ pub(crate) async fn release(
         &state.config,
         enf,
         &state.upstream,
-        call.facts(&binding, who, &bytes),
+        call.facts(&binding, who, &bytes, &parts.headers),
         who,
         binding,
         true,

@@ -230,6 +230,13 @@ async fn tool_call(
     }
 
     let who = Requester::of(&state.config, &parts, conn);
+    if call.inverse_carried_twice(&parts.headers) {
+        let refusal = Refusal::new(
+            ErrorCode::BadRequest,
+            "the inverse payload is carried both in params._meta.compensationInverse and in Agent-Compensation-Inverse; send one",
+        );
+        return refused(refusal.into()).await;
+    }
     // Idempotency (SPEC §5.6): the key from the header or from `_meta`, the request judged
     // by tool and arguments, not by JSON-RPC id or lease, which differ on a retry.
     let key_headers = idempotency_headers(&parts.headers, call.key.as_deref());
@@ -264,7 +271,7 @@ async fn tool_call(
         &state.config,
         &enf,
         &state.upstream,
-        call.facts(&binding, &who, &bytes),
+        call.facts(&binding, &who, &bytes, &parts.headers),
         &who,
         binding,
         false,

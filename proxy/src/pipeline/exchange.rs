@@ -1,9 +1,12 @@
 //! One exchange's bookkeeping: the in-flight gauge, request metrics, and the access-log line
 //! written when the response body has been sent.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use http::{Method, Response};
 use tokio::time::Instant;
 
+use crate::config::AccessLog;
 use crate::context::{AppState, Outcome};
 use crate::net::body::{self, Counted, ProxyBody};
 use crate::telemetry;
@@ -68,10 +71,14 @@ pub(super) fn finish(
         .metrics
         .request_duration
         .record(ex.start.elapsed().as_secs_f64());
+    let log = should_log(state.config.access_log, status, outcome);
     let outcome = telemetry::OUTCOMES[outcome.index()];
     let (parts, body) = resp.into_parts();
     let counted = Counted::new(body, move |bytes| {
         let _inflight = inflight;
+        if !log {
+            return;
+        }
         tracing::info!(
             target: "palisade::access",
             method = %ex.method,
@@ -86,6 +93,24 @@ pub(super) fn finish(
     Response::from_parts(parts, body::boxed(counted))
 }
 
+/// Successful requests seen under `log.access = "sampled"`, process-wide: one in `every` is
+/// logged. A counter rather than a random draw: cheap, and the logged share is exact.
+static SAMPLED: AtomicU64 = AtomicU64::new(0);
+
+/// Whether this exchange gets an access-log line. Sampling never drops a refusal, an error or
+/// a 5xx: those are what an operator reads the log for.
+fn should_log(mode: AccessLog, status: u16, outcome: Outcome) -> bool {
+    match mode {
+        AccessLog::Off => false,
+        AccessLog::Full => true,
+        AccessLog::Sampled { every } => {
+            matches!(outcome, Outcome::Refused | Outcome::Error)
+                || status >= 500
+                || SAMPLED.fetch_add(1, Ordering::Relaxed) % every == 0
+        }
+    }
+}
+
 /// Index into [`telemetry::METHODS`]: a closed label set (clients must not mint label
 /// values).
 fn method_index(m: &Method) -> usize {
@@ -98,5 +123,29 @@ fn method_index(m: &Method) -> usize {
         Method::DELETE => 5,
         Method::OPTIONS => 6,
         _ => 7,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sampling_keeps_every_refusal_and_error_and_one_success_in_n() {
+        assert!(!should_log(AccessLog::Off, 500, Outcome::Error));
+        assert!(should_log(AccessLog::Full, 200, Outcome::Forwarded));
+        let every = 10;
+        let sampled = AccessLog::Sampled { every };
+        let logged = (0..1000)
+            .filter(|_| should_log(sampled, 200, Outcome::Forwarded))
+            .count();
+        assert_eq!(logged, 100);
+        for (status, outcome) in [
+            (403, Outcome::Refused),
+            (502, Outcome::Error),
+            (503, Outcome::Forwarded),
+        ] {
+            assert!((0..every).all(|_| should_log(sampled, status, outcome)));
+        }
     }
 }

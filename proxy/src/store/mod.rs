@@ -34,12 +34,55 @@ pub struct WriteIntent {
     /// The lease's `cas_fence_epoch`; must be greater than the resource's current epoch.
     pub epoch: u64,
     pub lease_id: String,
+    /// The lease's expiry (unix ms): its data is removed [`Retention::leases`] after it.
+    pub expires_at_ms: i64,
     /// The lease record (JSON): digest, mode, expiry, agent, state.
     pub lease_record: Vec<u8>,
     /// The JCS of the inverse payload, when one was staged.
     pub inverse: Option<Vec<u8>>,
     /// The pre-image representation, for SNAPSHOT_RESTORE (empty when the resource was absent).
     pub snapshot: Option<Vec<u8>>,
+}
+
+/// How long the store keeps what it no longer needs for enforcement (SPEC §10; the choices
+/// are in docs/decisions.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// How long a lease's record, staged inverse, snapshot and receipt index stay after the
+    /// lease expires (no write or compensation is accepted under it by then; this is for
+    /// lookups and investigations). An inverse staged under a lease id the store has no record
+    /// of is kept this long from staging.
+    pub leases: std::time::Duration,
+    /// Receipts older than this are removed, oldest first, leaving an anchor that `audit
+    /// verify` starts from. `None`: kept forever.
+    pub receipts: Option<std::time::Duration>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            leases: std::time::Duration::from_secs(24 * 3600),
+            receipts: Some(std::time::Duration::from_secs(30 * 24 * 3600)),
+        }
+    }
+}
+
+/// Where the retained part of the receipt chain starts, once older receipts were removed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChainAnchor {
+    /// Receipts removed so far (the sequence number of the first retained one).
+    pub pruned: u64,
+    /// The digest of the last removed receipt: the first retained one's `prev`.
+    pub prev: palisade_policy::digest::Sha256Digest,
+}
+
+/// The retained part of the receipt chain.
+#[derive(Debug, Clone, Default)]
+pub struct ReceiptLog {
+    /// `None` when the chain is whole (nothing was removed under [`Retention::receipts`]).
+    pub anchor: Option<ChainAnchor>,
+    /// The JCS of each retained receipt, in chain order.
+    pub receipts: Vec<Vec<u8>>,
 }
 
 /// The answer to [`Store::advance`].
@@ -188,6 +231,12 @@ pub trait Store: Send + Sync {
     /// write transaction, if any, did not fail.
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// Every receipt, in chain order (for `palisade audit verify`).
-    fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>>;
+    /// Every retained receipt, in chain order, with where they start (for `palisade audit
+    /// verify`), read at one point in time.
+    fn receipt_log(&self) -> BoxFuture<'_, Result<ReceiptLog, StoreError>>;
+
+    /// Every retained receipt, in chain order.
+    fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
+        Box::pin(async move { Ok(self.receipt_log().await?.receipts) })
+    }
 }

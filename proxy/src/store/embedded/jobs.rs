@@ -8,9 +8,9 @@ use tokio::sync::oneshot;
 use crate::store::journal::Journal;
 use crate::store::{Advance, Attachments, Compensation, EscrowUpdate, StoreError, WriteIntent};
 
+use super::sweep::Sweeper;
 use super::tables::{
-    escrow_state_is, lease_key, set_lease_state, sweep_expired, unavailable, ChainHead, Part,
-    Tables,
+    escrow_state_is, lease_key, now_ms, set_lease_state, unavailable, ChainHead, Part, Tables,
 };
 
 /// A unit of work for the writer thread, with the channel its answer goes back on.
@@ -46,6 +46,7 @@ pub(super) fn apply(
     journal: &mut Journal,
     key: &KeyPair,
     mut chain: ChainHead,
+    sweeper: &mut Sweeper,
     batch: &[Job],
 ) -> Result<(Vec<Answer>, ChainHead), StoreError> {
     let mut wtx = db.begin_write().map_err(unavailable)?;
@@ -73,6 +74,7 @@ pub(super) fn apply(
                     if let Some(snap) = &intent.snapshot {
                         t.put_lease(&lease_key(id, Part::Snapshot, None), snap)?;
                     }
+                    t.put_lease_due(sweeper.lease_due(intent.expires_at_ms), id)?;
                     answers.push(Answer::Advance(Advance::Advanced));
                 }
                 Job::Compensate(lease_id, _) => {
@@ -112,6 +114,15 @@ pub(super) fn apply(
                     if let Some(inv) = inverse {
                         t.put_lease(&lease_key(lease_id, Part::Inverse, None), inv)?;
                     }
+                    // A grant's record names its expiry; an inverse staged alone (before its
+                    // lease is seen) is kept one retention period from now, so inverses
+                    // staged under ids no write ever uses do not pile up.
+                    let expires = record
+                        .as_deref()
+                        .and_then(|r| serde_json::from_slice::<serde_json::Value>(r).ok())
+                        .and_then(|r| r["expires_at_ms"].as_i64())
+                        .unwrap_or(now_ms() as i64);
+                    t.put_lease_due(sweeper.lease_due(expires), lease_id)?;
                     answers.push(Answer::Staged);
                 }
                 Job::EscrowPut(update, _) => {
@@ -155,6 +166,17 @@ pub(super) fn apply(
                             &lease_key(lease_id, Part::Receipt, Some(chain.next_seq)),
                             &[],
                         )?;
+                        // A receipt naming a lease the store has no record of (a refused
+                        // write's lease is never recorded) schedules its own index entry's
+                        // removal; a recorded lease's entries go with the record.
+                        let recorded = t
+                            .leases
+                            .get(lease_key(lease_id, Part::Record, None).as_slice())
+                            .map_err(unavailable)?
+                            .is_some();
+                        if !recorded {
+                            t.put_lease_due(sweeper.lease_due(now_ms() as i64), lease_id)?;
+                        }
                     }
                     chain = ChainHead {
                         next_seq: chain.next_seq + 1,
@@ -164,9 +186,7 @@ pub(super) fn apply(
                 }
             }
         }
-        if stored_keys {
-            sweep_expired(&mut t)?;
-        }
+        sweeper.run(&mut t, stored_keys, batch.len())?;
         t.redo
     };
     // The durable point: once the journal holds the batch, it survives a crash.

@@ -12,14 +12,18 @@
 //!
 //! Durable means: the batch's changes are appended to the redo journal ([`super::journal`])
 //! and fsync'd, then the redb transaction commits without its own fsync. A durable redb
-//! commit (a checkpoint) follows when the journal passes `writer::CHECKPOINT_BYTES`, after a second
-//! without writes, and on a clean stop, which also removes the emptied journal. Opening the
+//! commit (a checkpoint) follows every `writer::CHECKPOINT_COMMITS` commits, when the journal
+//! passes `writer::CHECKPOINT_BYTES`, after a second without writes, and on a clean stop,
+//! which also removes the emptied journal. The commit count matters most: redb reuses the
+//! pages a commit replaced only after a durable commit, so checkpoints are what keep the
+//! file's size proportional to the data it holds. Opening the
 //! store replays whatever the journal holds first.
 //!
 //! Reads (`epoch`, `inverse`, `receipts`) use redb read transactions on the caller's thread:
 //! they see the last committed state and never wait for the writer.
 
 mod jobs;
+mod sweep;
 mod tables;
 mod writer;
 
@@ -35,15 +39,16 @@ use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, Store, StoreError, WriteIntent,
+    Advance, Attachments, Compensation, EscrowUpdate, ReceiptLog, Retention, Store, StoreError,
+    WriteIntent,
 };
 
 use jobs::Job;
 use tables::{
-    lease_key, now_ms, read_chain_head, unavailable, Part, ESCROWS, FENCES, IDEMPOTENCY,
-    IDEMPOTENCY_EXPIRY, LEASE_DATA, RECEIPTS,
+    lease_key, now_ms, read_anchor, read_chain_head, unavailable, Part, ESCROWS, FENCES,
+    IDEMPOTENCY, IDEMPOTENCY_EXPIRY, LEASE_DATA, LEASE_EXPIRY, META, RECEIPTS,
 };
-use writer::{journal_path, recover, writer};
+use writer::{journal_path, recover, writer, Start};
 
 pub struct EmbeddedStore {
     db: Arc<Database>,
@@ -71,8 +76,18 @@ impl Drop for EmbeddedStore {
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the store file. `key` signs the receipts this store appends.
+    /// Opens (or creates) the store file with the default [`Retention`]. `key` signs the
+    /// receipts this store appends.
     pub fn open(path: &Path, key: Arc<KeyPair>) -> Result<Self, StoreError> {
+        Self::open_with(path, key, Retention::default())
+    }
+
+    /// Opens (or creates) the store file, removing what is past `retention` as it writes.
+    pub fn open_with(
+        path: &Path,
+        key: Arc<KeyPair>,
+        retention: Retention,
+    ) -> Result<Self, StoreError> {
         let db =
             Database::create(path).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
         // Create every table up front so readers never meet a missing one.
@@ -84,6 +99,8 @@ impl EmbeddedStore {
             wtx.open_table(IDEMPOTENCY).map_err(unavailable)?;
             wtx.open_table(IDEMPOTENCY_EXPIRY).map_err(unavailable)?;
             wtx.open_table(ESCROWS).map_err(unavailable)?;
+            wtx.open_table(LEASE_EXPIRY).map_err(unavailable)?;
+            wtx.open_table(META).map_err(unavailable)?;
         }
         wtx.commit().map_err(unavailable)?;
         let journal = recover(&db, &journal_path(path))?;
@@ -98,7 +115,15 @@ impl EmbeddedStore {
             let failed = failed.clone();
             std::thread::Builder::new()
                 .name("palisade-store".into())
-                .spawn(move || writer(db, journal, key, head, rx, commits, failed))
+                .spawn(move || {
+                    let start = Start {
+                        journal,
+                        key,
+                        chain: head,
+                        retention,
+                    };
+                    writer(db, start, rx, commits, failed)
+                })
                 .map_err(unavailable)?
         };
         Ok(Self {
@@ -337,16 +362,17 @@ impl Store for EmbeddedStore {
         })
     }
 
-    fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
+    fn receipt_log(&self) -> BoxFuture<'_, Result<ReceiptLog, StoreError>> {
         Box::pin(async move {
             let rtx = self.db.begin_read().map_err(unavailable)?;
+            let anchor = read_anchor(&rtx.open_table(META).map_err(unavailable)?)?;
             let table = rtx.open_table(RECEIPTS).map_err(unavailable)?;
-            let mut out = Vec::with_capacity(table.len().map_err(unavailable)? as usize);
+            let mut receipts = Vec::with_capacity(table.len().map_err(unavailable)? as usize);
             for row in table.iter().map_err(unavailable)? {
                 let (_, jcs) = row.map_err(unavailable)?;
-                out.push(jcs.value().to_vec());
+                receipts.push(jcs.value().to_vec());
             }
-            Ok(out)
+            Ok(ReceiptLog { anchor, receipts })
         })
     }
 }

@@ -5,7 +5,7 @@ use palisade_policy::digest::Sha256Digest;
 use redb::{Database, ReadableTable, TableDefinition};
 
 use crate::store::journal::{self, Redo};
-use crate::store::StoreError;
+use crate::store::{ChainAnchor, StoreError};
 
 /// Resource key → last committed epoch. Byte keys: redb would check `&str` keys for UTF-8 on
 /// every comparison.
@@ -33,14 +33,20 @@ pub(super) enum Part {
 /// `len(lease_id) · lease_id · part [· seq]`. The length prefix (lease ids are at most 128
 /// bytes) keeps one lease's keys from being a prefix of another's.
 pub(super) fn lease_key(lease_id: &str, part: Part, seq: Option<u64>) -> Vec<u8> {
-    let id = lease_id.as_bytes();
-    let mut k = Vec::with_capacity(id.len() + 10);
-    k.push(u8::try_from(id.len()).unwrap_or(u8::MAX));
-    k.extend_from_slice(id);
+    let mut k = lease_prefix(lease_id);
     k.push(part as u8);
     if let Some(seq) = seq {
         k.extend_from_slice(&seq.to_be_bytes());
     }
+    k
+}
+
+/// `len(lease_id) · lease_id`: what every key of one lease starts with.
+pub(super) fn lease_prefix(lease_id: &str) -> Vec<u8> {
+    let id = lease_id.as_bytes();
+    let mut k = Vec::with_capacity(id.len() + 10);
+    k.push(u8::try_from(id.len()).unwrap_or(u8::MAX));
+    k.extend_from_slice(id);
     k
 }
 
@@ -52,8 +58,19 @@ pub(super) const IDEMPOTENCY_EXPIRY: TableDefinition<(u64, &str), ()> =
 /// Escrow id (UUIDv7, so ids sort by creation) → escrow record (JSON).
 pub(super) const ESCROWS: TableDefinition<&str, &[u8]> = TableDefinition::new("escrows");
 
-/// Expired idempotency keys removed per transaction that stores one: the sweep keeps pace with
-/// new keys without ever making one commit long.
+/// (due time in unix ms, lease id): when a lease's data may be removed (its expiry plus
+/// [`crate::store::Retention::leases`]). Lets the writer sweep them oldest first.
+pub(super) const LEASE_EXPIRY: TableDefinition<(u64, &str), ()> =
+    TableDefinition::new("lease_expiry");
+/// Small named values: [`RECEIPT_ANCHOR`].
+pub(super) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
+/// `META` key of the receipt chain's anchor (JSON `{"pruned":N,"prev":"sha256:…"}`), present
+/// once receipts were removed under retention.
+pub(super) const RECEIPT_ANCHOR: &str = "receipt_anchor";
+
+/// Entries each sweep may remove in one transaction, beyond one per job in the batch
+/// (`sweep::Sweeper::run`): the sweeps keep pace with new entries without ever making one
+/// commit long.
 pub(super) const SWEEP_PER_BATCH: usize = 64;
 
 /// Table ids in journal records.
@@ -63,6 +80,8 @@ pub(super) const T_RECEIPTS: u8 = 3;
 pub(super) const T_IDEMPOTENCY: u8 = 4;
 pub(super) const T_IDEMPOTENCY_EXPIRY: u8 = 5;
 pub(super) const T_ESCROWS: u8 = 6;
+pub(super) const T_LEASE_EXPIRY: u8 = 7;
+pub(super) const T_META: u8 = 8;
 
 pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -77,6 +96,8 @@ pub(super) struct Tables<'t> {
     pub(super) idempotency: redb::Table<'t, &'static str, &'static [u8]>,
     pub(super) expiry: redb::Table<'t, (u64, &'static str), ()>,
     pub(super) escrows: redb::Table<'t, &'static str, &'static [u8]>,
+    pub(super) lease_expiry: redb::Table<'t, (u64, &'static str), ()>,
+    pub(super) meta: redb::Table<'t, &'static str, &'static [u8]>,
     pub(super) redo: Redo,
 }
 
@@ -95,6 +116,8 @@ impl<'t> Tables<'t> {
             idempotency: wtx.open_table(IDEMPOTENCY).map_err(unavailable)?,
             expiry: wtx.open_table(IDEMPOTENCY_EXPIRY).map_err(unavailable)?,
             escrows: wtx.open_table(ESCROWS).map_err(unavailable)?,
+            lease_expiry: wtx.open_table(LEASE_EXPIRY).map_err(unavailable)?,
+            meta: wtx.open_table(META).map_err(unavailable)?,
             redo: Redo::default(),
         })
     }
@@ -116,6 +139,42 @@ impl<'t> Tables<'t> {
     pub(super) fn put_lease(&mut self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
         self.leases.insert(key, value).map_err(unavailable)?;
         self.redo.put(T_LEASE_DATA, key, value);
+        Ok(())
+    }
+
+    pub(super) fn delete_lease(&mut self, key: &[u8]) -> Result<(), StoreError> {
+        self.leases.remove(key).map_err(unavailable)?;
+        self.redo.delete(T_LEASE_DATA, key);
+        Ok(())
+    }
+
+    /// Schedules the removal of `lease_id`'s data at `due` (unix ms).
+    pub(super) fn put_lease_due(&mut self, due: u64, lease_id: &str) -> Result<(), StoreError> {
+        self.lease_expiry
+            .insert((due, lease_id), ())
+            .map_err(unavailable)?;
+        self.redo
+            .put(T_LEASE_EXPIRY, &expiry_key(due, lease_id), &[]);
+        Ok(())
+    }
+
+    pub(super) fn delete_lease_due(&mut self, due: u64, lease_id: &str) -> Result<(), StoreError> {
+        self.lease_expiry
+            .remove((due, lease_id))
+            .map_err(unavailable)?;
+        self.redo.delete(T_LEASE_EXPIRY, &expiry_key(due, lease_id));
+        Ok(())
+    }
+
+    pub(super) fn delete_receipt(&mut self, seq: u64) -> Result<(), StoreError> {
+        self.receipts.remove(seq).map_err(unavailable)?;
+        self.redo.delete(T_RECEIPTS, &seq.to_be_bytes());
+        Ok(())
+    }
+
+    pub(super) fn put_meta(&mut self, key: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.meta.insert(key, value).map_err(unavailable)?;
+        self.redo.put(T_META, key.as_bytes(), value);
         Ok(())
     }
 
@@ -173,9 +232,33 @@ impl<'t> Tables<'t> {
             (T_LEASE_DATA, Some(v)) => {
                 self.leases.insert(c.key, v).map_err(unavailable)?;
             }
+            (T_LEASE_DATA, None) => {
+                self.leases.remove(c.key).map_err(unavailable)?;
+            }
             (T_RECEIPTS, Some(v)) => {
                 self.receipts
                     .insert(u64_of(c.key)?, v)
+                    .map_err(unavailable)?;
+            }
+            (T_RECEIPTS, None) => {
+                self.receipts.remove(u64_of(c.key)?).map_err(unavailable)?;
+            }
+            (T_LEASE_EXPIRY, value) => {
+                let at = u64_of(c.key.get(..8).ok_or_else(bad)?)?;
+                let id = text(c.key.get(8..).ok_or_else(bad)?)?;
+                if value.is_some() {
+                    self.lease_expiry
+                        .insert((at, id.as_str()), ())
+                        .map_err(unavailable)?;
+                } else {
+                    self.lease_expiry
+                        .remove((at, id.as_str()))
+                        .map_err(unavailable)?;
+                }
+            }
+            (T_META, Some(v)) => {
+                self.meta
+                    .insert(text(c.key)?.as_str(), v)
                     .map_err(unavailable)?;
             }
             (T_IDEMPOTENCY, Some(v)) => {
@@ -255,38 +338,6 @@ pub(super) fn set_lease_state(
     Ok(())
 }
 
-/// Removes up to [`SWEEP_PER_BATCH`] expired idempotency keys (SPEC §5.6 retention).
-pub(super) fn sweep_expired(t: &mut Tables<'_>) -> Result<(), StoreError> {
-    let now = now_ms();
-    let mut expired: Vec<(u64, String)> = Vec::new();
-    for row in t
-        .expiry
-        .range::<(u64, &str)>(..(now, ""))
-        .map_err(unavailable)?
-    {
-        let (k, _) = row.map_err(unavailable)?;
-        let (at, key) = k.value();
-        expired.push((at, key.to_owned()));
-        if expired.len() >= SWEEP_PER_BATCH {
-            break;
-        }
-    }
-    for (at, key) in expired {
-        t.delete_expiry(at, &key)?;
-        // A key re-stored later has a later expiry: remove the record only if it is this one.
-        let current_expiry = t
-            .idempotency
-            .get(key.as_str())
-            .map_err(unavailable)?
-            .and_then(|v| serde_json::from_slice::<serde_json::Value>(v.value()).ok())
-            .and_then(|r| r["expires_ms"].as_u64());
-        if current_expiry.is_none_or(|e| e <= at) {
-            t.delete_idempotency(&key)?;
-        }
-    }
-    Ok(())
-}
-
 /// The receipt chain's position: the next sequence number and the digest `prev` must carry.
 #[derive(Clone, Copy)]
 pub(super) struct ChainHead {
@@ -303,10 +354,34 @@ pub(super) fn read_chain_head(db: &Database) -> Result<ChainHead, StoreError> {
             next_seq: seq.value() + 1,
             head: Sha256Digest::of(jcs.value()),
         },
-        None => ChainHead {
-            next_seq: 0,
-            head: Sha256Digest::empty(),
+        // Every receipt removed under retention: the chain goes on from the anchor.
+        None => match read_anchor(&rtx.open_table(META).map_err(unavailable)?)? {
+            Some(anchor) => ChainHead {
+                next_seq: anchor.pruned,
+                head: anchor.prev,
+            },
+            None => ChainHead {
+                next_seq: 0,
+                head: Sha256Digest::empty(),
+            },
         },
     };
     Ok(head)
+}
+
+/// The receipt chain's anchor, if receipts were removed.
+pub(super) fn read_anchor(
+    meta: &impl ReadableTable<&'static str, &'static [u8]>,
+) -> Result<Option<ChainAnchor>, StoreError> {
+    let Some(v) = meta.get(RECEIPT_ANCHOR).map_err(unavailable)? else {
+        return Ok(None);
+    };
+    let bad = || unavailable("store: the receipt anchor cannot be read");
+    let rec: serde_json::Value = serde_json::from_slice(v.value()).map_err(|_| bad())?;
+    let pruned = rec["pruned"].as_u64().ok_or_else(bad)?;
+    let prev = rec["prev"]
+        .as_str()
+        .and_then(|s| Sha256Digest::parse_ptcl(s).ok())
+        .ok_or_else(bad)?;
+    Ok(Some(ChainAnchor { pruned, prev }))
 }

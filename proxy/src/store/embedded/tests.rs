@@ -11,6 +11,7 @@ fn intent(resource: &str, epoch: u64, lease: &str) -> WriteIntent {
         resource: resource.into(),
         epoch,
         lease_id: lease.into(),
+        expires_at_ms: 1_800_000_000_000,
         lease_record: format!("{{\"lease_id\":\"{lease}\"}}").into_bytes(),
         inverse: Some(br#"{"method":"DELETE","path":"/x"}"#.to_vec()),
         snapshot: None,
@@ -150,4 +151,233 @@ async fn an_unopenable_file_is_unavailable_not_a_panic() {
         EmbeddedStore::open(&missing_dir, key()),
         Err(StoreError::Unavailable(_))
     ));
+}
+
+fn retention(leases_ms: u64, receipts: Option<u64>) -> Retention {
+    Retention {
+        leases: std::time::Duration::from_millis(leases_ms),
+        receipts: receipts.map(std::time::Duration::from_secs),
+    }
+}
+
+fn lease_intent(resource: &str, epoch: u64, lease: &str, expires_at_ms: i64) -> WriteIntent {
+    WriteIntent {
+        expires_at_ms,
+        ..intent(resource, epoch, lease)
+    }
+}
+
+/// Any write: sweeps run at the end of every batch.
+async fn nudge(store: &EmbeddedStore) {
+    store
+        .stage("nudge".into(), Some(b"{}".to_vec()), None)
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn expired_leases_are_swept_and_fence_epochs_stay() {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        EmbeddedStore::open_with(&dir.path().join("s.redb"), key(), retention(0, None)).unwrap();
+    let past = now_ms() as i64 - 1_000;
+    let future = now_ms() as i64 + 3_600_000;
+    store
+        .advance(WriteIntent {
+            snapshot: Some(b"{\"old\":true}".to_vec()),
+            ..lease_intent("/a", 4, "old", past)
+        })
+        .await
+        .unwrap();
+    store
+        .advance(lease_intent("/b", 2, "new", future))
+        .await
+        .unwrap();
+    for (lease, i) in [("old", 0), ("new", 1)] {
+        store
+            .append_receipt(ReceiptBody {
+                lease_id: Some(lease.into()),
+                ..body(i)
+            })
+            .await
+            .unwrap();
+    }
+    nudge(&store).await;
+    assert_eq!(store.lease_record("old").await.unwrap(), None);
+    assert_eq!(store.inverse("old").await.unwrap(), None);
+    assert_eq!(store.snapshot("old").await.unwrap(), None);
+    assert!(store.lease_receipts("old").await.unwrap().is_empty());
+    // Epochs are never swept: a stale epoch must stay stale forever.
+    assert_eq!(store.epoch("/a").await.unwrap(), 4);
+    assert_eq!(
+        store
+            .advance(lease_intent("/a", 4, "again", future))
+            .await
+            .unwrap(),
+        Advance::Stale { current: 4 }
+    );
+    // An unexpired lease keeps everything, and the receipts themselves stay.
+    assert!(store.lease_record("new").await.unwrap().is_some());
+    assert!(store.inverse("new").await.unwrap().is_some());
+    assert_eq!(store.lease_receipts("new").await.unwrap().len(), 1);
+    assert_eq!(store.receipts().await.unwrap().len(), 2);
+}
+
+#[tokio::test]
+async fn an_inverse_staged_alone_goes_after_retention_unless_its_lease_is_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let store =
+        EmbeddedStore::open_with(&dir.path().join("s.redb"), key(), retention(300, None)).unwrap();
+    let inv = br#"{"method":"DELETE","path":"/x"}"#.to_vec();
+    store
+        .stage("orphan".into(), None, Some(inv.clone()))
+        .await
+        .unwrap();
+    store
+        .stage("used".into(), None, Some(inv.clone()))
+        .await
+        .unwrap();
+    let future = now_ms() as i64 + 3_600_000;
+    store
+        .advance(WriteIntent {
+            lease_record: format!("{{\"lease_id\":\"used\",\"expires_at_ms\":{future}}}")
+                .into_bytes(),
+            ..lease_intent("/u", 1, "used", future)
+        })
+        .await
+        .unwrap();
+    nudge(&store).await;
+    assert!(
+        store.inverse("orphan").await.unwrap().is_some(),
+        "kept for one retention period"
+    );
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    nudge(&store).await;
+    assert_eq!(store.inverse("orphan").await.unwrap(), None);
+    assert!(store.inverse("used").await.unwrap().is_some());
+    assert!(store.lease_record("used").await.unwrap().is_some());
+}
+
+#[tokio::test]
+async fn old_receipts_are_removed_and_the_chain_verifies_from_the_anchor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let mut trust = TrustStore::new();
+    trust.insert(key().trusted("sidecar")).unwrap();
+    let now = palisade_policy::lease::format_rfc3339_ms(now_ms() as i64);
+    {
+        // 100 receipts from yesterday (more than one sweep's worth), then 3 from now, kept
+        // forever while they are written.
+        let store = EmbeddedStore::open_with(&path, key(), retention(0, None)).unwrap();
+        for i in 0..100 {
+            store.append_receipt(body(i)).await.unwrap();
+        }
+        for i in 100..103 {
+            store
+                .append_receipt(ReceiptBody {
+                    at: now.clone(),
+                    ..body(i)
+                })
+                .await
+                .unwrap();
+        }
+    }
+    {
+        // Reopened with a retention of one hour: yesterday's go, 64 per transaction.
+        let store = EmbeddedStore::open_with(&path, key(), retention(0, Some(3600))).unwrap();
+        nudge(&store).await;
+        // 64 plus one per job in the batch (one here).
+        assert_eq!(
+            store.receipt_log().await.unwrap().anchor.unwrap().pruned,
+            65
+        );
+        nudge(&store).await;
+        let log = store.receipt_log().await.unwrap();
+        let anchor = log.anchor.expect("receipts were removed");
+        assert_eq!(anchor.pruned, 100);
+        assert_eq!(log.receipts.len(), 3);
+        let head =
+            receipt::verify_chain_from(log.receipts.iter().map(Vec::as_slice), &trust, anchor.prev)
+                .unwrap();
+        assert_eq!(head.count, 3);
+        // From the wrong start the retained part does not verify: the anchor is load-bearing.
+        assert!(receipt::verify_chain(log.receipts.iter().map(Vec::as_slice), &trust).is_err());
+    }
+    // Reopened, the chain goes on from its head.
+    let store = EmbeddedStore::open_with(&path, key(), retention(0, Some(3600))).unwrap();
+    store
+        .append_receipt(ReceiptBody {
+            at: now.clone(),
+            ..body(103)
+        })
+        .await
+        .unwrap();
+    let log = store.receipt_log().await.unwrap();
+    let anchor = log.anchor.unwrap();
+    let head =
+        receipt::verify_chain_from(log.receipts.iter().map(Vec::as_slice), &trust, anchor.prev)
+            .unwrap();
+    assert_eq!((anchor.pruned, head.count), (100, 4));
+}
+
+#[tokio::test]
+async fn a_chain_whose_every_receipt_was_removed_goes_on_from_its_anchor() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    {
+        let store = EmbeddedStore::open_with(&path, key(), retention(0, None)).unwrap();
+        for i in 0..5 {
+            store.append_receipt(body(i)).await.unwrap();
+        }
+    }
+    {
+        let store = EmbeddedStore::open_with(&path, key(), retention(0, Some(3600))).unwrap();
+        nudge(&store).await;
+        assert!(store.receipts().await.unwrap().is_empty());
+    }
+    let store = EmbeddedStore::open_with(&path, key(), retention(0, None)).unwrap();
+    let sealed = store.append_receipt(body(5)).await.unwrap();
+    let log = store.receipt_log().await.unwrap();
+    let anchor = log.anchor.unwrap();
+    assert_eq!(anchor.pruned, 5);
+    assert_eq!(sealed.value["prev"], anchor.prev.to_string());
+    let mut trust = TrustStore::new();
+    trust.insert(key().trusted("sidecar")).unwrap();
+    receipt::verify_chain_from(log.receipts.iter().map(Vec::as_slice), &trust, anchor.prev)
+        .unwrap();
+}
+
+#[tokio::test]
+async fn journal_replay_applies_deletions() {
+    use super::tables::{
+        expiry_key, lease_key, Part, T_LEASE_DATA, T_LEASE_EXPIRY, T_META, T_RECEIPTS,
+    };
+    use crate::store::journal::{Journal, Redo};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    {
+        let store = EmbeddedStore::open(&path, key()).unwrap();
+        store
+            .advance(lease_intent("/a", 1, "l1", 1_800_000_000_000))
+            .await
+            .unwrap();
+        store.append_receipt(body(0)).await.unwrap();
+    }
+    // What a crashed writer leaves: journalled deletions not yet in the file.
+    let anchor = br#"{"pruned":1,"prev":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}"#;
+    let mut redo = Redo::default();
+    redo.delete(T_LEASE_DATA, &lease_key("l1", Part::Inverse, None));
+    redo.delete(T_RECEIPTS, &0u64.to_be_bytes());
+    redo.delete(T_LEASE_EXPIRY, &expiry_key(1, "l1"));
+    redo.put(T_META, b"receipt_anchor", anchor);
+    let (mut journal, _) = Journal::open(&journal_path(&path)).unwrap();
+    journal.append(&redo.bytes).unwrap();
+    drop(journal);
+    let store = EmbeddedStore::open(&path, key()).unwrap();
+    assert_eq!(store.inverse("l1").await.unwrap(), None);
+    assert!(store.lease_record("l1").await.unwrap().is_some());
+    let log = store.receipt_log().await.unwrap();
+    assert!(log.receipts.is_empty());
+    assert_eq!(log.anchor.unwrap().pruned, 1);
+    assert_eq!(store.epoch("/a").await.unwrap(), 1);
 }

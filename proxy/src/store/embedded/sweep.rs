@@ -1,0 +1,221 @@
+//! Removing what the store no longer has to keep, a bounded amount per transaction so that a
+//! sweep never makes one commit long: expired idempotency keys (SPEC §5.6), the data of leases
+//! past their retention, receipts past `store.receipt_retention`.
+//!
+//! Each sweep runs inside a batch's transaction, so its deletions are journalled and durable
+//! with the batch; the pages they free are reused after the next checkpoint.
+
+use palisade_policy::digest::Sha256Digest;
+use redb::ReadableTable;
+
+use crate::store::{Retention, StoreError};
+
+use super::tables::{
+    lease_key, lease_prefix, now_ms, read_anchor, unavailable, Part, Tables, RECEIPT_ANCHOR,
+    SWEEP_PER_BATCH,
+};
+
+/// Longest wait between two looks at the oldest receipt.
+const RECHECK_MS: u64 = 60_000;
+
+/// The writer's sweeping state across batches.
+pub(super) struct Sweeper {
+    pub(super) retention: Retention,
+    /// Unix ms before which the oldest receipt cannot be due: saves reading it every batch.
+    receipts_due_ms: u64,
+}
+
+impl Sweeper {
+    pub(super) fn new(retention: Retention) -> Self {
+        Self {
+            retention,
+            receipts_due_ms: 0,
+        }
+    }
+
+    /// When the data of a lease expiring at `expires_at_ms` may go.
+    pub(super) fn lease_due(&self, expires_at_ms: i64) -> u64 {
+        (expires_at_ms.max(0) as u64).saturating_add(self.retention.leases.as_millis() as u64)
+    }
+
+    /// Runs every sweep once, each removing at most [`SWEEP_PER_BATCH`] plus `jobs` entries:
+    /// a batch of `jobs` jobs adds at most that many leases or receipts, so the sweeps keep
+    /// pace with any load while no commit grows by more than a constant factor.
+    pub(super) fn run(
+        &mut self,
+        t: &mut Tables<'_>,
+        stored_keys: bool,
+        jobs: usize,
+    ) -> Result<(), StoreError> {
+        let now = now_ms();
+        let limit = SWEEP_PER_BATCH + jobs;
+        if stored_keys {
+            sweep_idempotency(t, now, limit)?;
+        }
+        sweep_leases(t, self, now, limit)?;
+        if let Some(keep) = self.retention.receipts {
+            if now >= self.receipts_due_ms {
+                // Looked at again within a minute at most, whatever the oldest receipt says,
+                // so a wall-clock step cannot postpone retention by a whole period.
+                self.receipts_due_ms =
+                    sweep_receipts(t, now, keep.as_millis() as u64, limit)?.min(now + RECHECK_MS);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Removes up to `limit` expired idempotency keys (SPEC §5.6 retention).
+fn sweep_idempotency(t: &mut Tables<'_>, now: u64, limit: usize) -> Result<(), StoreError> {
+    let mut expired: Vec<(u64, String)> = Vec::new();
+    for row in t
+        .expiry
+        .range::<(u64, &str)>(..(now, ""))
+        .map_err(unavailable)?
+    {
+        let (k, _) = row.map_err(unavailable)?;
+        let (at, key) = k.value();
+        expired.push((at, key.to_owned()));
+        if expired.len() >= limit {
+            break;
+        }
+    }
+    for (at, key) in expired {
+        t.delete_expiry(at, &key)?;
+        // A key re-stored later has a later expiry: remove the record only if it is this one.
+        let current_expiry = t
+            .idempotency
+            .get(key.as_str())
+            .map_err(unavailable)?
+            .and_then(|v| serde_json::from_slice::<serde_json::Value>(v.value()).ok())
+            .and_then(|r| r["expires_ms"].as_u64());
+        if current_expiry.is_none_or(|e| e <= at) {
+            t.delete_idempotency(&key)?;
+        }
+    }
+    Ok(())
+}
+
+/// Removes the data (record, inverse, snapshot, receipt index) of up to `limit` leases whose removal is due. A lease re-recorded with a later expiry has a later due entry
+/// too; an earlier entry finds the record's own due time later and leaves it.
+fn sweep_leases(
+    t: &mut Tables<'_>,
+    sweeper: &Sweeper,
+    now: u64,
+    limit: usize,
+) -> Result<(), StoreError> {
+    let mut due: Vec<(u64, String)> = Vec::new();
+    for row in t
+        .lease_expiry
+        .range::<(u64, &str)>(..(now, ""))
+        .map_err(unavailable)?
+    {
+        let (k, _) = row.map_err(unavailable)?;
+        let (at, id) = k.value();
+        due.push((at, id.to_owned()));
+        if due.len() >= limit {
+            break;
+        }
+    }
+    for (at, id) in due {
+        t.delete_lease_due(at, &id)?;
+        if recorded_later(t, sweeper, at, &id)? {
+            continue;
+        }
+        let prefix = lease_prefix(&id);
+        let mut end = prefix.clone();
+        end.push(u8::MAX);
+        let mut keys = Vec::new();
+        for row in t
+            .leases
+            .range::<&[u8]>(prefix.as_slice()..end.as_slice())
+            .map_err(unavailable)?
+        {
+            let (k, _) = row.map_err(unavailable)?;
+            keys.push(k.value().to_vec());
+        }
+        for k in keys {
+            t.delete_lease(&k)?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether `lease_id`'s record says its data is due later than `at`: an inverse staged before
+/// its lease was recorded has an earlier entry than the record's own.
+fn recorded_later(
+    t: &Tables<'_>,
+    sweeper: &Sweeper,
+    at: u64,
+    lease_id: &str,
+) -> Result<bool, StoreError> {
+    let record = t
+        .leases
+        .get(lease_key(lease_id, Part::Record, None).as_slice())
+        .map_err(unavailable)?
+        .and_then(|v| serde_json::from_slice::<serde_json::Value>(v.value()).ok());
+    Ok(record
+        .and_then(|r| r["expires_at_ms"].as_i64())
+        .is_some_and(|exp| sweeper.lease_due(exp) > at))
+}
+
+/// Removes up to `limit` receipts older than `keep_ms`, oldest first, and moves
+/// the chain's anchor past them. Returns when the oldest remaining receipt comes due.
+fn sweep_receipts(
+    t: &mut Tables<'_>,
+    now: u64,
+    keep_ms: u64,
+    limit: usize,
+) -> Result<u64, StoreError> {
+    let cutoff = now.saturating_sub(keep_ms);
+    let mut removed: Vec<(u64, Sha256Digest)> = Vec::new();
+    let mut next_due = now.saturating_add(keep_ms);
+    for row in t.receipts.iter().map_err(unavailable)? {
+        let (seq, jcs) = row.map_err(unavailable)?;
+        let Some(at) = receipt_at_ms(jcs.value()) else {
+            // A receipt whose time cannot be read is never removed by guessing; the sweep
+            // stops at it (and tries again after a full retention period).
+            tracing::warn!(
+                seq = seq.value(),
+                "receipt retention: a receipt without a readable `at`; sweep stopped"
+            );
+            break;
+        };
+        if at >= cutoff {
+            next_due = at.saturating_add(keep_ms);
+            break;
+        }
+        removed.push((seq.value(), Sha256Digest::of(jcs.value())));
+        if removed.len() >= limit {
+            next_due = 0;
+            break;
+        }
+    }
+    let Some(&(last_seq, last_digest)) = removed.last() else {
+        return Ok(next_due);
+    };
+    let pruned_before = read_anchor(&t.meta)?.map_or(0, |a| a.pruned);
+    for (seq, _) in &removed {
+        t.delete_receipt(*seq)?;
+    }
+    let anchor = serde_json::json!({
+        "pruned": (last_seq + 1).max(pruned_before),
+        "prev": last_digest.to_string(),
+    });
+    let bytes = serde_json::to_vec(&anchor).map_err(unavailable)?;
+    t.put_meta(RECEIPT_ANCHOR, &bytes)?;
+    Ok(next_due)
+}
+
+/// A stored receipt's `at` (RFC 3339) in unix ms.
+fn receipt_at_ms(jcs: &[u8]) -> Option<u64> {
+    #[derive(serde::Deserialize)]
+    struct At<'a> {
+        #[serde(borrow)]
+        at: std::borrow::Cow<'a, str>,
+    }
+    let at: At<'_> = serde_json::from_slice(jcs).ok()?;
+    let t =
+        time::OffsetDateTime::parse(&at.at, &time::format_description::well_known::Rfc3339).ok()?;
+    u64::try_from(t.unix_timestamp_nanos() / 1_000_000).ok()
+}
