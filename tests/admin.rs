@@ -1,6 +1,6 @@
-//! The admin listener's credential (SPEC §9): `admin.token_file`, checked on every mutating
-//! and `/admin/v1/*` call, the probes left open, a non-loopback listener refused without it,
-//! slow headers cut. Approvals are made with curl, as an operator would.
+//! The admin listener's credential (SPEC §9): `admin.token_file` or a client certificate with
+//! an allowed SPIFFE ID (mTLS), checked on every mutating and `/admin/v1/*` call, the probes
+//! left open, a non-loopback listener refused without one, slow headers cut. Approvals are made with curl, as an operator would.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -197,4 +197,136 @@ fn slow_headers_are_cut_on_the_admin_listener() {
         "connection held {waited:?}"
     );
     assert!(!String::from_utf8_lossy(&buf).contains("200 OK"));
+}
+
+/// `curl` over TLS to the admin listener with an optional client certificate: the status
+/// (0 when the TLS handshake failed) and the body.
+fn curl_tls(
+    p: &Palisade,
+    pki: &Pki,
+    method: &str,
+    path: &str,
+    client: Option<&str>,
+    token: Option<&str>,
+) -> (u16, String) {
+    let mut cmd = Command::new("curl");
+    cmd.args(["-s", "-X", method, "-w", "\n%{http_code}", "--cacert"])
+        .arg(pki.path("ca.pem"));
+    if let Some(name) = client {
+        cmd.arg("--cert")
+            .arg(pki.path(&format!("{name}.crt")))
+            .arg("--key")
+            .arg(pki.path(&format!("{name}.key")));
+    }
+    if let Some(t) = token {
+        cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
+    }
+    let out = cmd
+        .arg(format!("https://localhost:{}{path}", p.admin.port()))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (body, code) = text.rsplit_once('\n').unwrap_or(("", "0"));
+    (code.trim().parse().unwrap_or(0), body.to_owned())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escrow_approval_by_an_allowed_spiffe_client_certificate() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki_dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(pki_dir.path());
+    pki.write_server("palisade-admin");
+    let write = |name: &str, issued: &Issued| {
+        std::fs::write(pki.path(&format!("{name}.crt")), &issued.cert_pem).unwrap();
+        std::fs::write(pki.path(&format!("{name}.key")), &issued.key_pem).unwrap();
+    };
+    let operator = "spiffe://cluster.local/ns/ops/sa/escrow-approver";
+    write("operator", &pki.issue_client_spiffe(operator));
+    write(
+        "other",
+        &pki.issue_client_spiffe("spiffe://cluster.local/ns/erp/sa/agent"),
+    );
+    let rogue_dir = tempfile::tempdir().unwrap();
+    let rogue_ca = Pki::new(rogue_dir.path());
+    write("rogue", &rogue_ca.issue_client_spiffe(operator));
+    let token = dir.path().join("admin-token");
+    std::fs::write(&token, "tok-5d1e\n").unwrap();
+    let extra = format!(
+        "[admin]\naddr = \"127.0.0.1:0\"\ntoken_file = \"{}\"\nallowed_spiffe_ids = [\"{operator}\"]\n\
+         tls = {{ cert = \"{}\", key = \"{}\", client_ca = \"{}\" }}\n",
+        token.display(),
+        pki.path("server.crt").display(),
+        pki.path("server.key").display(),
+        pki.path("ca.pem").display(),
+    );
+    let s = start_in(Upstream::start().await, dir, &extra);
+    let id = hold(&s).await;
+    let approve = format!("/admin/v1/escrow/{id}/approve");
+
+    // Probes need no certificate (kubelet has none); plain HTTP is not spoken.
+    let (code, _) = curl_tls(&s.p, &pki, "GET", "/healthz", None, None);
+    assert_eq!(code, 200);
+    let (code, _) = curl(&s.p, "GET", "/healthz", None);
+    assert_ne!(code, 200, "plain HTTP on a TLS admin port");
+    // No certificate, another workload's, or the right SPIFFE ID from another CA: refused.
+    for client in [None, Some("other")] {
+        let (code, body) = curl_tls(&s.p, &pki, "POST", &approve, client, None);
+        assert_eq!(code, 401, "{client:?}: {body}");
+        let doc: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(doc["code"], "ERR_ADMIN_UNAUTHORIZED");
+    }
+    let (code, _) = curl_tls(&s.p, &pki, "POST", &approve, Some("rogue"), None);
+    assert_eq!(code, 0, "a certificate from another CA fails the handshake");
+    assert_eq!(puts(&s), 0, "nothing was released");
+    // The token still works without a certificate (either credential is enough).
+    let (code, list) = curl_tls(
+        &s.p,
+        &pki,
+        "GET",
+        "/admin/v1/escrow",
+        None,
+        Some("tok-5d1e"),
+    );
+    assert_eq!(code, 200, "{list}");
+    assert!(list.contains(&id), "{list}");
+    // The operator's certificate releases the write, once.
+    let (code, body) = curl_tls(&s.p, &pki, "POST", &approve, Some("operator"), None);
+    assert_eq!(code, 200, "{body}");
+    assert_eq!(puts(&s), 1);
+    let (code, _) = curl_tls(&s.p, &pki, "POST", &approve, Some("operator"), None);
+    assert_eq!(code, 409);
+    assert_eq!(puts(&s), 1);
+}
+
+#[test]
+fn spiffe_ids_need_a_client_ca_and_must_be_spiffe_ids() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("palisade.toml");
+    for (admin, want) in [
+        (
+            "allowed_spiffe_ids = [\"spiffe://td/ops\"]\n",
+            "needs admin.tls with client_ca",
+        ),
+        (
+            "allowed_spiffe_ids = [\"https://td/ops\"]\n",
+            "is not a SPIFFE ID",
+        ),
+    ] {
+        std::fs::write(
+            &config,
+            format!("[admin]\naddr = \"127.0.0.1:0\"\n{admin}[upstream]\nurl = \"http://127.0.0.1:9\"\n[ptcl]\nwrites = []\n"),
+        )
+        .unwrap();
+        let out = Command::new(bin())
+            .args(["config", "check", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("admin.allowed_spiffe_ids") && err.contains(want),
+            "{err}"
+        );
+    }
 }

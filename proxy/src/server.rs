@@ -42,6 +42,7 @@ pub struct Server {
     admin: TcpListener,
     state: Arc<AppState>,
     tls: Option<(TlsAcceptor, Arc<ReloadingCert>)>,
+    admin_tls: Option<(TlsAcceptor, Arc<ReloadingCert>)>,
 }
 
 impl Server {
@@ -51,6 +52,16 @@ impl Server {
             Some(t) => {
                 let resolver = ReloadingCert::load(&t.cert, &t.key)?;
                 let server_config = tls::server_config(resolver.clone(), t.client_ca.as_deref())?;
+                Some((TlsAcceptor::from(Arc::new(server_config)), resolver))
+            }
+            None => None,
+        };
+        let admin_tls = match &config.admin_tls {
+            Some(t) => {
+                let resolver = ReloadingCert::load(&t.cert, &t.key).context("admin.tls")?;
+                let server_config =
+                    tls::server_config_with(resolver.clone(), t.client_ca.as_deref(), true)
+                        .context("admin.tls")?;
                 Some((TlsAcceptor::from(Arc::new(server_config)), resolver))
             }
             None => None,
@@ -95,6 +106,7 @@ impl Server {
             data,
             admin,
             tls,
+            admin_tls,
             state: Arc::new(AppState {
                 config,
                 metrics,
@@ -127,11 +139,22 @@ impl Server {
             admin,
             state,
             tls,
+            admin_tls,
         } = self;
         let metrics = telemetry::metrics_handle();
         let admin_addr = admin.local_addr()?;
         let (admin_stop_tx, admin_stop) = watch::channel(false);
-        let admin_task = tokio::spawn(admin::serve(admin, state.clone(), metrics, admin_stop));
+        let admin_acceptor = admin_tls.map(|(acceptor, resolver)| {
+            tokio::spawn(resolver.watch(CERT_POLL));
+            acceptor
+        });
+        let admin_task = tokio::spawn(admin::serve(
+            admin,
+            admin_acceptor,
+            state.clone(),
+            metrics,
+            admin_stop,
+        ));
         if let Some(b) = state.bundle.load_full() {
             metrics::gauge!(crate::telemetry::LOCKFILE_INFO, "digest" => b.digest.clone()).set(1.0);
         }

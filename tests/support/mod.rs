@@ -324,6 +324,22 @@ impl Pki {
         }
     }
 
+    /// A client certificate (clientAuth) carrying `spiffe` as its one URI SAN: an X.509-SVID
+    /// as SPIRE or a mesh issues it to a workload.
+    pub fn issue_client_spiffe(&self, spiffe: &str) -> Issued {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .subject_alt_names
+            .push(rcgen::SanType::URI(spiffe.try_into().unwrap()));
+        params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+        let cert = params.signed_by(&key, &self.ca_cert, &self.ca_key).unwrap();
+        Issued {
+            cert_pem: cert.pem(),
+            key_pem: key.serialize_pem(),
+        }
+    }
+
     /// Issues a server certificate and writes it as `server.crt`/`server.key`.
     pub fn write_server(&self, cn: &str) -> Issued {
         let issued = self.issue(cn, true);

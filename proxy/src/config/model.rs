@@ -65,6 +65,12 @@ pub struct Config {
     pub admin_addr: String,
     /// `admin.token_file`: the bearer token mutating and `/admin/v1/*` calls need (SPEC §9).
     pub admin_token_file: Option<PathBuf>,
+    /// `admin.tls`: the admin listener over TLS; with `client_ca`, client certificates are
+    /// asked for (not required: probes have none) and verified.
+    pub admin_tls: Option<ListenTls>,
+    /// `admin.allowed_spiffe_ids`: a verified client certificate with one of these URI SANs
+    /// is an admin credential, as the token is.
+    pub admin_spiffe_ids: Vec<String>,
     pub upstream_url: http::Uri,
     pub upstream_connect_timeout: Duration,
     pub upstream_timeout: Duration,

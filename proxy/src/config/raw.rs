@@ -29,6 +29,8 @@ pub struct RawListenTls {
 pub struct RawAdmin {
     pub addr: Option<String>,
     pub token_file: Option<String>,
+    pub tls: Option<RawListenTls>,
+    pub allowed_spiffe_ids: Option<Vec<String>>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -133,10 +133,38 @@ impl RawConfig {
         let loopback = admin_addr
             .parse::<SocketAddr>()
             .map_or(true, |a| a.ip().is_loopback());
-        if !loopback && admin_token_file.is_none() {
+        let admin_tls = self.admin.tls.map(|t| ListenTls {
+            cert: t.cert,
+            key: t.key,
+            client_ca: t.client_ca,
+        });
+        let admin_spiffe_ids = self.admin.allowed_spiffe_ids.unwrap_or_default();
+        for id in &admin_spiffe_ids {
+            let ok = id
+                .strip_prefix("spiffe://")
+                .is_some_and(|rest| !rest.is_empty() && !rest.starts_with('/'));
+            if !ok {
+                c.push(
+                    "admin.allowed_spiffe_ids",
+                    format!("{id:?} is not a SPIFFE ID (spiffe://<trust domain>/<path>)"),
+                );
+            }
+        }
+        if !admin_spiffe_ids.is_empty()
+            && admin_tls
+                .as_ref()
+                .and_then(|t| t.client_ca.as_ref())
+                .is_none()
+        {
+            c.push(
+                "admin.allowed_spiffe_ids",
+                "needs admin.tls with client_ca: client certificates are verified against it",
+            );
+        }
+        if !loopback && admin_token_file.is_none() && admin_spiffe_ids.is_empty() {
             c.push(
                 "admin.addr",
-                "a non-loopback admin listener needs admin.token_file (or bind it to 127.0.0.1)",
+                "a non-loopback admin listener needs a credential: admin.token_file or admin.allowed_spiffe_ids (or bind it to 127.0.0.1)",
             );
         }
 
@@ -326,6 +354,8 @@ impl RawConfig {
             public_base,
             admin_addr,
             admin_token_file,
+            admin_tls,
+            admin_spiffe_ids,
             upstream_url,
             upstream_connect_timeout: c.duration(
                 "upstream.connect_timeout",

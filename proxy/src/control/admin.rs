@@ -1,8 +1,9 @@
 //! The admin listener (SPEC §9): health, readiness, metrics, and the escrow decisions
 //! (`POST /admin/v1/escrow/{id}/approve|reject`, `GET /admin/v1/escrow`).
 //!
-//! Plain HTTP/1.1 on `admin.addr` (loopback by default). With `admin.token_file`, every call
-//! but the probes needs the admin token (`admin_auth`). It is served apart from the data
+//! HTTP/1.1 (and h2 over TLS) on `admin.addr` (loopback by default), over TLS with
+//! `admin.tls`. With `admin.token_file` or `admin.allowed_spiffe_ids`, every call but the
+//! probes needs the admin token or an allowed client certificate (`admin_auth`). It is served apart from the data
 //! plane so a flood of agent traffic cannot starve probes, and it stops last on shutdown so
 //! that `/readyz` keeps answering 503 while the data plane drains.
 
@@ -17,6 +18,7 @@ use hyper_util::server::conn::auto;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
 
 use crate::context::AppState;
 use crate::control::{admin_auth, escrow};
@@ -24,6 +26,7 @@ use crate::net::body::{self, ProxyBody};
 
 pub async fn serve(
     listener: TcpListener,
+    tls: Option<TlsAcceptor>,
     state: Arc<AppState>,
     metrics: PrometheusHandle,
     mut stop: watch::Receiver<bool>,
@@ -49,17 +52,42 @@ pub async fn serve(
         };
         let state = state.clone();
         let metrics = metrics.clone();
+        let tls = tls.clone();
         tokio::spawn(async move {
             let header_timeout = state.config.header_timeout;
-            let svc = service_fn(move |req| respond(req, state.clone(), metrics.clone()));
             // Slow headers are cut here as on the data plane: a stalled client must not
-            // hold admin connections open.
+            // hold admin connections open. The TLS handshake counts against the same limit.
             let mut builder = auto::Builder::new(TokioExecutor::new());
             builder
                 .http1()
                 .timer(TokioTimer::new())
                 .header_read_timeout(header_timeout);
-            let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+            match tls {
+                None => {
+                    let svc =
+                        service_fn(move |req| respond(req, state.clone(), metrics.clone(), None));
+                    let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                }
+                Some(acceptor) => {
+                    let Ok(Ok(stream)) =
+                        tokio::time::timeout(header_timeout, acceptor.accept(stream)).await
+                    else {
+                        return;
+                    };
+                    // A verified client certificate's SPIFFE ID (admin_auth decides per call).
+                    let peer: Option<Arc<str>> = stream
+                        .get_ref()
+                        .1
+                        .peer_certificates()
+                        .and_then(|c| c.first())
+                        .and_then(|leaf| crate::net::identity::spiffe_id(leaf.as_ref()))
+                        .map(Arc::from);
+                    let svc = service_fn(move |req| {
+                        respond(req, state.clone(), metrics.clone(), peer.clone())
+                    });
+                    let _ = builder.serve_connection(TokioIo::new(stream), svc).await;
+                }
+            }
         });
     }
     upkeep.abort();
@@ -69,6 +97,7 @@ async fn respond(
     req: Request<Incoming>,
     state: Arc<AppState>,
     metrics: PrometheusHandle,
+    peer_spiffe_id: Option<Arc<str>>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     let text = |status: StatusCode, body: &'static str| {
         let mut r = Response::new(body::full(body));
@@ -80,12 +109,10 @@ async fn respond(
         r
     };
     let path = req.uri().path();
-    if let Some(token_file) = &state.config.admin_token_file {
-        if admin_auth::guarded(req.method(), path)
-            && !admin_auth::authorized(token_file, req.headers())
-        {
-            return Ok(admin_auth::refused());
-        }
+    if admin_auth::guarded(req.method(), path)
+        && !admin_auth::allowed(&state.config, req.headers(), peer_spiffe_id.as_deref())
+    {
+        return Ok(admin_auth::refused());
     }
     let json = |status: StatusCode, doc: serde_json::Value| body::json_response(status, &doc);
     match (req.method(), path) {

@@ -7,8 +7,13 @@
 //! SHA-256 digests in constant time, so neither the token's bytes nor its length leak through
 //! timing. A file that cannot be read, or is empty, refuses every guarded call: fail closed.
 //!
-//! Without a token file the listener is loopback-only (`config` refuses anything else), where
-//! only the pod's own containers reach it.
+//! With `admin.tls` (client CA) and `admin.allowed_spiffe_ids`, a client certificate that
+//! verifies against the CA and carries one of those SPIFFE IDs (URI SAN) is a credential too
+//! (mTLS, as a service mesh or SPIRE issues them). Certificates are optional at the TLS layer,
+//! so kubelet probes without one still reach `/healthz`.
+//!
+//! Without any credential the listener is loopback-only (`config` refuses anything else),
+//! where only the pod's own containers reach it.
 
 use std::path::Path;
 
@@ -41,6 +46,23 @@ pub(crate) fn read_token(path: &Path) -> Option<String> {
     (text.len() as u64 <= MAX_TOKEN_FILE && !token.is_empty()).then(|| token.to_owned())
 }
 
+/// Whether a guarded call may go ahead: no credential configured (a loopback listener), the
+/// admin token, or a verified client certificate whose SPIFFE ID is allowed. Either
+/// credential is enough; the token file is read only when the certificate does not settle it.
+pub(super) fn allowed(
+    config: &crate::config::Config,
+    headers: &HeaderMap,
+    peer_spiffe_id: Option<&str>,
+) -> bool {
+    let token = config.admin_token_file.as_deref();
+    let ids = &config.admin_spiffe_ids;
+    if token.is_none() && ids.is_empty() {
+        return true;
+    }
+    peer_spiffe_id.is_some_and(|id| ids.iter().any(|a| a == id))
+        || token.is_some_and(|f| authorized(f, headers))
+}
+
 /// Whether `headers` carry `Authorization: Bearer <the token in token_file>`.
 pub(super) fn authorized(token_file: &Path, headers: &HeaderMap) -> bool {
     let Some(expected) = read_token(token_file) else {
@@ -67,7 +89,7 @@ pub(super) fn authorized(token_file: &Path, headers: &HeaderMap) -> bool {
 pub(super) fn refused() -> Response<ProxyBody> {
     let mut resp = Problem::new(
         ErrorCode::AdminUnauthorized,
-        "this admin endpoint needs Authorization: Bearer <admin token>",
+        "this admin endpoint needs Authorization: Bearer <admin token> or an allowed client certificate",
         &uuid::Uuid::new_v4().to_string(),
         &uuid::Uuid::new_v4().simple().to_string(),
     )

@@ -143,15 +143,30 @@ pub fn server_config(
     resolver: Arc<ReloadingCert>,
     client_ca: Option<&Path>,
 ) -> Result<ServerConfig, TlsError> {
+    server_config_with(resolver, client_ca, false)
+}
+
+/// As [`server_config`]; with `optional_client_cert`, a client without a certificate is let
+/// through (one that presents a certificate must still present a valid one): the admin
+/// listener, whose probes have no certificate, decides per request.
+pub fn server_config_with(
+    resolver: Arc<ReloadingCert>,
+    client_ca: Option<&Path>,
+    optional_client_cert: bool,
+) -> Result<ServerConfig, TlsError> {
     let builder = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
         .map_err(|e| TlsError::Rustls(e.to_string()))?;
     let builder = match client_ca {
         Some(ca) => {
-            let verifier =
-                WebPkiClientVerifier::builder_with_provider(Arc::new(root_store(ca)?), provider())
-                    .build()
-                    .map_err(|e| TlsError::Rustls(e.to_string()))?;
+            let mut verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(root_store(ca)?), provider());
+            if optional_client_cert {
+                verifier = verifier.allow_unauthenticated();
+            }
+            let verifier = verifier
+                .build()
+                .map_err(|e| TlsError::Rustls(e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
