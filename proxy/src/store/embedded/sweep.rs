@@ -66,11 +66,12 @@ impl Sweeper {
 }
 
 /// Removes up to `limit` expired idempotency keys (SPEC §5.6 retention).
+/// Entries due at or before `now` go (ranges end just past `now`).
 fn sweep_idempotency(t: &mut Tables<'_>, now: u64, limit: usize) -> Result<(), StoreError> {
     let mut expired: Vec<(u64, String)> = Vec::new();
     for row in t
         .expiry
-        .range::<(u64, &str)>(..(now, ""))
+        .range::<(u64, &str)>(..(now.saturating_add(1), ""))
         .map_err(unavailable)?
     {
         let (k, _) = row.map_err(unavailable)?;
@@ -107,7 +108,7 @@ fn sweep_leases(
     let mut due: Vec<(u64, String)> = Vec::new();
     for row in t
         .lease_expiry
-        .range::<(u64, &str)>(..(now, ""))
+        .range::<(u64, &str)>(..(now.saturating_add(1), ""))
         .map_err(unavailable)?
     {
         let (k, _) = row.map_err(unavailable)?;

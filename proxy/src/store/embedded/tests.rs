@@ -226,8 +226,8 @@ async fn expired_leases_are_swept_and_fence_epochs_stay() {
 #[tokio::test]
 async fn an_inverse_staged_alone_goes_after_retention_unless_its_lease_is_recorded() {
     let dir = tempfile::tempdir().unwrap();
-    let store =
-        EmbeddedStore::open_with(&dir.path().join("s.redb"), key(), retention(300, None)).unwrap();
+    let store = EmbeddedStore::open_with(&dir.path().join("s.redb"), key(), retention(1_500, None))
+        .unwrap();
     let inv = br#"{"method":"DELETE","path":"/x"}"#.to_vec();
     store
         .stage("orphan".into(), None, Some(inv.clone()))
@@ -251,7 +251,7 @@ async fn an_inverse_staged_alone_goes_after_retention_unless_its_lease_is_record
         store.inverse("orphan").await.unwrap().is_some(),
         "kept for one retention period"
     );
-    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    tokio::time::sleep(std::time::Duration::from_millis(1_700)).await;
     nudge(&store).await;
     assert_eq!(store.inverse("orphan").await.unwrap(), None);
     assert!(store.inverse("used").await.unwrap().is_some());
