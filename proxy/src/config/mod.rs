@@ -16,8 +16,8 @@ mod validate;
 use std::path::Path;
 
 pub use model::{
-    AccessLog, Config, ConfigError, ConfigProblem, ListenTls, Sink, StoreKind, UnboundWrites,
-    DEFAULT_SIGNING_KEY,
+    AccessLog, Config, ConfigError, ConfigProblem, ListenTls, Retention, Sink, StoreKind,
+    UnboundWrites, DEFAULT_SIGNING_KEY,
 };
 use raw::RawConfig;
 pub use validate::parse_size;

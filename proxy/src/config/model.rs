@@ -86,7 +86,7 @@ pub struct Config {
     pub store_path: PathBuf,
     pub store_url: Option<String>,
     /// `store.lease_retention` and `store.receipt_retention` (docs/decisions.md).
-    pub store_retention: crate::store::Retention,
+    pub store_retention: Retention,
     /// `log.access`, `log.access_sample_rate`.
     pub access_log: AccessLog,
     pub signing_key: Option<PathBuf>,
@@ -120,4 +120,27 @@ pub enum AccessLog {
     Sampled {
         every: u64,
     },
+}
+
+/// How long the store keeps what it no longer needs for enforcement (SPEC §10; the choices
+/// are in docs/decisions.md).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Retention {
+    /// How long a lease's record, staged inverse, snapshot and receipt index stay after the
+    /// lease expires (no write or compensation is accepted under it by then; this is for
+    /// lookups and investigations). An inverse staged under a lease id the store has no record
+    /// of is kept this long from staging.
+    pub leases: std::time::Duration,
+    /// Receipts older than this are removed, oldest first, leaving an anchor that `audit
+    /// verify` starts from. `None`: kept forever.
+    pub receipts: Option<std::time::Duration>,
+}
+
+impl Default for Retention {
+    fn default() -> Self {
+        Self {
+            leases: std::time::Duration::from_secs(24 * 3600),
+            receipts: Some(std::time::Duration::from_secs(30 * 24 * 3600)),
+        }
+    }
 }

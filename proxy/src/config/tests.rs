@@ -126,7 +126,7 @@ quarantine_dir = "/var/lib/palisade/quarantine"
 fn retention_and_access_log_have_defaults_and_refuse_nonsense() {
     let base = "[upstream]\nurl = \"http://127.0.0.1:8081\"\n";
     let c = Config::parse(base, "t.toml").unwrap();
-    assert_eq!(c.store_retention, crate::store::Retention::default());
+    assert_eq!(c.store_retention, Retention::default());
     assert_eq!(c.store_retention.leases, Duration::from_secs(86_400));
     assert_eq!(
         c.store_retention.receipts,

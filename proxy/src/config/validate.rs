@@ -255,7 +255,7 @@ impl RawConfig {
                 AccessLog::Full
             }
         };
-        let store_retention = crate::store::Retention {
+        let store_retention = super::model::Retention {
             leases: c.duration("store.lease_retention", &self.store.lease_retention, "24h"),
             receipts,
         };

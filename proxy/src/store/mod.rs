@@ -44,28 +44,9 @@ pub struct WriteIntent {
     pub snapshot: Option<Vec<u8>>,
 }
 
-/// How long the store keeps what it no longer needs for enforcement (SPEC §10; the choices
-/// are in docs/decisions.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retention {
-    /// How long a lease's record, staged inverse, snapshot and receipt index stay after the
-    /// lease expires (no write or compensation is accepted under it by then; this is for
-    /// lookups and investigations). An inverse staged under a lease id the store has no record
-    /// of is kept this long from staging.
-    pub leases: std::time::Duration,
-    /// Receipts older than this are removed, oldest first, leaving an anchor that `audit
-    /// verify` starts from. `None`: kept forever.
-    pub receipts: Option<std::time::Duration>,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Self {
-            leases: std::time::Duration::from_secs(24 * 3600),
-            receipts: Some(std::time::Duration::from_secs(30 * 24 * 3600)),
-        }
-    }
-}
+/// Retention is configuration (`store.lease_retention`, `store.receipt_retention`); the
+/// store applies it.
+pub use crate::config::Retention;
 
 /// Where the retained part of the receipt chain starts, once older receipts were removed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
