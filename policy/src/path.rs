@@ -154,6 +154,11 @@ pub fn canonical_path(raw: &str) -> Result<String, PathError> {
     if segments.is_empty() || trailing_slash {
         out.push('/');
     }
+    // Encoding raw bytes can triple a path: the canonical form must fit the same bound, or
+    // the path that is forwarded (and re-read, e.g. as an inverse) would be refused later.
+    if out.len() > MAX_PATH {
+        return Err(PathError::TooLong);
+    }
     Ok(out)
 }
 

@@ -65,6 +65,10 @@ fn spellings_without_one_canonical_form_are_refused() {
         canonical_path(&format!("/{}", "a".repeat(MAX_PATH))),
         Err(PathError::TooLong)
     );
+    // Short enough as sent, too long once its raw bytes are encoded (found by the fuzzer).
+    let raw = format!("/{}", ">".repeat(MAX_PATH / 2));
+    assert!(raw.len() <= MAX_PATH);
+    assert_eq!(canonical_path(&raw), Err(PathError::TooLong));
 }
 
 fn segment() -> impl Strategy<Value = String> {
