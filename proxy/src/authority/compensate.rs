@@ -136,7 +136,11 @@ pub(super) async fn compensate(
             }
         };
 
-    let _lock = enf.locks.lock(&resource).await;
+    let _lock = enf
+        .store
+        .lock(&resource)
+        .await
+        .map_err(checks::store_refusal)?;
     let epoch = match enf
         .store
         .begin_compensation(lease_id.to_owned())

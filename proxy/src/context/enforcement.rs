@@ -10,14 +10,13 @@ use crate::config::Config;
 use crate::store::Store;
 use crate::telemetry::drift::DriftSink;
 
-use super::locks::{FirstSeen, InFlight, ResourceLocks};
+use super::locks::{FirstSeen, InFlight};
 
 /// Everything write enforcement needs, built once at start.
 pub struct Enforcement {
     pub key: Arc<KeyPair>,
     pub trust: TrustStore,
     pub store: Arc<dyn Store>,
-    pub locks: ResourceLocks,
     pub clock: AnchoredClock,
     pub first_seen: FirstSeen,
     pub drift: DriftSink,
@@ -66,7 +65,6 @@ impl Enforcement {
             key,
             trust,
             store,
-            locks: ResourceLocks::default(),
             clock: AnchoredClock::new(),
             first_seen: FirstSeen::default(),
             drift: DriftSink::start(&config.drift_sinks),

@@ -122,7 +122,7 @@ pub async fn check(
         .clone()
         .unwrap_or_else(|| target::resource_key(&target).to_owned());
     let pq = facts.path;
-    let guard = enf.locks.lock(&resource).await;
+    let guard = enf.store.lock(&resource).await.map_err(store_refusal)?;
     let current = enf.store.epoch(&resource).await.map_err(store_refusal)?;
     let at_epoch = |refusal| Denied {
         refusal,

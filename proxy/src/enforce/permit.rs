@@ -4,14 +4,13 @@
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::lease::{self, VerifiedLease};
 use palisade_policy::Refusal;
-use tokio::sync::OwnedMutexGuard;
 
 use crate::net::identity::Mismatch;
 
 /// A write that passed every check and whose epoch advance is durable. Holding it holds the
 /// resource's lock, so the forward happens under the lock too.
 pub struct Permit {
-    pub(super) _lock: OwnedMutexGuard<()>,
+    pub(super) _lock: crate::store::ResourceGuard,
     pub(super) lease: VerifiedLease,
     pub(super) target: String,
     pub(super) request_digest: Sha256Digest,

@@ -9,11 +9,13 @@
 //! (fsync'd). The embedded backend batches concurrent callers into one transaction and one
 //! fsync (group commit), so durability costs one disk flush per batch, not per write.
 //!
-//! The per-resource write lock is not here: one sidecar owns an embedded store, so the lock is
-//! in-process (`context::ResourceLocks`); a shared backend takes it in the database.
+//! The per-resource write lock is here too ([`Store::lock`]): one sidecar owns an embedded
+//! store, so its lock is in-process ([`locks::ResourceLocks`]); a shared backend takes it in
+//! the database, so that every replica respects it.
 
 pub mod embedded;
 pub mod journal;
+pub mod locks;
 
 use futures_util::future::BoxFuture;
 use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
@@ -118,7 +120,20 @@ pub struct EscrowUpdate {
     pub record: serde_json::Value,
 }
 
+/// Held while one resource's write is checked, forwarded and receipted (SPEC §5.3): dropping
+/// it releases the lock. What it holds is the backend's.
+pub struct ResourceGuard(#[allow(dead_code)] Box<dyn Send + Sync>);
+
+impl ResourceGuard {
+    pub fn new(held: impl Send + Sync + 'static) -> Self {
+        Self(Box::new(held))
+    }
+}
+
 pub trait Store: Send + Sync {
+    /// Takes `resource`'s write lock, waiting for it; held until the guard is dropped.
+    fn lock<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<ResourceGuard, StoreError>>;
+
     /// The last committed epoch of `resource` (0 when never written).
     fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>>;
 

@@ -39,8 +39,8 @@ use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, ReceiptLog, Retention, Store, StoreError,
-    WriteIntent,
+    Advance, Attachments, Compensation, EscrowUpdate, ReceiptLog, ResourceGuard, Retention, Store,
+    StoreError, WriteIntent,
 };
 
 use jobs::Job;
@@ -62,6 +62,8 @@ pub struct EmbeddedStore {
     failed: Arc<AtomicBool>,
     /// Joined on drop, so the file's lock is released when the store is gone.
     writer: Option<std::thread::JoinHandle<()>>,
+    /// Per-resource write locks: the file has one owner, so in-process locks suffice.
+    locks: crate::store::locks::ResourceLocks,
 }
 
 impl Drop for EmbeddedStore {
@@ -132,6 +134,7 @@ impl EmbeddedStore {
             commits,
             failed,
             writer: Some(writer),
+            locks: Default::default(),
         })
     }
 
@@ -196,6 +199,10 @@ impl EmbeddedStore {
 }
 
 impl Store for EmbeddedStore {
+    fn lock<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<ResourceGuard, StoreError>> {
+        Box::pin(async move { Ok(ResourceGuard::new(self.locks.lock(resource).await)) })
+    }
+
     fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
             let rtx = self.db.begin_read().map_err(unavailable)?;
