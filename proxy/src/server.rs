@@ -94,7 +94,7 @@ impl Server {
         let enforcement = if config.writes.is_empty() {
             None
         } else {
-            Some(Arc::new(crate::context::Enforcement::load(&config)?))
+            Some(Arc::new(crate::context::Enforcement::load(&config).await?))
         };
         let data = TcpListener::bind(&config.listen_addr)
             .await

@@ -85,6 +85,10 @@ pub struct Config {
     pub store_kind: StoreKind,
     pub store_path: PathBuf,
     pub store_url: Option<String>,
+    /// `store.url_env`: the variable that holds the URL (wins over `store.url`).
+    pub store_url_env: Option<String>,
+    pub store_pool_size: usize,
+    pub store_statement_timeout: Duration,
     /// `store.lease_retention` and `store.receipt_retention` (docs/decisions.md).
     pub store_retention: Retention,
     /// `log.access`, `log.access_sample_rate`.

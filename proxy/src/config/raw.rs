@@ -66,6 +66,9 @@ pub struct RawStore {
     pub kind: Option<String>,
     pub path: Option<PathBuf>,
     pub url: Option<String>,
+    pub url_env: Option<String>,
+    pub pool_size: Option<i64>,
+    pub statement_timeout: Option<String>,
     pub lease_retention: Option<String>,
     pub receipt_retention: Option<String>,
 }

@@ -208,9 +208,23 @@ impl RawConfig {
                 StoreKind::Embedded
             }
         };
-        if store_kind == StoreKind::Postgres && self.store.url.is_none() {
-            c.push("store.url", "is required when store.kind = \"postgres\"");
+        if store_kind == StoreKind::Postgres
+            && self.store.url.is_none()
+            && self.store.url_env.is_none()
+        {
+            c.push(
+                "store.url",
+                "store.url or store.url_env is required when store.kind = \"postgres\"",
+            );
         }
+        let store_pool_size = match self.store.pool_size {
+            None => 16,
+            Some(n) if (1..=1024).contains(&n) => n as usize,
+            Some(_) => {
+                c.push("store.pool_size", "must be between 1 and 1024");
+                16
+            }
+        };
         let receipts = match self.store.receipt_retention.as_deref() {
             Some("forever") => None,
             _ => Some(c.duration(
@@ -377,6 +391,13 @@ impl RawConfig {
                 .path
                 .unwrap_or_else(|| "/var/lib/palisade/state.redb".into()),
             store_url: self.store.url,
+            store_url_env: self.store.url_env,
+            store_pool_size,
+            store_statement_timeout: c.duration(
+                "store.statement_timeout",
+                &self.store.statement_timeout,
+                "2s",
+            ),
             store_retention,
             access_log,
             signing_key: self.signing.key,

@@ -27,7 +27,7 @@ pub struct Enforcement {
 impl Enforcement {
     /// Loads the sidecar key and the issuers, opens the store, starts the drift sink. Must run
     /// inside the runtime (the drift sink spawns its writer task).
-    pub fn load(config: &Config) -> anyhow::Result<Self> {
+    pub async fn load(config: &Config) -> anyhow::Result<Self> {
         use anyhow::Context as _;
         let key_path = config
             .signing_key
@@ -58,7 +58,24 @@ impl Enforcement {
                 .context("store")?,
             ),
             crate::config::StoreKind::Postgres => {
-                anyhow::bail!("store.kind: \"postgres\" is not available in this build")
+                // `url_env` wins over `url` (SPEC §10); the URL is never logged or echoed.
+                let url = match &config.store_url_env {
+                    Some(var) => std::env::var(var)
+                        .with_context(|| format!("store.url_env: {var} is not set"))?,
+                    None => config.store_url.clone().unwrap_or_default(),
+                };
+                Arc::new(
+                    crate::store::postgres::PostgresStore::open(
+                        crate::store::postgres::Connect {
+                            url: &url,
+                            pool_size: config.store_pool_size,
+                            statement_timeout: config.store_statement_timeout,
+                        },
+                        key.clone(),
+                    )
+                    .await
+                    .context("store")?,
+                )
             }
         };
         Ok(Self {

@@ -16,6 +16,7 @@
 pub mod embedded;
 pub mod journal;
 pub mod locks;
+pub mod postgres;
 
 use futures_util::future::BoxFuture;
 use palisade_policy::receipt::{ReceiptBody, SealedReceipt};

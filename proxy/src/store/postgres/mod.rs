@@ -1,0 +1,570 @@
+//! The `postgres` store (SPEC §10): the same contract as the embedded one, for any number of
+//! sidecars sharing one PostgreSQL database, so that they behave as one sidecar.
+//!
+//! Every method is one transaction; `COMMIT` (with the server's `synchronous_commit = on`) is
+//! the durable point. The fence compare-and-advance is one `INSERT … ON CONFLICT DO UPDATE …
+//! WHERE epoch < new`, so two replicas racing for one epoch cannot both win. The receipt chain
+//! is one chain for all replicas: appending takes the `chain_head` row `FOR UPDATE`, so
+//! replicas append in turn. The per-resource write lock is a session advisory lock on a
+//! connection from a pool of its own (two pools: a lock holder waiting for a work connection
+//! could otherwise starve the pool it holds), released when the guard drops, and by the
+//! server when a replica dies (its session ends).
+//!
+//! Not built yet (issue 16, in the note): group commit across requests, retention sweeps and
+//! the receipt anchor, idempotency reservations in the database, `audit verify` against this
+//! backend, fault tests.
+
+mod schema;
+
+use std::str::FromStr as _;
+use std::sync::Arc;
+
+use deadpool_postgres::tokio_postgres::{self, NoTls};
+use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
+use futures_util::future::BoxFuture;
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::keys::KeyPair;
+use palisade_policy::receipt::{self, ReceiptBody, ReceiptKind, SealedReceipt};
+
+use crate::store::{
+    Advance, Attachments, Compensation, EscrowUpdate, ReceiptLog, ResourceGuard, Store, StoreError,
+    WriteIntent,
+};
+
+/// `lease_data.part` values, as the embedded store's key parts.
+const RECORD: i8 = b'r' as i8;
+const INVERSE: i8 = b'i' as i8;
+const SNAPSHOT: i8 = b's' as i8;
+const RECEIPT: i8 = b'c' as i8;
+/// `lease_data.seq` of the parts that have no sequence number.
+const NO_SEQ: i64 = -1;
+
+pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Unavailable(format!("postgres: {e}"))
+}
+
+pub struct PostgresStore {
+    pool: Pool,
+    /// Connections that hold a resource's advisory lock (see the module doc).
+    locks: Pool,
+    key: Arc<KeyPair>,
+}
+
+/// How to reach the database.
+pub struct Connect<'a> {
+    /// A libpq connection URL (or key=value string); never logged: it may hold a password.
+    pub url: &'a str,
+    pub pool_size: usize,
+    pub statement_timeout: std::time::Duration,
+}
+
+impl PostgresStore {
+    /// Connects, applies migrations and checks the chain head exists.
+    pub async fn open(c: Connect<'_>, key: Arc<KeyPair>) -> Result<Self, StoreError> {
+        let mut config = tokio_postgres::Config::from_str(c.url)
+            .map_err(|_| StoreError::Unavailable("store.url: not a PostgreSQL URL".into()))?;
+        config.options(format!(
+            "-c statement_timeout={}",
+            c.statement_timeout.as_millis()
+        ));
+        config.connect_timeout(std::time::Duration::from_secs(5));
+        let pool = |size| {
+            let manager = Manager::from_config(
+                config.clone(),
+                NoTls,
+                ManagerConfig {
+                    recycling_method: RecyclingMethod::Fast,
+                },
+            );
+            Pool::builder(manager)
+                .max_size(size)
+                .runtime(Runtime::Tokio1)
+                .wait_timeout(Some(std::time::Duration::from_secs(10)))
+                .create_timeout(Some(std::time::Duration::from_secs(5)))
+                .build()
+                .map_err(unavailable)
+        };
+        let store = Self {
+            pool: pool(c.pool_size.max(2))?,
+            locks: pool(c.pool_size.max(2))?,
+            key,
+        };
+        let mut client = store.client().await?;
+        schema::migrate(&mut client, &Sha256Digest::empty().to_string()).await?;
+        Ok(store)
+    }
+
+    async fn client(&self) -> Result<Object, StoreError> {
+        self.pool.get().await.map_err(unavailable)
+    }
+
+    async fn lease_part(&self, lease_id: &str, part: i8) -> Result<Option<Vec<u8>>, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_opt(
+                "SELECT value FROM lease_data WHERE lease_id = $1 AND part = $2 AND seq = $3",
+                &[&lease_id, &part, &NO_SEQ],
+            )
+            .await
+            .map_err(unavailable)?;
+        Ok(row.map(|r| r.get(0)))
+    }
+
+    async fn json(&self, sql: &str, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        let client = self.client().await?;
+        let row = client.query_opt(sql, &[&key]).await.map_err(unavailable)?;
+        Ok(row.and_then(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok()))
+    }
+}
+
+/// Puts one `lease_data` part.
+async fn put_part(
+    tx: &tokio_postgres::Transaction<'_>,
+    lease_id: &str,
+    part: i8,
+    seq: i64,
+    value: &[u8],
+) -> Result<(), StoreError> {
+    tx.execute(
+        "INSERT INTO lease_data (lease_id, part, seq, value) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (lease_id, part, seq) DO UPDATE SET value = EXCLUDED.value",
+        &[&lease_id, &part, &seq, &value],
+    )
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
+/// Whether escrow `id` is in state `expect` (`None`: absent), locking its row if present.
+async fn escrow_state_is(
+    tx: &tokio_postgres::Transaction<'_>,
+    id: &str,
+    expect: Option<&str>,
+) -> Result<bool, StoreError> {
+    let row = tx
+        .query_opt(
+            "SELECT record FROM escrows WHERE id = $1 FOR UPDATE",
+            &[&id],
+        )
+        .await
+        .map_err(unavailable)?;
+    let current: Option<serde_json::Value> =
+        row.and_then(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok());
+    Ok(match (current, expect) {
+        (None, None) => true,
+        (Some(rec), Some(state)) => rec["state"] == state,
+        _ => false,
+    })
+}
+
+async fn put_escrow(
+    tx: &tokio_postgres::Transaction<'_>,
+    id: &str,
+    record: &serde_json::Value,
+) -> Result<(), StoreError> {
+    let bytes = serde_json::to_vec(record).map_err(unavailable)?;
+    tx.execute(
+        "INSERT INTO escrows (id, record) VALUES ($1, $2)
+         ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
+        &[&id, &bytes],
+    )
+    .await
+    .map_err(unavailable)?;
+    Ok(())
+}
+
+fn now_ms() -> i64 {
+    crate::clock::WallClock::now_ms()
+}
+
+/// A lock connection with `resource`'s advisory lock held; unlocked before it goes back.
+struct Held {
+    client: Option<Object>,
+    key: i64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let (Some(client), key) = (self.client.take(), self.key) else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if client
+                        .execute("SELECT pg_advisory_unlock($1)", &[&key])
+                        .await
+                        .is_err()
+                    {
+                        // The session may still hold the lock: never reuse it.
+                        let _ = Object::take(client);
+                    }
+                });
+            }
+            // No runtime to unlock with: drop the session, which releases the lock.
+            Err(_) => drop(Object::take(client)),
+        }
+    }
+}
+
+impl Store for PostgresStore {
+    fn lock<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<ResourceGuard, StoreError>> {
+        Box::pin(async move {
+            let client = self.locks.get().await.map_err(unavailable)?;
+            // 64-bit hash of the key: a collision only makes two resources share a lock.
+            let row = client
+                .query_one("SELECT hashtextextended($1, 0)", &[&resource])
+                .await
+                .map_err(unavailable)?;
+            let key: i64 = row.get(0);
+            client
+                .execute("SELECT pg_advisory_lock($1)", &[&key])
+                .await
+                .map_err(unavailable)?;
+            Ok(ResourceGuard::new(Held {
+                client: Some(client),
+                key,
+            }))
+        })
+    }
+
+    fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let row = client
+                .query_opt("SELECT epoch FROM fences WHERE resource = $1", &[&resource])
+                .await
+                .map_err(unavailable)?;
+            Ok(row.map_or(0, |r| r.get::<_, i64>(0) as u64))
+        })
+    }
+
+    fn advance(&self, intent: WriteIntent) -> BoxFuture<'_, Result<Advance, StoreError>> {
+        Box::pin(async move {
+            let epoch = i64::try_from(intent.epoch)
+                .map_err(|_| unavailable("an epoch beyond 2^63 cannot be stored"))?;
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(unavailable)?;
+            let won = tx
+                .query_opt(
+                    "INSERT INTO fences (resource, epoch) VALUES ($1, $2)
+                     ON CONFLICT (resource) DO UPDATE SET epoch = EXCLUDED.epoch
+                     WHERE fences.epoch < EXCLUDED.epoch RETURNING epoch",
+                    &[&intent.resource, &epoch],
+                )
+                .await
+                .map_err(unavailable)?;
+            if won.is_none() {
+                let row = tx
+                    .query_one(
+                        "SELECT epoch FROM fences WHERE resource = $1",
+                        &[&intent.resource],
+                    )
+                    .await
+                    .map_err(unavailable)?;
+                return Ok(Advance::Stale {
+                    current: row.get::<_, i64>(0) as u64,
+                });
+            }
+            let id = intent.lease_id.as_str();
+            put_part(&tx, id, RECORD, NO_SEQ, &intent.lease_record).await?;
+            if let Some(inv) = &intent.inverse {
+                put_part(&tx, id, INVERSE, NO_SEQ, inv).await?;
+            }
+            if let Some(snap) = &intent.snapshot {
+                put_part(&tx, id, SNAPSHOT, NO_SEQ, snap).await?;
+            }
+            tx.commit().await.map_err(unavailable)?;
+            Ok(Advance::Advanced)
+        })
+    }
+
+    fn append_receipt_with(
+        &self,
+        body: ReceiptBody,
+        attach: Attachments,
+    ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(unavailable)?;
+            // One chain for every replica: they append in turn on this row.
+            let head = tx
+                .query_one(
+                    "SELECT next_seq, head FROM chain_head WHERE id = 1 FOR UPDATE",
+                    &[],
+                )
+                .await
+                .map_err(unavailable)?;
+            let seq: i64 = head.get(0);
+            let prev = Sha256Digest::parse_ptcl(head.get::<_, &str>(1))
+                .map_err(|_| unavailable("chain_head.head is not a digest"))?;
+            if let Some(update) = &attach.escrow {
+                if !escrow_state_is(&tx, &update.id, update.expect.as_deref()).await? {
+                    return Ok(None);
+                }
+            }
+            let sealed = receipt::seal(&body, prev, &self.key);
+            if let Some(update) = &attach.escrow {
+                let mut record = update.record.clone();
+                record["receipt"] = sealed.value.clone();
+                put_escrow(&tx, &update.id, &record).await?;
+            }
+            if let Some(idem) = &attach.idempotency {
+                let mut record = idem.record.clone();
+                record["receipt"] = sealed.value.clone();
+                record["expires_ms"] = idem.expires_ms.into();
+                let bytes = serde_json::to_vec(&record).map_err(unavailable)?;
+                tx.execute(
+                    "INSERT INTO idempotency (key, record, expires_ms) VALUES ($1, $2, $3)
+                     ON CONFLICT (key) DO UPDATE SET record = EXCLUDED.record,
+                     expires_ms = EXCLUDED.expires_ms",
+                    &[&idem.key, &bytes, &idem.expires_ms],
+                )
+                .await
+                .map_err(unavailable)?;
+            }
+            tx.execute(
+                "INSERT INTO receipts (seq, jcs) VALUES ($1, $2)",
+                &[&seq, &sealed.jcs],
+            )
+            .await
+            .map_err(unavailable)?;
+            if let Some(lease_id) = &body.lease_id {
+                if body.kind == ReceiptKind::Interim {
+                    // Sent but not complete: nothing to compensate (SPEC §7).
+                    set_lease_state(&tx, lease_id, "interim").await?;
+                }
+                put_part(&tx, lease_id, RECEIPT, seq, &[]).await?;
+            }
+            tx.execute(
+                "UPDATE chain_head SET next_seq = $1, head = $2 WHERE id = 1",
+                &[&(seq + 1), &sealed.digest.to_string()],
+            )
+            .await
+            .map_err(unavailable)?;
+            tx.commit().await.map_err(unavailable)?;
+            Ok(Some(sealed))
+        })
+    }
+
+    fn idempotency<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let row = client
+                .query_opt(
+                    "SELECT record FROM idempotency WHERE key = $1 AND expires_ms > $2",
+                    &[&key, &now_ms()],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(row.and_then(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok()))
+        })
+    }
+
+    fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(unavailable)?;
+            if update.expect.is_none() {
+                // Creation: the row must not exist; ON CONFLICT decides a race.
+                let bytes = serde_json::to_vec(&update.record).map_err(unavailable)?;
+                let n = tx
+                    .execute(
+                        "INSERT INTO escrows (id, record) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
+                        &[&update.id, &bytes],
+                    )
+                    .await
+                    .map_err(unavailable)?;
+                tx.commit().await.map_err(unavailable)?;
+                return Ok(n == 1);
+            }
+            if !escrow_state_is(&tx, &update.id, update.expect.as_deref()).await? {
+                return Ok(false);
+            }
+            put_escrow(&tx, &update.id, &update.record).await?;
+            tx.commit().await.map_err(unavailable)?;
+            Ok(true)
+        })
+    }
+
+    fn escrow<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>> {
+        Box::pin(async move {
+            self.json("SELECT record FROM escrows WHERE id = $1", id)
+                .await
+        })
+    }
+
+    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<serde_json::Value>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            // Ids are UUIDv7: by id is by creation.
+            let rows = client
+                .query(
+                    "SELECT record FROM escrows ORDER BY id LIMIT $1",
+                    &[&(limit.min(i64::MAX as usize) as i64)],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(rows
+                .iter()
+                .filter_map(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok())
+                .collect())
+        })
+    }
+
+    fn stage(
+        &self,
+        lease_id: String,
+        record: Option<Vec<u8>>,
+        inverse: Option<Vec<u8>>,
+    ) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(unavailable)?;
+            if let Some(r) = &record {
+                put_part(&tx, &lease_id, RECORD, NO_SEQ, r).await?;
+            }
+            if let Some(inv) = &inverse {
+                put_part(&tx, &lease_id, INVERSE, NO_SEQ, inv).await?;
+            }
+            tx.commit().await.map_err(unavailable)
+        })
+    }
+
+    fn lease_record<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(self.lease_part(lease_id, RECORD))
+    }
+
+    fn lease_receipts<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let rows = client
+                .query(
+                    "SELECT r.jcs FROM lease_data d JOIN receipts r ON r.seq = d.seq
+                     WHERE d.lease_id = $1 AND d.part = $2 ORDER BY d.seq",
+                    &[&lease_id, &RECEIPT],
+                )
+                .await
+                .map_err(unavailable)?;
+            Ok(rows.iter().map(|r| r.get(0)).collect())
+        })
+    }
+
+    fn snapshot<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(self.lease_part(lease_id, SNAPSHOT))
+    }
+
+    fn begin_compensation(
+        &self,
+        lease_id: String,
+    ) -> BoxFuture<'_, Result<Compensation, StoreError>> {
+        Box::pin(async move {
+            let mut client = self.client().await?;
+            let tx = client.transaction().await.map_err(unavailable)?;
+            let row = tx
+                .query_opt(
+                    "SELECT value FROM lease_data WHERE lease_id = $1 AND part = $2 AND seq = $3
+                     FOR UPDATE",
+                    &[&lease_id, &RECORD, &NO_SEQ],
+                )
+                .await
+                .map_err(unavailable)?;
+            let record: Option<serde_json::Value> =
+                row.and_then(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok());
+            let answer = match record {
+                Some(mut rec) if rec["state"] == "committed" => {
+                    let resource = rec["resource"].as_str().unwrap_or_default().to_owned();
+                    let row = tx
+                        .query_one(
+                            "INSERT INTO fences (resource, epoch) VALUES ($1, 1)
+                             ON CONFLICT (resource) DO UPDATE SET epoch = fences.epoch + 1
+                             RETURNING epoch",
+                            &[&resource],
+                        )
+                        .await
+                        .map_err(unavailable)?;
+                    let epoch = row.get::<_, i64>(0) as u64;
+                    rec["state"] = "compensated".into();
+                    rec["compensation_epoch"] = epoch.into();
+                    let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
+                    put_part(&tx, &lease_id, RECORD, NO_SEQ, &bytes).await?;
+                    Compensation::Started { epoch }
+                }
+                Some(rec) if rec["state"] == "compensated" => Compensation::AlreadyCompensated,
+                _ => Compensation::NotCommitted,
+            };
+            tx.commit().await.map_err(unavailable)?;
+            Ok(answer)
+        })
+    }
+
+    fn inverse<'a>(
+        &'a self,
+        lease_id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(self.lease_part(lease_id, INVERSE))
+    }
+
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            client
+                .query_one("SELECT 1", &[])
+                .await
+                .map_err(unavailable)?;
+            Ok(())
+        })
+    }
+
+    fn receipt_log(&self) -> BoxFuture<'_, Result<ReceiptLog, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let rows = client
+                .query("SELECT jcs FROM receipts ORDER BY seq", &[])
+                .await
+                .map_err(unavailable)?;
+            Ok(ReceiptLog {
+                anchor: None,
+                receipts: rows.iter().map(|r| r.get(0)).collect(),
+            })
+        })
+    }
+}
+
+/// Sets a lease record's `state`, if the record exists.
+async fn set_lease_state(
+    tx: &tokio_postgres::Transaction<'_>,
+    lease_id: &str,
+    state: &str,
+) -> Result<(), StoreError> {
+    let row = tx
+        .query_opt(
+            "SELECT value FROM lease_data WHERE lease_id = $1 AND part = $2 AND seq = $3",
+            &[&lease_id, &RECORD, &NO_SEQ],
+        )
+        .await
+        .map_err(unavailable)?;
+    let Some(mut rec) =
+        row.and_then(|r| serde_json::from_slice::<serde_json::Value>(r.get::<_, &[u8]>(0)).ok())
+    else {
+        return Ok(());
+    };
+    rec["state"] = state.into();
+    let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
+    put_part(tx, lease_id, RECORD, NO_SEQ, &bytes).await
+}

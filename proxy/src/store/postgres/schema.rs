@@ -1,0 +1,65 @@
+//! The schema and its migrations, applied at start (SPEC §10: "replicas starting together
+//! agree on one schema migration"). Versions are rows of `palisade_schema`; a database whose
+//! version is newer than this build knows is refused rather than written to.
+
+use deadpool_postgres::tokio_postgres::Client;
+
+use crate::store::StoreError;
+
+use super::unavailable;
+
+/// Each migration, in order; index + 1 is its version.
+const MIGRATIONS: &[&str] = &[
+    // 1: what the embedded store keeps, as tables (docs/postgres-store.md).
+    "CREATE TABLE fences (resource text PRIMARY KEY, epoch bigint NOT NULL);
+     CREATE TABLE lease_data (lease_id text NOT NULL, part \"char\" NOT NULL, seq bigint NOT NULL,
+                              value bytea NOT NULL, PRIMARY KEY (lease_id, part, seq));
+     CREATE TABLE receipts (seq bigint PRIMARY KEY, jcs bytea NOT NULL);
+     CREATE TABLE chain_head (id smallint PRIMARY KEY CHECK (id = 1), next_seq bigint NOT NULL,
+                              head text NOT NULL);
+     CREATE TABLE idempotency (key text PRIMARY KEY, record bytea NOT NULL, expires_ms bigint NOT NULL);
+     CREATE TABLE escrows (id text PRIMARY KEY, record bytea NOT NULL);",
+];
+
+/// The advisory lock key that serialises migrations across replicas ("palisade" in ASCII).
+const MIGRATION_LOCK: i64 = 0x7061_6c69_7361_6465;
+
+/// Brings the schema up to this build's version; `Err` if the database is newer.
+pub(super) async fn migrate(client: &mut Client, empty_head: &str) -> Result<(), StoreError> {
+    let tx = client.transaction().await.map_err(unavailable)?;
+    // Held to the end of this transaction: a replica starting at the same time waits here,
+    // then finds the migration done.
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])
+        .await
+        .map_err(unavailable)?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS palisade_schema (version int PRIMARY KEY)")
+        .await
+        .map_err(unavailable)?;
+    let row = tx
+        .query_one("SELECT coalesce(max(version), 0) FROM palisade_schema", &[])
+        .await
+        .map_err(unavailable)?;
+    let current: i32 = row.get(0);
+    let known = MIGRATIONS.len() as i32;
+    if current > known {
+        return Err(StoreError::Unavailable(format!(
+            "the database's schema is version {current}, newer than this build's {known}: upgrade palisade first"
+        )));
+    }
+    for (i, sql) in MIGRATIONS.iter().enumerate().skip(current as usize) {
+        tx.batch_execute(sql).await.map_err(unavailable)?;
+        tx.execute(
+            "INSERT INTO palisade_schema (version) VALUES ($1)",
+            &[&(i as i32 + 1)],
+        )
+        .await
+        .map_err(unavailable)?;
+    }
+    tx.execute(
+        "INSERT INTO chain_head (id, next_seq, head) VALUES (1, 0, $1) ON CONFLICT (id) DO NOTHING",
+        &[&empty_head],
+    )
+    .await
+    .map_err(unavailable)?;
+    tx.commit().await.map_err(unavailable)
+}
