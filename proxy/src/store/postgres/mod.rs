@@ -14,7 +14,9 @@
 //! the receipt anchor, idempotency reservations in the database, `audit verify` against this
 //! backend, fault tests.
 
+mod lock;
 mod schema;
+mod tx;
 
 use std::str::FromStr as _;
 use std::sync::Arc;
@@ -26,22 +28,15 @@ use palisade_policy::digest::Sha256Digest;
 use palisade_policy::keys::KeyPair;
 use palisade_policy::receipt::{self, ReceiptBody, ReceiptKind, SealedReceipt};
 
+use tx::{
+    escrow_state_is, now_ms, put_escrow, put_part, set_lease_state, unavailable, INVERSE, NO_SEQ,
+    RECEIPT, RECORD, SNAPSHOT,
+};
+
 use crate::store::{
     Advance, Attachments, Compensation, EscrowUpdate, ReceiptLog, ResourceGuard, Store, StoreError,
     WriteIntent,
 };
-
-/// `lease_data.part` values, as the embedded store's key parts.
-const RECORD: i8 = b'r' as i8;
-const INVERSE: i8 = b'i' as i8;
-const SNAPSHOT: i8 = b's' as i8;
-const RECEIPT: i8 = b'c' as i8;
-/// `lease_data.seq` of the parts that have no sequence number.
-const NO_SEQ: i64 = -1;
-
-pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("postgres: {e}"))
-}
 
 pub struct PostgresStore {
     pool: Pool,
@@ -117,115 +112,9 @@ impl PostgresStore {
     }
 }
 
-/// Puts one `lease_data` part.
-async fn put_part(
-    tx: &tokio_postgres::Transaction<'_>,
-    lease_id: &str,
-    part: i8,
-    seq: i64,
-    value: &[u8],
-) -> Result<(), StoreError> {
-    tx.execute(
-        "INSERT INTO lease_data (lease_id, part, seq, value) VALUES ($1, $2, $3, $4)
-         ON CONFLICT (lease_id, part, seq) DO UPDATE SET value = EXCLUDED.value",
-        &[&lease_id, &part, &seq, &value],
-    )
-    .await
-    .map_err(unavailable)?;
-    Ok(())
-}
-
-/// Whether escrow `id` is in state `expect` (`None`: absent), locking its row if present.
-async fn escrow_state_is(
-    tx: &tokio_postgres::Transaction<'_>,
-    id: &str,
-    expect: Option<&str>,
-) -> Result<bool, StoreError> {
-    let row = tx
-        .query_opt(
-            "SELECT record FROM escrows WHERE id = $1 FOR UPDATE",
-            &[&id],
-        )
-        .await
-        .map_err(unavailable)?;
-    let current: Option<serde_json::Value> =
-        row.and_then(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok());
-    Ok(match (current, expect) {
-        (None, None) => true,
-        (Some(rec), Some(state)) => rec["state"] == state,
-        _ => false,
-    })
-}
-
-async fn put_escrow(
-    tx: &tokio_postgres::Transaction<'_>,
-    id: &str,
-    record: &serde_json::Value,
-) -> Result<(), StoreError> {
-    let bytes = serde_json::to_vec(record).map_err(unavailable)?;
-    tx.execute(
-        "INSERT INTO escrows (id, record) VALUES ($1, $2)
-         ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
-        &[&id, &bytes],
-    )
-    .await
-    .map_err(unavailable)?;
-    Ok(())
-}
-
-fn now_ms() -> i64 {
-    crate::clock::WallClock::now_ms()
-}
-
-/// A lock connection with `resource`'s advisory lock held; unlocked before it goes back.
-struct Held {
-    client: Option<Object>,
-    key: i64,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        let (Some(client), key) = (self.client.take(), self.key) else {
-            return;
-        };
-        match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(async move {
-                    if client
-                        .execute("SELECT pg_advisory_unlock($1)", &[&key])
-                        .await
-                        .is_err()
-                    {
-                        // The session may still hold the lock: never reuse it.
-                        let _ = Object::take(client);
-                    }
-                });
-            }
-            // No runtime to unlock with: drop the session, which releases the lock.
-            Err(_) => drop(Object::take(client)),
-        }
-    }
-}
-
 impl Store for PostgresStore {
     fn lock<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<ResourceGuard, StoreError>> {
-        Box::pin(async move {
-            let client = self.locks.get().await.map_err(unavailable)?;
-            // 64-bit hash of the key: a collision only makes two resources share a lock.
-            let row = client
-                .query_one("SELECT hashtextextended($1, 0)", &[&resource])
-                .await
-                .map_err(unavailable)?;
-            let key: i64 = row.get(0);
-            client
-                .execute("SELECT pg_advisory_lock($1)", &[&key])
-                .await
-                .map_err(unavailable)?;
-            Ok(ResourceGuard::new(Held {
-                client: Some(client),
-                key,
-            }))
-        })
+        Box::pin(lock::lock(&self.locks, resource))
     }
 
     fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
@@ -544,27 +433,4 @@ impl Store for PostgresStore {
             })
         })
     }
-}
-
-/// Sets a lease record's `state`, if the record exists.
-async fn set_lease_state(
-    tx: &tokio_postgres::Transaction<'_>,
-    lease_id: &str,
-    state: &str,
-) -> Result<(), StoreError> {
-    let row = tx
-        .query_opt(
-            "SELECT value FROM lease_data WHERE lease_id = $1 AND part = $2 AND seq = $3",
-            &[&lease_id, &RECORD, &NO_SEQ],
-        )
-        .await
-        .map_err(unavailable)?;
-    let Some(mut rec) =
-        row.and_then(|r| serde_json::from_slice::<serde_json::Value>(r.get::<_, &[u8]>(0)).ok())
-    else {
-        return Ok(());
-    };
-    rec["state"] = state.into();
-    let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
-    put_part(tx, lease_id, RECORD, NO_SEQ, &bytes).await
 }

@@ -6,7 +6,7 @@ use deadpool_postgres::tokio_postgres::Client;
 
 use crate::store::StoreError;
 
-use super::unavailable;
+use super::tx::unavailable;
 
 /// Each migration, in order; index + 1 is its version.
 const MIGRATIONS: &[&str] = &[

@@ -1,0 +1,56 @@
+//! The per-resource write lock as a session advisory lock (see the module doc of `postgres`).
+
+use deadpool_postgres::{Object, Pool};
+
+use crate::store::{ResourceGuard, StoreError};
+
+use super::tx::unavailable;
+
+/// A lock connection with `resource`'s advisory lock held; unlocked before it goes back.
+pub(super) struct Held {
+    client: Option<Object>,
+    key: i64,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let (Some(client), key) = (self.client.take(), self.key) else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if client
+                        .execute("SELECT pg_advisory_unlock($1)", &[&key])
+                        .await
+                        .is_err()
+                    {
+                        // The session may still hold the lock: never reuse it.
+                        let _ = Object::take(client);
+                    }
+                });
+            }
+            // No runtime to unlock with: drop the session, which releases the lock.
+            Err(_) => drop(Object::take(client)),
+        }
+    }
+}
+
+/// Takes `resource`'s advisory lock on a connection from `locks`.
+pub(super) async fn lock(locks: &Pool, resource: &str) -> Result<ResourceGuard, StoreError> {
+    let client = locks.get().await.map_err(unavailable)?;
+    // 64-bit hash of the key: a collision only makes two resources share a lock.
+    let row = client
+        .query_one("SELECT hashtextextended($1, 0)", &[&resource])
+        .await
+        .map_err(unavailable)?;
+    let key: i64 = row.get(0);
+    client
+        .execute("SELECT pg_advisory_lock($1)", &[&key])
+        .await
+        .map_err(unavailable)?;
+    Ok(ResourceGuard::new(Held {
+        client: Some(client),
+        key,
+    }))
+}
