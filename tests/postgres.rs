@@ -239,6 +239,33 @@ async fn two_sidecars_on_one_database_behave_as_one() {
     .unwrap();
     assert_eq!(head.count, 33);
     assert_eq!(store.epoch(&format!("{BASE}{path}")).await.unwrap(), 5);
+    // `audit verify` walks the same chain while both sidecars run, the URL from url_env.
+    let config = std::fs::read_to_string(a.dir.path().join("palisade.toml"))
+        .unwrap()
+        .replace(
+            &format!("url = \"{url}\""),
+            "url_env = \"TEST_PALISADE_STORE_URL\"",
+        );
+    let audit_config = a.dir.path().join("audit.toml");
+    std::fs::write(&audit_config, config).unwrap();
+    let out = Command::new(bin())
+        .args(["audit", "verify", "--json", "--config"])
+        .arg(&audit_config)
+        .env("TEST_PALISADE_STORE_URL", &url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        (v["ok"].as_bool(), v["receipts"].as_u64()),
+        (Some(true), Some(33)),
+        "{v}"
+    );
+    assert_eq!(v["head"], head.head.to_string());
 
     // The write lock is the database's: a second store (another replica) waits for it, and
     // gets it when the holder lets go, or when the holder's sessions end.

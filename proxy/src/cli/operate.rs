@@ -226,7 +226,8 @@ pub(super) fn run(config: &Path) -> Result<(), Failure> {
 }
 
 /// `palisade audit verify`: the embedded store holds an exclusive lock on its file, so this
-/// runs while the sidecar is stopped (or against a copy of the file).
+/// runs while the sidecar is stopped (or against a copy of the file); a postgres store is
+/// verified while its sidecars run.
 pub(super) fn audit_verify(config: &Path, json: bool) -> Result<(), Failure> {
     let cfg = load_config(config)?;
     let key_path = cfg
@@ -238,19 +239,35 @@ pub(super) fn audit_verify(config: &Path, json: bool) -> Result<(), Failure> {
     trust
         .insert(key.trusted("sidecar"))
         .map_err(|e| Failure::usage(e.to_string()))?;
-    if !cfg.store_path.exists() {
-        return Err(Failure::usage(format!(
-            "{}: store file does not exist",
-            cfg.store_path.display()
-        )));
-    }
-    let store = crate::store::embedded::EmbeddedStore::open(&cfg.store_path, key)
-        .map_err(|e| Failure::usage(e.to_string()))?;
     let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
         .build()
         .map_err(|e| Failure::usage(format!("runtime: {e}")))?;
+    // The embedded file is locked by a running sidecar, so it is verified while stopped (or
+    // as a copy); a postgres store is verified while its sidecars run (SPEC §10).
+    let store: Box<dyn crate::store::Store> = match cfg.store_kind {
+        crate::config::StoreKind::Embedded => {
+            if !cfg.store_path.exists() {
+                return Err(Failure::usage(format!(
+                    "{}: store file does not exist",
+                    cfg.store_path.display()
+                )));
+            }
+            Box::new(
+                crate::store::embedded::EmbeddedStore::open(&cfg.store_path, key)
+                    .map_err(|e| Failure::usage(e.to_string()))?,
+            )
+        }
+        crate::config::StoreKind::Postgres => Box::new(
+            runtime
+                .block_on(crate::store::postgres::PostgresStore::from_config(
+                    &cfg, key,
+                ))
+                .map_err(|e| Failure::usage(e.to_string()))?,
+        ),
+    };
     let log = runtime
-        .block_on(crate::store::Store::receipt_log(&store))
+        .block_on(store.receipt_log())
         .map_err(|e| Failure::usage(e.to_string()))?;
     // Receipts removed under `store.receipt_retention` leave an anchor: the retained part
     // must link to it exactly as it linked to the removed receipts.
@@ -288,10 +305,11 @@ pub(super) fn audit_verify(config: &Path, json: bool) -> Result<(), Failure> {
                     serde_json::json!({"ok": false, "error": e.to_string(), "index": e.index as u64 + pruned, "receipt_id": e.receipt_id})
                 );
             }
-            Err(Failure::refused(format!(
-                "{}: {e}",
-                cfg.store_path.display()
-            )))
+            let place = match cfg.store_kind {
+                crate::config::StoreKind::Embedded => cfg.store_path.display().to_string(),
+                crate::config::StoreKind::Postgres => "the postgres store".to_owned(),
+            };
+            Err(Failure::refused(format!("{place}: {e}")))
         }
     }
 }

@@ -57,26 +57,11 @@ impl Enforcement {
                 )
                 .context("store")?,
             ),
-            crate::config::StoreKind::Postgres => {
-                // `url_env` wins over `url` (SPEC §10); the URL is never logged or echoed.
-                let url = match &config.store_url_env {
-                    Some(var) => std::env::var(var)
-                        .with_context(|| format!("store.url_env: {var} is not set"))?,
-                    None => config.store_url.clone().unwrap_or_default(),
-                };
-                Arc::new(
-                    crate::store::postgres::PostgresStore::open(
-                        crate::store::postgres::Connect {
-                            url: &url,
-                            pool_size: config.store_pool_size,
-                            statement_timeout: config.store_statement_timeout,
-                        },
-                        key.clone(),
-                    )
+            crate::config::StoreKind::Postgres => Arc::new(
+                crate::store::postgres::PostgresStore::from_config(config, key.clone())
                     .await
                     .context("store")?,
-                )
-            }
+            ),
         };
         Ok(Self {
             key,

@@ -54,6 +54,28 @@ pub struct Connect<'a> {
 }
 
 impl PostgresStore {
+    /// Opens the store `config` names: `store.url_env` wins over `store.url` (SPEC §10). The
+    /// URL is never logged or echoed (it may hold a password).
+    pub async fn from_config(
+        config: &crate::config::Config,
+        key: Arc<KeyPair>,
+    ) -> Result<Self, StoreError> {
+        let url = match &config.store_url_env {
+            Some(var) => std::env::var(var)
+                .map_err(|_| StoreError::Unavailable(format!("store.url_env: {var} is not set")))?,
+            None => config.store_url.clone().unwrap_or_default(),
+        };
+        Self::open(
+            Connect {
+                url: &url,
+                pool_size: config.store_pool_size,
+                statement_timeout: config.store_statement_timeout,
+            },
+            key,
+        )
+        .await
+    }
+
     /// Connects, applies migrations and checks the chain head exists.
     pub async fn open(c: Connect<'_>, key: Arc<KeyPair>) -> Result<Self, StoreError> {
         let mut config = tokio_postgres::Config::from_str(c.url)
