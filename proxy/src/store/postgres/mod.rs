@@ -11,7 +11,7 @@
 //! server when a replica dies (its session ends).
 //!
 //! Not built yet (issue 16, in the note): group commit across requests, retention sweeps and
-//! the receipt anchor, idempotency reservations in the database, `audit verify` against this
+//! the receipt anchor, idempotency reservations in the database, fault tests.
 //! backend, fault tests.
 
 mod lock;
