@@ -12,7 +12,6 @@
 //!
 //! Not built yet (issue 16, in the note): group commit across requests, retention sweeps and
 //! the receipt anchor, idempotency reservations in the database, fault tests.
-//! backend, fault tests.
 
 mod lock;
 mod schema;
