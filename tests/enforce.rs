@@ -103,6 +103,11 @@ async fn every_refusal_has_its_code_receipt_and_drift_event_and_reaches_no_one()
     let now = palisade::clock::WallClock::now_ms();
     let inv = inverse();
     let wrong_inv = br#"{"method":"DELETE","path":"/items/1"}"#.to_vec();
+    // An inverse the lease names exactly, whose path has no canonical form: it could never
+    // be sent, so it is refused before the write (issue 15), not found out at compensation.
+    let uncanonical_inv = br#"{"method":"PUT","path":"/items/%2F1","body":{"qty":1}}"#.to_vec();
+    let uncanonical_digest =
+        Sha256Digest::of(&palisade_policy::canon::canonicalize(&uncanonical_inv, 8).unwrap());
     let mut tampered: Value = serde_json::from_slice(
         &URL_SAFE_NO_PAD
             .decode(lease_for(&agent, "/items/1", 1, |_| {}))
@@ -202,6 +207,18 @@ async fn every_refusal_has_its_code_receipt_and_drift_event_and_reaches_no_one()
             Some(&inv),
             409,
             "ERR_STALE_FENCE_EPOCH",
+        ),
+        (
+            "inverse path without a canonical form",
+            Some(lease_for(&agent, "/items/1", 1, |f| {
+                f.insert(
+                    "inverse_payload_jcs_hash".into(),
+                    json!(uncanonical_digest.to_string()),
+                );
+            })),
+            Some(&uncanonical_inv),
+            428,
+            "ERR_INVERSE_NOT_STAGED",
         ),
     ];
     let client = http1_client();

@@ -35,6 +35,17 @@ fn as_postgres(bin: &Path, tool: &str) -> Command {
     }
 }
 
+/// Runs `cmd` to its end; panics with its stderr if it fails. Its stdout.
+fn run(cmd: &mut Command) -> String {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 fn unsafe_is_root() -> bool {
     Command::new("id")
         .arg("-u")
@@ -59,17 +70,10 @@ impl Cluster {
                 .success());
         }
         let data = dir.path().join("data");
-        let out = as_postgres(&bin, "initdb")
+        run(as_postgres(&bin, "initdb")
             .args(["-A", "trust", "-U", "postgres", "-D"])
-            .arg(&data)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let out = as_postgres(&bin, "pg_ctl")
+            .arg(&data));
+        run(as_postgres(&bin, "pg_ctl")
             .arg("-D")
             .arg(&data)
             .arg("-o")
@@ -79,26 +83,18 @@ impl Cluster {
             ))
             .arg("-l")
             .arg(dir.path().join("log"))
-            .args(["-w", "start"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+            .args(["-w", "start"]));
         let c = Cluster { dir, bin };
-        let out = Command::new("psql")
-            .args(["-h"])
-            .arg(c.dir.path())
-            .args(["-U", "postgres", "-c", "CREATE DATABASE palisade"])
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        run(c.psql("postgres").args(["-c", "CREATE DATABASE palisade"]));
+        c
+    }
+
+    /// `psql` on this cluster's socket, connected to `db`.
+    fn psql(&self, db: &str) -> Command {
+        let mut c = Command::new("psql");
+        c.arg("-h")
+            .arg(self.dir.path())
+            .args(["-U", "postgres", "-d", db, "-q"]);
         c
     }
 
@@ -281,10 +277,8 @@ async fn two_sidecars_on_one_database_behave_as_one() {
     // A replica that dies holding a lock: another session (psql) takes the same advisory
     // lock our key derivation gives "s", then is killed with SIGKILL while idle, as a crashed
     // sidecar's lock connection is; the server ends the session and the lock with it.
-    let mut holder = std::process::Command::new("psql")
-        .args(["-h"])
-        .arg(cluster.dir.path())
-        .args(["-U", "postgres", "-d", "palisade", "-q"])
+    let mut holder = cluster
+        .psql("palisade")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .spawn()
@@ -299,14 +293,11 @@ async fn two_sidecars_on_one_database_behave_as_one() {
     }
     let mut taken = false;
     for _ in 0..100 {
-        let out = Command::new("psql")
-            .args(["-h"])
-            .arg(cluster.dir.path())
-            .args(["-U", "postgres", "-d", "palisade", "-tAc"])
-            .arg("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted")
-            .output()
-            .unwrap();
-        if String::from_utf8_lossy(&out.stdout).trim() == "1" {
+        let granted = run(cluster
+            .psql("palisade")
+            .arg("-tAc")
+            .arg("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND granted"));
+        if granted.trim() == "1" {
             taken = true;
             break;
         }
@@ -333,20 +324,9 @@ async fn two_sidecars_on_one_database_behave_as_one() {
     drop(got);
 
     // A database whose schema is newer than this build is refused, not written to.
-    let out = Command::new("psql")
-        .args(["-h"])
-        .arg(cluster.dir.path())
-        .args([
-            "-U",
-            "postgres",
-            "-d",
-            "palisade",
-            "-c",
-            "INSERT INTO palisade_schema VALUES (999)",
-        ])
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    run(cluster
+        .psql("palisade")
+        .args(["-c", "INSERT INTO palisade_schema VALUES (999)"]));
     let refused = PostgresStore::open(
         Connect {
             url: &url,

@@ -65,23 +65,29 @@ impl Sweeper {
     }
 }
 
-/// Removes up to `limit` expired idempotency keys (SPEC §5.6 retention).
-/// Entries due at or before `now` go (ranges end just past `now`).
-fn sweep_idempotency(t: &mut Tables<'_>, now: u64, limit: usize) -> Result<(), StoreError> {
-    let mut expired: Vec<(u64, String)> = Vec::new();
-    for row in t
-        .expiry
+/// Up to `limit` entries of a `(due ms, name)` index due at or before `now`, oldest first
+/// (collected first: the caller deletes them from the same table).
+fn due_entries(
+    index: &redb::Table<'_, (u64, &'static str), ()>,
+    now: u64,
+    limit: usize,
+) -> Result<Vec<(u64, String)>, StoreError> {
+    let mut due = Vec::new();
+    for row in index
         .range::<(u64, &str)>(..(now.saturating_add(1), ""))
         .map_err(unavailable)?
+        .take(limit)
     {
         let (k, _) = row.map_err(unavailable)?;
-        let (at, key) = k.value();
-        expired.push((at, key.to_owned()));
-        if expired.len() >= limit {
-            break;
-        }
+        let (at, name) = k.value();
+        due.push((at, name.to_owned()));
     }
-    for (at, key) in expired {
+    Ok(due)
+}
+
+/// Removes up to `limit` expired idempotency keys (SPEC §5.6 retention).
+fn sweep_idempotency(t: &mut Tables<'_>, now: u64, limit: usize) -> Result<(), StoreError> {
+    for (at, key) in due_entries(&t.expiry, now, limit)? {
         t.delete_expiry(at, &key)?;
         // A key re-stored later has a later expiry: remove the record only if it is this one.
         let current_expiry = t
@@ -97,28 +103,16 @@ fn sweep_idempotency(t: &mut Tables<'_>, now: u64, limit: usize) -> Result<(), S
     Ok(())
 }
 
-/// Removes the data (record, inverse, snapshot, receipt index) of up to `limit` leases whose removal is due. A lease re-recorded with a later expiry has a later due entry
-/// too; an earlier entry finds the record's own due time later and leaves it.
+/// Removes the data (record, inverse, snapshot, receipt index) of up to `limit` leases whose
+/// removal is due. A lease re-recorded with a later expiry has a later due entry too; an
+/// earlier entry finds the record's own due time later and leaves it.
 fn sweep_leases(
     t: &mut Tables<'_>,
     sweeper: &Sweeper,
     now: u64,
     limit: usize,
 ) -> Result<(), StoreError> {
-    let mut due: Vec<(u64, String)> = Vec::new();
-    for row in t
-        .lease_expiry
-        .range::<(u64, &str)>(..(now.saturating_add(1), ""))
-        .map_err(unavailable)?
-    {
-        let (k, _) = row.map_err(unavailable)?;
-        let (at, id) = k.value();
-        due.push((at, id.to_owned()));
-        if due.len() >= limit {
-            break;
-        }
-    }
-    for (at, id) in due {
+    for (at, id) in due_entries(&t.lease_expiry, now, limit)? {
         t.delete_lease_due(at, &id)?;
         if recorded_later(t, sweeper, at, &id)? {
             continue;

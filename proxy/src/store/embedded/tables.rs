@@ -225,6 +225,13 @@ impl<'t> Tables<'t> {
                 .map(u64::from_be_bytes)
                 .map_err(|_| bad())
         };
+        // `expiry_key`'s layout: due time (big-endian), then the name.
+        let due_key = |k: &[u8]| -> Result<(u64, String), StoreError> {
+            Ok((
+                u64_of(k.get(..8).ok_or_else(bad)?)?,
+                text(k.get(8..).ok_or_else(bad)?)?,
+            ))
+        };
         match (c.table, c.value) {
             (T_FENCES, Some(v)) => {
                 self.fences.insert(c.key, u64_of(v)?).map_err(unavailable)?;
@@ -244,8 +251,7 @@ impl<'t> Tables<'t> {
                 self.receipts.remove(u64_of(c.key)?).map_err(unavailable)?;
             }
             (T_LEASE_EXPIRY, value) => {
-                let at = u64_of(c.key.get(..8).ok_or_else(bad)?)?;
-                let id = text(c.key.get(8..).ok_or_else(bad)?)?;
+                let (at, id) = due_key(c.key)?;
                 if value.is_some() {
                     self.lease_expiry
                         .insert((at, id.as_str()), ())
@@ -272,8 +278,7 @@ impl<'t> Tables<'t> {
                     .map_err(unavailable)?;
             }
             (T_IDEMPOTENCY_EXPIRY, value) => {
-                let at = u64_of(c.key.get(..8).ok_or_else(bad)?)?;
-                let key = text(c.key.get(8..).ok_or_else(bad)?)?;
+                let (at, key) = due_key(c.key)?;
                 if value.is_some() {
                     self.expiry
                         .insert((at, key.as_str()), ())

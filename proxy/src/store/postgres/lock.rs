@@ -39,16 +39,16 @@ impl Drop for Held {
 /// Takes `resource`'s advisory lock on a connection from `locks`.
 pub(super) async fn lock(locks: &Pool, resource: &str) -> Result<ResourceGuard, StoreError> {
     let client = locks.get().await.map_err(unavailable)?;
-    // 64-bit hash of the key: a collision only makes two resources share a lock.
+    // One round trip: the 64-bit hash of the key (a collision only makes two resources share
+    // a lock), locked, and returned for the unlock.
     let row = client
-        .query_one("SELECT hashtextextended($1, 0)", &[&resource])
+        .query_one(
+            "SELECT k FROM (SELECT hashtextextended($1, 0) AS k) h, LATERAL pg_advisory_lock(h.k)",
+            &[&resource],
+        )
         .await
         .map_err(unavailable)?;
     let key: i64 = row.get(0);
-    client
-        .execute("SELECT pg_advisory_lock($1)", &[&key])
-        .await
-        .map_err(unavailable)?;
     Ok(ResourceGuard::new(Held {
         client: Some(client),
         key,
