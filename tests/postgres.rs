@@ -123,6 +123,7 @@ async fn open(url: &str) -> PostgresStore {
             url,
             pool_size: 4,
             statement_timeout: Duration::from_secs(2),
+            retention: Default::default(),
         },
         Arc::new(KeyPair::from_seed(SIDECAR_SEED)),
     )
@@ -332,6 +333,7 @@ async fn two_sidecars_on_one_database_behave_as_one() {
             url: &url,
             pool_size: 2,
             statement_timeout: Duration::from_secs(2),
+            retention: Default::default(),
         },
         Arc::new(KeyPair::from_seed(SIDECAR_SEED)),
     )

@@ -60,6 +60,25 @@ enum Command {
     /// RICH bundle tools.
     #[command(subcommand)]
     Lock(LockCommand),
+    /// State store tools (SPEC §10).
+    #[command(subcommand)]
+    Store(StoreCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum StoreCommand {
+    /// Apply the schema migrations this build has to the configured postgres store (sidecars
+    /// also migrate at start); prints the schema version.
+    Migrate {
+        #[arg(long, env = "PALISADE_CONFIG")]
+        config: PathBuf,
+    },
+    /// Check that the configured store can be reached and has the schema this build needs,
+    /// without changing it; prints the schema version and the receipt count.
+    Check {
+        #[arg(long, env = "PALISADE_CONFIG")]
+        config: PathBuf,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -193,6 +212,8 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Audit(AuditCommand::Verify { config, json }) => audit_verify(&config, json),
+        Command::Store(StoreCommand::Migrate { config }) => store_cmd::migrate(&config),
+        Command::Store(StoreCommand::Check { config }) => store_cmd::check(&config),
         Command::Lock(LockCommand::Check {
             lockfile,
             contracts,
@@ -246,6 +267,7 @@ pub mod replay;
 pub mod sample_bundle;
 pub mod sample_sor;
 mod stdin;
+mod store_cmd;
 
 pub use failure::Failure;
 use keys::{keygen, lease_sign, lease_verify};

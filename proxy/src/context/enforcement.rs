@@ -10,7 +10,7 @@ use crate::config::Config;
 use crate::store::Store;
 use crate::telemetry::drift::DriftSink;
 
-use super::locks::{FirstSeen, InFlight};
+use super::locks::FirstSeen;
 
 /// Everything write enforcement needs, built once at start.
 pub struct Enforcement {
@@ -20,8 +20,6 @@ pub struct Enforcement {
     pub clock: AnchoredClock,
     pub first_seen: FirstSeen,
     pub drift: DriftSink,
-    /// Idempotency keys whose first request is still running (SPEC §5.6).
-    pub idempotency: InFlight,
 }
 
 impl Enforcement {
@@ -70,7 +68,6 @@ impl Enforcement {
             clock: AnchoredClock::new(),
             first_seen: FirstSeen::default(),
             drift: DriftSink::start(&config.drift_sinks),
-            idempotency: Default::default(),
         })
     }
 }

@@ -1,8 +1,8 @@
-//! In-memory coordination shared by the requests of one process: when a lease was first seen, idempotency keys in flight, tools seen drifted. Each table is
+//! In-memory coordination shared by the requests of one process: when a lease was first seen, tools seen drifted. Each table is
 //! bounded or holds only what a running request holds.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 /// When this sidecar first saw a lease that has no `issued_at` (its window starts then).
 /// Bounded: when full, the oldest half is forgotten (such a lease then starts a new window,
@@ -30,12 +30,6 @@ impl FirstSeen {
         map.insert(lease_id.to_owned(), now_ms);
         now_ms
     }
-}
-
-/// Keys whose first request is still running, with that request's fingerprint.
-#[derive(Default)]
-pub struct InFlight {
-    pub(crate) map: Arc<Mutex<HashMap<String, String>>>,
 }
 
 /// Tools whose latest listing showed their pinned definition changed, with the digest of the

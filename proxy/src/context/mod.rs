@@ -17,5 +17,5 @@ mod request;
 
 pub use app::AppState;
 pub use enforcement::Enforcement;
-pub use locks::{Drifted, FirstSeen, InFlight};
+pub use locks::{Drifted, FirstSeen};
 pub use request::{Binding, Outcome, WriteContext};

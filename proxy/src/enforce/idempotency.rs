@@ -6,18 +6,19 @@
 //!   none → the write runs; once forwarded, its outcome (whatever it was) is stored with its
 //!          receipt in one transaction, then the reservation is released
 //! ```
-//! The reservation comes before the store lookup, so two concurrent requests with one key
-//! cannot both miss the store and both forward. Reservations live in this process: one sidecar
-//! owns an embedded store. After a crash between forwarding and storing the outcome the key is
-//! free again, but the lease's fence epoch is already spent, so a retry is refused with 409
-//! and never re-executed.
+//! The reservation and the lookup are one store call ([`Store::reserve_key`]), so two
+//! concurrent requests with one key cannot both miss the store and both forward, on one
+//! replica or several: the embedded store reserves in process (one sidecar owns it), the
+//! postgres store as a row every replica sees. After a crash between forwarding and storing
+//! the outcome the key is free again (at once for the embedded store, once the reservation's
+//! hold passes for postgres), but the lease's fence epoch is already spent, so a retry is
+//! refused with 409 and never re-executed.
 //!
 //! Keys are scoped per caller identity (client certificate, else `Authorization` digest; the
 //! rest share an anonymous scope) and stored as a digest of scope and key: bounded in size,
 //! and no credential is stored.
 
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use base64::engine::general_purpose::STANDARD;
 use base64::Engine as _;
@@ -32,7 +33,7 @@ use crate::enforce::checks;
 use crate::enforce::receipts;
 use crate::net::body::{self, ProxyBody};
 use crate::net::headers;
-use crate::store::IdempotencyRecord;
+use crate::store::{IdempotencyRecord, KeyState, Store};
 
 pub const KEY_HEADER: &str = "idempotency-key";
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
@@ -54,13 +55,48 @@ pub struct Pending {
     key: String,
     fingerprint: String,
     expires_ms: i64,
-    map: Arc<Mutex<HashMap<String, String>>>,
+    /// Names this reservation, so that releasing it never removes another's.
+    owner: String,
+    store: Arc<dyn Store>,
 }
 
 impl Drop for Pending {
     fn drop(&mut self) {
-        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.remove(&self.key);
+        let release = self.store.release_key(
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.owner),
+        );
+        // Without a runtime (shutting down) the reservation lapses at its hold time instead.
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                if let Err(e) = release.await {
+                    tracing::warn!(error = %e, "idempotency reservation not released; it lapses at its hold time");
+                }
+            });
+        }
+    }
+}
+
+/// How long a key's outcome is kept, and how long a reservation holds before a replica may
+/// take it over (its request must have died by then).
+#[derive(Debug, Clone, Copy)]
+pub struct KeyTimes {
+    pub retention_ms: i64,
+    pub hold_ms: i64,
+}
+
+impl KeyTimes {
+    pub fn from_config(config: &crate::config::Config) -> Self {
+        // A request holds its key while its body is read, its checks and lock wait run, the
+        // upstream answers (bounded by upstream.timeout) and its receipt is stored.
+        let upstream = config.upstream_timeout.as_millis().min(i64::MAX as u128) as i64;
+        Self {
+            retention_ms: config
+                .idempotency_retention
+                .as_millis()
+                .min(i64::MAX as u128) as i64,
+            hold_ms: upstream.saturating_mul(2).saturating_add(30_000),
+        }
     }
 }
 
@@ -132,48 +168,47 @@ fn reused() -> Refusal {
 pub async fn begin(
     enf: &Enforcement,
     r: &Request<'_>,
-    retention_ms: i64,
+    times: KeyTimes,
 ) -> Result<Option<Begin>, Refusal> {
     let Some(v) = r.headers.get(KEY_HEADER) else {
         return Ok(None);
     };
     let key = scoped_key(r.caller, parse_key(v)?);
     let fingerprint = fingerprint(r);
-    let pending = {
-        let mut map = enf
-            .idempotency
-            .map
-            .lock()
-            .unwrap_or_else(|p| p.into_inner());
-        if let Some(running) = map.get(&key) {
-            return Err(if *running == fingerprint {
-                Refusal::new(
-                    ErrorCode::IdempotencyInFlight,
-                    "a request with this Idempotency-Key is still being processed",
-                )
-            } else {
-                reused()
-            });
-        }
-        map.insert(key.clone(), fingerprint.clone());
-        Pending {
-            key,
-            fingerprint,
-            expires_ms: enf.clock.now_ms().saturating_add(retention_ms),
-            map: enf.idempotency.map.clone(),
-        }
-    };
-    let stored = enf
+    let now = enf.clock.now_ms();
+    let owner = uuid::Uuid::new_v4().to_string();
+    let state = enf
         .store
-        .idempotency(&pending.key)
+        .reserve_key(
+            &key,
+            &fingerprint,
+            &owner,
+            now.saturating_add(times.hold_ms),
+        )
         .await
         .map_err(checks::store_refusal)?;
-    match stored {
-        None => Ok(Some(Begin::Fresh(pending))),
-        Some(rec) if rec["fingerprint"] == pending.fingerprint.as_str() => {
+    match state {
+        KeyState::Reserved => Ok(Some(Begin::Fresh(Pending {
+            key,
+            fingerprint,
+            expires_ms: now.saturating_add(times.retention_ms),
+            owner,
+            store: enf.store.clone(),
+        }))),
+        KeyState::Running {
+            fingerprint: running,
+        } => Err(if running.is_none_or(|f| f == fingerprint) {
+            Refusal::new(
+                ErrorCode::IdempotencyInFlight,
+                "a request with this Idempotency-Key is still being processed",
+            )
+        } else {
+            reused()
+        }),
+        KeyState::Stored(rec) if rec["fingerprint"] == fingerprint.as_str() => {
             Ok(Some(Begin::Replay(replay(&rec))))
         }
-        Some(_) => Err(reused()),
+        KeyState::Stored(_) => Err(reused()),
     }
 }
 

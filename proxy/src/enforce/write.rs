@@ -86,8 +86,8 @@ pub(crate) async fn handle(
         body: &bytes,
         caller: who.caller.as_deref(),
     };
-    let retention = state.config.idempotency_retention.as_millis() as i64;
-    let keep = match idempotency::begin(enf, &key, retention).await {
+    let times = idempotency::KeyTimes::from_config(&state.config);
+    let keep = match idempotency::begin(enf, &key, times).await {
         Ok(None) => Keep::Nothing,
         Ok(Some(Begin::Fresh(pending))) => Keep::Key(pending),
         Ok(Some(Begin::Replay(resp))) => return (resp, Outcome::Replayed),

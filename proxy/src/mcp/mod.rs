@@ -260,8 +260,8 @@ async fn tool_call(
         body: &fingerprinted,
         caller: who.caller.as_deref(),
     };
-    let retention = state.config.idempotency_retention.as_millis() as i64;
-    let keep = match idempotency::begin(&enf, &key_request, retention).await {
+    let times = idempotency::KeyTimes::from_config(&state.config);
+    let keep = match idempotency::begin(&enf, &key_request, times).await {
         Ok(None) => Keep::Nothing,
         Ok(Some(Begin::Fresh(pending))) => Keep::Key(pending),
         Ok(Some(Begin::Replay(resp))) => return (replayed(resp, id).await, Outcome::Replayed),

@@ -14,6 +14,7 @@
 
 pub mod body;
 pub mod conn;
+pub mod db_tls;
 pub mod headers;
 pub mod identity;
 pub mod jsonrpc;

@@ -36,7 +36,7 @@ pub enum TlsError {
     Rustls(String),
 }
 
-fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+pub(crate) fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
@@ -58,7 +58,7 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
     Ok(certs)
 }
 
-fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+pub(crate) fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
     let pem = read(path)?;
     rustls_pemfile::private_key(&mut pem.as_slice())
         .ok()

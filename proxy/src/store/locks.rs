@@ -33,3 +33,28 @@ impl ResourceLocks {
         lock.lock_owned().await
     }
 }
+
+/// Idempotency keys whose first request is still running in this process, with that request's
+/// fingerprint (SPEC §5.6): the reservations of a store one process owns. Holds only what
+/// running requests hold.
+#[derive(Default)]
+pub struct InFlightKeys {
+    map: Mutex<HashMap<String, String>>,
+}
+
+impl InFlightKeys {
+    /// Takes `key` for `fingerprint`; `Err` with the holder's fingerprint when it is taken.
+    pub fn take(&self, key: &str, fingerprint: &str) -> Result<(), String> {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(running) = map.get(key) {
+            return Err(running.clone());
+        }
+        map.insert(key.to_owned(), fingerprint.to_owned());
+        Ok(())
+    }
+
+    pub fn release(&self, key: &str) {
+        let mut map = self.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.remove(key);
+    }
+}

@@ -27,6 +27,22 @@ pub enum StoreError {
     /// are refused with 503 `ERR_STORE_UNAVAILABLE`; reads keep flowing.
     #[error("state store unavailable: {0}")]
     Unavailable(String),
+    /// The connection was lost after `COMMIT` was sent: the transaction may or may not have
+    /// happened. Treated as a refusal (nothing is forwarded on it) and never retried blindly:
+    /// a write whose fence may have advanced is refused as stale on a retry, not run twice.
+    #[error("state store commit outcome unknown: {0}")]
+    Uncertain(String),
+}
+
+/// The answer to [`Store::reserve_key`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum KeyState {
+    /// The key is this request's until its outcome is stored or it is released.
+    Reserved,
+    /// Another request (on this or another replica) holds the key; its fingerprint, when known.
+    Running { fingerprint: Option<String> },
+    /// The key's stored outcome.
+    Stored(serde_json::Value),
 }
 
 /// What a write makes durable before it is forwarded (SPEC §5.3, §5.4).
@@ -171,6 +187,24 @@ pub trait Store: Send + Sync {
         &'a self,
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>>;
+
+    /// Reserves an idempotency key for the request with `fingerprint` (SPEC §5.6), unless a
+    /// request holds it or its outcome is stored. `owner` names this reservation (for
+    /// [`Store::release_key`]); `hold_until_ms` is when a reservation whose request died may be
+    /// taken over (the lease's spent epoch keeps such a write from running twice).
+    fn reserve_key<'a>(
+        &'a self,
+        key: &'a str,
+        fingerprint: &'a str,
+        owner: &'a str,
+        hold_until_ms: i64,
+    ) -> BoxFuture<'a, Result<KeyState, StoreError>>;
+
+    /// Releases the reservation `owner` holds on `key`, if it still does (a stored outcome is
+    /// never removed). Runs from `Drop`, so the future owns what it needs; a backend that can
+    /// release at once does so before returning it.
+    fn release_key(&self, key: String, owner: String)
+        -> BoxFuture<'static, Result<(), StoreError>>;
 
     /// Applies an escrow update without a receipt; `false` when its expected state did not hold.
     fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>>;

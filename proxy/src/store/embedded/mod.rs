@@ -39,8 +39,8 @@ use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, ReceiptLog, ResourceGuard, Retention, Store,
-    StoreError, WriteIntent,
+    Advance, Attachments, Compensation, EscrowUpdate, KeyState, ReceiptLog, ResourceGuard,
+    Retention, Store, StoreError, WriteIntent,
 };
 
 use jobs::Job;
@@ -64,6 +64,8 @@ pub struct EmbeddedStore {
     writer: Option<std::thread::JoinHandle<()>>,
     /// Per-resource write locks: the file has one owner, so in-process locks suffice.
     locks: crate::store::locks::ResourceLocks,
+    /// Idempotency reservations, in process for the same reason.
+    keys: Arc<crate::store::locks::InFlightKeys>,
 }
 
 impl Drop for EmbeddedStore {
@@ -135,6 +137,7 @@ impl EmbeddedStore {
             failed,
             writer: Some(writer),
             locks: Default::default(),
+            keys: Default::default(),
         })
     }
 
@@ -238,6 +241,44 @@ impl Store for EmbeddedStore {
             // Expired but not yet swept: gone, as far as callers can tell.
             Ok(record.filter(|r| r["expires_ms"].as_u64().is_some_and(|e| e > now_ms())))
         })
+    }
+
+    fn reserve_key<'a>(
+        &'a self,
+        key: &'a str,
+        fingerprint: &'a str,
+        _owner: &'a str,
+        _hold_until_ms: i64,
+    ) -> BoxFuture<'a, Result<KeyState, StoreError>> {
+        Box::pin(async move {
+            // Reserved before the lookup, so two requests with one key cannot both miss it.
+            if let Err(running) = self.keys.take(key, fingerprint) {
+                return Ok(KeyState::Running {
+                    fingerprint: Some(running),
+                });
+            }
+            match self.idempotency(key).await {
+                Ok(None) => Ok(KeyState::Reserved),
+                Ok(Some(stored)) => {
+                    self.keys.release(key);
+                    Ok(KeyState::Stored(stored))
+                }
+                Err(e) => {
+                    self.keys.release(key);
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn release_key(
+        &self,
+        key: String,
+        _owner: String,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        // At once: a retry right after a refusal finds the key free.
+        self.keys.release(&key);
+        Box::pin(async { Ok(()) })
     }
 
     fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>> {

@@ -10,38 +10,54 @@
 //! could otherwise starve the pool it holds), released when the guard drops, and by the
 //! server when a replica dies (its session ends).
 //!
-//! Not built yet (issue 16, in the note): group commit across requests, retention sweeps and
-//! the receipt anchor, idempotency reservations in the database, fault tests.
+//! Fence advances and receipt appends go through one writer task per replica that commits
+//! them in batches ([`batch`]); idempotency reservations are rows every replica sees
+//! ([`keys`]); one replica at a time sweeps what retention lets go ([`sweep`]).
 
+mod batch;
+mod connect;
+mod keys;
 mod lock;
 mod schema;
+mod sweep;
 mod tx;
 
-use std::str::FromStr as _;
 use std::sync::Arc;
 
-use deadpool_postgres::tokio_postgres::{self, NoTls};
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use futures_util::future::BoxFuture;
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::keys::KeyPair;
-use palisade_policy::receipt::{self, ReceiptBody, ReceiptKind, SealedReceipt};
+use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
+use tokio::sync::{mpsc, oneshot};
 
+use batch::Job;
 use tx::{
-    escrow_state_is, now_ms, put_escrow, put_part, set_lease_state, unavailable, INVERSE, NO_SEQ,
-    RECEIPT, RECORD, SNAPSHOT,
+    escrow_state_is, now_ms, put_escrow, put_part, unavailable, INVERSE, NO_SEQ, RECEIPT, RECORD,
+    SNAPSHOT,
 };
 
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, ReceiptLog, ResourceGuard, Store, StoreError,
-    WriteIntent,
+    Advance, Attachments, Compensation, EscrowUpdate, KeyState, ReceiptLog, ResourceGuard,
+    Retention, Store, StoreError, WriteIntent,
 };
 
 pub struct PostgresStore {
     pool: Pool,
     /// Connections that hold a resource's advisory lock (see the module doc).
     locks: Pool,
-    key: Arc<KeyPair>,
+    /// To this replica's batch writer.
+    jobs: mpsc::Sender<Job>,
+    /// Ends the sweeper when the store goes.
+    sweeper: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for PostgresStore {
+    fn drop(&mut self) {
+        if let Some(h) = &self.sweeper {
+            h.abort();
+        }
+    }
 }
 
 /// How to reach the database.
@@ -50,35 +66,74 @@ pub struct Connect<'a> {
     pub url: &'a str,
     pub pool_size: usize,
     pub statement_timeout: std::time::Duration,
+    pub retention: Retention,
+}
+
+/// The URL `config` names: `store.url_env` wins over `store.url` (SPEC §10). Never logged
+/// or echoed (it may hold a password).
+pub fn url_from_config(config: &crate::config::Config) -> Result<String, StoreError> {
+    match &config.store_url_env {
+        Some(var) => std::env::var(var)
+            .map_err(|_| StoreError::Unavailable(format!("store.url_env: {var} is not set"))),
+        None => Ok(config.store_url.clone().unwrap_or_default()),
+    }
+}
+
+impl<'a> Connect<'a> {
+    pub fn from_config(config: &crate::config::Config, url: &'a str) -> Self {
+        Connect {
+            url,
+            pool_size: config.store_pool_size,
+            statement_timeout: config.store_statement_timeout,
+            retention: config.store_retention,
+        }
+    }
 }
 
 impl PostgresStore {
-    /// Opens the store `config` names: `store.url_env` wins over `store.url` (SPEC §10). The
-    /// URL is never logged or echoed (it may hold a password).
+    /// Opens the store `config` names, migrating its schema (a sidecar's start).
     pub async fn from_config(
         config: &crate::config::Config,
         key: Arc<KeyPair>,
     ) -> Result<Self, StoreError> {
-        let url = match &config.store_url_env {
-            Some(var) => std::env::var(var)
-                .map_err(|_| StoreError::Unavailable(format!("store.url_env: {var} is not set")))?,
-            None => config.store_url.clone().unwrap_or_default(),
-        };
-        Self::open(
-            Connect {
-                url: &url,
-                pool_size: config.store_pool_size,
-                statement_timeout: config.store_statement_timeout,
-            },
-            key,
-        )
-        .await
+        let url = url_from_config(config)?;
+        Self::open(Connect::from_config(config, &url), key).await
     }
 
-    /// Connects, applies migrations and checks the chain head exists.
+    /// Connects, applies migrations, checks the chain head exists, starts the batch writer
+    /// and the sweeper.
     pub async fn open(c: Connect<'_>, key: Arc<KeyPair>) -> Result<Self, StoreError> {
-        let mut config = tokio_postgres::Config::from_str(c.url)
-            .map_err(|_| StoreError::Unavailable("store.url: not a PostgreSQL URL".into()))?;
+        let mut store = Self::connect(&c, key).await?;
+        let mut client = store.client().await?;
+        schema::migrate(&mut client, &Sha256Digest::empty().to_string()).await?;
+        drop(client);
+        store.sweeper = Some(sweep::spawn(store.pool.clone(), c.retention));
+        Ok(store)
+    }
+
+    /// Connects and checks the schema without changing it (`palisade store check`, `audit
+    /// verify`); the schema version, or an error saying what to do.
+    pub async fn open_existing(
+        c: Connect<'_>,
+        key: Arc<KeyPair>,
+    ) -> Result<(Self, i32), StoreError> {
+        let store = Self::connect(&c, key).await?;
+        let client = store.client().await?;
+        let version = schema::check(&client).await?;
+        drop(client);
+        Ok((store, version))
+    }
+
+    /// Applies the migrations this build has (`palisade store migrate`); the version after.
+    pub async fn migrate(c: Connect<'_>, key: Arc<KeyPair>) -> Result<i32, StoreError> {
+        let store = Self::connect(&c, key).await?;
+        let mut client = store.client().await?;
+        schema::migrate(&mut client, &Sha256Digest::empty().to_string()).await?;
+        schema::check(&client).await
+    }
+
+    async fn connect(c: &Connect<'_>, key: Arc<KeyPair>) -> Result<Self, StoreError> {
+        let (mut config, tls) = connect::parse(c.url)?;
         config.options(format!(
             "-c statement_timeout={}",
             c.statement_timeout.as_millis()
@@ -87,7 +142,7 @@ impl PostgresStore {
         let pool = |size| {
             let manager = Manager::from_config(
                 config.clone(),
-                NoTls,
+                tls.clone(),
                 ManagerConfig {
                     recycling_method: RecyclingMethod::Fast,
                 },
@@ -100,14 +155,30 @@ impl PostgresStore {
                 .build()
                 .map_err(unavailable)
         };
-        let store = Self {
-            pool: pool(c.pool_size.max(2))?,
+        let work = pool(c.pool_size.max(2))?;
+        Ok(Self {
+            jobs: batch::spawn(work.clone(), key),
+            pool: work,
             locks: pool(c.pool_size.max(2))?,
-            key,
-        };
-        let mut client = store.client().await?;
-        schema::migrate(&mut client, &Sha256Digest::empty().to_string()).await?;
-        Ok(store)
+            sweeper: None,
+        })
+    }
+
+    /// Receipts retained in the chain.
+    pub async fn receipt_count(&self) -> Result<i64, StoreError> {
+        let client = self.client().await?;
+        let row = client
+            .query_one("SELECT count(*) FROM receipts", &[])
+            .await
+            .map_err(unavailable)?;
+        Ok(row.get(0))
+    }
+
+    async fn submit(&self, job: Job) -> Result<(), StoreError> {
+        self.jobs
+            .send(job)
+            .await
+            .map_err(|_| unavailable("the writer task is gone"))
     }
 
     async fn client(&self) -> Result<Object, StoreError> {
@@ -151,41 +222,11 @@ impl Store for PostgresStore {
 
     fn advance(&self, intent: WriteIntent) -> BoxFuture<'_, Result<Advance, StoreError>> {
         Box::pin(async move {
-            let epoch = i64::try_from(intent.epoch)
-                .map_err(|_| unavailable("an epoch beyond 2^63 cannot be stored"))?;
-            let mut client = self.client().await?;
-            let tx = client.transaction().await.map_err(unavailable)?;
-            let won = tx
-                .query_opt(
-                    "INSERT INTO fences (resource, epoch) VALUES ($1, $2)
-                     ON CONFLICT (resource) DO UPDATE SET epoch = EXCLUDED.epoch
-                     WHERE fences.epoch < EXCLUDED.epoch RETURNING epoch",
-                    &[&intent.resource, &epoch],
-                )
+            let (reply, answer) = oneshot::channel();
+            self.submit(Job::Advance(intent, reply)).await?;
+            answer
                 .await
-                .map_err(unavailable)?;
-            if won.is_none() {
-                let row = tx
-                    .query_one(
-                        "SELECT epoch FROM fences WHERE resource = $1",
-                        &[&intent.resource],
-                    )
-                    .await
-                    .map_err(unavailable)?;
-                return Ok(Advance::Stale {
-                    current: row.get::<_, i64>(0) as u64,
-                });
-            }
-            let id = intent.lease_id.as_str();
-            put_part(&tx, id, RECORD, NO_SEQ, &intent.lease_record).await?;
-            if let Some(inv) = &intent.inverse {
-                put_part(&tx, id, INVERSE, NO_SEQ, inv).await?;
-            }
-            if let Some(snap) = &intent.snapshot {
-                put_part(&tx, id, SNAPSHOT, NO_SEQ, snap).await?;
-            }
-            tx.commit().await.map_err(unavailable)?;
-            Ok(Advance::Advanced)
+                .map_err(|_| unavailable("the writer task is gone"))?
         })
     }
 
@@ -195,65 +236,12 @@ impl Store for PostgresStore {
         attach: Attachments,
     ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>> {
         Box::pin(async move {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await.map_err(unavailable)?;
-            // One chain for every replica: they append in turn on this row.
-            let head = tx
-                .query_one(
-                    "SELECT next_seq, head FROM chain_head WHERE id = 1 FOR UPDATE",
-                    &[],
-                )
+            let (reply, answer) = oneshot::channel();
+            self.submit(Job::Append(Box::new((body, attach)), reply))
+                .await?;
+            answer
                 .await
-                .map_err(unavailable)?;
-            let seq: i64 = head.get(0);
-            let prev = Sha256Digest::parse_ptcl(head.get::<_, &str>(1))
-                .map_err(|_| unavailable("chain_head.head is not a digest"))?;
-            if let Some(update) = &attach.escrow {
-                if !escrow_state_is(&tx, &update.id, update.expect.as_deref()).await? {
-                    return Ok(None);
-                }
-            }
-            let sealed = receipt::seal(&body, prev, &self.key);
-            if let Some(update) = &attach.escrow {
-                let mut record = update.record.clone();
-                record["receipt"] = sealed.value.clone();
-                put_escrow(&tx, &update.id, &record).await?;
-            }
-            if let Some(idem) = &attach.idempotency {
-                let mut record = idem.record.clone();
-                record["receipt"] = sealed.value.clone();
-                record["expires_ms"] = idem.expires_ms.into();
-                let bytes = serde_json::to_vec(&record).map_err(unavailable)?;
-                tx.execute(
-                    "INSERT INTO idempotency (key, record, expires_ms) VALUES ($1, $2, $3)
-                     ON CONFLICT (key) DO UPDATE SET record = EXCLUDED.record,
-                     expires_ms = EXCLUDED.expires_ms",
-                    &[&idem.key, &bytes, &idem.expires_ms],
-                )
-                .await
-                .map_err(unavailable)?;
-            }
-            tx.execute(
-                "INSERT INTO receipts (seq, jcs) VALUES ($1, $2)",
-                &[&seq, &sealed.jcs],
-            )
-            .await
-            .map_err(unavailable)?;
-            if let Some(lease_id) = &body.lease_id {
-                if body.kind == ReceiptKind::Interim {
-                    // Sent but not complete: nothing to compensate (SPEC §7).
-                    set_lease_state(&tx, lease_id, "interim").await?;
-                }
-                put_part(&tx, lease_id, RECEIPT, seq, &[]).await?;
-            }
-            tx.execute(
-                "UPDATE chain_head SET next_seq = $1, head = $2 WHERE id = 1",
-                &[&(seq + 1), &sealed.digest.to_string()],
-            )
-            .await
-            .map_err(unavailable)?;
-            tx.commit().await.map_err(unavailable)?;
-            Ok(Some(sealed))
+                .map_err(|_| unavailable("the writer task is gone"))?
         })
     }
 
@@ -271,6 +259,31 @@ impl Store for PostgresStore {
                 .await
                 .map_err(unavailable)?;
             Ok(row.and_then(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok()))
+        })
+    }
+
+    fn reserve_key<'a>(
+        &'a self,
+        key: &'a str,
+        fingerprint: &'a str,
+        owner: &'a str,
+        hold_until_ms: i64,
+    ) -> BoxFuture<'a, Result<KeyState, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            keys::reserve(&client, key, fingerprint, owner, hold_until_ms).await
+        })
+    }
+
+    fn release_key(
+        &self,
+        key: String,
+        owner: String,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let client = pool.get().await.map_err(unavailable)?;
+            keys::release(&client, &key, &owner).await
         })
     }
 
@@ -343,6 +356,20 @@ impl Store for PostgresStore {
             if let Some(inv) = &inverse {
                 put_part(&tx, &lease_id, INVERSE, NO_SEQ, inv).await?;
             }
+            // Kept until the lease's expiry (from its record), else from now, plus retention.
+            let expires = record
+                .as_deref()
+                .and_then(|r| serde_json::from_slice::<serde_json::Value>(r).ok())
+                .and_then(|r| r["expires_at_ms"].as_i64())
+                .unwrap_or_else(now_ms);
+            tx.execute(
+                "INSERT INTO lease_expiry (lease_id, expires_ms) VALUES ($1, $2)
+                 ON CONFLICT (lease_id) DO UPDATE
+                 SET expires_ms = GREATEST(lease_expiry.expires_ms, EXCLUDED.expires_ms)",
+                &[&lease_id, &expires],
+            )
+            .await
+            .map_err(unavailable)?;
             tx.commit().await.map_err(unavailable)
         })
     }
@@ -443,15 +470,8 @@ impl Store for PostgresStore {
 
     fn receipt_log(&self) -> BoxFuture<'_, Result<ReceiptLog, StoreError>> {
         Box::pin(async move {
-            let client = self.client().await?;
-            let rows = client
-                .query("SELECT jcs FROM receipts ORDER BY seq", &[])
-                .await
-                .map_err(unavailable)?;
-            Ok(ReceiptLog {
-                anchor: None,
-                receipts: rows.iter().map(|r| r.get(0)).collect(),
-            })
+            let mut client = self.client().await?;
+            sweep::receipt_log(&mut client).await
         })
     }
 }

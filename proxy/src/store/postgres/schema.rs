@@ -19,10 +19,44 @@ const MIGRATIONS: &[&str] = &[
                               head text NOT NULL);
      CREATE TABLE idempotency (key text PRIMARY KEY, record bytea NOT NULL, expires_ms bigint NOT NULL);
      CREATE TABLE escrows (id text PRIMARY KEY, record bytea NOT NULL);",
+    // 2: idempotency reservations (a row with its owner), what the sweeps need (expiry
+    // indexes, the append time of receipts, the chain's anchor once receipts are removed).
+    "ALTER TABLE idempotency ADD COLUMN owner text;
+     CREATE INDEX idempotency_expiry ON idempotency (expires_ms);
+     CREATE TABLE lease_expiry (lease_id text PRIMARY KEY, expires_ms bigint NOT NULL);
+     CREATE INDEX lease_expiry_at ON lease_expiry (expires_ms);
+     ALTER TABLE receipts ADD COLUMN at_ms bigint;
+     UPDATE receipts SET at_ms = (extract(epoch FROM now()) * 1000)::bigint;
+     ALTER TABLE receipts ALTER COLUMN at_ms SET NOT NULL;
+     CREATE TABLE chain_anchor (id smallint PRIMARY KEY CHECK (id = 1), pruned bigint NOT NULL,
+                                prev text NOT NULL);",
 ];
 
 /// The advisory lock key that serialises migrations across replicas ("palisade" in ASCII).
 const MIGRATION_LOCK: i64 = 0x7061_6c69_7361_6465;
+
+/// The database's schema version, if this build can use it as it is.
+pub(super) async fn check(client: &Client) -> Result<i32, StoreError> {
+    let row = client
+        .query_one(
+            "SELECT CASE WHEN to_regclass('palisade_schema') IS NULL THEN 0
+                    ELSE (SELECT coalesce(max(version), 0) FROM palisade_schema) END",
+            &[],
+        )
+        .await
+        .map_err(unavailable)?;
+    let current: i32 = row.get(0);
+    let known = MIGRATIONS.len() as i32;
+    match current {
+        v if v == known => Ok(v),
+        v if v > known => Err(StoreError::Unavailable(format!(
+            "the database's schema is version {v}, newer than this build's {known}: upgrade palisade first"
+        ))),
+        v => Err(StoreError::Unavailable(format!(
+            "the database's schema is version {v}, this build needs {known}: run `palisade store migrate` (or start a sidecar, which migrates)"
+        ))),
+    }
+}
 
 /// Brings the schema up to this build's version; `Err` if the database is newer.
 pub(super) async fn migrate(client: &mut Client, empty_head: &str) -> Result<(), StoreError> {
