@@ -11,7 +11,6 @@ use super::operate::load_config;
 use super::Failure;
 use crate::config::{Config, StoreKind};
 use crate::store::postgres::{url_from_config, Connect, PostgresStore};
-use crate::store::StoreError;
 
 fn key(cfg: &Config) -> Result<Arc<KeyPair>, Failure> {
     let path = cfg
@@ -26,15 +25,6 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
         .enable_all()
         .build()
         .map_err(|e| Failure::usage(format!("runtime: {e}")))
-}
-
-/// The configured postgres store, schema checked but not changed, with its version.
-pub(super) async fn open_postgres(
-    cfg: &Config,
-    key: Arc<KeyPair>,
-) -> Result<(PostgresStore, i32), StoreError> {
-    let url = url_from_config(cfg)?;
-    PostgresStore::open_existing(Connect::from_config(cfg, &url), key).await
 }
 
 pub(super) fn migrate(config: &Path) -> Result<(), Failure> {
@@ -84,7 +74,7 @@ pub(super) fn check(config: &Path) -> Result<(), Failure> {
             Ok(())
         }
         StoreKind::Postgres => rt.block_on(async {
-            let (store, version) = open_postgres(&cfg, key)
+            let (store, version) = PostgresStore::existing_from_config(&cfg, key)
                 .await
                 .map_err(|e| Failure::refused(e.to_string()))?;
             let receipts = store

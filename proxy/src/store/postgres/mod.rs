@@ -100,6 +100,16 @@ impl PostgresStore {
         Self::open(Connect::from_config(config, &url), key).await
     }
 
+    /// Opens the store `config` names with its schema checked, not changed (operator
+    /// commands); with the schema version.
+    pub async fn existing_from_config(
+        config: &crate::config::Config,
+        key: Arc<KeyPair>,
+    ) -> Result<(Self, i32), StoreError> {
+        let url = url_from_config(config)?;
+        Self::open_existing(Connect::from_config(config, &url), key).await
+    }
+
     /// Connects, applies migrations, checks the chain head exists, starts the batch writer
     /// and the sweeper.
     pub async fn open(c: Connect<'_>, key: Arc<KeyPair>) -> Result<Self, StoreError> {
