@@ -260,7 +260,9 @@ pub(super) fn audit_verify(config: &Path, json: bool) -> Result<(), Failure> {
         }
         crate::config::StoreKind::Postgres => Box::new(
             runtime
-                .block_on(crate::store::postgres::PostgresStore::existing_from_config(&cfg, key))
+                .block_on(crate::store::postgres::PostgresStore::existing_from_config(
+                    &cfg, key,
+                ))
                 .map_err(|e| Failure::usage(e.to_string()))?
                 .0,
         ),

@@ -190,6 +190,7 @@ pub async fn check(
         lease_record: serde_json::to_vec(&record).unwrap_or_default(),
         inverse: staged.map(|s| s.jcs),
         snapshot,
+        lock: guard.proof(),
     };
     let waited = tokio::time::Instant::now();
     let advanced = enf.store.advance(intent).await;

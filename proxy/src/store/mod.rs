@@ -61,6 +61,16 @@ pub struct WriteIntent {
     pub inverse: Option<Vec<u8>>,
     /// The pre-image representation, for SNAPSHOT_RESTORE (empty when the resource was absent).
     pub snapshot: Option<Vec<u8>>,
+    /// The resource's write lock as the backend holds it ([`ResourceGuard::proof`]): a shared
+    /// backend advances only while that lock is still held (a database restart ends it).
+    pub lock: Option<LockProof>,
+}
+
+/// Which database session holds a resource's write lock, and under what key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LockProof {
+    pub session: i32,
+    pub key: i64,
 }
 
 /// Retention is configuration (`store.lease_retention`, `store.receipt_retention`); the
@@ -139,11 +149,29 @@ pub struct EscrowUpdate {
 
 /// Held while one resource's write is checked, forwarded and receipted (SPEC §5.3): dropping
 /// it releases the lock. What it holds is the backend's.
-pub struct ResourceGuard(#[allow(dead_code)] Box<dyn Send + Sync>);
+pub struct ResourceGuard {
+    _held: Box<dyn Send + Sync>,
+    proof: Option<LockProof>,
+}
 
 impl ResourceGuard {
     pub fn new(held: impl Send + Sync + 'static) -> Self {
-        Self(Box::new(held))
+        Self {
+            _held: Box::new(held),
+            proof: None,
+        }
+    }
+
+    /// A guard whose lock a database session holds.
+    pub fn held_by(held: impl Send + Sync + 'static, proof: LockProof) -> Self {
+        Self {
+            _held: Box::new(held),
+            proof: Some(proof),
+        }
+    }
+
+    pub fn proof(&self) -> Option<LockProof> {
+        self.proof
     }
 }
 

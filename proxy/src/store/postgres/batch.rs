@@ -21,7 +21,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::store::{Advance, Attachments, StoreError, WriteIntent};
 
-use super::tx::{escrow_state_is, now_ms, put_escrow, set_lease_state, unavailable};
+use super::tx::{
+    escrow_state_is, now_ms, put_escrow, set_lease_state, unavailable, unavailable_msg,
+};
 
 type Param<'a> = dyn tokio_postgres::types::ToSql + Sync + 'a;
 
@@ -40,8 +42,15 @@ pub(super) enum Job {
 
 /// The fence CAS and the lease's data in one statement: the parts are written only if the
 /// epoch advanced. `before` is the epoch in the statement's snapshot (for the 409's `current`).
-const ADVANCE: &str = "WITH won AS (
-    INSERT INTO fences (resource, epoch) VALUES ($1, $2)
+/// `held` says the write lock's session still holds it (when a lock is named: `$8` its
+/// session, `$9` its key, as `pg_locks` shows a bigint advisory key in two oids); without it
+/// nothing is written.
+const ADVANCE: &str = "WITH held AS (
+    SELECT $8::int IS NULL OR EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
+      AND granted AND pid = $8 AND objsubid = 1 AND classid = (($9::bigint >> 32) & 4294967295)::oid
+      AND objid = ($9::bigint & 4294967295)::oid) AS ok),
+  won AS (
+    INSERT INTO fences (resource, epoch) SELECT $1, $2 WHERE (SELECT ok FROM held)
     ON CONFLICT (resource) DO UPDATE SET epoch = EXCLUDED.epoch
     WHERE fences.epoch < EXCLUDED.epoch RETURNING epoch),
   parts AS (
@@ -54,7 +63,8 @@ const ADVANCE: &str = "WITH won AS (
   expiry AS (
     INSERT INTO lease_expiry (lease_id, expires_ms) SELECT $3, $7 WHERE EXISTS (SELECT 1 FROM won)
     ON CONFLICT (lease_id) DO UPDATE SET expires_ms = EXCLUDED.expires_ms)
-  SELECT (SELECT epoch FROM won), (SELECT epoch FROM fences WHERE resource = $1)";
+  SELECT (SELECT epoch FROM won), (SELECT epoch FROM fences WHERE resource = $1),
+    (SELECT ok FROM held)";
 
 const HEAD: &str = "SELECT next_seq, head FROM chain_head WHERE id = 1 FOR UPDATE";
 const RECEIPTS: &str = "INSERT INTO receipts (seq, jcs, at_ms)
@@ -81,7 +91,7 @@ pub(super) fn spawn(pool: Pool, key: Arc<KeyPair>) -> mpsc::Sender<Job> {
 }
 
 enum Answer {
-    Advance(Advance),
+    Advance(Result<Advance, StoreError>),
     Append(Option<SealedReceipt>),
 }
 
@@ -127,17 +137,17 @@ async fn run(pool: &Pool, key: &KeyPair, jobs: Vec<Job>) {
             for (job, answer) in jobs.into_iter().zip(answers) {
                 match (job, answer) {
                     (Job::Advance(_, reply), Answer::Advance(a)) => {
-                        let _ = reply.send(Ok(a));
+                        let _ = reply.send(a);
                     }
                     (Job::Append(_, reply), Answer::Append(a)) => {
                         let _ = reply.send(Ok(a));
                     }
                     // `apply` answers each job with its own kind, in order.
                     (Job::Advance(_, reply), _) => {
-                        let _ = reply.send(Err(unavailable("batch answers out of order")));
+                        let _ = reply.send(Err(unavailable_msg("batch answers out of order")));
                     }
                     (Job::Append(_, reply), _) => {
-                        let _ = reply.send(Err(unavailable("batch answers out of order")));
+                        let _ = reply.send(Err(unavailable_msg("batch answers out of order")));
                     }
                 }
             }
@@ -181,8 +191,10 @@ async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, 
             let st = &st;
             let tx = &tx;
             async move {
-                let epoch = i64::try_from(i.epoch)
-                    .map_err(|_| failed(unavailable("an epoch beyond 2^63 cannot be stored")))?;
+                let epoch = i64::try_from(i.epoch).map_err(|_| {
+                    failed(unavailable_msg("an epoch beyond 2^63 cannot be stored"))
+                })?;
+                let (session, lock_key) = (i.lock.map(|l| l.session), i.lock.map(|l| l.key));
                 tx.query_one(
                     st,
                     &[
@@ -193,6 +205,8 @@ async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, 
                         &i.inverse,
                         &i.snapshot,
                         &i.expires_at_ms,
+                        &session,
+                        &lock_key,
                     ],
                 )
                 .await
@@ -203,6 +217,12 @@ async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, 
         for ((at, intent), row) in advances.iter().zip(rows) {
             let won: Option<i64> = row.get(0);
             let before: Option<i64> = row.get(1);
+            if !row.get::<_, bool>(2) {
+                answers[*at] = Some(Answer::Advance(Err(unavailable_msg(
+                    "the resource's write lock was lost (its session ended): nothing written",
+                ))));
+                continue;
+            }
             let answer = match (won, before) {
                 (Some(_), _) => Advance::Advanced,
                 (None, Some(current)) if current as u64 >= intent.epoch => Advance::Stale {
@@ -222,7 +242,7 @@ async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, 
                     }
                 }
             };
-            answers[*at] = Some(Answer::Advance(answer));
+            answers[*at] = Some(Answer::Advance(Ok(answer)));
         }
     }
 
@@ -240,7 +260,7 @@ async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, 
         let head = tx.query_one(&st, &[]).await.map_err(rolled_back)?;
         let mut seq: i64 = head.get(0);
         let mut prev = Sha256Digest::parse_ptcl(head.get::<_, &str>(1))
-            .map_err(|_| failed(unavailable("chain_head.head is not a digest")))?;
+            .map_err(|_| failed(unavailable_msg("chain_head.head is not a digest")))?;
         let (mut seqs, mut jcs) = (Vec::new(), Vec::new());
         let (mut index_leases, mut index_seqs) = (Vec::new(), Vec::new());
         // Last outcome per key wins (one statement may not update a row twice).
@@ -327,6 +347,6 @@ async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, 
     }
     answers
         .into_iter()
-        .map(|a| a.ok_or_else(|| Failure::Uncertain(unavailable("a job got no answer"))))
+        .map(|a| a.ok_or_else(|| Failure::Uncertain(unavailable_msg("a job got no answer"))))
         .collect()
 }

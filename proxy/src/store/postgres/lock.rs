@@ -2,7 +2,7 @@
 
 use deadpool_postgres::{Object, Pool};
 
-use crate::store::{ResourceGuard, StoreError};
+use crate::store::{LockProof, ResourceGuard, StoreError};
 
 use super::tx::unavailable;
 
@@ -41,16 +41,24 @@ pub(super) async fn lock(locks: &Pool, resource: &str) -> Result<ResourceGuard, 
     let client = locks.get().await.map_err(unavailable)?;
     // One round trip: the 64-bit hash of the key (a collision only makes two resources share
     // a lock), locked, and returned for the unlock.
-    let row = client
-        .query_one(
-            "SELECT k FROM (SELECT hashtextextended($1, 0) AS k) h, LATERAL pg_advisory_lock(h.k)",
-            &[&resource],
+    let st = client
+        .prepare_cached(
+            "SELECT k, pg_backend_pid() FROM (SELECT hashtextextended($1, 0) AS k) h,
+             LATERAL pg_advisory_lock(h.k)",
         )
         .await
         .map_err(unavailable)?;
+    let row = client
+        .query_one(&st, &[&resource])
+        .await
+        .map_err(unavailable)?;
     let key: i64 = row.get(0);
-    Ok(ResourceGuard::new(Held {
-        client: Some(client),
-        key,
-    }))
+    let session: i32 = row.get(1);
+    Ok(ResourceGuard::held_by(
+        Held {
+            client: Some(client),
+            key,
+        },
+        LockProof { session, key },
+    ))
 }

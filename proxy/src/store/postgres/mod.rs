@@ -33,8 +33,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use batch::Job;
 use tx::{
-    escrow_state_is, now_ms, put_escrow, put_part, unavailable, INVERSE, NO_SEQ, RECEIPT, RECORD,
-    SNAPSHOT,
+    escrow_state_is, now_ms, put_escrow, put_part, unavailable, unavailable_msg, INVERSE, NO_SEQ,
+    RECEIPT, RECORD, SNAPSHOT,
 };
 
 use crate::store::{
@@ -188,7 +188,7 @@ impl PostgresStore {
         self.jobs
             .send(job)
             .await
-            .map_err(|_| unavailable("the writer task is gone"))
+            .map_err(|_| unavailable_msg("the writer task is gone"))
     }
 
     async fn client(&self) -> Result<Object, StoreError> {
@@ -236,7 +236,7 @@ impl Store for PostgresStore {
             self.submit(Job::Advance(intent, reply)).await?;
             answer
                 .await
-                .map_err(|_| unavailable("the writer task is gone"))?
+                .map_err(|_| unavailable_msg("the writer task is gone"))?
         })
     }
 
@@ -251,7 +251,7 @@ impl Store for PostgresStore {
                 .await?;
             answer
                 .await
-                .map_err(|_| unavailable("the writer task is gone"))?
+                .map_err(|_| unavailable_msg("the writer task is gone"))?
         })
     }
 

@@ -37,15 +37,21 @@ const MIGRATION_LOCK: i64 = 0x7061_6c69_7361_6465;
 
 /// The database's schema version, if this build can use it as it is.
 pub(super) async fn check(client: &Client) -> Result<i32, StoreError> {
-    let row = client
-        .query_one(
-            "SELECT CASE WHEN to_regclass('palisade_schema') IS NULL THEN 0
-                    ELSE (SELECT coalesce(max(version), 0) FROM palisade_schema) END",
-            &[],
-        )
+    // Two statements: a missing table fails the parse of any statement that names it.
+    let exists: bool = client
+        .query_one("SELECT to_regclass('palisade_schema') IS NOT NULL", &[])
         .await
-        .map_err(unavailable)?;
-    let current: i32 = row.get(0);
+        .map_err(unavailable)?
+        .get(0);
+    let current: i32 = if exists {
+        client
+            .query_one("SELECT coalesce(max(version), 0) FROM palisade_schema", &[])
+            .await
+            .map_err(unavailable)?
+            .get(0)
+    } else {
+        0
+    };
     let known = MIGRATIONS.len() as i32;
     match current {
         v if v == known => Ok(v),

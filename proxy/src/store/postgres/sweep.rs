@@ -9,7 +9,7 @@ use palisade_policy::digest::Sha256Digest;
 
 use crate::store::{ChainAnchor, ReceiptLog, Retention, StoreError};
 
-use super::tx::{now_ms, unavailable};
+use super::tx::{now_ms, unavailable, unavailable_msg};
 
 /// Rows one round removes from each table, at most.
 const PER_ROUND: i64 = 1_000;
@@ -128,7 +128,7 @@ pub(super) async fn receipt_log(client: &mut Object) -> Result<ReceiptLog, Store
             Ok(ChainAnchor {
                 pruned: r.get::<_, i64>(0) as u64,
                 prev: Sha256Digest::parse_ptcl(r.get::<_, &str>(1))
-                    .map_err(|_| unavailable("chain_anchor.prev is not a digest"))?,
+                    .map_err(|_| unavailable_msg("chain_anchor.prev is not a digest"))?,
             })
         })
         .transpose()?;

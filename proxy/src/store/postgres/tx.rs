@@ -12,8 +12,24 @@ pub(super) const RECEIPT: i8 = b'c' as i8;
 /// `lease_data.seq` of the parts that have no sequence number.
 pub(super) const NO_SEQ: i64 = -1;
 
-pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("postgres: {e}"))
+/// An error with its causes: tokio-postgres says "db error" and keeps the server's message
+/// (e.g. "password authentication failed for user …") as its source. Neither holds the URL.
+pub(super) fn unavailable(e: impl std::error::Error) -> StoreError {
+    let mut text = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text.push_str(": ");
+            text.push_str(&more);
+        }
+        cause = c.source();
+    }
+    StoreError::Unavailable(format!("postgres: {text}"))
+}
+
+pub(super) fn unavailable_msg(why: &str) -> StoreError {
+    StoreError::Unavailable(format!("postgres: {why}"))
 }
 
 /// Puts one `lease_data` part.
