@@ -396,6 +396,64 @@ async fn until_ready_is(p: &Palisade, want: StatusCode, within: Duration) -> Dur
     panic!("/readyz did not answer {want} within {within:?}");
 }
 
+/// A TCP relay to the database that, once armed, passes on the next `COMMIT` a client sends
+/// and then cuts that connection before the server's answer can come back: the commit happens,
+/// the client cannot know it did.
+struct CommitCutter {
+    addr: std::net::SocketAddr,
+    armed: Arc<AtomicBool>,
+    cut: Arc<AtomicU64>,
+}
+
+impl CommitCutter {
+    async fn start(to: std::net::SocketAddr) -> CommitCutter {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let armed = Arc::new(AtomicBool::new(false));
+        let cut = Arc::new(AtomicU64::new(0));
+        let (armed2, cut2) = (armed.clone(), cut.clone());
+        tokio::spawn(async move {
+            loop {
+                let Ok((client, _)) = listener.accept().await else {
+                    return;
+                };
+                let Ok(server) = tokio::net::TcpStream::connect(to).await else {
+                    continue;
+                };
+                let (armed, cut) = (armed2.clone(), cut2.clone());
+                tokio::spawn(async move {
+                    let (mut cr, mut cw) = client.into_split();
+                    let (mut sr, mut sw) = server.into_split();
+                    let back = tokio::spawn(async move {
+                        let _ = tokio::io::copy(&mut sr, &mut cw).await;
+                    });
+                    let mut buf = vec![0u8; 64 * 1024];
+                    loop {
+                        let n = match cr.read(&mut buf).await {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => n,
+                        };
+                        if sw.write_all(&buf[..n]).await.is_err() {
+                            break;
+                        }
+                        let commit = buf[..n].windows(7).any(|w| w == b"COMMIT\0");
+                        if commit && armed.swap(false, Ordering::SeqCst) {
+                            // The server has the COMMIT; the client never hears back.
+                            back.abort();
+                            cut.fetch_add(1, Ordering::SeqCst);
+                            tokio::time::sleep(Duration::from_millis(200)).await;
+                            return;
+                        }
+                    }
+                    back.abort();
+                });
+            }
+        });
+        CommitCutter { addr, armed, cut }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_sidecars_on_one_database_behave_as_one() {
     let cluster = Cluster::start();
@@ -844,6 +902,70 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     let v: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["ok"], true, "{v}");
     assert!(v["receipts"].as_u64().unwrap() >= count as u64, "{v}");
+
+    // A commit whose answer was lost (the connection cut after COMMIT went out): the write is
+    // refused as uncertain and reaches no one, its fence did advance, and a retry under the
+    // same lease is refused as stale, never run.
+    let cutter = CommitCutter::start(format!("127.0.0.1:{}", cluster.port).parse().unwrap()).await;
+    let through_cutter = format!(
+        "postgresql://{ROLE}:{PASSWORD}@{}/palisade?sslmode=disable",
+        cutter.addr
+    );
+    let d = replica(&through_cutter);
+    let lease = lease_for(&agent, "/items/uncertain", 3, |_| {});
+    let writes_to = |path: &str| {
+        upstream
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PUT" && r.path_and_query == path)
+            .count()
+    };
+    cutter.armed.store(true, Ordering::SeqCst);
+    let lost = got(try_send(leased_put(
+        &d.url(""),
+        "/items/uncertain",
+        &lease,
+        None,
+        "{}",
+    ))
+    .await);
+    assert_eq!(cutter.cut.load(Ordering::SeqCst), 1, "no commit was cut");
+    assert_eq!(
+        lost.status,
+        Some(StatusCode::SERVICE_UNAVAILABLE),
+        "{lost:?}"
+    );
+    assert_eq!(lost.code.as_deref(), Some("ERR_STORE_UNAVAILABLE"));
+    assert_eq!(writes_to("/items/uncertain"), 0);
+    assert_eq!(
+        store
+            .epoch(&format!("{BASE}/items/uncertain"))
+            .await
+            .unwrap(),
+        3,
+        "the commit happened"
+    );
+    let retry = got(try_send(leased_put(
+        &d.url(""),
+        "/items/uncertain",
+        &lease,
+        None,
+        "{}",
+    ))
+    .await);
+    assert_eq!(
+        retry.code.as_deref(),
+        Some("ERR_STALE_FENCE_EPOCH"),
+        "{retry:?}"
+    );
+    assert_eq!(
+        writes_to("/items/uncertain"),
+        0,
+        "the uncertain write was run on a retry"
+    );
+    assert!(d.logs().contains("commit outcome unknown"), "{}", d.logs());
+    given.push(retry);
+    drop(d);
 
     // The password is nowhere a sidecar, its metrics or an operator command shows.
     let (_, metrics) = admin_get(a.admin, "/metrics").await;

@@ -221,8 +221,18 @@ pub async fn check(
 
 pub(crate) fn store_refusal(e: StoreError) -> Refusal {
     tracing::warn!(error = %e, "store unavailable; refusing the write");
-    Refusal::new(
-        ErrorCode::StoreUnavailable,
-        "the state store cannot record this write",
-    )
+    match e {
+        StoreError::Unavailable(_) => Refusal::new(
+            ErrorCode::StoreUnavailable,
+            "the state store cannot record this write",
+        ),
+        // Not retried: the fence may have advanced, so running it again could not be undone
+        // as the lease says. Nothing was forwarded.
+        StoreError::Uncertain(_) => Refusal::new(
+            ErrorCode::StoreUnavailable,
+            "the state store lost its connection while committing this write, so whether its fence \
+             advanced is unknown; nothing was forwarded, and a retry under the same lease may be \
+             refused as stale (take a new lease)",
+        ),
+    }
 }
