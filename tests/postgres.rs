@@ -1075,17 +1075,18 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     assert!(e.contains("need sslrootcert"), "{e}");
 
     // The write lock is the database's: another replica waits for it, gets it when the holder
-    // lets go, or when the holder's session ends; an advance under a lock whose session ended
-    // (a database restart, a killed connection) writes nothing.
+    // lets go, or when the holder's session ends; a lock whose session ended (a database
+    // restart, a cut connection) is not confirmed, so no write is sent under it.
     let other = open(&socket).await.unwrap();
     let held = store.lock("r").await.unwrap();
     let waiting = tokio::time::timeout(Duration::from_millis(300), other.lock("r")).await;
     assert!(waiting.is_err(), "two replicas held one resource's lock");
-    let session = held.proof().unwrap().session;
-    run(cluster
-        .psql("palisade")
-        .arg("-c")
-        .arg(format!("SELECT pg_terminate_backend({session})")));
+    assert!(store.confirm(&held).await.is_ok());
+    // Only `held`'s session has the advisory lock granted (the other waits).
+    let ended = cluster.query(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted",
+    );
+    assert_eq!(ended, "1");
     let started = tokio::time::Instant::now();
     let got_it = tokio::time::timeout(Duration::from_secs(10), other.lock("r")).await;
     assert!(
@@ -1096,26 +1097,10 @@ async fn three_sidecars_on_one_database_behave_as_one() {
         "lock of an ended session released after {:?}",
         started.elapsed()
     );
-    let lost = store
-        .advance(WriteIntent {
-            resource: "r".into(),
-            epoch: 1,
-            lease_id: "urn:uuid:lost".into(),
-            expires_at_ms: 1_900_000_000_000,
-            lease_record: b"{}".to_vec(),
-            inverse: None,
-            snapshot: None,
-            lock: held.proof(),
-        })
-        .await;
+    let lost = store.confirm(&held).await;
     assert!(
         matches!(&lost, Err(e) if e.to_string().contains("write lock was lost")),
         "{lost:?}"
-    );
-    assert_eq!(
-        store.epoch("r").await.unwrap(),
-        0,
-        "advanced without its lock"
     );
     drop((held, got_it, other));
 
@@ -1146,7 +1131,6 @@ async fn three_sidecars_on_one_database_behave_as_one() {
             lease_record: b"{}".to_vec(),
             inverse: Some(b"{}".to_vec()),
             snapshot: None,
-            lock: None,
         })
         .await
         .unwrap();

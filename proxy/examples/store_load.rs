@@ -70,8 +70,7 @@ async fn main() {
                     lease_record: record.into_bytes(),
                     inverse: Some(br#"{"method":"DELETE","path":"/x"}"#.to_vec()),
                     snapshot: None,
-                    lock: None,
-                };
+                            };
                 store.advance(intent).await.unwrap();
                 let body = ReceiptBody {
                     lease_id: Some(lease_id),

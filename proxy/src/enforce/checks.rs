@@ -122,8 +122,11 @@ pub async fn check(
         .clone()
         .unwrap_or_else(|| target::resource_key(&target).to_owned());
     let pq = facts.path;
-    let guard = enf.store.lock(&resource).await.map_err(store_refusal)?;
-    let current = enf.store.epoch(&resource).await.map_err(store_refusal)?;
+    let (guard, current) = enf
+        .store
+        .lock_and_epoch(&resource)
+        .await
+        .map_err(store_refusal)?;
     let at_epoch = |refusal| Denied {
         refusal,
         current_epoch: Some(current),
@@ -190,14 +193,18 @@ pub async fn check(
         lease_record: serde_json::to_vec(&record).unwrap_or_default(),
         inverse: staged.map(|s| s.jcs),
         snapshot,
-        lock: guard.proof(),
     };
     let waited = tokio::time::Instant::now();
-    let advanced = enf.store.advance(intent).await;
+    // The lock's confirmation travels beside the advance (it shows the lock held at that
+    // moment, as well as after it: a lock is lost only with its session).
+    let (advanced, confirmed) = tokio::join!(enf.store.advance(intent), enf.store.confirm(&guard));
     metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "advance")
         .record(waited.elapsed().as_secs_f64());
     match advanced.map_err(store_refusal)? {
-        Advance::Advanced => {}
+        // The lock must still be held as the write leaves (a shared store's can be lost with
+        // its database session); the fence stays advanced either way, so a retry needs a new
+        // lease, as after an uncertain commit.
+        Advance::Advanced => confirmed.map_err(store_refusal)?,
         Advance::Stale { current } => {
             return Err(Denied {
                 refusal: Refusal::new(

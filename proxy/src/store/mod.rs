@@ -61,16 +61,6 @@ pub struct WriteIntent {
     pub inverse: Option<Vec<u8>>,
     /// The pre-image representation, for SNAPSHOT_RESTORE (empty when the resource was absent).
     pub snapshot: Option<Vec<u8>>,
-    /// The resource's write lock as the backend holds it ([`ResourceGuard::proof`]): a shared
-    /// backend advances only while that lock is still held (a database restart ends it).
-    pub lock: Option<LockProof>,
-}
-
-/// Which database session holds a resource's write lock, and under what key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct LockProof {
-    pub session: i32,
-    pub key: i64,
 }
 
 /// Retention is configuration (`store.lease_retention`, `store.receipt_retention`); the
@@ -149,35 +139,40 @@ pub struct EscrowUpdate {
 
 /// Held while one resource's write is checked, forwarded and receipted (SPEC §5.3): dropping
 /// it releases the lock. What it holds is the backend's.
-pub struct ResourceGuard {
-    _held: Box<dyn Send + Sync>,
-    proof: Option<LockProof>,
-}
+pub struct ResourceGuard(Box<dyn std::any::Any + Send + Sync>);
 
 impl ResourceGuard {
     pub fn new(held: impl Send + Sync + 'static) -> Self {
-        Self {
-            _held: Box::new(held),
-            proof: None,
-        }
+        Self(Box::new(held))
     }
 
-    /// A guard whose lock a database session holds.
-    pub fn held_by(held: impl Send + Sync + 'static, proof: LockProof) -> Self {
-        Self {
-            _held: Box::new(held),
-            proof: Some(proof),
-        }
-    }
-
-    pub fn proof(&self) -> Option<LockProof> {
-        self.proof
+    /// What the backend keeps in the guard, if it is a `T`.
+    pub fn held<T: 'static>(&self) -> Option<&T> {
+        self.0.downcast_ref()
     }
 }
 
 pub trait Store: Send + Sync {
     /// Takes `resource`'s write lock, waiting for it; held until the guard is dropped.
     fn lock<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<ResourceGuard, StoreError>>;
+
+    /// [`Store::lock`], then [`Store::epoch`] as seen once the lock is held (check 11); a
+    /// backend may do both in one round trip.
+    fn lock_and_epoch<'a>(
+        &'a self,
+        resource: &'a str,
+    ) -> BoxFuture<'a, Result<(ResourceGuard, u64), StoreError>> {
+        Box::pin(async move {
+            let guard = self.lock(resource).await?;
+            let epoch = self.epoch(resource).await?;
+            Ok((guard, epoch))
+        })
+    }
+
+    /// Confirms that `guard`'s lock is still held, just before the write it guards is sent: a
+    /// shared backend's lock lives in a database session, which a restart or a cut connection
+    /// ends (and the lock with it). A lock held now was held since it was taken.
+    fn confirm<'a>(&'a self, guard: &'a ResourceGuard) -> BoxFuture<'a, Result<(), StoreError>>;
 
     /// The last committed epoch of `resource` (0 when never written).
     fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>>;

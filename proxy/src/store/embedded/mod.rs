@@ -206,6 +206,11 @@ impl Store for EmbeddedStore {
         Box::pin(async move { Ok(ResourceGuard::new(self.locks.lock(resource).await)) })
     }
 
+    fn confirm<'a>(&'a self, _: &'a ResourceGuard) -> BoxFuture<'a, Result<(), StoreError>> {
+        // An in-process lock cannot be lost while its guard lives.
+        Box::pin(async { Ok(()) })
+    }
+
     fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
             let rtx = self.db.begin_read().map_err(unavailable)?;

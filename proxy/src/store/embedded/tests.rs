@@ -15,7 +15,6 @@ fn intent(resource: &str, epoch: u64, lease: &str) -> WriteIntent {
         lease_record: format!("{{\"lease_id\":\"{lease}\"}}").into_bytes(),
         inverse: Some(br#"{"method":"DELETE","path":"/x"}"#.to_vec()),
         snapshot: None,
-        lock: None,
     }
 }
 

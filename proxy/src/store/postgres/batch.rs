@@ -42,15 +42,8 @@ pub(super) enum Job {
 
 /// The fence CAS and the lease's data in one statement: the parts are written only if the
 /// epoch advanced. `before` is the epoch in the statement's snapshot (for the 409's `current`).
-/// `held` says the write lock's session still holds it (when a lock is named: `$8` its
-/// session, `$9` its key, as `pg_locks` shows a bigint advisory key in two oids); without it
-/// nothing is written.
-const ADVANCE: &str = "WITH held AS (
-    SELECT $8::int IS NULL OR EXISTS (SELECT 1 FROM pg_locks WHERE locktype = 'advisory'
-      AND granted AND pid = $8 AND objsubid = 1 AND classid = (($9::bigint >> 32) & 4294967295)::oid
-      AND objid = ($9::bigint & 4294967295)::oid) AS ok),
-  won AS (
-    INSERT INTO fences (resource, epoch) SELECT $1, $2 WHERE (SELECT ok FROM held)
+const ADVANCE: &str = "WITH won AS (
+    INSERT INTO fences (resource, epoch) VALUES ($1, $2)
     ON CONFLICT (resource) DO UPDATE SET epoch = EXCLUDED.epoch
     WHERE fences.epoch < EXCLUDED.epoch RETURNING epoch),
   parts AS (
@@ -63,8 +56,7 @@ const ADVANCE: &str = "WITH held AS (
   expiry AS (
     INSERT INTO lease_expiry (lease_id, expires_ms) SELECT $3, $7 WHERE EXISTS (SELECT 1 FROM won)
     ON CONFLICT (lease_id) DO UPDATE SET expires_ms = EXCLUDED.expires_ms)
-  SELECT (SELECT epoch FROM won), (SELECT epoch FROM fences WHERE resource = $1),
-    (SELECT ok FROM held)";
+  SELECT (SELECT epoch FROM won), (SELECT epoch FROM fences WHERE resource = $1)";
 
 const HEAD: &str = "SELECT next_seq, head FROM chain_head WHERE id = 1 FOR UPDATE";
 const RECEIPTS: &str = "INSERT INTO receipts (seq, jcs, at_ms)
@@ -194,7 +186,6 @@ async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, 
                 let epoch = i64::try_from(i.epoch).map_err(|_| {
                     failed(unavailable_msg("an epoch beyond 2^63 cannot be stored"))
                 })?;
-                let (session, lock_key) = (i.lock.map(|l| l.session), i.lock.map(|l| l.key));
                 tx.query_one(
                     st,
                     &[
@@ -205,8 +196,6 @@ async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, 
                         &i.inverse,
                         &i.snapshot,
                         &i.expires_at_ms,
-                        &session,
-                        &lock_key,
                     ],
                 )
                 .await
@@ -217,12 +206,6 @@ async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, 
         for ((at, intent), row) in advances.iter().zip(rows) {
             let won: Option<i64> = row.get(0);
             let before: Option<i64> = row.get(1);
-            if !row.get::<_, bool>(2) {
-                answers[*at] = Some(Answer::Advance(Err(unavailable_msg(
-                    "the resource's write lock was lost (its session ended): nothing written",
-                ))));
-                continue;
-            }
             let answer = match (won, before) {
                 (Some(_), _) => Advance::Advanced,
                 (None, Some(current)) if current as u64 >= intent.epoch => Advance::Stale {

@@ -219,6 +219,17 @@ impl Store for PostgresStore {
         Box::pin(lock::lock(&self.locks, resource))
     }
 
+    fn lock_and_epoch<'a>(
+        &'a self,
+        resource: &'a str,
+    ) -> BoxFuture<'a, Result<(ResourceGuard, u64), StoreError>> {
+        Box::pin(lock::lock_and_epoch(&self.locks, resource))
+    }
+
+    fn confirm<'a>(&'a self, guard: &'a ResourceGuard) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(lock::confirm(guard))
+    }
+
     fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
             let client = self.client().await?;
