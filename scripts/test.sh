@@ -31,11 +31,12 @@ if [ ${#need_pkgs[@]} -gt 0 ]; then
   fi
 fi
 
-# The MCP tests run the official MCP Python SDK as server and client (tests/mcp/), from a
+# The MCP tests run the official MCP Python SDK as server and client (tests/mcp/), and the
+# chart checks Helm's engine and the Kubernetes schemas (tests/k8s/), from a
 # venv under target/ made once per requirements file.
 command -v python3 >/dev/null 2>&1 || { echo "python3 is needed for the MCP tests" >&2; exit 1; }
 venv=target/pyenv
-want=$(sha256sum tests/mcp/requirements.txt | cut -c1-64)
+want=$(sha256sum tests/requirements.txt | cut -c1-64)
 if [ "$(cat "$venv/.requirements" 2>/dev/null)" != "$want" ]; then
   say "python venv for the MCP tests ($venv)"
   rm -rf "$venv"
@@ -48,7 +49,7 @@ if [ "$(cat "$venv/.requirements" 2>/dev/null)" != "$want" ]; then
       exit 1
     fi
   fi
-  "$venv/bin/pip" install -q --disable-pip-version-check -r tests/mcp/requirements.txt
+  "$venv/bin/pip" install -q --disable-pip-version-check -r tests/requirements.txt
   echo "$want" > "$venv/.requirements"
 fi
 

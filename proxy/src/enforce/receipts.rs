@@ -89,6 +89,7 @@ pub async fn commit(
         // loudly: the audit chain will not show this write.
         Err(e) => {
             tracing::error!(error = %e, lease_id = %l.lease_id, "commit receipt not stored");
+            metrics::counter!(crate::telemetry::RECEIPTS_NOT_STORED).increment(1);
             None
         }
     }

@@ -29,6 +29,9 @@ pub const LOCKFILE_RELOADS: &str = "palisade_lockfile_reloads_total";
 pub const LOCKFILE_INFO: &str = "palisade_lockfile_info";
 /// Jobs per store transaction (group commit at work); not in SPEC §9, an addition.
 pub const STORE_BATCH_JOBS: &str = "palisade_store_batch_jobs";
+/// Receipts that could not be stored for a write that was already forwarded (the audit chain
+/// does not show that write): the alert "receipt chain failure" watches this.
+pub const RECEIPTS_NOT_STORED: &str = "palisade_receipts_not_stored_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -157,6 +160,10 @@ fn describe() {
     );
     metrics::describe_gauge!(LOCKFILE_INFO, "1 for the lockfile digest in force.");
     metrics::describe_histogram!(STORE_BATCH_JOBS, "Jobs committed per store transaction.");
+    metrics::describe_counter!(
+        RECEIPTS_NOT_STORED,
+        "Forwarded writes whose commit receipt could not be stored."
+    );
 }
 
 /// Starts the log subscriber. Safe to call more than once (later calls do nothing).
