@@ -268,6 +268,13 @@ def refusals():
 
 
 def main():
+    if "--pod" in sys.argv:
+        # For the pod run in tests/kubernetes.rs: the workload's pod spec and the config.
+        shape = sys.argv[sys.argv.index("--pod") + 1]
+        docs = render(values(shape))
+        work = pod_of(docs, shape)
+        print(json.dumps({"kind": work["kind"], "pod": work["spec"]["template"]["spec"], "config": toml_of(docs)}))
+        return
     if "--write" in sys.argv:
         RENDERED.mkdir(exist_ok=True)
         for shape in SHAPES:
