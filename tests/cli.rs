@@ -317,6 +317,7 @@ fn config_check_loads_the_files_the_config_names() {
         &cfg,
         format!(
             "[listen]\ntls = {{ cert = \"{0}/nope.crt\", key = \"{0}/nope.key\" }}\n\
+             [admin]\ntls = {{ cert = \"{0}/noadmin.crt\", key = \"{0}/noadmin.key\", client_ca = \"{0}/noca.pem\" }}\n\
              [upstream]\nurl = \"http://127.0.0.1:9\"\n[signing]\nkey = \"{0}/nokey.pem\"\n",
             dir.path().display()
         ),
@@ -331,6 +332,14 @@ fn config_check_loads_the_files_the_config_names() {
     );
     assert!(
         err.contains("signing.key") && err.contains("nokey.pem"),
+        "{err}"
+    );
+    assert!(
+        err.contains("admin.tls:") && err.contains("noadmin.crt"),
+        "{err}"
+    );
+    assert!(
+        err.contains("admin.tls.client_ca") && err.contains("noca.pem"),
         "{err}"
     );
 }

@@ -119,12 +119,16 @@ def conventions(docs, shape):
     data_port = int(config["listen"]["addr"].rsplit(":", 1)[1])
     if ports != {"http": data_port, "admin": admin_port}:
         fail(f"{shape}: container ports {ports} differ from the config's {data_port}/{admin_port}")
-    if not config["admin"]["addr"].startswith("0.0.0.0:") or "token_file" not in config["admin"]:
-        fail(f"{shape}: the admin listener must bind the pod IP with a token (probes come from the kubelet)")
+    credential = "token_file" in config["admin"] or config["admin"].get("allowed_spiffe_ids")
+    if not config["admin"]["addr"].startswith("0.0.0.0:") or not credential:
+        fail(f"{shape}: the admin listener must bind the pod IP with a credential (probes come from the kubelet)")
+    scheme = "HTTPS" if "tls" in config["admin"] else "HTTP"
     for kind in ["startupProbe", "readinessProbe", "livenessProbe"]:
         probe = side.get(kind, {}).get("httpGet")
         if not probe or probe["port"] not in ("admin", admin_port):
             fail(f"{shape}: {kind} must be an httpGet on the admin port")
+        if probe.get("scheme", "HTTP") != scheme:
+            fail(f"{shape}: {kind} must use {scheme}, as the admin listener does")
         if probe["path"] not in ("/healthz", "/readyz"):
             fail(f"{shape}: {kind} path {probe['path']} is not an admin probe path")
     if side["readinessProbe"]["httpGet"]["path"] != "/readyz":
@@ -153,7 +157,9 @@ def conventions(docs, shape):
     for name in mounts.values():
         if name not in volumes | claims:
             fail(f"{shape}: mount {name} has no volume")
-    paths = [config["signing"]["key"], config["trust"]["issuers"], config["admin"]["token_file"]]
+    paths = [config["signing"]["key"], config["trust"]["issuers"]]
+    paths += [config["admin"]["token_file"]] if "token_file" in config["admin"] else []
+    paths += list(config["admin"].get("tls", {}).values())
     paths += [v for k, v in config.get("rich", {}).items() if k in ("lockfile", "contracts")]
     paths += list(config["listen"].get("tls", {}).values())
     if config["store"]["kind"] == "embedded":
@@ -204,7 +210,7 @@ def config_check(config_text, config, shape, palisade):
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         text = config_text.replace("/etc/palisade/", f"{tmp}/etc/").replace("/var/lib/palisade/", f"{tmp}/var/")
-        for d in ["etc/signing", "etc/trust", "etc/admin", "etc/tls", "etc/bundle", "var"]:
+        for d in ["etc/signing", "etc/trust", "etc/admin", "etc/admin-tls", "etc/tls", "etc/bundle", "var"]:
             (root / d).mkdir(parents=True, exist_ok=True)
         subprocess.run([palisade, "keygen", "--out", str(root / "etc/signing/signing.pem")], check=True, capture_output=True)
         agent = subprocess.run([palisade, "keygen", "--out", str(root / "agent.pem")], check=True, capture_output=True, text=True)
@@ -222,11 +228,11 @@ def config_check(config_text, config, shape, palisade):
             .sign(key, hashes.SHA256())
         )
         pem = cert.public_bytes(serialization.Encoding.PEM)
-        (root / "etc/tls/tls.crt").write_bytes(pem)
-        (root / "etc/tls/ca.crt").write_bytes(pem)
-        (root / "etc/tls/tls.key").write_bytes(
-            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-        )
+        key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+        for d in ["etc/tls", "etc/admin-tls"]:
+            (root / d / "tls.crt").write_bytes(pem)
+            (root / d / "ca.crt").write_bytes(pem)
+            (root / d / "tls.key").write_bytes(key_pem)
         if "lockfile" in config.get("rich", {}):
             # The bundle as the ConfigMap's items project it: lock.json and contracts/<key>.
             (root / "etc/bundle/contracts").mkdir()
@@ -250,6 +256,7 @@ def refusals():
         ({"store": {"kind": "postgres", "postgres": {"urlSecret": {"name": ""}}}}, "name"),
         ({"replicas": 0}, "replicas"),
         ({"admin": {"tokenSecret": ""}}, "tokenSecret"),
+        ({"admin": {"tokenSecret": "", "mtls": {"enabled": True, "secretName": "svid", "allowedSpiffeIds": ["not-a-spiffe-id"]}}}, "allowedSpiffeIds"),
         ({"palisade": {"ptcl": {"preImage": "sometimes"}}}, "preImage"),
         ({"palisade": {"drainTimeout": "20s"}}, "drainTimeout"),
         ({"bundle": {"contracts": ["contracts/x.json"]}}, "contracts"),

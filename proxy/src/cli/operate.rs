@@ -78,6 +78,16 @@ pub(super) fn check_referenced_files(cfg: &Config, path: &Path) -> Result<Vec<St
             }
         }
     }
+    if let Some(tls) = &cfg.admin_tls {
+        if let Err(e) = crate::net::tls::ReloadingCert::load(&tls.cert, &tls.key) {
+            lines.push(format!("{file}: admin.tls: {e}"));
+        }
+        if let Some(ca) = &tls.client_ca {
+            if let Err(e) = crate::net::tls::root_store(ca) {
+                lines.push(format!("{file}: admin.tls.client_ca: {e}"));
+            }
+        }
+    }
     if let Some(f) = &cfg.admin_token_file {
         if crate::control::admin_auth::read_token(f).is_none() {
             lines.push(format!(

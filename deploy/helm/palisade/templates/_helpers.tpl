@@ -100,15 +100,15 @@ spec:
         - { name: http, containerPort: {{ .Values.palisade.port }}, protocol: TCP }
         - { name: admin, containerPort: {{ .Values.palisade.adminPort }}, protocol: TCP }
       startupProbe:
-        httpGet: { path: /healthz, port: admin }
+        httpGet: { path: /healthz, port: admin{{ if .Values.admin.mtls.enabled }}, scheme: HTTPS{{ end }} }
         periodSeconds: 1
         failureThreshold: 30
       readinessProbe:
-        httpGet: { path: /readyz, port: admin }
+        httpGet: { path: /readyz, port: admin{{ if .Values.admin.mtls.enabled }}, scheme: HTTPS{{ end }} }
         periodSeconds: 2
         failureThreshold: 1
       livenessProbe:
-        httpGet: { path: /healthz, port: admin }
+        httpGet: { path: /healthz, port: admin{{ if .Values.admin.mtls.enabled }}, scheme: HTTPS{{ end }} }
         periodSeconds: 10
         failureThreshold: 3
       resources:
@@ -123,7 +123,12 @@ spec:
         - { name: config, mountPath: /etc/palisade/config, readOnly: true }
         - { name: signing, mountPath: /etc/palisade/signing, readOnly: true }
         - { name: trust, mountPath: /etc/palisade/trust, readOnly: true }
+        {{- if .Values.admin.tokenSecret }}
         - { name: admin-token, mountPath: /etc/palisade/admin, readOnly: true }
+        {{- end }}
+        {{- if .Values.admin.mtls.enabled }}
+        - { name: admin-tls, mountPath: /etc/palisade/admin-tls, readOnly: true }
+        {{- end }}
         {{- if .Values.bundle.configMap }}
         - { name: bundle, mountPath: /etc/palisade/bundle, readOnly: true }
         {{- end }}
@@ -158,10 +163,20 @@ spec:
     - name: trust
       secret:
         secretName: {{ .Values.trust.secretName }}
+    {{- if .Values.admin.tokenSecret }}
     - name: admin-token
       secret:
-        secretName: {{ required "admin.tokenSecret is required: the admin listener binds the pod IP" .Values.admin.tokenSecret }}
+        secretName: {{ .Values.admin.tokenSecret }}
         defaultMode: 0440
+    {{- else if not .Values.admin.mtls.enabled }}
+    {{- fail "admin.tokenSecret or admin.mtls is required: the admin listener binds the pod IP" }}
+    {{- end }}
+    {{- if .Values.admin.mtls.enabled }}
+    - name: admin-tls
+      secret:
+        secretName: {{ required "admin.mtls.secretName is required with admin.mtls.enabled" .Values.admin.mtls.secretName }}
+        defaultMode: 0440
+    {{- end }}
     {{- if .Values.bundle.configMap }}
     - name: bundle
       configMap:
