@@ -60,8 +60,25 @@ pub struct Pending {
     store: Arc<dyn Store>,
 }
 
+impl Pending {
+    /// Releases the key before the refusal is answered, so a retry that follows the answer
+    /// finds it free on any replica (dropping releases it too, but in the background).
+    pub async fn release(mut self) {
+        let (key, owner) = (
+            std::mem::take(&mut self.key),
+            std::mem::take(&mut self.owner),
+        );
+        if let Err(e) = self.store.release_key(key, owner).await {
+            tracing::warn!(error = %e, "idempotency reservation not released; it lapses at its hold time");
+        }
+    }
+}
+
 impl Drop for Pending {
     fn drop(&mut self) {
+        if self.owner.is_empty() {
+            return; // released already
+        }
         let release = self.store.release_key(
             std::mem::take(&mut self.key),
             std::mem::take(&mut self.owner),

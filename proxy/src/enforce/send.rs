@@ -38,6 +38,16 @@ pub(crate) enum Keep {
     },
 }
 
+impl Keep {
+    /// For a write refused before forwarding: its key, if any, is free again before the
+    /// refusal is answered.
+    pub(crate) async fn release(self) {
+        if let Keep::Key(pending) = self {
+            pending.release().await;
+        }
+    }
+}
+
 /// A permitted write as it came back from its upstream leg.
 pub(crate) struct Sent {
     pub resp: Response<ProxyBody>,

@@ -109,6 +109,7 @@ pub(crate) async fn handle(
     {
         Ok(p) => p,
         Err(denied) => {
+            keep.release().await;
             let resp = refuse(state, enf, &parts, denied, &cx, &bytes).await;
             return (resp, Outcome::Refused);
         }

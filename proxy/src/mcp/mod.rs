@@ -279,7 +279,10 @@ async fn tool_call(
     .await
     {
         Ok(p) => p,
-        Err(denied) => return refused(denied).await,
+        Err(denied) => {
+            keep.release().await;
+            return refused(denied).await;
+        }
     };
     // Protocol revisions are dates: 2026-07-28 introduced `resultType`.
     let typed = parts
