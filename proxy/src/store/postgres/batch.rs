@@ -122,8 +122,9 @@ async fn run(pool: &Pool, key: &KeyPair, jobs: Vec<Job>) {
             other => break other,
         }
     };
-    metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "postgres_batch")
+    metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "commit")
         .record(waited.elapsed().as_secs_f64());
+    metrics::histogram!(crate::telemetry::STORE_BATCH_JOBS).record(jobs.len() as f64);
     let error = match outcome {
         Ok(answers) => {
             for (job, answer) in jobs.into_iter().zip(answers) {
