@@ -88,14 +88,6 @@ fn project(dir: &Path, generation: u32, files: &[(String, Vec<u8>)]) {
     }
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn get(port: u16, path: &str) -> Option<(http::StatusCode, String)> {
     let req = http::Request::get(format!("http://127.0.0.1:{port}{path}"))
         .body(full(""))

@@ -71,14 +71,6 @@ fn run(cmd: &mut Command) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 impl Cluster {
     fn start() -> Cluster {
         let bin = std::fs::read_dir("/usr/lib/postgresql")
@@ -377,6 +369,23 @@ async fn assert_chain_holds(url: &str, given: &[Got]) -> usize {
     head.count
 }
 
+/// `palisade audit verify --json` with the store URL in `TEST_PALISADE_STORE_URL` (as
+/// `store.url_env` names it), while the sidecars run; its JSON line.
+fn audit_verify(config: &Path, url: &str) -> Value {
+    let out = Command::new(bin())
+        .args(["audit", "verify", "--json", "--config"])
+        .arg(config)
+        .env("TEST_PALISADE_STORE_URL", url)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 async fn readyz(p: &Palisade) -> Option<StatusCode> {
     let req = http::Request::get(format!("http://{}/readyz", p.admin))
         .body(full(""))
@@ -460,12 +469,14 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     let socket = cluster.socket_url();
     let tls = cluster.tls_url("localhost", PASSWORD, "verify-full", Some(&cluster.ca));
     let upstream = Upstream::start().await;
-    let replica = |url: &str| {
+    let replica_with = |url: &str, pre_image: &str| {
         let dir = tempfile::tempdir().unwrap();
-        let store = format!("kind = \"postgres\"\nurl = \"{url}\"\n[ptcl]\npre_image = \"off\"\n");
+        let store =
+            format!("kind = \"postgres\"\nurl = \"{url}\"\n[ptcl]\npre_image = \"{pre_image}\"\n");
         let text = write_config(&upstream, dir.path(), "", &store);
         Palisade::start_in(dir, &text)
     };
+    let replica = |url: &str| replica_with(url, "off");
     let a = replica(&socket);
     let b = replica(&socket);
     let c = replica(&tls);
@@ -816,6 +827,12 @@ async fn three_sidecars_on_one_database_behave_as_one() {
         down.receipt.is_none(),
         "a receipt with nowhere durable to keep it"
     );
+    assert!(
+        drift_events(&b)
+            .iter()
+            .any(|e| e["code"] == "ERR_STORE_UNAVAILABLE"),
+        "no drift event for a write refused while the store was down"
+    );
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
         puts(),
@@ -881,18 +898,7 @@ async fn three_sidecars_on_one_database_behave_as_one() {
         );
     let audit_config = a.dir.path().join("audit.toml");
     std::fs::write(&audit_config, config).unwrap();
-    let out = Command::new(bin())
-        .args(["audit", "verify", "--json", "--config"])
-        .arg(&audit_config)
-        .env("TEST_PALISADE_STORE_URL", &socket)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = audit_verify(&audit_config, &socket);
     assert_eq!(v["ok"], true, "{v}");
     assert!(v["receipts"].as_u64().unwrap() >= count as u64, "{v}");
 
@@ -929,6 +935,11 @@ async fn three_sidecars_on_one_database_behave_as_one() {
         "{lost:?}"
     );
     assert_eq!(lost.code.as_deref(), Some("ERR_STORE_UNAVAILABLE"));
+    // The store answers again (a new connection), so this refusal has its receipt.
+    assert!(lost.receipt.is_some(), "{lost:?}");
+    assert!(drift_events(&d)
+        .iter()
+        .any(|e| e["code"] == "ERR_STORE_UNAVAILABLE"));
     assert_eq!(writes_to("/items/uncertain"), 0);
     assert_eq!(
         store
@@ -959,6 +970,47 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     assert!(d.logs().contains("commit outcome unknown"), "{}", d.logs());
     given.push(retry);
     drop(d);
+
+    // A write whose resource lock is lost while it is checked (the lock's session ended, as
+    // by a database restart): refused, nothing sent. The lock is taken before the pre-image
+    // GET, which the upstream answers slowly here; the session is ended during that wait.
+    let e = replica_with(&socket, "fetch");
+    let path = "/slow/1500";
+    let pre = palisade_policy::digest::Sha256Digest::of(b"slow done").to_string();
+    let lease = lease_for(&agent, path, 1, |f| {
+        f.insert("pre_image_state_hash".into(), json!(pre));
+    });
+    let sending = tokio::spawn(try_send(leased_put(&e.url(""), path, &lease, None, "{}")));
+    let mut ended = String::from("0");
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        ended = cluster.query(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted",
+        );
+        if ended != "0" {
+            break;
+        }
+    }
+    assert_eq!(ended, "1", "the write never took its lock");
+    let refused = got(sending.await.unwrap());
+    assert_eq!(
+        refused.status,
+        Some(StatusCode::SERVICE_UNAVAILABLE),
+        "{refused:?}"
+    );
+    assert_eq!(refused.code.as_deref(), Some("ERR_STORE_UNAVAILABLE"));
+    assert!(refused.receipt.is_some(), "the store still answers: the refusal has its receipt");
+    assert!(drift_events(&e)
+        .iter()
+        .any(|ev| ev["code"] == "ERR_STORE_UNAVAILABLE"));
+    assert!(e.logs().contains("write lock was lost"), "{}", e.logs());
+    let sent = upstream
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path_and_query == path)
+        .count();
+    assert_eq!(sent, 0, "a write went out under a lost lock");
+    drop(e);
 
     // The password is nowhere a sidecar, its metrics or an operator command shows.
     let (_, metrics) = admin_get(a.admin, "/metrics").await;
@@ -1166,18 +1218,7 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     .await
     .unwrap();
     assert_eq!(write.0, StatusCode::OK);
-    let out = Command::new(bin())
-        .args(["audit", "verify", "--json", "--config"])
-        .arg(&audit_config)
-        .env("TEST_PALISADE_STORE_URL", &socket)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let v = audit_verify(&audit_config, &socket);
     assert_eq!(
         (
             v["ok"].as_bool(),

@@ -500,6 +500,15 @@ impl Palisade {
 
 // ---- clients -----------------------------------------------------------------------------
 
+/// A loopback port nothing listens on now (for servers whose config names a fixed port).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A plain HTTP/1.1 client (pooled).
 pub fn http1_client(
 ) -> hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, BoxBody>

@@ -15,9 +15,10 @@ use std::sync::Arc;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};
-use rustls::{CertificateError, DigitallySignedStruct, RootCertStore, SignatureScheme};
+use rustls::{DigitallySignedStruct, SignatureScheme};
 
-use super::tls::{load_certs, load_key, provider, root_store, TlsError};
+use super::identity::verify_chain;
+use super::tls::{load_certs, load_key, provider, root_store, system_roots, TlsError};
 
 /// What the server's certificate is checked for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,13 +52,7 @@ pub fn client_config(
         Verify::Chain | Verify::Full => {
             let roots = match roots {
                 Some(Roots::File(path)) => root_store(path)?,
-                Some(Roots::System) => {
-                    let mut store = RootCertStore::empty();
-                    for cert in rustls_native_certs::load_native_certs().certs {
-                        let _ = store.add(cert);
-                    }
-                    store
-                }
+                Some(Roots::System) => system_roots(),
                 None => {
                     return Err(TlsError::Rustls(
                         "sslmode verify-ca and verify-full need sslrootcert".into(),
@@ -98,18 +93,8 @@ impl ServerCertVerifier for AnyName {
         ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        // webpki checks the chain first and the name last, so a name error means the chain
-        // itself verified.
-        match self
-            .0
-            .verify_server_cert(end_entity, intermediates, server_name, ocsp, now)
-        {
-            Ok(_)
-            | Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => Ok(ServerCertVerified::assertion()),
-            Err(e) => Err(e),
-        }
+        verify_chain(&self.0, end_entity, intermediates, server_name, ocsp, now)?;
+        Ok(ServerCertVerified::assertion())
     }
 
     fn verify_tls12_signature(

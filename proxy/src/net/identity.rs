@@ -69,6 +69,26 @@ impl SpiffeVerifier {
     }
 }
 
+/// webpki's checks of a server certificate but the host name's: its chain, validity and key
+/// usage. webpki checks the chain first and the name last, so a name error means the chain
+/// itself verified. (A pinned SPIFFE ID or `sslmode=verify-ca` replaces the name check.)
+pub(crate) fn verify_chain(
+    webpki: &WebPkiServerVerifier,
+    end_entity: &CertificateDer<'_>,
+    intermediates: &[CertificateDer<'_>],
+    server_name: &ServerName<'_>,
+    ocsp_response: &[u8],
+    now: UnixTime,
+) -> Result<(), rustls::Error> {
+    match webpki.verify_server_cert(end_entity, intermediates, server_name, ocsp_response, now) {
+        Ok(_)
+        | Err(rustls::Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        )) => Ok(()),
+        Err(e) => Err(e),
+    }
+}
+
 impl ServerCertVerifier for SpiffeVerifier {
     fn verify_server_cert(
         &self,
@@ -78,21 +98,14 @@ impl ServerCertVerifier for SpiffeVerifier {
         ocsp_response: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        // webpki checks the chain first and the name last, so a name error means the chain
-        // itself verified.
-        match self.inner.verify_server_cert(
+        verify_chain(
+            &self.inner,
             end_entity,
             intermediates,
             server_name,
             ocsp_response,
             now,
-        ) {
-            Ok(_)
-            | Err(rustls::Error::InvalidCertificate(
-                CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
-            )) => {}
-            Err(e) => return Err(e),
-        }
+        )?;
         let observed = spiffe_id(end_entity);
         if observed.as_deref() == Some(self.expected.as_str()) {
             return Ok(ServerCertVerified::assertion());

@@ -176,6 +176,15 @@ pub fn server_config_with(
     Ok(config)
 }
 
+/// The system's trust roots (unreadable ones skipped).
+pub(crate) fn system_roots() -> RootCertStore {
+    let mut roots = RootCertStore::empty();
+    for cert in rustls_native_certs::load_native_certs().certs {
+        let _ = roots.add(cert);
+    }
+    roots
+}
+
 /// The upstream client's rustls configuration: the configured CA bundle, or the system roots;
 /// with `identity`, the peer must also present that SPIFFE ID ([`crate::peer_identity`]).
 pub fn client_config(
@@ -184,13 +193,7 @@ pub fn client_config(
 ) -> Result<rustls::ClientConfig, TlsError> {
     let roots = match ca {
         Some(ca) => root_store(ca)?,
-        None => {
-            let mut roots = RootCertStore::empty();
-            for cert in rustls_native_certs::load_native_certs().certs {
-                let _ = roots.add(cert);
-            }
-            roots
-        }
+        None => system_roots(),
     };
     let builder = rustls::ClientConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()

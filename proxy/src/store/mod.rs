@@ -205,12 +205,6 @@ pub trait Store: Send + Sync {
         attach: Attachments,
     ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>>;
 
-    /// The stored outcome of a scoped idempotency key, unless it has expired.
-    fn idempotency<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>>;
-
     /// Reserves an idempotency key for the request with `fingerprint` (SPEC §5.6), unless a
     /// request holds it or its outcome is stored. `owner` names this reservation (for
     /// [`Store::release_key`]); `hold_until_ms` is when a reservation whose request died may be

@@ -199,6 +199,13 @@ impl EmbeddedStore {
             .read_bytes(table, key)?
             .and_then(|b| serde_json::from_slice(&b).ok()))
     }
+
+    /// The stored outcome of a scoped idempotency key, unless it has expired.
+    fn idempotency(&self, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        let record = self.read_json(IDEMPOTENCY, key)?;
+        // Expired but not yet swept: gone, as far as callers can tell.
+        Ok(record.filter(|r| r["expires_ms"].as_u64().is_some_and(|e| e > now_ms())))
+    }
 }
 
 impl Store for EmbeddedStore {
@@ -237,17 +244,6 @@ impl Store for EmbeddedStore {
         self.ask(|tx| Job::Receipt(Box::new((body, attach)), tx))
     }
 
-    fn idempotency<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>> {
-        Box::pin(async move {
-            let record = self.read_json(IDEMPOTENCY, key)?;
-            // Expired but not yet swept: gone, as far as callers can tell.
-            Ok(record.filter(|r| r["expires_ms"].as_u64().is_some_and(|e| e > now_ms())))
-        })
-    }
-
     fn reserve_key<'a>(
         &'a self,
         key: &'a str,
@@ -262,7 +258,7 @@ impl Store for EmbeddedStore {
                     fingerprint: Some(running),
                 });
             }
-            match self.idempotency(key).await {
+            match self.idempotency(key) {
                 Ok(None) => Ok(KeyState::Reserved),
                 Ok(Some(stored)) => {
                     self.keys.release(key);

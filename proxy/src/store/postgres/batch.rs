@@ -289,16 +289,12 @@ async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, 
             seq += 1;
             answers[*at] = Some(Answer::Append(Some(sealed)));
         }
-        let (keys, records, expiries): (Vec<&str>, Vec<Vec<u8>>, Vec<i64>) =
-            outcomes.into_iter().map(|(k, (r, e))| (k, r, e)).fold(
-                (vec![], vec![], vec![]),
-                |(mut a, mut b, mut c), (k, r, e)| {
-                    a.push(k);
-                    b.push(r);
-                    c.push(e);
-                    (a, b, c)
-                },
-            );
+        let (mut keys, mut records, mut expiries) = (Vec::new(), Vec::new(), Vec::new());
+        for (key, (record, expires)) in outcomes {
+            keys.push(key);
+            records.push(record);
+            expiries.push(expires);
+        }
         let head = prev.to_string();
         let now = now_ms();
         let (s1, s2, s3, s4) = tokio::try_join!(

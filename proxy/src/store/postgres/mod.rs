@@ -266,23 +266,6 @@ impl Store for PostgresStore {
         })
     }
 
-    fn idempotency<'a>(
-        &'a self,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            let row = client
-                .query_opt(
-                    "SELECT record FROM idempotency WHERE key = $1 AND expires_ms > $2",
-                    &[&key, &now_ms()],
-                )
-                .await
-                .map_err(unavailable)?;
-            Ok(row.and_then(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok()))
-        })
-    }
-
     fn reserve_key<'a>(
         &'a self,
         key: &'a str,
