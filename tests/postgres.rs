@@ -999,7 +999,10 @@ async fn three_sidecars_on_one_database_behave_as_one() {
         "{refused:?}"
     );
     assert_eq!(refused.code.as_deref(), Some("ERR_STORE_UNAVAILABLE"));
-    assert!(refused.receipt.is_some(), "the store still answers: the refusal has its receipt");
+    assert!(
+        refused.receipt.is_some(),
+        "the store still answers: the refusal has its receipt"
+    );
     assert!(drift_events(&e)
         .iter()
         .any(|ev| ev["code"] == "ERR_STORE_UNAVAILABLE"));
