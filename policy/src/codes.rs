@@ -130,6 +130,15 @@ codes! {
     // SPEC §10: the fence store is part of enforcement, so its loss is fence drift.
     StoreUnavailable = "ERR_STORE_UNAVAILABLE", 503, "State store unavailable", Some(Fence);
     // Data plane (SPEC §3). Not drift: nothing violated a binding.
+    // SPEC §13, AIP-2.1 quote channel (seed 001 §8.2).
+    QuoteMalformed = "ERR_QUOTE_MALFORMED", 400, "Quote-channel message malformed", Some(Structural);
+    QuoteChannel = "ERR_QUOTE_CHANNEL", 400, "Message not bound to this quote channel", Some(Representation);
+    QuoteChainUnknown = "ERR_QUOTE_CHAIN_UNKNOWN", 400, "Chain not accepted by this quote channel", Some(Representation);
+    QuoteSignature = "ERR_QUOTE_SIGNATURE", 401, "Quote-channel signature invalid", Some(Identity);
+    QuoteExpired = "ERR_QUOTE_EXPIRED", 410, "Quote-channel message expired", Some(Lease);
+    QuoteNonceReused = "ERR_QUOTE_NONCE_REUSED", 409, "Nonce already used by another message", Some(Idempotency);
+    RateLimited = "ERR_RATE_LIMITED", 429, "Rate limit exceeded", Some(Rate);
+
     BodyTooLarge = "ERR_BODY_TOO_LARGE", 413, "Request body too large", None;
     ResponseTooLarge = "ERR_RESPONSE_TOO_LARGE", 502, "Upstream response too large to check", None;
     UpstreamUnavailable = "ERR_UPSTREAM_UNAVAILABLE", 502, "Upstream unavailable", None;

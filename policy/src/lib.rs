@@ -20,9 +20,12 @@
 //! - [`rich`]: RICH bundles (lockfile + contracts) compiled into an immutable routing table
 //!   with compiled schemas (SPEC §7), and the contract checks a request runs against them.
 //!
+//! - [`aip2`]: the AIP-2.1 quote channel's checks (EIP-712 signatures, path binding, TTL).
+//!
 //! What does not: anything that waits, reads a file or a clock, or talks to a peer.
 #![forbid(unsafe_code)]
 
+pub mod aip2;
 pub mod canon;
 pub mod codes;
 pub mod digest;

@@ -29,6 +29,9 @@ pub enum ReceiptKind {
     /// A forwarded MCP tool call answered with an interim outcome (`input_required`, RICH
     /// §3.2): sent, but not complete, so not a commit (SPEC §7). Our addition to §5.5's kinds.
     Interim,
+    /// An AIP-2.1 quote-channel message delivered to the agent behind the sidecar (SPEC §13):
+    /// no lease, no SoR write; its `request_digest` is the message's. Our addition too.
+    Delivery,
 }
 
 /// The unsigned content of a receipt. Optional members are left out when absent.

@@ -1,0 +1,13 @@
+//! AGIRAILS AIP-2.1 (seed 001): the quote channel's security model (§8.2) and the messages it
+//! carries. Pure: the nonce store, the rate limit and the relay's storage are the proxy's.
+//!
+//! - [`eip712`]: typed-data hashing of flat structs, secp256k1 signer recovery (low-s only).
+//! - [`message`]: the three message types, their JSON Schemas and EIP-712 types.
+//! - [`guard`]: one posted message → [`guard::Checked`] or a [`crate::Refusal`].
+
+pub mod eip712;
+pub mod guard;
+pub mod message;
+
+pub use guard::{check, Checked, Rules};
+pub use message::Kind;

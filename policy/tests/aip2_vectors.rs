@@ -1,0 +1,224 @@
+//! The quote-channel checks against messages signed by the agirails SDK (an independent
+//! EIP-712 signer: eth-account under the SDK's own builders), and every refusal on a
+//! tampered copy of them.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use palisade_policy::aip2::{self, message, Kind, Rules};
+use palisade_policy::ErrorCode;
+use serde_json::Value;
+
+fn vectors() -> Value {
+    serde_json::from_str(include_str!("vectors/aip2_sdk.json")).unwrap()
+}
+
+fn rules(v: &Value) -> Rules {
+    let kernel = message::address(v["kernel"].as_str().unwrap()).unwrap();
+    Rules {
+        kernels: BTreeMap::from([(84532, kernel)]),
+        grace_s: 30,
+        max_ttl_s: 86_400,
+    }
+}
+
+fn body(envelope: &Value) -> Vec<u8> {
+    serde_json::to_vec(envelope).unwrap()
+}
+
+const TX: &str = "0xabababababababababababababababababababababababababababababababab";
+
+fn code(envelope: &Value, chain: &str, tx: &str, now: u64) -> Option<ErrorCode> {
+    let v = vectors();
+    aip2::check(&body(envelope), chain, tx, &rules(&v), now)
+        .err()
+        .map(|r| r.code)
+}
+
+#[test]
+fn sdk_signed_messages_pass_with_their_signer() {
+    let v = vectors();
+    let at = v["at"].as_u64().unwrap();
+    for (i, env) in v["messages"].as_array().unwrap().iter().enumerate() {
+        let c = aip2::check(&body(env), "84532", TX, &rules(&v), at).unwrap();
+        let signer = if c.kind == Kind::CounterOffer {
+            "consumer_address"
+        } else {
+            "provider_address"
+        };
+        let addr = v[signer].as_str().unwrap().to_ascii_lowercase();
+        assert_eq!(c.signer, format!("did:ethr:84532:{addr}"), "message {i}");
+        assert_eq!(c.nonce, 1);
+        // The same message re-serialised (another member order, spacing) is the same message.
+        let spaced = serde_json::to_vec_pretty(env).unwrap();
+        let again = aip2::check(
+            &spaced,
+            "84532",
+            &TX.to_uppercase().replace("0X", "0x"),
+            &rules(&v),
+            at,
+        );
+        assert_eq!(again.unwrap().fingerprint, c.fingerprint);
+    }
+}
+
+#[test]
+fn every_signed_member_is_covered() {
+    let v = vectors();
+    let at = v["at"].as_u64().unwrap();
+    for env in v["messages"].as_array().unwrap() {
+        let kind = Kind::from_wire(env["type"].as_str().unwrap()).unwrap();
+        for (name, _) in kind.struct_type().fields {
+            let mut t = env.clone();
+            let m = &mut t["message"];
+            let Some(field) = m.get_mut(*name) else {
+                continue; // justificationHash is derived
+            };
+            *field = match field.clone() {
+                Value::String(s) if s.starts_with("did:ethr:84532:0x") => {
+                    Value::String(format!("did:ethr:84532:0x{}", "42".repeat(20)))
+                }
+                Value::String(s) if s.starts_with("0x") => {
+                    let flipped = if s.ends_with('a') { "b" } else { "a" };
+                    Value::String(format!("{}{flipped}", &s[..s.len() - 1]))
+                }
+                Value::String(s) if s == "USDC" => continue, // enum of one
+                Value::String(s) => Value::String(format!("{s}1")),
+                Value::Number(n) => Value::from(n.as_u64().unwrap() + 1),
+                other => other,
+            };
+            let got = code(&t, "84532", TX, at);
+            assert!(got.is_some(), "{kind:?}.{name} changed, still accepted");
+        }
+        // The justification is covered through its hash.
+        if env["message"].get("justification").is_some() {
+            let mut t = env.clone();
+            t["message"]["justification"]["reason"] = "cheaper".into();
+            assert_eq!(code(&t, "84532", TX, at), Some(ErrorCode::QuoteSignature));
+        }
+    }
+}
+
+#[test]
+fn the_seed_surface_and_its_codes() {
+    let v = vectors();
+    let at = v["at"].as_u64().unwrap();
+    let quote = &v["messages"][0];
+    let other_tx = format!("0x{}", "cd".repeat(32));
+    // §8.4: txId A posted to …/B → 400; chainId 8453 posted to …/84532/… → 400.
+    assert_eq!(
+        code(quote, "84532", &other_tx, at),
+        Some(ErrorCode::QuoteChannel)
+    );
+    assert_eq!(code(quote, "8453", TX, at), Some(ErrorCode::QuoteChannel));
+    assert_eq!(code(quote, "084532", TX, at), Some(ErrorCode::QuoteChannel));
+    // A chain with no kernel configured.
+    let mut on_8453 = quote.clone();
+    on_8453["message"]["chainId"] = 8453.into();
+    for m in ["provider", "consumer"] {
+        let d = on_8453["message"][m]
+            .as_str()
+            .unwrap()
+            .replace(":84532:", ":8453:");
+        on_8453["message"][m] = d.into();
+    }
+    assert_eq!(
+        code(&on_8453, "8453", TX, at),
+        Some(ErrorCode::QuoteChainUnknown)
+    );
+    // A DID bound to another chain than the message.
+    let mut cross = quote.clone();
+    let d = cross["message"]["consumer"]
+        .as_str()
+        .unwrap()
+        .replace(":84532:", ":8453:");
+    cross["message"]["consumer"] = d.into();
+    assert_eq!(code(&cross, "84532", TX, at), Some(ErrorCode::QuoteChannel));
+    // TTL: expiresAt + 30 s grace.
+    let expires = quote["message"]["expiresAt"].as_u64().unwrap();
+    assert_eq!(code(quote, "84532", TX, expires + 30), None);
+    assert_eq!(
+        code(quote, "84532", TX, expires + 31),
+        Some(ErrorCode::QuoteExpired)
+    );
+    // Created further ahead than the skew allows.
+    assert_eq!(
+        code(quote, "84532", TX, at - 301),
+        Some(ErrorCode::QuoteMalformed)
+    );
+    // A counter-accept lives max_ttl after acceptedAt.
+    let accept = &v["messages"][2];
+    assert_eq!(code(accept, "84532", TX, at + 86_400 + 30), None);
+    assert_eq!(
+        code(accept, "84532", TX, at + 86_431),
+        Some(ErrorCode::QuoteExpired)
+    );
+}
+
+#[test]
+fn shapes_are_refused_before_any_signature_work() {
+    let v = vectors();
+    let at = v["at"].as_u64().unwrap();
+    let quote = &v["messages"][0];
+    let malformed = |t: &Value| code(t, "84532", TX, at);
+    let mut extra = quote.clone();
+    extra["message"]["surprise"] = 1.into();
+    assert_eq!(malformed(&extra), Some(ErrorCode::QuoteMalformed));
+    let mut wrong_type = quote.clone();
+    wrong_type["type"] = "agirails.counteroffer.v1".into();
+    assert_eq!(malformed(&wrong_type), Some(ErrorCode::QuoteMalformed));
+    let mut envelope_extra = quote.clone();
+    envelope_extra["x"] = 1.into();
+    assert_eq!(malformed(&envelope_extra), Some(ErrorCode::QuoteMalformed));
+    let mut fraction = quote.clone();
+    fraction["message"]["nonce"] = serde_json::json!(1.5);
+    assert_eq!(malformed(&fraction), Some(ErrorCode::QuoteMalformed));
+    let mut too_long = quote.clone();
+    too_long["message"]["expiresAt"] = (at + 86_401).into();
+    assert_eq!(malformed(&too_long), Some(ErrorCode::QuoteMalformed));
+    for raw in [
+        &b"[]"[..],
+        b"{",
+        b"{\"type\":1}",
+        b"\xff",
+        b"{\"a\":1,\"a\":2}",
+    ] {
+        let r = aip2::check(raw, "84532", TX, &rules(&v), at).unwrap_err();
+        assert_eq!(r.code, ErrorCode::QuoteMalformed);
+    }
+}
+
+#[test]
+fn malleable_and_foreign_signatures_are_refused() {
+    let v = vectors();
+    let at = v["at"].as_u64().unwrap();
+    let quote = &v["messages"][0];
+    let sig = hex::decode(&quote["message"]["signature"].as_str().unwrap()[2..]).unwrap();
+    // s' = n − s with v flipped recovers the same signer: refused as high-s.
+    let n =
+        hex::decode("fffffffffffffffffffffffffffffffebaaedce6af48a03bbfd25e8cd0364141").unwrap();
+    let mut s = [0u8; 32];
+    let mut borrow = 0i16;
+    for i in (0..32).rev() {
+        let d = i16::from(n[i]) - i16::from(sig[32 + i]) - borrow;
+        borrow = i16::from(d < 0);
+        s[i] = (d + 256 * borrow) as u8;
+    }
+    let mut twin = sig.clone();
+    twin[32..64].copy_from_slice(&s);
+    twin[64] = if sig[64] == 27 { 28 } else { 27 };
+    let mut t = quote.clone();
+    t["message"]["signature"] = format!("0x{}", hex::encode(&twin)).into();
+    let r = aip2::check(&body(&t), "84532", TX, &rules(&v), at).unwrap_err();
+    assert_eq!(r.code, ErrorCode::QuoteSignature);
+    assert!(r.detail.contains("high-s"), "{}", r.detail);
+    // A counter-offer's signature moved onto the quote: a valid signature by someone else.
+    let mut t = quote.clone();
+    t["message"]["signature"] = v["messages"][1]["message"]["signature"].clone();
+    assert_eq!(code(&t, "84532", TX, at), Some(ErrorCode::QuoteSignature));
+    // Another kernel (verifyingContract) is another domain.
+    let mut other = rules(&v);
+    other.kernels.insert(84532, [7u8; 20]);
+    let r = aip2::check(&body(quote), "84532", TX, &other, at).unwrap_err();
+    assert_eq!(r.code, ErrorCode::QuoteSignature);
+}
