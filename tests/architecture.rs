@@ -23,7 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["server"],
     &["control"],
     &["pipeline"],
-    &["authority"],
+    &["authority", "aip"],
     &["mcp"],
     &["enforce"],
     &["context"],

@@ -21,6 +21,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod aip;
 pub mod authority;
 pub mod cli;
 pub mod clock;

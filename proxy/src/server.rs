@@ -108,6 +108,7 @@ impl Server {
             tls,
             admin_tls,
             state: Arc::new(AppState {
+                quote_channel: crate::context::QuoteChannelState::from_config(&config),
                 config,
                 metrics,
                 bundle: arc_swap::ArcSwapOption::new(bundle),

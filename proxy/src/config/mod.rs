@@ -9,6 +9,7 @@
 //! Not here: reading the files a config names (keys, bundles); `run` does that and reports
 //! their problems the same way.
 
+pub mod aip2;
 mod model;
 pub mod raw;
 mod validate;
@@ -68,6 +69,9 @@ impl Config {
                 .contains_key("mcp")
                 .then(|| section(&mut table, "mcp", &mut c)),
             drift: section(&mut table, "drift", &mut c),
+            aip2: table
+                .contains_key("aip2")
+                .then(|| section(&mut table, "aip2", &mut c)),
             log: section(&mut table, "log", &mut c),
         };
         for key in table.keys() {

@@ -58,6 +58,8 @@ pub enum Sink {
 /// A validated configuration. Every field has its SPEC default filled in.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `[aip2]`: the AIP-2.1 quote-channel guard, when the section is present.
+    pub aip2: Option<super::aip2::Aip2>,
     pub listen_addr: String,
     pub drain_timeout: Duration,
     pub listen_tls: Option<ListenTls>,

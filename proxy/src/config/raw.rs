@@ -150,4 +150,5 @@ pub struct RawConfig {
     pub mcp: Option<RawMcp>,
     pub drift: RawDrift,
     pub log: RawLog,
+    pub aip2: Option<super::aip2::RawAip2>,
 }

@@ -179,3 +179,41 @@ fn retention_and_access_log_have_defaults_and_refuse_nonsense() {
         );
     }
 }
+
+#[test]
+fn aip2_defaults_and_problems() {
+    let base = "[upstream]\nurl = \"http://127.0.0.1:8081\"\n";
+    let ok = format!(
+        "{base}[aip2]\nkernels = {{ 84532 = \"0x9d25A874f046185d9237Cd4954C88D2B74B0021b\" }}\n\
+         trusted_proxies = [\"10.0.0.0/8\", \"127.0.0.1\"]\n"
+    );
+    let c = Config::parse(&ok, "t.toml").unwrap();
+    let a = c.aip2.unwrap();
+    assert_eq!(a.quote_channel, "/quote-channel");
+    assert_eq!(a.rate_limit, 60);
+    assert_eq!(a.grace, Duration::from_secs(30));
+    assert_eq!(a.dedup_ttl, Duration::from_secs(25 * 3600));
+    assert_eq!(a.kernels.len(), 1);
+    assert_eq!(a.trusted_proxies.len(), 2);
+    assert!(Config::parse(base, "t.toml").unwrap().aip2.is_none());
+
+    let bad = format!(
+        "{base}[ptcl]\nwrites = []\n[aip2]\nquote_channel = \"q/\"\nkernels = {{ x = \"0x1\", 1 = \"nope\" }}\n\
+         rate_limit = 0\ntrusted_proxies = [\"10.0.0.0/33\"]\nrelay = true\ndedup_ttl = \"1h\"\nsurprise = 1\n"
+    );
+    let err = Config::parse(&bad, "t.toml").unwrap_err();
+    let keys: Vec<&str> = err.0.iter().map(|p| p.key.as_str()).collect();
+    for k in [
+        "aip2",
+        "aip2.quote_channel",
+        "aip2.kernels",
+        "aip2.kernels.1",
+        "aip2.rate_limit",
+        "aip2.trusted_proxies",
+        "aip2.relay",
+        "aip2.dedup_ttl",
+        "aip2.surprise",
+    ] {
+        assert!(keys.contains(&k), "{k} not reported: {keys:?}");
+    }
+}

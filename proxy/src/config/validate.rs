@@ -357,7 +357,16 @@ impl RawConfig {
             }
         }
 
+        let aip2 = self.aip2.map(|a| a.validate(c));
+        if aip2.is_some() && writes.is_empty() {
+            c.push(
+                "aip2",
+                "needs PTCL enforcement (ptcl.writes not empty): its refusals and deliveries are receipted in the store",
+            );
+        }
+
         Config {
+            aip2,
             listen_addr,
             drain_timeout,
             listen_tls: self.listen.tls.map(|t| ListenTls {

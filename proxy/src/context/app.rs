@@ -25,6 +25,28 @@ pub struct AppState {
     pub draining: AtomicBool,
     /// MCP tools last listed with a changed definition (SPEC §7).
     pub mcp_drifted: Drifted,
+    /// `[aip2]`: the quote channel's rules and its per-client rate limit.
+    pub quote_channel: Option<QuoteChannelState>,
+}
+
+/// What the AIP-2.1 quote-channel guard keeps between requests.
+pub struct QuoteChannelState {
+    pub rules: palisade_policy::aip2::Rules,
+    pub rate: crate::net::rate::ClientRate,
+}
+
+impl QuoteChannelState {
+    pub fn from_config(config: &Config) -> Option<Self> {
+        let a = config.aip2.as_ref()?;
+        Some(Self {
+            rules: palisade_policy::aip2::Rules {
+                kernels: a.kernels.clone(),
+                grace_s: a.grace.as_secs(),
+                max_ttl_s: a.max_ttl.as_secs(),
+            },
+            rate: crate::net::rate::ClientRate::per_minute(a.rate_limit),
+        })
+    }
 }
 
 impl AppState {

@@ -15,7 +15,7 @@ mod enforcement;
 mod locks;
 mod request;
 
-pub use app::AppState;
+pub use app::{AppState, QuoteChannelState};
 pub use enforcement::Enforcement;
 pub use locks::{Drifted, FirstSeen};
 pub use request::{Binding, Outcome, WriteContext};

@@ -253,9 +253,51 @@ impl Pending {
     }
 }
 
+/// What a key already has, for callers that key their own requests (the AIP-2.1 nonce store).
+pub enum Reservation {
+    Fresh(Pending),
+    /// Held by a request in flight; its fingerprint, when known.
+    Running(Option<String>),
+    /// The stored record (see [`Pending::record`]; [`replay`] rebuilds its response).
+    Stored(Value),
+}
+
+/// Reserves `key` (already scoped and bounded by the caller) for a request with `fingerprint`:
+/// the same store call, reservation and retention as `Idempotency-Key` (SPEC §5.6).
+pub async fn reserve(
+    enf: &Enforcement,
+    key: String,
+    fingerprint: String,
+    times: KeyTimes,
+) -> Result<Reservation, Refusal> {
+    let now = enf.clock.now_ms();
+    let owner = uuid::Uuid::new_v4().to_string();
+    let state = enf
+        .store
+        .reserve_key(
+            &key,
+            &fingerprint,
+            &owner,
+            now.saturating_add(times.hold_ms),
+        )
+        .await
+        .map_err(checks::store_refusal)?;
+    Ok(match state {
+        KeyState::Reserved => Reservation::Fresh(Pending {
+            key,
+            fingerprint,
+            expires_ms: now.saturating_add(times.retention_ms),
+            owner,
+            store: enf.store.clone(),
+        }),
+        KeyState::Running { fingerprint } => Reservation::Running(fingerprint),
+        KeyState::Stored(rec) => Reservation::Stored(rec),
+    })
+}
+
 /// Rebuilds a stored outcome. Every field was written by this process; anything unreadable
 /// degrades to what can be read rather than failing the replay.
-fn replay(rec: &Value) -> Response<ProxyBody> {
+pub fn replay(rec: &Value) -> Response<ProxyBody> {
     let body = rec["body_b64"]
         .as_str()
         .and_then(|b| STANDARD.decode(b).ok())

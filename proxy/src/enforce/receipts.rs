@@ -138,8 +138,20 @@ pub async fn refuse(
         evidence_body,
         current_epoch,
         None,
+        &[],
     )
     .await
+}
+
+/// [`refuse`] with members added to the problem body (a protocol's own fields beside ours,
+/// e.g. the AIP-2.1 handler's `accepted` and `reason`).
+pub async fn refuse_with(
+    enf: &Enforcement,
+    refusal: &Refusal,
+    cx: &WriteContext,
+    extra: &[(&str, serde_json::Value)],
+) -> Response<ProxyBody> {
+    refuse_as(enf, refusal, cx, None, None, None, None, extra).await
 }
 
 /// [`refuse`] for a denied check: an identity mismatch at check 12 reports the peer (its
@@ -152,9 +164,10 @@ pub async fn refuse_denied(
     evidence_body: Option<&[u8]>,
 ) -> Response<ProxyBody> {
     let (refusal, epoch, peer) = (&denied.refusal, denied.current_epoch, denied.peer.as_ref());
-    refuse_as(enf, refusal, cx, lease_raw, evidence_body, epoch, peer).await
+    refuse_as(enf, refusal, cx, lease_raw, evidence_body, epoch, peer, &[]).await
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn refuse_as(
     enf: &Enforcement,
     refusal: &Refusal,
@@ -163,6 +176,7 @@ async fn refuse_as(
     evidence_body: Option<&[u8]>,
     current_epoch: Option<u64>,
     peer: Option<&Mismatch>,
+    extra: &[(&str, serde_json::Value)],
 ) -> Response<ProxyBody> {
     let request_id = uuid::Uuid::new_v4().to_string();
     let lease_id = lease_raw.and_then(lease_id_hint);
@@ -214,6 +228,9 @@ async fn refuse_as(
         enf.drift.emit(&event);
     }
     let mut problem = Problem::from_refusal(refusal, &request_id, &cx.trace_id);
+    for (k, v) in extra {
+        problem.extensions.insert((*k).to_owned(), v.clone());
+    }
     if let Some(epoch) = current_epoch {
         problem
             .extensions

@@ -13,12 +13,14 @@
 //! - [`problem`] and [`jsonrpc`]: refusals as RFC 9457 problem+json and as JSON-RPC errors.
 
 pub mod body;
+pub mod client_addr;
 pub mod conn;
 pub mod db_tls;
 pub mod headers;
 pub mod identity;
 pub mod jsonrpc;
 pub mod problem;
+pub mod rate;
 pub mod rewrite;
 pub mod tls;
 pub mod upstream;

@@ -21,6 +21,7 @@ use palisade_policy::method::MethodClass;
 use palisade_policy::ErrorCode;
 use tokio::time::Instant;
 
+use crate::aip::quote_channel;
 use crate::authority;
 use crate::context::{AppState, Binding, Outcome, WriteContext};
 use crate::enforce::forward::forward_plain;
@@ -109,6 +110,16 @@ pub async fn handle(
             return Ok(finish(&state, resp, ex, outcome, inflight));
         }
     }
+    // The AIP-2.1 quote channel (SPEC §13): guarded by its own rules instead of PTCL.
+    if let (Some(qc), Some(enf)) = (&state.quote_channel, &state.enforcement) {
+        if quote_channel::is_channel(&state, &ex.path) {
+            let cx = write_context(&ex);
+            let (resp, outcome) =
+                quote_channel::handle(&state, enf, qc, parts, body, &conn, cx).await;
+            return Ok(finish(&state, resp, ex, outcome, inflight));
+        }
+    }
+
     // Reserved prefixes (SPEC §3) are the sidecar's own and never reach the upstream.
     if ex.path.starts_with("/.well-known/ptcl/") || ex.path.starts_with("/.well-known/agtp/") {
         let resp = refuse(ErrorCode::NotFound, "no sidecar endpoint at this path");

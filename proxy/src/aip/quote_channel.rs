@@ -1,0 +1,293 @@
+//! `POST {aip2.quote_channel}/{chainId}/{txId}` (seed 001 §8.2, SPEC §13), in order:
+//!
+//! ```text
+//! path {chainId}/{txId}, method POST               400 ERR_QUOTE_CHANNEL / 405
+//!   → rate limit per client address                 429 ERR_RATE_LIMITED + Retry-After
+//!   → body ≤ MAX_MESSAGE                            413
+//!   → policy::aip2::check (schema, binding, chain, TTL, EIP-712 signer)   400/401/410
+//!   → nonce store (type, signer, nonce):
+//!       first      → forwarded; the reply (< 500) stored with a delivery receipt
+//!       same again → 200 with the stored reply, not forwarded (waits while the first runs)
+//!       other msg  → 409 ERR_QUOTE_NONCE_REUSED, not forwarded
+//! ```
+//! The nonce store is the idempotency store (`enforce::idempotency::reserve`): one
+//! reservation per key across replicas, records durable with their receipt, retained for
+//! `aip2.dedup_ttl`, swept like every idempotency record. A reply of 500 or more (or no reply)
+//! is not stored and the key is released: the message was not delivered, and the sender may
+//! retry it.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{header, HeaderValue, Method, Response, StatusCode};
+use hyper::body::Incoming;
+use palisade_policy::aip2;
+use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::json;
+
+use crate::context::{AppState, Enforcement, Outcome, QuoteChannelState, WriteContext};
+use crate::enforce::forward::forward_plain;
+use crate::enforce::idempotency::{self, KeyTimes, Pending, Reservation};
+use crate::enforce::receipts;
+use crate::net::body::{self, CollectError, ProxyBody};
+use crate::net::client_addr::client_addr;
+use crate::net::conn::ConnInfo;
+use crate::net::headers::RECEIPT_HEADER;
+use crate::net::rate::Admit;
+use crate::store::Attachments;
+
+/// Largest message accepted: the schemas bound every member but a justification's free-form
+/// `breakdown`; real messages are under 2 KiB.
+pub const MAX_MESSAGE: u64 = 64 << 10;
+/// Largest agent reply stored for replays (the SDK's handler answers a few dozen bytes).
+pub const MAX_REPLY: u64 = 64 << 10;
+/// How often a repeat polls while the first copy is still in flight.
+const POLL: Duration = Duration::from_millis(20);
+
+/// Whether `path` is under the quote channel, in any letter case: an agent whose router
+/// ignores case must not be reachable around the guard by another spelling (those are
+/// refused in [`handle`], not forwarded).
+pub fn is_channel(state: &AppState, path: &str) -> bool {
+    match &state.config.aip2 {
+        Some(a) => {
+            let n = a.quote_channel.len();
+            path.get(..n)
+                .is_some_and(|p| p.eq_ignore_ascii_case(&a.quote_channel))
+                && path.as_bytes().get(n).is_none_or(|b| *b == b'/')
+        }
+        None => false,
+    }
+}
+
+pub async fn handle(
+    state: &AppState,
+    enf: &Enforcement,
+    qc: &QuoteChannelState,
+    parts: http::request::Parts,
+    body: Incoming,
+    conn: &ConnInfo,
+    cx: WriteContext,
+) -> (Response<ProxyBody>, Outcome) {
+    let refused = |resp| (resp, Outcome::Refused);
+    let Some(aip) = &state.config.aip2 else {
+        return refused(refuse(state, enf, &cx, not_found()).await);
+    };
+    let Some(rest) = parts.uri.path().strip_prefix(aip.quote_channel.as_str()) else {
+        // Another letter case of the prefix.
+        return refused(refuse(state, enf, &cx, not_found()).await);
+    };
+    let mut segments = rest.trim_start_matches('/').split('/');
+    let (Some(chain), Some(tx), None) = (segments.next(), segments.next(), segments.next()) else {
+        return refused(refuse(state, enf, &cx, not_found()).await);
+    };
+    if chain.is_empty() || tx.is_empty() {
+        return refused(refuse(state, enf, &cx, not_found()).await);
+    }
+    if parts.method != Method::POST {
+        let r = Refusal::new(
+            ErrorCode::MethodNotAllowed,
+            "the quote channel accepts POST only",
+        );
+        let mut resp = refuse(state, enf, &cx, r).await;
+        resp.headers_mut()
+            .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        return refused(resp);
+    }
+
+    let client = client_addr(conn.peer.ip(), &parts.headers, &aip.trusted_proxies);
+    if let Admit::No {
+        retry_after,
+        receipt,
+    } = qc.rate.check(client, enf.clock.now_ms())
+    {
+        state.metrics.refusal(ErrorCode::RateLimited);
+        let r = Refusal::new(
+            ErrorCode::RateLimited,
+            "too many quote-channel requests from this client address (aip2.rate_limit)",
+        );
+        let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        let mut resp = if receipt {
+            refuse(state, enf, &cx, r).await
+        } else {
+            // Counted, not receipted: one receipt per address per minute (docs/decisions.md).
+            let request_id = uuid::Uuid::new_v4().to_string();
+            let mut p = crate::net::problem::Problem::from_refusal(&r, &request_id, &cx.trace_id);
+            sdk_members(&mut p.extensions, &r);
+            p.into_response()
+        };
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        return refused(resp);
+    }
+
+    let limit = MAX_MESSAGE.min(state.config.max_body);
+    let bytes = match body::read_request_body(body, limit).await {
+        Ok(b) => b,
+        Err(CollectError::TooLarge(_)) => {
+            let r = Refusal::new(
+                ErrorCode::BodyTooLarge,
+                "a quote-channel message is limited to 64 KiB",
+            );
+            return refused(refuse(state, enf, &cx, r).await);
+        }
+        Err(CollectError::Read(_)) => {
+            let r = Refusal::new(ErrorCode::BadRequest, "request body could not be read");
+            return refused(refuse(state, enf, &cx, r).await);
+        }
+    };
+    let now_s = u64::try_from(enf.clock.now_ms() / 1000).unwrap_or(0);
+    let checked = match aip2::check(&bytes, chain, tx, &qc.rules, now_s) {
+        Ok(c) => c,
+        Err(r) => return refused(refuse(state, enf, &cx, r).await),
+    };
+
+    // The nonce store: a scoped key, so it never meets an Idempotency-Key of a write.
+    let key =
+        palisade_policy::Sha256Digest::of(format!("aip2\0{}", checked.dedup_key()).as_bytes())
+            .to_string();
+    let fingerprint = checked.fingerprint.to_string();
+    let times = KeyTimes {
+        retention_ms: i64::try_from(aip.dedup_ttl.as_millis()).unwrap_or(i64::MAX),
+        hold_ms: KeyTimes::from_config(&state.config).hold_ms,
+    };
+    let waited_until =
+        tokio::time::Instant::now() + state.config.upstream_timeout + Duration::from_secs(5);
+    let pending = loop {
+        let reservation =
+            match idempotency::reserve(enf, key.clone(), fingerprint.clone(), times).await {
+                Ok(r) => r,
+                Err(r) => return refused(refuse(state, enf, &cx, r).await),
+            };
+        match reservation {
+            Reservation::Fresh(p) => break p,
+            Reservation::Stored(rec) if rec["fingerprint"] == fingerprint.as_str() => {
+                let mut resp = idempotency::replay(&rec);
+                *resp.status_mut() = StatusCode::OK;
+                return (resp, Outcome::Forwarded);
+            }
+            Reservation::Running(Some(f)) if f != fingerprint => {
+                return refused(refuse(state, enf, &cx, reused()).await);
+            }
+            Reservation::Stored(_) => return refused(refuse(state, enf, &cx, reused()).await),
+            // The first copy is in flight: its reply is this one's.
+            Reservation::Running(_) => {
+                if tokio::time::Instant::now() >= waited_until {
+                    let r = Refusal::new(
+                        ErrorCode::IdempotencyInFlight,
+                        "the first copy of this message is still being delivered",
+                    );
+                    return refused(refuse(state, enf, &cx, r).await);
+                }
+                tokio::time::sleep(POLL).await;
+            }
+        }
+    };
+    deliver(state, enf, parts, bytes, conn, &cx, pending, &checked).await
+}
+
+/// Forwards the first copy and stores its reply with a delivery receipt.
+#[allow(clippy::too_many_arguments)]
+async fn deliver(
+    state: &AppState,
+    enf: &Enforcement,
+    parts: http::request::Parts,
+    bytes: Bytes,
+    conn: &ConnInfo,
+    cx: &WriteContext,
+    pending: Pending,
+    checked: &aip2::Checked,
+) -> (Response<ProxyBody>, Outcome) {
+    let (resp, outcome) = forward_plain(state, parts, body::full(bytes), conn, cx, None).await;
+    if !matches!(outcome, Outcome::Forwarded) || resp.status().is_server_error() {
+        // Not delivered (or the agent failed): the sender may send it again.
+        pending.release().await;
+        return (resp, outcome);
+    }
+    let (head, reply) = resp.into_parts();
+    let reply = match body::collect_proxy(reply, MAX_REPLY).await {
+        Ok(b) => b,
+        Err(e) => {
+            tracing::warn!(error = %e, "quote-channel reply not stored");
+            pending.release().await;
+            let r = Refusal::new(
+                ErrorCode::ResponseTooLarge,
+                "the agent's reply could not be read whole (limit 64 KiB)",
+            );
+            return (
+                crate::net::problem::Problem::from_refusal(
+                    &r,
+                    &uuid::Uuid::new_v4().to_string(),
+                    &cx.trace_id,
+                )
+                .into_response(),
+                Outcome::Error,
+            );
+        }
+    };
+    let mut resp = Response::from_parts(head, body::full(reply.clone()));
+    let record = pending.record(&resp, &reply);
+    let receipt = ReceiptBody {
+        method: Some("POST".into()),
+        sor_target_uri: Some(cx.operation.trim_start_matches("POST ").to_owned()),
+        request_digest: Some(checked.digest_uri()),
+        upstream_status: Some(resp.status().as_u16()),
+        outcome: Some(checked.kind.wire().to_owned()),
+        trace_id: Some(cx.trace_id.clone()),
+        ..ReceiptBody::new(
+            format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+            ReceiptKind::Delivery,
+            enf.now_rfc3339(),
+        )
+    };
+    let attach = Attachments {
+        idempotency: Some(record),
+        escrow: None,
+    };
+    match enf.store.append_receipt_with(receipt, attach).await {
+        Ok(Some(sealed)) => {
+            if let Some(v) = receipts::receipt_header_value(&sealed.value) {
+                resp.headers_mut().insert(RECEIPT_HEADER, v);
+            }
+        }
+        // Delivered, but a repeat would be delivered again: say so loudly.
+        Ok(None) | Err(_) => {
+            tracing::error!("quote-channel delivery not recorded; a repeat would be forwarded");
+            metrics::counter!(crate::telemetry::RECEIPTS_NOT_STORED).increment(1);
+        }
+    }
+    drop(pending);
+    (resp, Outcome::Forwarded)
+}
+
+fn not_found() -> Refusal {
+    Refusal::new(
+        ErrorCode::QuoteChannel,
+        "the channel path must be {quote_channel}/{chainId}/{txId}",
+    )
+}
+
+fn reused() -> Refusal {
+    Refusal::new(
+        ErrorCode::QuoteNonceReused,
+        "another message was already received under this type, signer and nonce",
+    )
+}
+
+/// The SDK handler's members beside ours: `accepted: false` and a `reason`.
+fn sdk_members(ext: &mut serde_json::Map<String, serde_json::Value>, r: &Refusal) {
+    ext.insert("accepted".into(), json!(false));
+    ext.insert("reason".into(), json!(r.detail));
+}
+
+/// A receipted refusal with the SDK's members.
+async fn refuse(
+    state: &AppState,
+    enf: &Enforcement,
+    cx: &WriteContext,
+    r: Refusal,
+) -> Response<ProxyBody> {
+    state.metrics.refusal(r.code);
+    let extra = [("accepted", json!(false)), ("reason", json!(r.detail))];
+    receipts::refuse_with(enf, &r, cx, &extra).await
+}

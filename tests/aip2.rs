@@ -1,0 +1,117 @@
+//! The AIP-2.1 quote-channel guard (SPEC §13, seed 001 §8) end to end: palisade between the
+//! agirails SDK's client and an agent endpoint built on the SDK's receive-side handler
+//! (`tests/aip2/agent.py`), every message signed by the SDK (`tests/aip2/sdk_messages.py`).
+//! The expectations are in `tests/aip2/scenario.py`; this file starts the parts, restarts the
+//! sidecar between the two phases, and checks the receipt chain at the end.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use support::writes::write_config_for;
+use support::*;
+
+const KERNEL: &str = "0x9d25A874f046185d9237Cd4954C88D2B74B0021b";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn python() -> PathBuf {
+    let p = repo().join("target/pyenv/bin/python");
+    assert!(
+        p.exists(),
+        "{} is missing: run scripts/test.sh, which makes the venv with the agirails SDK",
+        p.display()
+    );
+    p
+}
+
+struct Agent(Child);
+
+impl Drop for Agent {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_agent(port: u16) -> Agent {
+    let child = Command::new(python())
+        .arg(repo().join("tests/aip2/agent.py"))
+        .arg(port.to_string())
+        .arg(KERNEL)
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the agent must start");
+    // The SDK imports web3: a cold start takes a few seconds.
+    let mut waited = Duration::ZERO;
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        assert!(waited < Duration::from_secs(60), "agent did not listen");
+        std::thread::sleep(Duration::from_millis(50));
+        waited += Duration::from_millis(50);
+    }
+    Agent(child)
+}
+
+fn scenario(phase: &str, p: &Palisade, agent: &str, state: &std::path::Path) {
+    let out = Command::new(python())
+        .current_dir(repo().join("tests/aip2"))
+        .arg("scenario.py")
+        .arg(phase)
+        .arg(p.url(""))
+        .arg(agent)
+        .arg(format!("http://{}", p.admin))
+        .arg(state)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "scenario {phase} failed:\n{}\n{}\npalisade logs:\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+        p.logs()
+    );
+}
+
+fn config(dir: &std::path::Path, agent: &str) -> String {
+    let aip2 = format!(
+        "[aip2]\nkernels = {{ 84532 = \"{KERNEL}\" }}\ntrusted_proxies = [\"127.0.0.1\"]\nrelay = false\n"
+    );
+    write_config_for(agent, dir, "", &aip2)
+}
+
+#[test]
+fn quote_channel_guard_with_the_agirails_sdk() {
+    let port = free_port();
+    let agent_url = format!("http://127.0.0.1:{port}");
+    let _agent = start_agent(port);
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(dir.path(), &agent_url);
+    let state = tempfile::NamedTempFile::new().unwrap();
+    let keep = tempfile::tempdir().unwrap();
+    // The store outlives the first sidecar: the second opens the same file.
+    let store_dir = keep.path().to_owned();
+    let text = text.replace(
+        &dir.path().display().to_string(),
+        &store_dir.display().to_string(),
+    );
+    for f in ["signing.pem", "issuers.json"] {
+        std::fs::copy(dir.path().join(f), store_dir.join(f)).unwrap();
+    }
+
+    let mut p = Palisade::start(&text);
+    scenario("main", &p, &agent_url, state.path());
+    p.sigterm();
+    p.child.wait().unwrap();
+    drop(p);
+
+    let p = Palisade::start(&text);
+    scenario("restart", &p, &agent_url, state.path());
+    let (ok, out, err) = p.stop_and_audit();
+    assert!(ok, "audit verify failed:\n{out}\n{err}");
+}
