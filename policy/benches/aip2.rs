@@ -3,6 +3,7 @@
 //! and the whole check of one SDK-signed quote (schema, binding, TTL, recovery).
 //!
 //! Run: `cargo bench -p palisade-policy --bench aip2`.
+#![allow(clippy::unwrap_used)] // fixed inputs, checked once before timing
 
 use std::collections::BTreeMap;
 
