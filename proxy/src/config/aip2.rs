@@ -1,11 +1,11 @@
-//! `[aip2]` (SPEC §13): the AIP-2.1 quote-channel guard.
+//! `[aip2]` (SPEC §13): the AIP-2.1 quote-channel guard and the negotiation relay.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use serde::Deserialize;
 
-use super::validate::Collector;
+use super::collector::Collector;
+use super::model::Aip2;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -20,21 +20,8 @@ pub struct RawAip2 {
     pub relay: Option<bool>,
     pub relay_ttl: Option<String>,
     pub relay_max_per_tx: Option<i64>,
-}
-
-/// The quote channel's settings, validated.
-#[derive(Debug, Clone)]
-pub struct Aip2 {
-    /// Path prefix: `POST {quote_channel}/{chainId}/{txId}` is guarded.
-    pub quote_channel: String,
-    /// EIP-712 `verifyingContract` (the ACTP kernel) per accepted chain id.
-    pub kernels: BTreeMap<u64, [u8; 20]>,
-    pub grace: Duration,
-    pub max_ttl: Duration,
-    pub dedup_ttl: Duration,
-    /// Requests per minute per client address.
-    pub rate_limit: u32,
-    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Ours, not the seed's: the relay's whole store is bounded too (docs/decisions.md).
+    pub relay_max_messages: Option<i64>,
 }
 
 impl RawAip2 {
@@ -98,15 +85,29 @@ impl RawAip2 {
                 ),
             }
         }
-        // The relay (seed §6.3) is not in this build: accepting `relay = true` silently would
-        // promise endpoints that answer 404.
-        if self.relay == Some(true) {
-            c.push(
-                "aip2.relay",
-                "the negotiation relay is not available in this build; set relay = false",
-            );
+        let relay_ttl = c.duration("aip2.relay_ttl", &self.relay_ttl, "24h");
+        if relay_ttl.is_zero() {
+            c.push("aip2.relay_ttl", "must be longer than zero");
         }
-        let _ = (self.relay_ttl, self.relay_max_per_tx);
+        let relay_max_per_tx = match self.relay_max_per_tx {
+            None => 50,
+            Some(n @ 1..=10_000) => n as u64,
+            Some(_) => {
+                c.push("aip2.relay_max_per_tx", "expected 1 to 10000 messages");
+                50
+            }
+        };
+        let relay_max_messages = match self.relay_max_messages {
+            None => 100_000,
+            Some(n @ 1..=100_000_000) => n as u64,
+            Some(_) => {
+                c.push(
+                    "aip2.relay_max_messages",
+                    "expected 1 to 100000000 messages",
+                );
+                100_000
+            }
+        };
         let grace = c.duration("aip2.grace", &self.grace, "30s");
         let max_ttl = c.duration("aip2.max_ttl", &self.max_ttl, "24h");
         let dedup_ttl = c.duration("aip2.dedup_ttl", &self.dedup_ttl, "25h");
@@ -124,6 +125,10 @@ impl RawAip2 {
             dedup_ttl,
             rate_limit,
             trusted_proxies,
+            relay: self.relay.unwrap_or(true),
+            relay_ttl,
+            relay_max_per_tx,
+            relay_max_messages,
         }
     }
 }

@@ -10,19 +10,20 @@
 //! their problems the same way.
 
 pub mod aip2;
+mod collector;
 mod model;
 pub mod raw;
 mod validate;
 
 use std::path::Path;
 
+pub use collector::parse_size;
+use collector::{section, Collector};
 pub use model::{
-    AccessLog, Config, ConfigError, ConfigProblem, ListenTls, Retention, Sink, StoreKind,
+    AccessLog, Aip2, Config, ConfigError, ConfigProblem, ListenTls, Retention, Sink, StoreKind,
     UnboundWrites, DEFAULT_SIGNING_KEY,
 };
 use raw::RawConfig;
-pub use validate::parse_size;
-use validate::{section, Collector};
 
 impl Config {
     /// Reads and validates `path`; every problem found is in the error.

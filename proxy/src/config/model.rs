@@ -59,7 +59,7 @@ pub enum Sink {
 #[derive(Debug, Clone)]
 pub struct Config {
     /// `[aip2]`: the AIP-2.1 quote-channel guard, when the section is present.
-    pub aip2: Option<super::aip2::Aip2>,
+    pub aip2: Option<Aip2>,
     pub listen_addr: String,
     pub drain_timeout: Duration,
     pub listen_tls: Option<ListenTls>,
@@ -149,4 +149,25 @@ impl Default for Retention {
             receipts: Some(std::time::Duration::from_secs(30 * 24 * 3600)),
         }
     }
+}
+
+/// The quote channel's settings, validated.
+#[derive(Debug, Clone)]
+pub struct Aip2 {
+    /// Path prefix: `POST {quote_channel}/{chainId}/{txId}` is guarded.
+    pub quote_channel: String,
+    /// EIP-712 `verifyingContract` (the ACTP kernel) per accepted chain id.
+    pub kernels: std::collections::BTreeMap<u64, [u8; 20]>,
+    pub grace: Duration,
+    pub max_ttl: Duration,
+    pub dedup_ttl: Duration,
+    /// Requests per minute per client address (quote channel; relay posts have their own
+    /// window of the same size).
+    pub rate_limit: u32,
+    pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// Serve the negotiation relay (seed §6.3) at `/api/v1/negotiations/…`.
+    pub relay: bool,
+    pub relay_ttl: Duration,
+    pub relay_max_per_tx: u64,
+    pub relay_max_messages: u64,
 }
