@@ -29,6 +29,10 @@ use support::*;
 
 /// The role the sidecars use; its password is what must never be shown.
 const ROLE: &str = "palisade_app";
+/// The AIP-2.1 relay's configuration (the kernel of the SDK-signed test messages).
+const RELAY: &str =
+    "[aip2]\nkernels = { 84532 = \"0x9d25A874f046185d9237Cd4954C88D2B74B0021b\" }\n\
+                     trusted_proxies = [\"127.0.0.1\"]\n";
 const PASSWORD: &str = "Pw-7c1e9b44d2-never-shown";
 
 /// A PostgreSQL cluster in a temp dir: a Unix socket (trust), and TLS on 127.0.0.1 and
@@ -210,6 +214,81 @@ fn connect(url: &str) -> Connect<'_> {
         statement_timeout: Duration::from_secs(2),
         retention: Default::default(),
     }
+}
+
+fn relay_replicas(replicas: &[&Palisade; 3]) {
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let python = repo.join("target/pyenv/bin/python");
+    assert!(python.exists(), "run scripts/test.sh: it makes the venv");
+    let out = Command::new(python)
+        .current_dir(repo.join("tests/aip2"))
+        .arg("relay_replicas.py")
+        .args(replicas.iter().map(|p| p.url("")))
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        let logs: Vec<String> = replicas
+            .iter()
+            .flat_map(|p| p.logs().lines().map(str::to_owned).collect::<Vec<_>>())
+            .filter(|l| l.contains("relay") || l.contains("ERROR") || l.contains("WARN"))
+            .take(40)
+            .collect();
+        panic!(
+            "relay_replicas.py failed:\n{}\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr),
+            logs.join("\n")
+        );
+    }
+}
+
+/// An expired relay message is listed nowhere, and the same message posted again is kept
+/// anew under a newer cursor (the expired row goes in the same transaction).
+async fn relay_expiry(url: &str) {
+    use palisade::store::{RelayLimits, RelayMessage, RelayPosted, RelayQuery};
+    let (one, two) = (open(url).await.unwrap(), open(url).await.unwrap());
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let message = |expires_ms| RelayMessage {
+        tx_id: format!("0x{}", "e1".repeat(32)),
+        signature: format!("0x{}", "5a".repeat(65)),
+        parties: [(84532, [7; 20]), (84532, [8; 20])],
+        envelope: br#"{"type":"t","message":{}}"#.to_vec(),
+        received_at_s: 1,
+        expires_ms,
+    };
+    let limits = RelayLimits {
+        per_tx: 50,
+        total: 100_000,
+    };
+    let first = one.relay_post(message(now_ms + 300), limits).await.unwrap();
+    let RelayPosted::Stored { cursor } = first else {
+        panic!("{first:?}")
+    };
+    let q = RelayQuery::Tx(format!("0x{}", "e1".repeat(32)));
+    assert_eq!(two.relay_page(&q, 0, 50).await.unwrap().len(), 1);
+    assert_eq!(
+        two.relay_post(message(now_ms + 300), limits).await.unwrap(),
+        RelayPosted::Duplicate { cursor }
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(two.relay_page(&q, 0, 50).await.unwrap().is_empty());
+    let inbox = RelayQuery::Party {
+        address: [8; 20],
+        chain: Some(84532),
+    };
+    assert!(one.relay_page(&inbox, 0, 100).await.unwrap().is_empty());
+    match two
+        .relay_post(message(now_ms + 60_000), limits)
+        .await
+        .unwrap()
+    {
+        RelayPosted::Stored { cursor: again } => assert!(again > cursor),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(one.relay_page(&inbox, 0, 100).await.unwrap().len(), 1);
 }
 
 async fn open(url: &str) -> Result<PostgresStore, StoreError> {
@@ -471,8 +550,10 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     let upstream = Upstream::start().await;
     let replica_with = |url: &str, pre_image: &str| {
         let dir = tempfile::tempdir().unwrap();
-        let store =
-            format!("kind = \"postgres\"\nurl = \"{url}\"\n[ptcl]\npre_image = \"{pre_image}\"\n");
+        // Every replica serves the AIP-2.1 relay too, from the shared database.
+        let store = format!(
+            "kind = \"postgres\"\nurl = \"{url}\"\n[ptcl]\npre_image = \"{pre_image}\"\n{RELAY}"
+        );
         let text = write_config(&upstream, dir.path(), "", &store);
         Palisade::start_in(dir, &text)
     };
@@ -738,6 +819,13 @@ async fn three_sidecars_on_one_database_behave_as_one() {
         "{twice:?}"
     );
     given.extend([done, twice]);
+
+    // The AIP-2.1 negotiation relay is one relay across the replicas: a message posted on one
+    // is delivered (verified by the agirails SDK) from another and is a duplicate at the
+    // third, the per-transaction cap holds for posts racing on all three, and a poller paging
+    // an inbox misses nothing while posts commit on other replicas.
+    relay_replicas(&[&a, &b, &c]);
+    relay_expiry(&socket).await;
 
     // A replica killed (SIGKILL) under load, holding locks: the others carry on.
     let next = Arc::new(AtomicU64::new(1_000_000));
@@ -1046,7 +1134,7 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     let printed =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{printed}");
-    assert!(printed.contains("schema version 2"), "{printed}");
+    assert!(printed.contains("schema version 3"), "{printed}");
     assert!(!printed.contains(PASSWORD));
     let bad = cfg(
         "bad",
@@ -1271,6 +1359,6 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     let out = run(Command::new(bin())
         .args(["store", "migrate", "--config"])
         .arg(&fresh));
-    assert_eq!(out.trim(), "ok: postgres schema version 2");
+    assert_eq!(out.trim(), "ok: postgres schema version 3");
     drop((a, b, c));
 }

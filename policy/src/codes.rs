@@ -138,6 +138,10 @@ codes! {
     QuoteExpired = "ERR_QUOTE_EXPIRED", 410, "Quote-channel message expired", Some(Lease);
     QuoteNonceReused = "ERR_QUOTE_NONCE_REUSED", 409, "Nonce already used by another message", Some(Idempotency);
     RateLimited = "ERR_RATE_LIMITED", 429, "Rate limit exceeded", Some(Rate);
+    // Seed 001 §6.3: the negotiation relay's per-transaction cap (drift: an agent past its
+    // share), and its whole store's (capacity, not drift).
+    RelayTxFull = "ERR_RELAY_TX_FULL", 429, "Per-transaction message cap reached", Some(Rate);
+    RelayFull = "ERR_RELAY_FULL", 503, "Negotiation relay full", None;
 
     BodyTooLarge = "ERR_BODY_TOO_LARGE", 413, "Request body too large", None;
     ResponseTooLarge = "ERR_RESPONSE_TOO_LARGE", 502, "Upstream response too large to check", None;

@@ -222,3 +222,56 @@ fn malleable_and_foreign_signatures_are_refused() {
     let r = aip2::check(&body(quote), "84532", TX, &other, at).unwrap_err();
     assert_eq!(r.code, ErrorCode::QuoteSignature);
 }
+
+#[test]
+fn the_relay_binds_the_txid_and_takes_the_chain_from_the_message() {
+    use aip2::Channel;
+    let v = vectors();
+    let at = v["at"].as_u64().unwrap();
+    for env in v["messages"].as_array().unwrap() {
+        let c = aip2::check_on(&body(env), Channel::Relay { tx: TX }, &rules(&v), at).unwrap();
+        assert_eq!(c.tx_id, TX);
+        assert_eq!(c.chain_id, 84532);
+        let provider = message::address(v["provider_address"].as_str().unwrap()).unwrap();
+        let consumer = message::address(v["consumer_address"].as_str().unwrap()).unwrap();
+        assert_eq!(
+            (c.provider.address, c.consumer.address),
+            (provider, consumer)
+        );
+        assert_eq!(
+            c.signature,
+            env["message"]["signature"].as_str().unwrap().to_lowercase()
+        );
+        let other = format!("0x{}", "bb".repeat(32));
+        let r = aip2::check_on(&body(env), Channel::Relay { tx: &other }, &rules(&v), at);
+        assert_eq!(r.unwrap_err().code, ErrorCode::QuoteChannel);
+        let mut no_kernel = rules(&v);
+        no_kernel.kernels.clear();
+        let r = aip2::check_on(&body(env), Channel::Relay { tx: TX }, &no_kernel, at);
+        assert_eq!(r.unwrap_err().code, ErrorCode::QuoteChainUnknown);
+    }
+}
+
+#[test]
+fn the_python_sdk_relay_form_of_a_quote_passes_on_the_relay_only() {
+    use aip2::Channel;
+    let v = vectors();
+    let at = v["at"].as_u64().unwrap();
+    let snake = &v["relay_quote"];
+    assert!(snake["message"].get("tx_id").is_some());
+    let relay = aip2::check_on(&body(snake), Channel::Relay { tx: TX }, &rules(&v), at).unwrap();
+    let camel = aip2::check(&body(&v["messages"][0]), "84532", TX, &rules(&v), at).unwrap();
+    // One message, one signed digest, whichever form carried it.
+    assert_eq!(relay.digest, camel.digest);
+    assert_eq!(relay.signature, camel.signature);
+    // The quote channel forwards to an agent: only AIP-2's own form passes there.
+    assert_eq!(
+        code(snake, "84532", TX, at),
+        Some(ErrorCode::QuoteMalformed)
+    );
+    // A changed value in the snake_case form is still caught by the signature.
+    let mut forged = snake.clone();
+    forged["message"]["quoted_amount"] = "1".into();
+    let r = aip2::check_on(&body(&forged), Channel::Relay { tx: TX }, &rules(&v), at);
+    assert_eq!(r.unwrap_err().code, ErrorCode::QuoteSignature);
+}

@@ -91,6 +91,11 @@ if __name__ == "__main__" and sys.argv[1:] == ["vectors"]:
         "messages": [sign(k, at=at) for k in
                      ("agirails.quote.v1", "agirails.counteroffer.v1", "agirails.counteraccept.v1")],
     }
+    # The quote as the SDK's RelayChannel posts it (its dataclass as a dict, snake_case).
+    from agirails.negotiation.negotiation_channel import NegotiationMessage, _envelope_to_wire
+    from agirails.builders.quote import QuoteMessage as _QM
+    out["relay_quote"] = _envelope_to_wire(NegotiationMessage(
+        type="agirails.quote.v1", message=_QM.from_dict(out["messages"][0]["message"])))
     # The SDK's own verifiers accept them (its verify() reads the clock: pin it).
     with mock.patch("time.time", return_value=float(at)):
         from agirails.builders.quote import QuoteMessage

@@ -10,6 +10,13 @@
 //! Cheap checks first: no signature is recovered for a message the schema, the path or the
 //! clock already refuses. What is left for the caller is the dedup key and the fingerprint
 //! ([`Checked`]): the nonce store is state, and state is not decided here.
+//!
+//! The negotiation relay (seed §6.3) posts to `/api/v1/negotiations/{txId}/messages`: the
+//! same checks with the path binding the txId only ([`Channel::Relay`]); the chain is the
+//! message's own and must have a kernel. The relay also takes messages in the form the
+//! `agirails` Python SDK's `RelayChannel` sends them (its dataclasses as dicts: a quote's
+//! snake_case member names, `justification: null`): mapped for the checks, stored as they
+//! came (docs/decisions.md).
 
 use std::collections::BTreeMap;
 
@@ -36,11 +43,34 @@ pub struct Rules {
     pub max_ttl_s: u64,
 }
 
+/// Where a message was posted, and so what its members must agree with.
+#[derive(Debug, Clone, Copy)]
+pub enum Channel<'a> {
+    /// `{quote_channel}/{chainId}/{txId}` in front of an agent.
+    Quote { chain: &'a str, tx: &'a str },
+    /// `/api/v1/negotiations/{txId}/messages` on the relay.
+    Relay { tx: &'a str },
+}
+
+/// A `did:ethr` party of a message: its chain (the message's, when the DID names none) and
+/// its address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Party {
+    pub chain: u64,
+    pub address: [u8; 20],
+}
+
 /// A message that may be delivered, with what the dedup store needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Checked {
     pub kind: Kind,
     pub chain_id: u64,
+    /// The message's txId, lowercase.
+    pub tx_id: String,
+    pub provider: Party,
+    pub consumer: Party,
+    /// The 65-byte signature, as `0x` + lowercase hex: the relay's dedup key (seed §6.2).
+    pub signature: String,
     /// The signer, normalised: `did:ethr:{chainId}:{lowercase address}`, so one signer's
     /// spellings (`did:ethr:0xAB…`, `did:ethr:84532:0xab…`) share one nonce space.
     pub signer: String,
@@ -78,9 +108,39 @@ pub fn check(
     rules: &Rules,
     now_s: u64,
 ) -> Result<Checked, Refusal> {
+    check_on(
+        body,
+        Channel::Quote {
+            chain: path_chain,
+            tx: path_tx,
+        },
+        rules,
+        now_s,
+    )
+}
+
+/// Parses and checks the envelope `{type, message}` posted to `channel`.
+pub fn check_on(
+    body: &[u8],
+    channel: Channel<'_>,
+    rules: &Rules,
+    now_s: u64,
+) -> Result<Checked, Refusal> {
     let envelope = crate::json::parse(body, MAX_DEPTH)
         .map_err(|_| malformed("the body is not one I-JSON value"))?;
-    let (kind, msg) = envelope_parts(&envelope)?;
+    let (kind, posted) = envelope_parts(&envelope)?;
+    let mapped;
+    let msg = match (channel, kind) {
+        (Channel::Relay { .. }, _) if message::is_sdk_dataclass_form(kind, posted) => {
+            mapped = message::from_sdk_dataclass(kind, posted);
+            &mapped
+        }
+        _ => posted,
+    };
+    let (path_chain, path_tx) = match channel {
+        Channel::Quote { chain, tx } => (Some(chain), tx),
+        Channel::Relay { tx } => (None, tx),
+    };
     let schema = kind
         .schema()
         .ok_or_else(|| Refusal::new(ErrorCode::Internal, "message schema unavailable"))?;
@@ -97,7 +157,7 @@ pub fn check(
     // Path binding (T2, T5).
     let chain_id = u64_of("chainId").ok_or_else(|| malformed("chainId must be an integer"))?;
     // Canonical decimal only: `084532` is another spelling, not this channel.
-    if chain_id.to_string() != path_chain {
+    if path_chain.is_some_and(|p| chain_id.to_string() != p) {
         return Err(Refusal::new(
             ErrorCode::QuoteChannel,
             "the message's chainId differs from the channel path's",
@@ -113,7 +173,11 @@ pub fn check(
     }
     let signer_member = kind.signer_member();
     let mut signer_address = None;
-    for member in ["provider", "consumer"] {
+    let mut parties = [Party {
+        chain: chain_id,
+        address: [0; 20],
+    }; 2];
+    for (i, member) in ["provider", "consumer"].into_iter().enumerate() {
         let (did_chain, addr) = message::did_ethr(str_of(member))
             .ok_or_else(|| malformed("a DID is not did:ethr").with_location(member))?;
         if did_chain.is_some_and(|c| c != chain_id) {
@@ -126,7 +190,11 @@ pub fn check(
         if member == signer_member {
             signer_address = Some(addr);
         }
+        if let Some(p) = parties.get_mut(i) {
+            p.address = addr;
+        }
     }
+    let [provider, consumer] = parties;
     let signer_address = signer_address.ok_or_else(|| malformed("no signer DID"))?;
     let Some(kernel) = rules.kernels.get(&chain_id) else {
         return Err(Refusal::new(
@@ -200,6 +268,10 @@ pub fn check(
     Ok(Checked {
         kind,
         chain_id,
+        tx_id: str_of("txId").to_ascii_lowercase(),
+        provider,
+        consumer,
+        signature: format!("0x{}", hex::encode(signature)),
         signer: format!("did:ethr:{chain_id}:0x{}", hex::encode(signer_address)),
         nonce,
         digest,

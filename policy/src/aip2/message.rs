@@ -192,6 +192,50 @@ pub fn justification_hash(message: &Value) -> [u8; 32] {
     }
 }
 
+/// Whether `message` is in the form the `agirails` Python SDK's `RelayChannel` posts (its
+/// message dataclass as a dict): a quote with snake_case member names, or any message with
+/// `justification: null` for an absent justification.
+pub fn is_sdk_dataclass_form(kind: Kind, message: &Value) -> bool {
+    message.get("justification").is_some_and(Value::is_null)
+        || (kind == Kind::Quote && message.get("tx_id").is_some())
+}
+
+/// A message in the Python SDK's dataclass form ([`is_sdk_dataclass_form`]) as AIP-2's
+/// camelCase message: a quote's member names mapped, values untouched, a null justification
+/// left out (the SDK hashes an absent one as zero, as [`justification_hash`] does).
+pub fn from_sdk_dataclass(kind: Kind, message: &Value) -> Value {
+    const NAMES: [(&str, &str); 7] = [
+        ("tx_id", "txId"),
+        ("quoted_amount", "quotedAmount"),
+        ("original_amount", "originalAmount"),
+        ("max_price", "maxPrice"),
+        ("chain_id", "chainId"),
+        ("quoted_at", "quotedAt"),
+        ("expires_at", "expiresAt"),
+    ];
+    let names: &[(&str, &str)] = if kind == Kind::Quote { &NAMES } else { &[] };
+    let Some(members) = message.as_object() else {
+        return message.clone();
+    };
+    // Both names of one field is two values for it: left as it is, the closed schema refuses
+    // the snake_case names.
+    if names.iter().any(|(_, camel)| members.contains_key(*camel)) {
+        return message.clone();
+    }
+    let mut out = serde_json::Map::new();
+    for (k, v) in members {
+        if k == "justification" && v.is_null() {
+            continue;
+        }
+        let name = names
+            .iter()
+            .find(|(snake, _)| snake == k)
+            .map_or(k.as_str(), |(_, camel)| camel);
+        out.insert(name.to_owned(), v.clone());
+    }
+    Value::Object(out)
+}
+
 /// The struct's values from a message that passed its schema, in field order; `None` names
 /// the first member that cannot be encoded (an integer with a fraction or past 64 bits).
 pub fn struct_values(kind: Kind, message: &Value) -> Result<Vec<Field<'_>>, &'static str> {
@@ -246,6 +290,33 @@ mod tests {
         assert!(did_ethr("did:web:example.com").is_none());
         assert!(bytes32("0x12").is_none());
         assert!(address("742d35Cc6634C0532925a3b844Bc9e7595f0bEb0").is_none());
+    }
+
+    #[test]
+    fn the_python_sdk_dataclass_form_maps_names_only() {
+        let snake = serde_json::json!({"tx_id": "0xab", "quoted_amount": "1", "chain_id": 84532,
+            "expires_at": 9, "justification": null, "provider": "p", "signature": "0x00"});
+        assert!(is_sdk_dataclass_form(Kind::Quote, &snake));
+        let camel = from_sdk_dataclass(Kind::Quote, &snake);
+        assert_eq!(
+            camel,
+            serde_json::json!({"txId": "0xab", "quotedAmount": "1", "chainId": 84532,
+                "expiresAt": 9, "provider": "p", "signature": "0x00"})
+        );
+        // Both spellings of one field: left alone, for the closed schema to refuse.
+        let twin = serde_json::json!({"tx_id": "0xab", "txId": "0xcd"});
+        assert_eq!(from_sdk_dataclass(Kind::Quote, &twin), twin);
+        // A counter-offer's names are camelCase already; only a null justification goes.
+        let counter = serde_json::json!({"txId": "0xab", "tx_id": "x", "justification": null});
+        assert!(is_sdk_dataclass_form(Kind::CounterOffer, &counter));
+        assert_eq!(
+            from_sdk_dataclass(Kind::CounterOffer, &counter),
+            serde_json::json!({"txId": "0xab", "tx_id": "x"})
+        );
+        assert!(!is_sdk_dataclass_form(
+            Kind::CounterOffer,
+            &serde_json::json!({"txId": "0xab"})
+        ));
     }
 
     #[test]

@@ -9,5 +9,5 @@ pub mod eip712;
 pub mod guard;
 pub mod message;
 
-pub use guard::{check, Checked, Rules};
+pub use guard::{check, check_on, Channel, Checked, Party, Rules};
 pub use message::Kind;

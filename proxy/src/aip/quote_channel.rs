@@ -24,7 +24,6 @@ use hyper::body::Incoming;
 use palisade_policy::aip2;
 use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 use palisade_policy::{ErrorCode, Refusal};
-use serde_json::json;
 
 use crate::context::{AppState, Enforcement, Outcome, QuoteChannelState, WriteContext};
 use crate::enforce::forward::forward_plain;
@@ -34,8 +33,9 @@ use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::client_addr::client_addr;
 use crate::net::conn::ConnInfo;
 use crate::net::headers::RECEIPT_HEADER;
-use crate::net::rate::Admit;
 use crate::store::Attachments;
+
+use super::refusal::{over_rate, Members};
 
 /// Largest message accepted: the schemas bound every member but a justification's free-form
 /// `breakdown`; real messages are under 2 KiB.
@@ -96,28 +96,7 @@ pub async fn handle(
     }
 
     let client = client_addr(conn.peer.ip(), &parts.headers, &aip.trusted_proxies);
-    if let Admit::No {
-        retry_after,
-        receipt,
-    } = qc.rate.check(client, enf.clock.now_ms())
-    {
-        state.metrics.refusal(ErrorCode::RateLimited);
-        let r = Refusal::new(
-            ErrorCode::RateLimited,
-            "too many quote-channel requests from this client address (aip2.rate_limit)",
-        );
-        let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-        let mut resp = if receipt {
-            refuse(state, enf, &cx, r).await
-        } else {
-            // Counted, not receipted: one receipt per address per minute (docs/decisions.md).
-            let request_id = uuid::Uuid::new_v4().to_string();
-            let mut p = crate::net::problem::Problem::from_refusal(&r, &request_id, &cx.trace_id);
-            sdk_members(&mut p.extensions, &r);
-            p.into_response()
-        };
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+    if let Some(resp) = over_rate(state, enf, &cx, &qc.rate, client, Members::QuoteChannel).await {
         return refused(resp);
     }
 
@@ -274,20 +253,12 @@ fn reused() -> Refusal {
     )
 }
 
-/// The SDK handler's members beside ours: `accepted: false` and a `reason`.
-fn sdk_members(ext: &mut serde_json::Map<String, serde_json::Value>, r: &Refusal) {
-    ext.insert("accepted".into(), json!(false));
-    ext.insert("reason".into(), json!(r.detail));
-}
-
-/// A receipted refusal with the SDK's members.
+/// A receipted refusal with the SDK handler's members.
 async fn refuse(
     state: &AppState,
     enf: &Enforcement,
     cx: &WriteContext,
     r: Refusal,
 ) -> Response<ProxyBody> {
-    state.metrics.refusal(r.code);
-    let extra = [("accepted", json!(false)), ("reason", json!(r.detail))];
-    receipts::refuse_with(enf, &r, cx, &extra).await
+    super::refusal::refuse(state, enf, cx, r, Members::QuoteChannel).await
 }

@@ -33,6 +33,9 @@ pub struct AppState {
 pub struct QuoteChannelState {
     pub rules: palisade_policy::aip2::Rules,
     pub rate: crate::net::rate::ClientRate,
+    /// Relay posts per client address: a window of their own, so that a busy relay client
+    /// does not use up its quote-channel allowance (or the reverse).
+    pub relay_rate: crate::net::rate::ClientRate,
 }
 
 impl QuoteChannelState {
@@ -45,6 +48,7 @@ impl QuoteChannelState {
                 max_ttl_s: a.max_ttl.as_secs(),
             },
             rate: crate::net::rate::ClientRate::per_minute(a.rate_limit),
+            relay_rate: crate::net::rate::ClientRate::per_minute(a.rate_limit),
         })
     }
 }

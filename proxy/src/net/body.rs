@@ -25,7 +25,15 @@ pub fn json_response(
     status: http::StatusCode,
     doc: &serde_json::Value,
 ) -> http::Response<ProxyBody> {
-    let mut r = http::Response::new(full(serde_json::to_vec(doc).unwrap_or_default()));
+    json_text_response(status, serde_json::to_vec(doc).unwrap_or_default())
+}
+
+/// [`json_response`] for a document already encoded.
+pub fn json_text_response(
+    status: http::StatusCode,
+    text: impl Into<Bytes>,
+) -> http::Response<ProxyBody> {
+    let mut r = http::Response::new(full(text));
     *r.status_mut() = status;
     r.headers_mut().insert(
         http::header::CONTENT_TYPE,

@@ -21,7 +21,7 @@ use palisade_policy::method::MethodClass;
 use palisade_policy::ErrorCode;
 use tokio::time::Instant;
 
-use crate::aip::quote_channel;
+use crate::aip::{quote_channel, relay};
 use crate::authority;
 use crate::context::{AppState, Binding, Outcome, WriteContext};
 use crate::enforce::forward::forward_plain;
@@ -110,8 +110,14 @@ pub async fn handle(
             return Ok(finish(&state, resp, ex, outcome, inflight));
         }
     }
-    // The AIP-2.1 quote channel (SPEC §13): guarded by its own rules instead of PTCL.
+    // The AIP-2.1 quote channel (SPEC §13): guarded by its own rules instead of PTCL; and
+    // the negotiation relay, which the sidecar serves itself.
     if let (Some(qc), Some(enf)) = (&state.quote_channel, &state.enforcement) {
+        if relay::is_relay(&state, &ex.path) {
+            let cx = write_context(&ex);
+            let (resp, outcome) = relay::handle(&state, enf, qc, parts, body, &conn, cx).await;
+            return Ok(finish(&state, resp, ex, outcome, inflight));
+        }
         if quote_channel::is_channel(&state, &ex.path) {
             let cx = write_context(&ex);
             let (resp, outcome) =

@@ -17,9 +17,11 @@ pub mod embedded;
 pub mod journal;
 pub mod locks;
 pub mod postgres;
+pub mod relay;
 
 use futures_util::future::BoxFuture;
 use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
+pub use relay::{RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery};
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -282,6 +284,24 @@ pub trait Store: Send + Sync {
     /// Every retained receipt, in chain order, with where they start (for `palisade audit
     /// verify`), read at one point in time.
     fn receipt_log(&self) -> BoxFuture<'_, Result<ReceiptLog, StoreError>>;
+
+    /// Keeps a negotiation-relay message (seed 001 §6.3) durably under the next cursor,
+    /// unless one with its signature is kept already or a cap in `limits` is reached; the
+    /// check and the insert are one transaction, across replicas too.
+    fn relay_post(
+        &self,
+        message: RelayMessage,
+        limits: RelayLimits,
+    ) -> BoxFuture<'_, Result<RelayPosted, StoreError>>;
+
+    /// Up to `limit` unexpired relay messages matching `query` with a cursor after `after`,
+    /// in cursor order.
+    fn relay_page<'a>(
+        &'a self,
+        query: &'a RelayQuery,
+        after: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<RelayEntry>, StoreError>>;
 
     /// Every retained receipt, in chain order.
     fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {

@@ -6,8 +6,12 @@ use redb::{Database, Durability, ReadableTable};
 use tokio::sync::oneshot;
 
 use crate::store::journal::Journal;
-use crate::store::{Advance, Attachments, Compensation, EscrowUpdate, StoreError, WriteIntent};
+use crate::store::{
+    Advance, Attachments, Compensation, EscrowUpdate, RelayLimits, RelayMessage, RelayPosted,
+    StoreError, WriteIntent,
+};
 
+use super::relay;
 use super::sweep::Sweeper;
 use super::tables::{
     escrow_state_is, lease_key, now_ms, set_lease_state, unavailable, ChainHead, Part, Tables,
@@ -28,6 +32,10 @@ pub(super) enum Job {
         oneshot::Sender<Result<Option<SealedReceipt>, StoreError>>,
     ),
     EscrowPut(EscrowUpdate, oneshot::Sender<Result<bool, StoreError>>),
+    RelayPost(
+        Box<(RelayMessage, RelayLimits)>,
+        oneshot::Sender<Result<RelayPosted, StoreError>>,
+    ),
 }
 
 pub(super) enum Answer {
@@ -37,6 +45,7 @@ pub(super) enum Answer {
     /// `None`: the attached escrow update's expected state did not hold.
     Receipt(Option<Box<SealedReceipt>>),
     EscrowPut(bool),
+    RelayPost(RelayPosted),
 }
 
 /// Applies a batch in one transaction, made durable by one journal append; nothing is
@@ -132,6 +141,10 @@ pub(super) fn apply(
                         t.put_escrow(&update.id, &bytes)?;
                     }
                     answers.push(Answer::EscrowPut(ok));
+                }
+                Job::RelayPost(job, _) => {
+                    let (message, limits) = &**job;
+                    answers.push(Answer::RelayPost(relay::post(&mut t, message, *limits)?));
                 }
                 Job::Receipt(job, _) => {
                     let (body, attach) = &**job;

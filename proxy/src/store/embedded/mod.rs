@@ -23,6 +23,7 @@
 //! they see the last committed state and never wait for the writer.
 
 mod jobs;
+mod relay;
 mod sweep;
 mod tables;
 mod writer;
@@ -39,14 +40,16 @@ use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
 use tokio::sync::oneshot;
 
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, KeyState, ReceiptLog, ResourceGuard,
-    Retention, Store, StoreError, WriteIntent,
+    Advance, Attachments, Compensation, EscrowUpdate, KeyState, ReceiptLog, RelayEntry,
+    RelayLimits, RelayMessage, RelayPosted, RelayQuery, ResourceGuard, Retention, Store,
+    StoreError, WriteIntent,
 };
 
 use jobs::Job;
 use tables::{
     lease_key, now_ms, read_anchor, read_chain_head, unavailable, Part, ESCROWS, FENCES,
-    IDEMPOTENCY, IDEMPOTENCY_EXPIRY, LEASE_DATA, LEASE_EXPIRY, META, RECEIPTS,
+    IDEMPOTENCY, IDEMPOTENCY_EXPIRY, LEASE_DATA, LEASE_EXPIRY, META, RECEIPTS, RELAY_INDEX,
+    RELAY_MESSAGES,
 };
 use writer::{journal_path, recover, writer, Start};
 
@@ -105,6 +108,8 @@ impl EmbeddedStore {
             wtx.open_table(ESCROWS).map_err(unavailable)?;
             wtx.open_table(LEASE_EXPIRY).map_err(unavailable)?;
             wtx.open_table(META).map_err(unavailable)?;
+            wtx.open_table(RELAY_MESSAGES).map_err(unavailable)?;
+            wtx.open_table(RELAY_INDEX).map_err(unavailable)?;
         }
         wtx.commit().map_err(unavailable)?;
         let journal = recover(&db, &journal_path(path))?;
@@ -408,6 +413,26 @@ impl Store for EmbeddedStore {
                 ));
             }
             self.epoch("").await.map(|_| ())
+        })
+    }
+
+    fn relay_post(
+        &self,
+        message: RelayMessage,
+        limits: RelayLimits,
+    ) -> BoxFuture<'_, Result<RelayPosted, StoreError>> {
+        self.ask(|tx| Job::RelayPost(Box::new((message, limits)), tx))
+    }
+
+    fn relay_page<'a>(
+        &'a self,
+        query: &'a RelayQuery,
+        after: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<RelayEntry>, StoreError>> {
+        Box::pin(async move {
+            let rtx = self.db.begin_read().map_err(unavailable)?;
+            relay::page(&rtx, query, after, limit)
         })
     }
 

@@ -53,6 +53,7 @@ impl Sweeper {
             sweep_idempotency(t, now, limit)?;
         }
         sweep_leases(t, self, now, limit)?;
+        super::relay::sweep(t, now, limit)?;
         if let Some(keep) = self.retention.receipts {
             if now >= self.receipts_due_ms {
                 // Looked at again within a minute at most, whatever the oldest receipt says,

@@ -62,6 +62,12 @@ pub(super) const ESCROWS: TableDefinition<&str, &[u8]> = TableDefinition::new("e
 /// [`crate::store::Retention::leases`]). Lets the writer sweep them oldest first.
 pub(super) const LEASE_EXPIRY: TableDefinition<(u64, &str), ()> =
     TableDefinition::new("lease_expiry");
+/// Negotiation-relay messages (seed 001 §6.3): cursor → record (`store::relay::Record`, JSON).
+pub(super) const RELAY_MESSAGES: TableDefinition<u64, &[u8]> =
+    TableDefinition::new("relay_messages");
+/// The relay's indexes, by a tag byte (`embedded::relay`): per transaction, per party, per
+/// signature.
+pub(super) const RELAY_INDEX: TableDefinition<&[u8], &[u8]> = TableDefinition::new("relay_index");
 /// Small named values: [`RECEIPT_ANCHOR`].
 pub(super) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// `META` key of the receipt chain's anchor (JSON `{"pruned":N,"prev":"sha256:…"}`), present
@@ -82,6 +88,8 @@ pub(super) const T_IDEMPOTENCY_EXPIRY: u8 = 5;
 pub(super) const T_ESCROWS: u8 = 6;
 pub(super) const T_LEASE_EXPIRY: u8 = 7;
 pub(super) const T_META: u8 = 8;
+pub(super) const T_RELAY_MESSAGES: u8 = 9;
+pub(super) const T_RELAY_INDEX: u8 = 10;
 
 pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -98,6 +106,8 @@ pub(super) struct Tables<'t> {
     pub(super) escrows: redb::Table<'t, &'static str, &'static [u8]>,
     pub(super) lease_expiry: redb::Table<'t, (u64, &'static str), ()>,
     pub(super) meta: redb::Table<'t, &'static str, &'static [u8]>,
+    pub(super) relay: redb::Table<'t, u64, &'static [u8]>,
+    pub(super) relay_index: redb::Table<'t, &'static [u8], &'static [u8]>,
     pub(super) redo: Redo,
 }
 
@@ -118,6 +128,8 @@ impl<'t> Tables<'t> {
             escrows: wtx.open_table(ESCROWS).map_err(unavailable)?,
             lease_expiry: wtx.open_table(LEASE_EXPIRY).map_err(unavailable)?,
             meta: wtx.open_table(META).map_err(unavailable)?,
+            relay: wtx.open_table(RELAY_MESSAGES).map_err(unavailable)?,
+            relay_index: wtx.open_table(RELAY_INDEX).map_err(unavailable)?,
             redo: Redo::default(),
         })
     }
@@ -210,6 +222,31 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
+    pub(super) fn put_relay(&mut self, cursor: u64, record: &[u8]) -> Result<(), StoreError> {
+        self.relay.insert(cursor, record).map_err(unavailable)?;
+        self.redo
+            .put(T_RELAY_MESSAGES, &cursor.to_be_bytes(), record);
+        Ok(())
+    }
+
+    pub(super) fn delete_relay(&mut self, cursor: u64) -> Result<(), StoreError> {
+        self.relay.remove(cursor).map_err(unavailable)?;
+        self.redo.delete(T_RELAY_MESSAGES, &cursor.to_be_bytes());
+        Ok(())
+    }
+
+    pub(super) fn put_relay_index(&mut self, key: &[u8], value: &[u8]) -> Result<(), StoreError> {
+        self.relay_index.insert(key, value).map_err(unavailable)?;
+        self.redo.put(T_RELAY_INDEX, key, value);
+        Ok(())
+    }
+
+    pub(super) fn delete_relay_index(&mut self, key: &[u8]) -> Result<(), StoreError> {
+        self.relay_index.remove(key).map_err(unavailable)?;
+        self.redo.delete(T_RELAY_INDEX, key);
+        Ok(())
+    }
+
     pub(super) fn put_escrow(&mut self, id: &str, value: &[u8]) -> Result<(), StoreError> {
         self.escrows.insert(id, value).map_err(unavailable)?;
         self.redo.put(T_ESCROWS, id.as_bytes(), value);
@@ -288,6 +325,18 @@ impl<'t> Tables<'t> {
                         .remove((at, key.as_str()))
                         .map_err(unavailable)?;
                 }
+            }
+            (T_RELAY_MESSAGES, Some(v)) => {
+                self.relay.insert(u64_of(c.key)?, v).map_err(unavailable)?;
+            }
+            (T_RELAY_MESSAGES, None) => {
+                self.relay.remove(u64_of(c.key)?).map_err(unavailable)?;
+            }
+            (T_RELAY_INDEX, Some(v)) => {
+                self.relay_index.insert(c.key, v).map_err(unavailable)?;
+            }
+            (T_RELAY_INDEX, None) => {
+                self.relay_index.remove(c.key).map_err(unavailable)?;
             }
             (T_ESCROWS, Some(v)) => {
                 self.escrows

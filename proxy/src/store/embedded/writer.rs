@@ -115,6 +115,9 @@ pub(super) fn writer(
                         (Job::Compensate(_, reply), Answer::Compensate(c)) => {
                             let _ = reply.send(Ok(c));
                         }
+                        (Job::RelayPost(_, reply), Answer::RelayPost(p)) => {
+                            let _ = reply.send(Ok(p));
+                        }
                         // `apply` answers each job with its own kind, in order.
                         _ => unreachable!("answers follow the jobs' order and kinds"),
                     }
@@ -138,6 +141,9 @@ pub(super) fn writer(
                             let _ = reply.send(Err(e.clone()));
                         }
                         Job::EscrowPut(_, reply) => {
+                            let _ = reply.send(Err(e.clone()));
+                        }
+                        Job::RelayPost(_, reply) => {
                             let _ = reply.send(Err(e.clone()));
                         }
                     }

@@ -13,7 +13,37 @@ use deadpool_postgres::tokio_postgres::Config;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
 use crate::net::db_tls::{self, Roots, Verify};
-use crate::store::StoreError;
+use crate::store::{Retention, StoreError};
+
+/// How to reach the database.
+pub struct Connect<'a> {
+    /// A libpq connection URL (or key=value string); never logged: it may hold a password.
+    pub url: &'a str,
+    pub pool_size: usize,
+    pub statement_timeout: std::time::Duration,
+    pub retention: Retention,
+}
+
+/// The URL `config` names: `store.url_env` wins over `store.url` (SPEC §10). Never logged
+/// or echoed (it may hold a password).
+pub fn url_from_config(config: &crate::config::Config) -> Result<String, StoreError> {
+    match &config.store_url_env {
+        Some(var) => std::env::var(var)
+            .map_err(|_| StoreError::Unavailable(format!("store.url_env: {var} is not set"))),
+        None => Ok(config.store_url.clone().unwrap_or_default()),
+    }
+}
+
+impl<'a> Connect<'a> {
+    pub fn from_config(config: &crate::config::Config, url: &'a str) -> Self {
+        Connect {
+            url,
+            pool_size: config.store_pool_size,
+            statement_timeout: config.store_statement_timeout,
+            retention: config.store_retention,
+        }
+    }
+}
 
 /// The TLS options read here.
 #[derive(Debug, Default, PartialEq)]

@@ -16,8 +16,10 @@
 
 mod batch;
 mod connect;
+pub use connect::{url_from_config, Connect};
 mod keys;
 mod lock;
+mod relay;
 mod schema;
 mod sweep;
 mod tx;
@@ -38,8 +40,9 @@ use tx::{
 };
 
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, KeyState, ReceiptLog, ResourceGuard,
-    Retention, Store, StoreError, WriteIntent,
+    Advance, Attachments, Compensation, EscrowUpdate, KeyState, ReceiptLog, RelayEntry,
+    RelayLimits, RelayMessage, RelayPosted, RelayQuery, ResourceGuard, Store, StoreError,
+    WriteIntent,
 };
 
 pub struct PostgresStore {
@@ -50,42 +53,15 @@ pub struct PostgresStore {
     jobs: mpsc::Sender<Job>,
     /// Ends the sweeper when the store goes.
     sweeper: Option<tokio::task::JoinHandle<()>>,
+    /// One relay post at a time per replica: posts queue on the database's `relay_head` row
+    /// anyway, and each waiting post would hold a pooled connection that fence writes need.
+    relay_gate: tokio::sync::Mutex<()>,
 }
 
 impl Drop for PostgresStore {
     fn drop(&mut self) {
         if let Some(h) = &self.sweeper {
             h.abort();
-        }
-    }
-}
-
-/// How to reach the database.
-pub struct Connect<'a> {
-    /// A libpq connection URL (or key=value string); never logged: it may hold a password.
-    pub url: &'a str,
-    pub pool_size: usize,
-    pub statement_timeout: std::time::Duration,
-    pub retention: Retention,
-}
-
-/// The URL `config` names: `store.url_env` wins over `store.url` (SPEC §10). Never logged
-/// or echoed (it may hold a password).
-pub fn url_from_config(config: &crate::config::Config) -> Result<String, StoreError> {
-    match &config.store_url_env {
-        Some(var) => std::env::var(var)
-            .map_err(|_| StoreError::Unavailable(format!("store.url_env: {var} is not set"))),
-        None => Ok(config.store_url.clone().unwrap_or_default()),
-    }
-}
-
-impl<'a> Connect<'a> {
-    pub fn from_config(config: &crate::config::Config, url: &'a str) -> Self {
-        Connect {
-            url,
-            pool_size: config.store_pool_size,
-            statement_timeout: config.store_statement_timeout,
-            retention: config.store_retention,
         }
     }
 }
@@ -171,6 +147,7 @@ impl PostgresStore {
             pool: work,
             locks: pool(c.pool_size.max(2))?,
             sweeper: None,
+            relay_gate: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -469,6 +446,30 @@ impl Store for PostgresStore {
                 .await
                 .map_err(unavailable)?;
             Ok(())
+        })
+    }
+
+    fn relay_post(
+        &self,
+        message: RelayMessage,
+        limits: RelayLimits,
+    ) -> BoxFuture<'_, Result<RelayPosted, StoreError>> {
+        Box::pin(async move {
+            let _turn = self.relay_gate.lock().await;
+            let mut client = self.client().await?;
+            relay::post(&mut client, &message, limits).await
+        })
+    }
+
+    fn relay_page<'a>(
+        &'a self,
+        query: &'a RelayQuery,
+        after: u64,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<RelayEntry>, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            relay::page(&client, query, after, limit).await
         })
     }
 

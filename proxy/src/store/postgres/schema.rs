@@ -30,6 +30,19 @@ const MIGRATIONS: &[&str] = &[
      ALTER TABLE receipts ALTER COLUMN at_ms SET NOT NULL;
      CREATE TABLE chain_anchor (id smallint PRIMARY KEY CHECK (id = 1), pruned bigint NOT NULL,
                                 prev text NOT NULL);",
+    // 3: the AIP-2.1 negotiation relay (seed 001 §6.3; `store/postgres/relay.rs`).
+    "CREATE TABLE relay_messages (pos bigint PRIMARY KEY, tx_id text NOT NULL,
+                                  signature text NOT NULL UNIQUE, record bytea NOT NULL,
+                                  expires_ms bigint NOT NULL);
+     CREATE INDEX relay_messages_tx ON relay_messages (tx_id, pos);
+     CREATE INDEX relay_messages_expiry ON relay_messages (expires_ms);
+     CREATE TABLE relay_parties (address bytea NOT NULL,
+                                 pos bigint NOT NULL REFERENCES relay_messages ON DELETE CASCADE,
+                                 chain bigint NOT NULL, PRIMARY KEY (address, pos));
+     CREATE INDEX relay_parties_pos ON relay_parties (pos);
+     CREATE TABLE relay_head (id smallint PRIMARY KEY CHECK (id = 1), next bigint NOT NULL,
+                              kept bigint NOT NULL);
+     INSERT INTO relay_head (id, next, kept) VALUES (1, 1, 0);",
 ];
 
 /// The advisory lock key that serialises migrations across replicas ("palisade" in ASCII).

@@ -1,7 +1,7 @@
 //! Removing what the postgres store no longer has to keep (the embedded store's sweeps, as
 //! statements): expired idempotency keys and lapsed reservations, the data of leases past
 //! `store.lease_retention`, receipts past `store.receipt_retention` with the chain's anchor
-//! moved past them. Every replica runs the sweeper; a transaction-level advisory lock lets one
+//! moved past them, negotiation-relay messages past their TTL. Every replica runs the sweeper; a transaction-level advisory lock lets one
 //! at a time work, and each round removes a bounded number of rows so no transaction is long.
 
 use deadpool_postgres::{Object, Pool};
@@ -106,9 +106,10 @@ pub(super) async fn round(client: &mut Object, retention: Retention) -> Result<b
             .map_err(unavailable)?;
         }
     }
+    let relay = super::relay::sweep(&tx, now, PER_ROUND).await?;
     tx.commit().await.map_err(unavailable)?;
     let limit = PER_ROUND as u64;
-    Ok(keys >= limit || leases as u64 >= limit || receipts >= limit)
+    Ok(keys >= limit || leases as u64 >= limit || receipts >= limit || relay >= limit)
 }
 
 /// The anchor and every retained receipt, read in one snapshot.
