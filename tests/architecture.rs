@@ -25,6 +25,7 @@ const LAYERS: &[&[&str]] = &[
     &["pipeline"],
     &["authority", "aip"],
     &["mcp"],
+    &["admission"],
     &["enforce"],
     &["context"],
     &["store"],

@@ -143,6 +143,11 @@ codes! {
     RelayTxFull = "ERR_RELAY_TX_FULL", 429, "Per-transaction message cap reached", Some(Rate);
     RelayFull = "ERR_RELAY_FULL", 503, "Negotiation relay full", None;
 
+    // SPEC §13, RICH admission (seed 002 §12): a caller without a valid token, and a token that
+    // does not name the operation, its contract digest, or a bound the call keeps to.
+    TokenInvalid = "ERR_TOKEN_INVALID", 401, "Access token missing or invalid", Some(Identity);
+    NotAdmitted = "ERR_NOT_ADMITTED", 403, "Operation not admitted by the access token", Some(Identity);
+
     BodyTooLarge = "ERR_BODY_TOO_LARGE", 413, "Request body too large", None;
     ResponseTooLarge = "ERR_RESPONSE_TOO_LARGE", 502, "Upstream response too large to check", None;
     UpstreamUnavailable = "ERR_UPSTREAM_UNAVAILABLE", 502, "Upstream unavailable", None;

@@ -21,10 +21,13 @@
 //!   with compiled schemas (SPEC §7), and the contract checks a request runs against them.
 //!
 //! - [`aip2`]: the AIP-2.1 quote channel's checks (EIP-712 signatures, path binding, TTL).
+//! - [`admission`]: RICH admission (seed 002 §12): JWT access tokens whose
+//!   `authorization_details` name operations by contract digest, with granted input bounds.
 //!
 //! What does not: anything that waits, reads a file or a clock, or talks to a peer.
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod aip2;
 pub mod canon;
 pub mod codes;

@@ -11,7 +11,9 @@
 //! control        admin listener, bundle holder and reload, escrow decisions
 //! pipeline       one request from head to response, stage by stage
 //! authority      the PTCL lease endpoints (grant, stage, compensate, look up)
+//! aip            the AIP-2.1 quote channel and negotiation relay
 //! mcp            MCP over Streamable HTTP: tool calls through the write path, pinning
+//! admission      RICH admission: bearer tokens that name contract digests
 //! enforce        write checks, idempotency, escrow, output contracts, receipts, forward
 //! context        AppState, Enforcement handles, the facts of one request
 //! store          what survives a crash (trait, embedded backend)
@@ -21,6 +23,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod admission;
 pub mod aip;
 pub mod authority;
 pub mod cli;

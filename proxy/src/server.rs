@@ -89,6 +89,12 @@ impl Server {
                 );
             }
         }
+        let admission = match &config.admission {
+            Some(a) => Some(crate::context::AdmissionState::load(a).map_err(|problems| {
+                anyhow::anyhow!("admission.jwks refused:\n{}", problems.join("\n"))
+            })?),
+            None => None,
+        };
         // Metrics first: the store's writer thread takes its metric handles when it starts.
         let metrics = crate::telemetry::Metrics::register();
         let enforcement = if config.writes.is_empty() {
@@ -109,6 +115,7 @@ impl Server {
             admin_tls,
             state: Arc::new(AppState {
                 quote_channel: crate::context::QuoteChannelState::from_config(&config),
+                admission,
                 config,
                 metrics,
                 bundle: arc_swap::ArcSwapOption::new(bundle),
@@ -160,6 +167,7 @@ impl Server {
             metrics::gauge!(crate::telemetry::LOCKFILE_INFO, "digest" => b.digest.clone()).set(1.0);
         }
         crate::control::reload::spawn_triggers(state.clone());
+        crate::admission::jwks::spawn_watch(state.clone());
         let tls = tls.map(|(acceptor, resolver)| {
             tokio::spawn(resolver.clone().watch(CERT_POLL));
             (acceptor, resolver)

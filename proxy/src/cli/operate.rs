@@ -111,6 +111,15 @@ pub(super) fn check_referenced_files(cfg: &Config, path: &Path) -> Result<Vec<St
             lines.push(format!("{file}: trust.issuers: {}", e.lines.join("; ")));
         }
     }
+    if let Some(adm) = &cfg.admission {
+        if let Err(problems) = crate::context::load_keys(&adm.jwks) {
+            lines.extend(
+                problems
+                    .into_iter()
+                    .map(|p| format!("{file}: admission.jwks: {p}")),
+            );
+        }
+    }
     let mut warnings = Vec::new();
     match crate::control::bundle::from_config(cfg) {
         Err(problems) => lines.extend(problems.into_iter().map(|p| format!("{file}: rich: {p}"))),

@@ -9,6 +9,7 @@
 //! Not here: reading the files a config names (keys, bundles); `run` does that and reports
 //! their problems the same way.
 
+pub mod admission;
 pub mod aip2;
 mod collector;
 mod model;
@@ -20,8 +21,8 @@ use std::path::Path;
 pub use collector::parse_size;
 use collector::{section, Collector};
 pub use model::{
-    AccessLog, Aip2, Config, ConfigError, ConfigProblem, ListenTls, Retention, Sink, StoreKind,
-    UnboundWrites, DEFAULT_SIGNING_KEY,
+    AccessLog, Admission, Aip2, Config, ConfigError, ConfigProblem, ListenTls, Retention, Sink,
+    StoreKind, UnboundWrites, DEFAULT_SIGNING_KEY,
 };
 use raw::RawConfig;
 
@@ -73,6 +74,9 @@ impl Config {
             aip2: table
                 .contains_key("aip2")
                 .then(|| section(&mut table, "aip2", &mut c)),
+            admission: table
+                .contains_key("admission")
+                .then(|| section(&mut table, "admission", &mut c)),
             log: section(&mut table, "log", &mut c),
         };
         for key in table.keys() {

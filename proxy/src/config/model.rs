@@ -60,6 +60,8 @@ pub enum Sink {
 pub struct Config {
     /// `[aip2]`: the AIP-2.1 quote-channel guard, when the section is present.
     pub aip2: Option<Aip2>,
+    /// `[admission]`: RICH admission, when the section is present.
+    pub admission: Option<Admission>,
     pub listen_addr: String,
     pub drain_timeout: Duration,
     pub listen_tls: Option<ListenTls>,
@@ -170,4 +172,21 @@ pub struct Aip2 {
     pub relay_ttl: Duration,
     pub relay_max_per_tx: u64,
     pub relay_max_messages: u64,
+}
+
+/// The admission settings, validated.
+#[derive(Debug, Clone)]
+pub struct Admission {
+    /// `mode = "required"`: every call to a bound operation needs a token that admits it.
+    pub required: bool,
+    /// This sidecar's resource identifier: the tokens' `aud`, and the metadata's `resource`.
+    pub resource: String,
+    /// JWKS files (any of them may hold keys of any listed issuer, matched by `kid`).
+    pub jwks: Vec<std::path::PathBuf>,
+    pub issuers: Vec<String>,
+    /// `EdDSA`, `ES256`, `RS256` (the only ones accepted).
+    pub algorithms: Vec<String>,
+    pub max_clock_skew: Duration,
+    /// Send the bearer token on to the upstream (off: the sidecar removes it).
+    pub forward_token: bool,
 }

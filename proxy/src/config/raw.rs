@@ -151,4 +151,5 @@ pub struct RawConfig {
     pub drift: RawDrift,
     pub log: RawLog,
     pub aip2: Option<super::aip2::RawAip2>,
+    pub admission: Option<super::admission::RawAdmission>,
 }

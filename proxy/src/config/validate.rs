@@ -256,8 +256,32 @@ impl RawConfig {
             );
         }
 
+        let admission = self.admission.map(|a| a.validate(c));
+        if admission.as_ref().is_some_and(|a| a.required) {
+            if writes.is_empty() {
+                c.push(
+                    "admission",
+                    "needs PTCL enforcement (ptcl.writes not empty): its refusals are receipted in the store",
+                );
+            }
+            // Fail closed until MCP tool calls are admitted too (docs/decisions.md).
+            if mcp_path.is_some() {
+                c.push(
+                    "admission.mode",
+                    "\"required\" does not yet cover MCP tool calls: with [mcp] configured it would leave tools/call unadmitted",
+                );
+            }
+            if self.rich.lockfile.is_none() {
+                c.push(
+                    "admission",
+                    "needs a RICH bundle (rich.lockfile): tokens name operations and contract digests from it",
+                );
+            }
+        }
+
         Config {
             aip2,
+            admission,
             listen_addr,
             drain_timeout,
             listen_tls: self.listen.tls.map(|t| ListenTls {

@@ -27,6 +27,8 @@ pub struct AppState {
     pub mcp_drifted: Drifted,
     /// `[aip2]`: the quote channel's rules and its per-client rate limit.
     pub quote_channel: Option<QuoteChannelState>,
+    /// `[admission]`: the issuers' keys and the verified-token cache.
+    pub admission: Option<super::AdmissionState>,
 }
 
 /// What the AIP-2.1 quote-channel guard keeps between requests.

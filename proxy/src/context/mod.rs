@@ -10,11 +10,13 @@
 //! - [`WriteContext`] and [`Binding`]: what one request is decided by and named as;
 //! - `locks`: in-memory tables shared by the requests of one process.
 
+mod admission;
 mod app;
 mod enforcement;
 mod locks;
 mod request;
 
+pub use admission::{load_keys, AdmissionState, Admitted};
 pub use app::{AppState, QuoteChannelState};
 pub use enforcement::Enforcement;
 pub use locks::{Drifted, FirstSeen};

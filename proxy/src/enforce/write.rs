@@ -43,9 +43,9 @@ pub(crate) async fn handle(
     parts: http::request::Parts,
     bytes: Bytes,
     mut cx: WriteContext,
+    // The bundle version the pipeline loaded: it decides this request from admission to end.
+    bundle: Option<Arc<palisade_policy::rich::Bundle>>,
 ) -> (Response<ProxyBody>, Outcome) {
-    // One bundle version decides this request from here to its end.
-    let bundle = state.bundle.load_full();
     let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
     cx.bind(bundle.as_deref(), &binding);
     if let Some(cap) = binding.capability() {

@@ -9,6 +9,7 @@
 //!   → response: strip hop-by-hop, count bytes, access log, metrics
 //! ```
 
+mod admit;
 mod exchange;
 mod request_form;
 
@@ -132,6 +133,15 @@ pub async fn handle(
         return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
     }
 
+    // RICH admission's protected-resource metadata (RFC 9728): the sidecar's own.
+    if let Some(adm) = &state.admission {
+        if crate::admission::metadata::is_metadata(&ex.path) && parts.method == Method::GET {
+            let bundle = state.bundle.load_full();
+            let resp = crate::admission::metadata::response(adm, bundle.as_deref());
+            return Ok(finish(&state, resp, ex, Outcome::Forwarded, inflight));
+        }
+    }
+
     // MCP (SPEC §11): classified by JSON-RPC method, not HTTP method.
     if state.config.mcp_path.as_deref() == Some(ex.path.as_str()) {
         let cx = write_context(&ex);
@@ -139,12 +149,22 @@ pub async fn handle(
         return Ok(finish(&state, resp, ex, outcome, inflight));
     }
 
+    // One bundle version decides this request from here to its end.
+    let bundle = state.bundle.load_full();
+
+    // RICH admission (SPEC §13): a bound operation needs a token that admits it, before its
+    // body is read or any lease is looked at.
+    let admitted =
+        match admit::stage(&state, &mut parts, bundle.as_deref(), &write_context(&ex)).await {
+            Ok(a) => a,
+            Err(resp) => return Ok(finish(&state, resp, ex, Outcome::Refused, inflight)),
+        };
+
     // A read is decided by the bundle in force: its binding names the upstream identity, and
     // a contract with an output schema has its answer buffered and checked (SPEC §7), its
     // request kept so a qualified fallback can send it again.
     let mut read_cx = None;
     if kind == Kind::Read {
-        let bundle = state.bundle.load_full();
         let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
         let mut cx = write_context(&ex);
         cx.bind(bundle.as_deref(), &binding);
@@ -201,7 +221,14 @@ pub async fn handle(
             };
             if let Some(enf) = &state.enforcement {
                 let cx = write_context(&ex);
-                let (resp, outcome) = write::handle(&state, enf, &conn, parts, bytes, cx).await;
+                if let Some(a) = &admitted {
+                    let held = admit::input(&state, a, bundle.as_ref(), &parts, &bytes, &cx);
+                    if let Err(resp) = held.await {
+                        return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+                    }
+                }
+                let (resp, outcome) =
+                    write::handle(&state, enf, &conn, parts, bytes, cx, bundle).await;
                 return Ok(finish(&state, resp, ex, outcome, inflight));
             }
             body::full(bytes)

@@ -27,6 +27,8 @@ pub const STORE_OP_DURATION: &str = "palisade_store_op_duration_seconds";
 pub const FENCE_ADVANCES: &str = "palisade_fence_advances_total";
 pub const LOCKFILE_RELOADS: &str = "palisade_lockfile_reloads_total";
 pub const LOCKFILE_INFO: &str = "palisade_lockfile_info";
+/// Re-reads of `admission.jwks`, by result; not in SPEC §9, an addition beside the lockfile's.
+pub const JWKS_RELOADS: &str = "palisade_jwks_reloads_total";
 /// Jobs per store transaction (group commit at work); not in SPEC §9, an addition.
 pub const STORE_BATCH_JOBS: &str = "palisade_store_batch_jobs";
 /// Receipts that could not be stored for a write that was already forwarded (the audit chain
@@ -154,6 +156,10 @@ fn describe() {
          others are what a caller waited for."
     );
     metrics::describe_counter!(FENCE_ADVANCES, "Fence epochs advanced durably.");
+    metrics::describe_counter!(
+        JWKS_RELOADS,
+        "Re-reads of the admission JWKS files, by result (applied, rejected)."
+    );
     metrics::describe_counter!(
         LOCKFILE_RELOADS,
         "Bundle reloads by result: applied, unchanged or rejected."

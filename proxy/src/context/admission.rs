@@ -1,0 +1,104 @@
+//! What RICH admission (SPEC §13) keeps between requests: the issuers' keys (swapped whole
+//! when a JWKS file changes), the rules every token is held to, and the tokens already
+//! verified, by digest.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use palisade_policy::admission::{Grant, Keys, Rules, Verified};
+use palisade_policy::digest::Sha256Digest;
+
+use crate::config::Admission;
+
+/// Tokens kept verified at most; past it the cache starts again (a flood of distinct tokens
+/// costs verifications, never memory).
+pub const CACHE_ENTRIES: usize = 10_000;
+
+/// A verified token and what it grants.
+pub struct Admitted {
+    pub token: Verified,
+    pub grants: Vec<Grant>,
+}
+
+pub struct AdmissionState {
+    pub config: Admission,
+    pub rules: Rules,
+    pub keys: arc_swap::ArcSwap<Keys>,
+    /// Verified tokens by digest, with the key generation they were verified under: a key
+    /// rotation drops them all.
+    cache: Mutex<(u64, HashMap<Sha256Digest, Arc<Admitted>>)>,
+    generation: std::sync::atomic::AtomicU64,
+}
+
+impl AdmissionState {
+    /// Reads the JWKS files `config` names; `Err` lists every problem.
+    pub fn load(config: &Admission) -> Result<Self, Vec<String>> {
+        let keys = load_keys(&config.jwks)?;
+        let algorithms = config
+            .algorithms
+            .iter()
+            .filter_map(|a| palisade_policy::admission::token::algorithm(a))
+            .collect();
+        Ok(Self {
+            rules: Rules {
+                issuers: config.issuers.clone(),
+                audience: config.resource.clone(),
+                algorithms,
+                skew_s: config.max_clock_skew.as_secs(),
+            },
+            config: config.clone(),
+            keys: arc_swap::ArcSwap::from_pointee(keys),
+            cache: Mutex::new((0, HashMap::new())),
+            generation: std::sync::atomic::AtomicU64::new(0),
+        })
+    }
+
+    /// Puts new keys in force and forgets every token verified under the old ones.
+    pub fn rotate(&self, keys: Keys) {
+        self.keys.store(Arc::new(keys));
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    /// A token verified before, under the keys in force, unless it expired since.
+    pub fn cached(&self, digest: &Sha256Digest, now_s: u64) -> Option<Arc<Admitted>> {
+        let generation = self.generation.load(std::sync::atomic::Ordering::Acquire);
+        let cache = self.cache.lock().ok()?;
+        if cache.0 != generation {
+            return None;
+        }
+        cache
+            .1
+            .get(digest)
+            .filter(|a| now_s <= a.token.expires_at.saturating_add(self.rules.skew_s))
+            .cloned()
+    }
+
+    pub fn remember(&self, admitted: Arc<Admitted>) {
+        let generation = self.generation.load(std::sync::atomic::Ordering::Acquire);
+        if let Ok(mut cache) = self.cache.lock() {
+            if cache.0 != generation || cache.1.len() >= CACHE_ENTRIES {
+                *cache = (generation, HashMap::new());
+            }
+            cache.1.insert(admitted.token.digest, admitted);
+        }
+    }
+}
+
+/// The issuers' keys from JWKS files.
+pub fn load_keys(paths: &[PathBuf]) -> Result<Keys, Vec<String>> {
+    let mut files = Vec::with_capacity(paths.len());
+    let mut problems = Vec::new();
+    for p in paths {
+        match std::fs::read(p) {
+            Ok(bytes) if bytes.len() <= 1 << 20 => files.push((p.display().to_string(), bytes)),
+            Ok(_) => problems.push(format!("{}: larger than 1 MiB", p.display())),
+            Err(e) => problems.push(format!("{}: {e}", p.display())),
+        }
+    }
+    if !problems.is_empty() {
+        return Err(problems);
+    }
+    Keys::from_jwks(&files)
+}

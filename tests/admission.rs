@@ -1,0 +1,446 @@
+//! RICH admission (SPEC §13, seed 002 §12) through the real binary and a real upstream, with
+//! access tokens minted by PyJWT over pyca/cryptography keys (`tests/admission/tokens.py`):
+//! every token that must pass does, every one that must not is refused with its status, code,
+//! `WWW-Authenticate`, receipt and drift event, and the upstream saw nothing of it (nor, on
+//! the ones that pass, the token). Then a hot swap makes a token's contract digest stale, and
+//! a JWKS rotation is picked up live.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use http::{Request, StatusCode};
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::keys::KeyPair;
+use serde_json::{json, Value};
+use support::bundles::*;
+use support::writes::*;
+use support::*;
+
+const ISSUER: &str = "https://as.example.com";
+const PUT_OP: &str = "PUT /items/{id}";
+const GET_OP: &str = "GET /items/{id}";
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn digest_of(contract: &Value) -> String {
+    format!("sha-256:{}", Sha256Digest::of_json(contract).to_hex())
+}
+
+fn bundle(dir: &std::path::Path, put_max: Option<i64>) -> (BundleFiles, Value, Value) {
+    let mut schema = qty_schema();
+    if let Some(m) = put_max {
+        schema["properties"]["qty"]["maximum"] = json!(m);
+    }
+    let put = contract(schema, "write", "compensable", "optional");
+    let get = contract(json!("unknown"), "read", "reversible", "none");
+    let files = write_bundle(
+        dir,
+        "urn:palisade:test:admission/1",
+        &[
+            ("items", PUT_OP, put.clone(), None),
+            ("item", GET_OP, get.clone(), None),
+        ],
+    );
+    (files, put, get)
+}
+
+fn mint(dir: &std::path::Path, binding_id: &str, digests: &Value) -> HashMap<String, String> {
+    let python = repo().join("target/pyenv/bin/python");
+    assert!(
+        python.exists(),
+        "run scripts/test.sh: it makes the venv with PyJWT"
+    );
+    let spec = json!({"resource": BASE, "issuer": ISSUER, "bindingId": binding_id,
+                      "digests": digests});
+    let out = Command::new(python)
+        .arg(repo().join("tests/admission/tokens.py"))
+        .arg(dir)
+        .arg(spec.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "tokens.py: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+struct Answer {
+    status: StatusCode,
+    challenge: Option<String>,
+    doc: Value,
+}
+
+async fn call(
+    p: &Palisade,
+    method: &str,
+    path: &str,
+    auth: &[&str],
+    lease: Option<&str>,
+    body: &str,
+) -> Answer {
+    let mut b = Request::builder()
+        .method(method)
+        .uri(p.url(path))
+        .header("content-type", "application/json");
+    for a in auth {
+        b = b.header("authorization", *a);
+    }
+    if let Some(l) = lease {
+        b = b.header("agent-compensation-lease", l).header(
+            "agent-compensation-inverse",
+            URL_SAFE_NO_PAD.encode(inverse()),
+        );
+    }
+    let (parts, bytes) = send(&http1_client(), b.body(full(body.to_owned())).unwrap()).await;
+    Answer {
+        status: parts.status,
+        challenge: parts
+            .headers
+            .get("www-authenticate")
+            .map(|v| v.to_str().unwrap().to_owned()),
+        doc: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    }
+}
+
+fn bearer(t: &str) -> String {
+    format!("Bearer {t}")
+}
+
+fn writes_to(u: &Upstream, path: &str) -> usize {
+    u.requests()
+        .iter()
+        .filter(|s| s.method == "PUT" && s.path_and_query == path)
+        .count()
+}
+
+fn assert_refused(a: &Answer, status: StatusCode, code: &str, what: &str) {
+    assert_eq!(a.status, status, "{what}: {}", a.doc);
+    assert_eq!(a.doc["code"], code, "{what}: {}", a.doc);
+    assert_receipt_verifies(&a.doc["receipt"], "rejection");
+    assert_eq!(a.doc["receipt"]["code"], code, "{what}");
+    let challenge = a.challenge.as_deref().unwrap_or_default();
+    assert!(challenge.starts_with("Bearer "), "{what}: {challenge:?}");
+    assert!(
+        challenge.contains(&format!(
+            "resource_metadata=\"{BASE}/.well-known/oauth-protected-resource\""
+        )),
+        "{what}: {challenge}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_admit_named_operations_and_everything_else_is_refused() {
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let (b, put, get) = bundle(bundle_dir.path(), None);
+    let keys_dir = tempfile::tempdir().unwrap();
+    let digests = json!({PUT_OP: digest_of(&put), GET_OP: digest_of(&get)});
+    let tokens = mint(keys_dir.path(), &b.binding_id, &digests);
+    let t = |name: &str| bearer(&tokens[name]);
+    let jwks = keys_dir.path().join("jwks.json");
+    let admission = format!(
+        "[admission]\nmode = \"required\"\nresource = \"{BASE}\"\njwks = [\"{}\"]\n\
+         issuers = [\"{ISSUER}\"]\n",
+        jwks.display()
+    );
+    let s = start_configured(
+        Upstream::start().await,
+        tempfile::tempdir().unwrap(),
+        "",
+        &format!("{}{admission}", b.rich_toml("")),
+    );
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let mut epoch = 0;
+    let mut lease = || {
+        epoch += 1;
+        lease_for(&agent, "/items/1", epoch, |_| {})
+    };
+    let body = r#"{"qty":1150}"#;
+
+    // Tokens that admit the write: each algorithm, an aud list, a grant without bindingId.
+    for name in ["eddsa", "es256", "rs256", "aud_list", "no_binding_id"] {
+        let before = writes_to(&s.upstream, "/items/1");
+        let a = call(&s.p, "PUT", "/items/1", &[&t(name)], Some(&lease()), body).await;
+        assert_eq!(a.status, StatusCode::OK, "{name}: {}", a.doc);
+        assert_eq!(writes_to(&s.upstream, "/items/1"), before + 1, "{name}");
+    }
+    // The token stays with the sidecar.
+    assert!(s
+        .upstream
+        .requests()
+        .iter()
+        .all(|r| !r.headers.contains_key("authorization")));
+    // A read of a bound operation needs its grant too.
+    let a = call(&s.p, "GET", "/items/1", &[&t("read_only")], None, "").await;
+    assert_eq!(a.status, StatusCode::OK);
+    let a = call(&s.p, "GET", "/items/1", &[], None, "").await;
+    assert_refused(
+        &a,
+        StatusCode::UNAUTHORIZED,
+        "ERR_TOKEN_INVALID",
+        "a read without a token",
+    );
+
+    // 401: no usable token. The lease each carries is not spent: it passes afterwards.
+    let kept = lease();
+    let missing = call(&s.p, "PUT", "/items/1", &[], Some(&kept), body).await;
+    assert_refused(
+        &missing,
+        StatusCode::UNAUTHORIZED,
+        "ERR_TOKEN_INVALID",
+        "no token",
+    );
+    assert!(
+        !missing.challenge.as_deref().unwrap().contains("error="),
+        "no error code without a token (RFC 6750 §3.1)"
+    );
+    let before = writes_to(&s.upstream, "/items/1");
+    for name in [
+        "expired",
+        "not_yet",
+        "future_iat",
+        "no_exp",
+        "wrong_iss",
+        "wrong_aud",
+        "unknown_kid",
+        "id_token_typ",
+        "kid_alg_mismatch",
+        "alg_none",
+        "hs256_public_key",
+        "tampered",
+    ] {
+        let a = call(&s.p, "PUT", "/items/1", &[&t(name)], Some(&kept), body).await;
+        assert_refused(&a, StatusCode::UNAUTHORIZED, "ERR_TOKEN_INVALID", name);
+        assert!(
+            a.challenge.unwrap().contains("error=\"invalid_token\""),
+            "{name}"
+        );
+    }
+    let two = call(
+        &s.p,
+        "PUT",
+        "/items/1",
+        &[&t("eddsa"), &t("es256")],
+        Some(&kept),
+        body,
+    )
+    .await;
+    assert_refused(
+        &two,
+        StatusCode::UNAUTHORIZED,
+        "ERR_TOKEN_INVALID",
+        "two Authorization headers",
+    );
+    let basic = call(
+        &s.p,
+        "PUT",
+        "/items/1",
+        &["Basic YWdlbnQ6cHc="],
+        Some(&kept),
+        body,
+    )
+    .await;
+    assert_refused(
+        &basic,
+        StatusCode::UNAUTHORIZED,
+        "ERR_TOKEN_INVALID",
+        "Basic credentials",
+    );
+
+    // 403: a valid token that does not admit this call, with what to ask for.
+    for (name, input) in [
+        ("read_only", body),
+        ("stale_digest", body),
+        ("other_binding", body),
+        ("no_details", body),
+        ("outside_fragment", r#"{"qty":5}"#),
+        ("bounded", body),
+    ] {
+        let a = call(&s.p, "PUT", "/items/1", &[&t(name)], Some(&kept), input).await;
+        assert_refused(&a, StatusCode::FORBIDDEN, "ERR_NOT_ADMITTED", name);
+        assert!(
+            a.challenge
+                .unwrap()
+                .contains("error=\"insufficient_authorization_details\""),
+            "{name}"
+        );
+        let needed = &a.doc["authorization_details"][0];
+        assert_eq!(needed["type"], "rich_binding", "{name}");
+        assert_eq!(needed["bindingId"], b.binding_id, "{name}");
+        assert_eq!(
+            needed["operations"][0],
+            json!({"operation": PUT_OP, "contractDigest": digest_of(&put)}),
+            "{name}"
+        );
+        assert!(
+            !a.doc.to_string().contains("1150"),
+            "{name}: no input value echoed"
+        );
+    }
+    let bounded = call(&s.p, "PUT", "/items/1", &[&t("bounded")], Some(&kept), body).await;
+    assert_eq!(bounded.doc["violationLocation"], "/qty");
+    assert_eq!(
+        writes_to(&s.upstream, "/items/1"),
+        before,
+        "refusals reached the upstream"
+    );
+    // Inside the granted bound, the same lease goes through: nothing above spent it.
+    let a = call(
+        &s.p,
+        "PUT",
+        "/items/1",
+        &[&t("bounded")],
+        Some(&kept),
+        r#"{"qty":5}"#,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.doc);
+    assert_eq!(writes_to(&s.upstream, "/items/1"), before + 1);
+
+    // Every refusal left a drift event naming its code, with no token in it.
+    let events = drift_events(&s.p);
+    for code in ["ERR_TOKEN_INVALID", "ERR_NOT_ADMITTED"] {
+        assert!(events.iter().any(|e| e["code"] == code), "{code}");
+    }
+    let text = serde_json::to_string(&events).unwrap();
+    assert!(
+        !text.contains(&tokens["eddsa"][..40]),
+        "no token in drift events"
+    );
+    assert!(
+        !s.p.logs().contains(&tokens["eddsa"][..40]),
+        "no token in logs"
+    );
+
+    // The protected-resource metadata (RFC 9728) names what to ask for.
+    let (parts, bytes) = send(
+        &http1_client(),
+        Request::get(s.p.url("/.well-known/oauth-protected-resource"))
+            .body(full(""))
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::OK);
+    let meta: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(meta["resource"], BASE);
+    assert_eq!(meta["authorization_servers"], json!([ISSUER]));
+    assert_eq!(
+        meta["authorization_details_types_supported"],
+        json!(["rich_binding"])
+    );
+    let ops = meta["rich_binding"]["operations"].as_array().unwrap();
+    assert!(ops.contains(&json!({"operation": PUT_OP, "contractDigest": digest_of(&put)})));
+
+    // A hot swap changes the PUT contract: tokens granted for the old digest no longer admit
+    // it (the read's contract did not change).
+    let (_, new_put, _) = bundle(bundle_dir.path(), Some(5000));
+    let reload = admin_post(&s.p, "/admin/v1/reload");
+    assert!(reload.contains("200"), "{reload}");
+    let a = call(
+        &s.p,
+        "PUT",
+        "/items/1",
+        &[&t("eddsa")],
+        Some(&lease()),
+        body,
+    )
+    .await;
+    assert_refused(
+        &a,
+        StatusCode::FORBIDDEN,
+        "ERR_NOT_ADMITTED",
+        "a digest made stale by a hot swap",
+    );
+    assert_eq!(
+        a.doc["authorization_details"][0]["operations"][0]["contractDigest"],
+        digest_of(&new_put)
+    );
+    let a = call(&s.p, "GET", "/items/1", &[&t("eddsa")], None, "").await;
+    assert_eq!(a.status, StatusCode::OK);
+
+    // JWKS rotation, live: a key that was unknown is picked up when the file changes.
+    let a = call(&s.p, "GET", "/items/1", &[&t("unknown_kid")], None, "").await;
+    assert_eq!(a.status, StatusCode::UNAUTHORIZED);
+    let staged = keys_dir.path().join("jwks.json.new");
+    std::fs::copy(keys_dir.path().join("jwks-rotated.json"), &staged).unwrap();
+    std::fs::rename(&staged, &jwks).unwrap();
+    let mut waited = Duration::ZERO;
+    loop {
+        let a = call(&s.p, "GET", "/items/1", &[&t("unknown_kid")], None, "").await;
+        if a.status == StatusCode::OK {
+            break;
+        }
+        assert!(
+            waited < Duration::from_secs(10),
+            "the rotated JWKS was not picked up"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        waited += Duration::from_millis(100);
+    }
+    // A broken JWKS leaves the keys in force.
+    std::fs::write(&jwks, b"{not json").unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let a = call(&s.p, "GET", "/items/1", &[&t("unknown_kid")], None, "").await;
+    assert_eq!(a.status, StatusCode::OK, "a broken JWKS replaced the keys");
+    assert!(s.p.logs().contains("admission.jwks refused"));
+}
+
+/// `POST` on the admin listener; the raw answer.
+fn admin_post(p: &Palisade, path: &str) -> String {
+    use std::io::{Read as _, Write as _};
+    let mut s = std::net::TcpStream::connect(p.admin).unwrap();
+    write!(
+        s,
+        "POST {path} HTTP/1.0\r\nHost: admin\r\nContent-Length: 0\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).unwrap();
+    String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn config_check_refuses_what_admission_cannot_enforce() {
+    let dir = tempfile::tempdir().unwrap();
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(
+        &jwks,
+        r#"{"keys":[{"kty":"oct","k":"c2VjcmV0","kid":"h"}]}"#,
+    )
+    .unwrap();
+    let text = format!(
+        "[upstream]\nurl = \"http://127.0.0.1:9\"\n[admission]\nmode = \"required\"\n\
+         resource = \"erp\"\njwks = [\"{}\"]\nissuers = []\nalgorithms = [\"HS256\", \"none\"]\n\
+         [mcp]\n",
+        jwks.display()
+    );
+    let config = dir.path().join("palisade.toml");
+    std::fs::write(&config, text).unwrap();
+    let out = Command::new(bin())
+        .args(["config", "check", "--config"])
+        .arg(&config)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    for needle in [
+        "admission.resource",
+        "admission.issuers",
+        "\"HS256\" is not accepted",
+        "\"none\" is not accepted",
+        "MCP tool calls",
+        "rich.lockfile",
+    ] {
+        assert!(err.contains(needle), "{needle} not reported:\n{err}");
+    }
+}
