@@ -438,7 +438,6 @@ fn config_check_refuses_what_admission_cannot_enforce() {
         "admission.issuers",
         "\"HS256\" is not accepted",
         "\"none\" is not accepted",
-        "MCP tool calls",
         "rich.lockfile",
     ] {
         assert!(err.contains(needle), "{needle} not reported:\n{err}");

@@ -1381,3 +1381,133 @@ async fn absent_structured_content_and_the_inverse_header_on_tool_calls() {
     assert_eq!(e["code"], "ERR_CONTRACT_OUTPUT", "{out:?}");
     assert_eq!(e["violationLocation"], "/structuredContent");
 }
+
+/// RICH admission for MCP (SPEC §13), with the SDK client sending PyJWT-minted tokens: a
+/// listing made with a token shows only the bound tools it grants, calls need their grant and
+/// keep to its bound, refusals are JSON-RPC errors at HTTP 401/403, and the server ran none
+/// of the refused calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admission_admits_tool_calls_by_token() {
+    let server = McpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let b = erp_tools(dir.path());
+    let lock: Value = serde_json::from_slice(&std::fs::read(&b.lockfile).unwrap()).unwrap();
+    let digest = |tool: &str| lock["capabilities"][tool]["contractDigest"].clone();
+    let keys = tempfile::tempdir().unwrap();
+    let grant = |ops: Value| json!([{"type": "rich_binding", "bindingId": b.binding_id, "operations": ops}]);
+    let spec = json!({"resource": BASE, "issuer": "https://as.example.com", "bindingId": b.binding_id,
+    "digests": {},
+    "custom": {
+        "add_only": grant(json!([{"operation": "add", "contractDigest": digest("add"),
+            "bound": {"type": "object", "properties": {"a": {"type": "integer", "maximum": 10}}}}])),
+        "set_stock": grant(json!([{"operation": "set_stock", "contractDigest": digest("set_stock")}])),
+    }});
+    let out = Command::new(python())
+        .arg(repo().join("tests/admission/tokens.py"))
+        .arg(keys.path())
+        .arg(spec.to_string())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tokens: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let admission = format!(
+        "[admission]\nmode = \"required\"\nresource = \"{BASE}\"\njwks = [\"{}\"]\n\
+         issuers = [\"https://as.example.com\"]\n",
+        keys.path().join("jwks.json").display()
+    );
+    let p = sidecar_with(&server, &b, &admission);
+    let url = p.url("/mcp");
+    let bearer =
+        |name: &str| json!({"authorization": format!("Bearer {}", tokens[name].as_str().unwrap())});
+
+    for (round, mode) in ["2026-07-28", "legacy"].into_iter().enumerate() {
+        let before = server.executions().len();
+        // Granted add (a ≤ 10), not set_stock.
+        let got = client_with_headers(
+            url.clone(),
+            mode,
+            json!([
+                {"op": "list"},
+                {"op": "call", "name": "add", "args": {"a": 2, "b": 3}},
+                {"op": "call", "name": "add", "args": {"a": 50, "b": 3}},
+                {"op": "call", "name": "set_stock", "args": {"sku": "S", "qty": 1},
+                 "meta": meta(tool_lease("set_stock", 1))},
+            ]),
+            bearer("add_only"),
+        )
+        .await;
+        assert_eq!(
+            got[0]["tools"],
+            json!(["add"]),
+            "{mode}: the listing shows the granted tools"
+        );
+        assert_eq!(got[1]["result"]["result"], 5, "{mode}: {}", got[1]);
+        for (i, why) in [(2, "outside the bound"), (3, "not granted")] {
+            let data = &got[i]["error"]["data"];
+            assert_eq!(data["code"], "ERR_NOT_ADMITTED", "{mode} {why}: {}", got[i]);
+            assert_eq!(data["receipt"]["kind"], "rejection", "{mode} {why}");
+            assert_eq!(
+                data["authorization_details"][0]["type"], "rich_binding",
+                "{mode} {why}"
+            );
+        }
+        assert_eq!(got[2]["error"]["data"]["violationLocation"], "/a", "{mode}");
+        // No token: the listing is whole, a call of a bound tool is refused with 401.
+        let got = client(
+            url.clone(),
+            mode,
+            json!([
+                {"op": "list"},
+                {"op": "call", "name": "add", "args": {"a": 1, "b": 1}},
+            ]),
+        )
+        .await;
+        assert_eq!(
+            got[0]["tools"],
+            json!(["add", "set_stock", "count_slowly"]),
+            "{mode}"
+        );
+        assert_eq!(
+            got[1]["error"]["data"]["code"], "ERR_TOKEN_INVALID",
+            "{mode}: {}",
+            got[1]
+        );
+        // An expired token: the listing is refused too.
+        let got = client_with_headers(
+            url.clone(),
+            mode,
+            json!([{"op": "list"}]),
+            bearer("expired"),
+        )
+        .await;
+        assert_eq!(
+            got[0]["error"]["data"]["code"], "ERR_TOKEN_INVALID",
+            "{mode}: {}",
+            got[0]
+        );
+        // With its grant, the write tool runs (under its lease, as always).
+        let got = client_with_headers(
+            url.clone(),
+            mode,
+            json!([{"op": "call", "name": "set_stock", "args": {"sku": "T", "qty": 2},
+                    "meta": meta(tool_lease("set_stock", round as u64 + 1))}]),
+            bearer("set_stock"),
+        )
+        .await;
+        assert_eq!(got[0]["is_error"], false, "{mode}: {}", got[0]);
+        assert_eq!(got[0]["meta"]["commitReceipt"]["kind"], "commit", "{mode}");
+        let ran = &server.executions()[before..];
+        assert!(
+            ran.iter().all(|l| !l.contains("sku=S")),
+            "{mode}: a refused call ran: {ran:?}"
+        );
+    }
+    let events = drift_events(&p);
+    for code in ["ERR_NOT_ADMITTED", "ERR_TOKEN_INVALID"] {
+        assert!(events.iter().any(|e| e["code"] == code), "{code}");
+    }
+}

@@ -4,7 +4,8 @@ the test's temporary directory).
 
     python tokens.py DIR SPEC_JSON
 
-SPEC_JSON: {"resource", "issuer", "bindingId", "digests": {operation: digest}}. Writes
+SPEC_JSON: {"resource", "issuer", "bindingId", "digests": {operation: digest},
+"custom": {name: authorization_details}?}. Writes
 DIR/jwks.json (the Ed25519, P-256 and RSA keys' public halves) and DIR/jwks-rotated.json (those
 and one more key, `kid-new`), and prints {name: token} for every case the test sends.
 """
@@ -65,8 +66,9 @@ def op(name, bound=None, digest=None):
 
 def claims(**over):
     c = {"iss": spec["issuer"], "aud": spec["resource"], "sub": "agent-7", "client_id": "planner",
-         "iat": now, "exp": now + 600, "jti": f"t{time.time_ns()}",
-         "authorization_details": grant([op(PUT), op(GET)])}
+         "iat": now, "exp": now + 600, "jti": f"t{time.time_ns()}"}
+    if "authorization_details" not in over:
+        c["authorization_details"] = grant([op(PUT), op(GET)])
     c.update(over)
     return {k: v for k, v in c.items() if v is not None}
 
@@ -82,7 +84,17 @@ def b64(obj):
     return base64.urlsafe_b64encode(json.dumps(obj).encode()).rstrip(b"=").decode()
 
 
+PUT, GET = (PUT, GET) if PUT in spec["digests"] else (None, None)
+custom = {name: mint(claims(authorization_details=details))
+          for name, details in spec.get("custom", {}).items()}
+if PUT is None:
+    # Only the custom grants (and the token cases that need no operation).
+    print(json.dumps({**custom, "expired": mint(claims(iat=now - 7200, exp=now - 3600,
+                                                        authorization_details=None))}))
+    sys.exit(0)
+
 tokens = {
+    **custom,
     "eddsa": mint(claims()),
     "es256": mint(claims(), kid="kid-ec"),
     "rs256": mint(claims(), kid="kid-rsa"),

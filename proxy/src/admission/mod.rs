@@ -2,12 +2,13 @@
 //! only under a bearer token that admits it, decided before anything is read, spent or sent.
 //!
 //! ```text
-//! Authorization: Bearer <JWT>     missing, two, or not Bearer    401 ERR_TOKEN_INVALID
+//! Authorization: Bearer <JWT>     taken off the request as it arrives (unless
+//!                                 admission.forward_token): the SoR never sees it
+//!                                 missing, two, or not Bearer    401 ERR_TOKEN_INVALID
 //!   → cache by token digest, else policy::admission::verify        401 ERR_TOKEN_INVALID
 //!     (typ, alg, kid, signature, iss, aud, exp/nbf/iat) and the token's rich_binding grants
 //!   → policy::admission::admit: operation, contract digest in force, bound in the fragment
 //!                                                                   403 ERR_NOT_ADMITTED
-//!   → the token leaves the request (unless admission.forward_token)
 //!   → later, once the body is read: the input against the granted bound   403
 //! ```
 //! A 401 carries `WWW-Authenticate: Bearer` with the protected-resource metadata's URL
@@ -35,13 +36,32 @@ pub struct Admission {
     pub admitted: Arc<Admitted>,
 }
 
-/// Decides whether the request in `parts` may call `cap` of `bundle`; on `Ok` the bearer
-/// token is gone from `parts` (unless `admission.forward_token`).
+/// The credential a request came with, taken off it as it arrived.
+pub enum Presented {
+    None,
+    Bearer(String),
+    /// An `Authorization` the sidecar cannot use as a bearer token (two of them, another
+    /// scheme, not text).
+    Unusable(&'static str),
+}
+
+/// Takes the request's `Authorization` off it (it was issued for this sidecar, and the SoR
+/// never sees it), unless `admission.forward_token`; with `mode = "required"` only.
+pub fn take(state: &AppState, parts: &mut http::request::Parts) -> Option<Presented> {
+    let adm = state.admission.as_ref().filter(|a| a.config.required)?;
+    let presented = token(parts);
+    if !adm.config.forward_token {
+        parts.headers.remove(header::AUTHORIZATION);
+    }
+    Some(presented)
+}
+
+/// Decides whether a request that presented `presented` may call `cap` of `bundle`.
 pub async fn gate(
     state: &AppState,
     enf: &Enforcement,
     adm: &AdmissionState,
-    parts: &mut http::request::Parts,
+    presented: &Presented,
     bundle: &Bundle,
     cap: &Capability,
     cx: &WriteContext,
@@ -51,80 +71,103 @@ pub async fn gate(
         operation: &cap.operation,
         contract_digest: &cap.contract.digest,
     };
-    let presented = parts.headers.contains_key(header::AUTHORIZATION);
-    let admitted = match token(parts).and_then(|t| verified(adm, enf, &t)) {
+    let admitted = match verified(adm, enf, presented) {
         Ok(a) => a,
-        Err(r) => return Err(refuse(state, enf, adm, cx, r, call, presented).await),
+        Err(r) => {
+            let shown = !matches!(presented, Presented::None);
+            return Err(refuse(state, enf, adm, cx, r, Some(call), shown).await);
+        }
     };
     let operation = match admission::admit(&admitted.grants, call) {
         Ok(op) => op.clone(),
-        Err(r) => return Err(refuse(state, enf, adm, cx, r, call, true).await),
+        Err(r) => return Err(refuse(state, enf, adm, cx, r, Some(call), true).await),
     };
-    if !adm.config.forward_token {
-        parts.headers.remove(header::AUTHORIZATION);
-    }
     Ok(Admission {
         operation,
         admitted,
     })
 }
 
-/// The input of an admitted call against its granted bound.
+/// The token alone, for calls that need none but are shaped by one (MCP `tools/list`):
+/// `Ok(None)` when none was presented.
+pub async fn token_only(
+    state: &AppState,
+    enf: &Enforcement,
+    adm: &AdmissionState,
+    presented: &Presented,
+    cx: &WriteContext,
+) -> Result<Option<Arc<Admitted>>, Response<ProxyBody>> {
+    if matches!(presented, Presented::None) {
+        return Ok(None);
+    }
+    match verified(adm, enf, presented) {
+        Ok(a) => Ok(Some(a)),
+        Err(r) => Err(refuse(state, enf, adm, cx, r, None, true).await),
+    }
+}
+
+/// The input of an admitted call against its granted bound; `None`: the input is not one
+/// JSON value.
 pub async fn check_input(
     state: &AppState,
     enf: &Enforcement,
     adm: &AdmissionState,
     admission: &Admission,
-    bytes: &[u8],
+    input: Option<&serde_json::Value>,
     cx: &WriteContext,
     call: Call<'_>,
 ) -> Result<(), Response<ProxyBody>> {
     if admission.operation.bound.is_none() {
         return Ok(());
     }
-    let input = palisade_policy::json::parse(bytes, state.config.max_json_depth).map_err(|_| {
-        Refusal::new(
+    let checked = match input {
+        Some(v) => admission::check_input(&admission.operation, v),
+        None => Err(Refusal::new(
             ErrorCode::NotAdmitted,
             "the token grants this operation within a bound, and the input is not one JSON value",
-        )
-    });
-    let checked = input.and_then(|v| admission::check_input(&admission.operation, &v));
+        )),
+    };
     match checked {
         Ok(()) => Ok(()),
-        Err(r) => Err(refuse(state, enf, adm, cx, r, call, true).await),
+        Err(r) => Err(refuse(state, enf, adm, cx, r, Some(call), true).await),
     }
 }
 
-/// The bearer token of the request: exactly one `Authorization: Bearer …` header.
-fn token(parts: &http::request::Parts) -> Result<String, Refusal> {
-    let missing = || {
-        Refusal::new(
-            ErrorCode::TokenInvalid,
-            "this operation needs an access token (Authorization: Bearer)",
-        )
-    };
+/// The request's credential: exactly one `Authorization: Bearer …` header.
+fn token(parts: &http::request::Parts) -> Presented {
     let mut values = parts.headers.get_all(header::AUTHORIZATION).iter();
-    let value = values.next().ok_or_else(missing)?;
+    let Some(value) = values.next() else {
+        return Presented::None;
+    };
     if values.next().is_some() {
-        return Err(Refusal::new(
-            ErrorCode::TokenInvalid,
-            "more than one Authorization header",
-        ));
+        return Presented::Unusable("more than one Authorization header");
     }
-    let text = value.to_str().map_err(|_| missing())?;
+    let Ok(text) = value.to_str() else {
+        return Presented::Unusable("the Authorization header is not text");
+    };
     match text.split_once(' ') {
         Some((scheme, t)) if scheme.eq_ignore_ascii_case("bearer") && !t.trim().is_empty() => {
-            Ok(t.trim().to_owned())
+            Presented::Bearer(t.trim().to_owned())
         }
-        _ => Err(missing()),
+        _ => Presented::Unusable("the Authorization header is not a Bearer token"),
     }
 }
 
 fn verified(
     adm: &AdmissionState,
     enf: &Enforcement,
-    token: &str,
+    presented: &Presented,
 ) -> Result<Arc<Admitted>, Refusal> {
+    let token = match presented {
+        Presented::Bearer(t) => t.as_str(),
+        Presented::None => {
+            return Err(Refusal::new(
+                ErrorCode::TokenInvalid,
+                "this operation needs an access token (Authorization: Bearer)",
+            ))
+        }
+        Presented::Unusable(why) => return Err(Refusal::new(ErrorCode::TokenInvalid, *why)),
+    };
     let now_s = u64::try_from(enf.clock.now_ms() / 1000).unwrap_or(0);
     let digest = palisade_policy::digest::Sha256Digest::of(token.as_bytes());
     if let Some(hit) = adm.cached(&digest, now_s) {
@@ -147,7 +190,7 @@ async fn refuse(
     adm: &AdmissionState,
     cx: &WriteContext,
     r: Refusal,
-    call: Call<'_>,
+    call: Option<Call<'_>>,
     presented: bool,
 ) -> Response<ProxyBody> {
     state.metrics.refusal(r.code);
@@ -157,7 +200,7 @@ async fn refuse(
             Vec::new(),
             format!("Bearer resource_metadata=\"{metadata}\""),
         )
-    } else if r.code == ErrorCode::NotAdmitted {
+    } else if let (ErrorCode::NotAdmitted, Some(call)) = (r.code, call) {
         (
             vec![("authorization_details", admission::needed(call))],
             format!(

@@ -264,13 +264,6 @@ impl RawConfig {
                     "needs PTCL enforcement (ptcl.writes not empty): its refusals are receipted in the store",
                 );
             }
-            // Fail closed until MCP tool calls are admitted too (docs/decisions.md).
-            if mcp_path.is_some() {
-                c.push(
-                    "admission.mode",
-                    "\"required\" does not yet cover MCP tool calls: with [mcp] configured it would leave tools/call unadmitted",
-                );
-            }
             if self.rich.lockfile.is_none() {
                 c.push(
                     "admission",

@@ -26,6 +26,7 @@ use palisade_policy::rich::{IdempotencyKey, SideEffect};
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
 
+use crate::admission::Presented;
 use crate::context::AppState;
 use crate::context::Binding;
 use crate::context::Outcome;
@@ -45,7 +46,8 @@ use crate::net::headers;
 use crate::net::jsonrpc::{self, rpc_error};
 use crate::net::problem::Problem;
 
-pub mod call;
+mod admit;
+mod call;
 pub mod held;
 pub mod inverse;
 pub mod pin;
@@ -67,6 +69,7 @@ pub(crate) async fn handle(
     parts: http::request::Parts,
     body: hyper::body::Incoming,
     cx: WriteContext,
+    presented: Option<&Presented>,
 ) -> (Response<ProxyBody>, Outcome) {
     if parts.method != Method::POST {
         // GET streams and the session DELETE carry no JSON-RPC request to check.
@@ -155,13 +158,14 @@ pub(crate) async fn handle(
     }
     match method_of(&msg) {
         Some("tools/call") => {}
-        Some("tools/list") => return list(state, conn, parts, bytes, cx).await,
+        Some("tools/list") => return list(state, conn, parts, bytes, cx, presented, id).await,
         _ => return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await,
     }
-    tool_call(state, conn, parts, bytes, msg, id, cx).await
+    tool_call(state, conn, parts, bytes, msg, id, cx, presented).await
 }
 
 /// A `tools/call`: bound by tool name, enforced like an HTTP write when it writes.
+#[allow(clippy::too_many_arguments)]
 async fn tool_call(
     state: &Arc<AppState>,
     conn: &Arc<ConnInfo>,
@@ -170,6 +174,7 @@ async fn tool_call(
     msg: Value,
     id: Value,
     mut cx: WriteContext,
+    presented: Option<&Presented>,
 ) -> (Response<ProxyBody>, Outcome) {
     let Some(call) = call::ToolCall::of(&msg) else {
         let refusal = Refusal::new(ErrorCode::BadRequest, "tools/call needs params.name");
@@ -192,6 +197,13 @@ async fn tool_call(
             );
             return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK).await;
         }
+    }
+    // RICH admission (SPEC §13): the tool, its contract digest and the granted bound over
+    // its arguments, before anything else is looked at.
+    if let Err(resp) =
+        admit::tool_call(state, presented, bundle.as_deref(), &binding, &call, &cx).await
+    {
+        return (admit::as_rpc(resp, id).await, Outcome::Refused);
     }
     // Every refusal from here names the call's lease (if any) and has its arguments as
     // evidence.
@@ -396,10 +408,17 @@ async fn list(
     parts: http::request::Parts,
     bytes: Bytes,
     mut cx: WriteContext,
+    presented: Option<&Presented>,
+    id: Value,
 ) -> (Response<ProxyBody>, Outcome) {
     let bundle = state.bundle.load_full();
     cx.operation = "tools/list".to_owned();
     cx.bind(bundle.as_deref(), &Binding::Unbound);
+    // With a token, the listing shows only the bound tools it grants (SPEC §13).
+    let granted = match admit::listing(state, presented, &cx).await {
+        Ok(g) => g,
+        Err(resp) => return (admit::as_rpc(resp, id).await, Outcome::Refused),
+    };
     let (resp, outcome) = forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
     let Some(bundle) = bundle else {
         return (resp, outcome);
@@ -418,7 +437,10 @@ async fn list(
     if content_type.starts_with("text/event-stream") {
         let (state, cx) = (state.clone(), cx.clone());
         let body = sse::map_json(rbody, limit as usize, move |v| {
-            match pinning::filter(&state, &cx, &bundle, v) {
+            let pinned = pinning::filter(&state, &cx, &bundle, v);
+            match admit::only_granted(pinned.as_ref().unwrap_or(v), &bundle, granted.as_ref())
+                .or(pinned)
+            {
                 Some(new) => sse::Verdict::Replace(new),
                 None => sse::Verdict::Keep,
             }
@@ -441,9 +463,10 @@ async fn list(
             );
         }
     };
-    let filtered = serde_json::from_slice::<Value>(&b)
-        .ok()
-        .and_then(|v| pinning::filter(state, &cx, &bundle, &v));
+    let filtered = serde_json::from_slice::<Value>(&b).ok().and_then(|v| {
+        let pinned = pinning::filter(state, &cx, &bundle, &v);
+        admit::only_granted(pinned.as_ref().unwrap_or(&v), &bundle, granted.as_ref()).or(pinned)
+    });
     let out = match filtered {
         Some(v) => Bytes::from(serde_json::to_vec(&v).unwrap_or_default()),
         None => b,

@@ -8,30 +8,29 @@ use http::Response;
 use palisade_policy::admission::Call;
 use palisade_policy::rich::Bundle;
 
-use crate::admission::{self, Admission};
+use crate::admission::{self, Admission, Presented};
 use crate::context::{AppState, Binding, WriteContext};
 use crate::net::body::ProxyBody;
 
 /// `Ok(None)`: admission does not apply (off, no bundle, or an unbound operation).
 pub async fn stage(
     state: &AppState,
-    parts: &mut http::request::Parts,
+    presented: Option<&Presented>,
+    parts: &http::request::Parts,
     bundle: Option<&Bundle>,
     cx: &WriteContext,
 ) -> Result<Option<Admission>, Response<ProxyBody>> {
-    let (Some(adm), Some(enf), Some(bundle)) = (&state.admission, &state.enforcement, bundle)
+    let (Some(adm), Some(enf), Some(bundle), Some(presented)) =
+        (&state.admission, &state.enforcement, bundle, presented)
     else {
         return Ok(None);
     };
-    if !adm.config.required {
-        return Ok(None);
-    }
     let Binding::Bound(cap) = Binding::of(Some(bundle), &parts.method, parts.uri.path()) else {
         return Ok(None);
     };
     let mut cx = cx.clone();
     cx.bind(Some(bundle), &Binding::Bound(cap));
-    admission::gate(state, enf, adm, parts, bundle, cap, &cx)
+    admission::gate(state, enf, adm, presented, bundle, cap, &cx)
         .await
         .map(Some)
 }
@@ -59,5 +58,6 @@ pub async fn input(
         operation: &cap.operation,
         contract_digest: &cap.contract.digest,
     };
-    admission::check_input(state, enf, adm, admitted, bytes, &cx, call).await
+    let input = palisade_policy::json::parse(bytes, state.config.max_json_depth).ok();
+    admission::check_input(state, enf, adm, admitted, input.as_ref(), &cx, call).await
 }

@@ -142,10 +142,14 @@ pub async fn handle(
         }
     }
 
+    // RICH admission (SPEC §13): the bearer token is taken off the request here, whatever
+    // the request; each surface below decides with it.
+    let presented = crate::admission::take(&state, &mut parts);
+
     // MCP (SPEC §11): classified by JSON-RPC method, not HTTP method.
     if state.config.mcp_path.as_deref() == Some(ex.path.as_str()) {
         let cx = write_context(&ex);
-        let (resp, outcome) = mcp::handle(&state, &conn, parts, body, cx).await;
+        let (resp, outcome) = mcp::handle(&state, &conn, parts, body, cx, presented.as_ref()).await;
         return Ok(finish(&state, resp, ex, outcome, inflight));
     }
 
@@ -154,11 +158,12 @@ pub async fn handle(
 
     // RICH admission (SPEC §13): a bound operation needs a token that admits it, before its
     // body is read or any lease is looked at.
-    let admitted =
-        match admit::stage(&state, &mut parts, bundle.as_deref(), &write_context(&ex)).await {
-            Ok(a) => a,
-            Err(resp) => return Ok(finish(&state, resp, ex, Outcome::Refused, inflight)),
-        };
+    let cx = write_context(&ex);
+    let staged = admit::stage(&state, presented.as_ref(), &parts, bundle.as_deref(), &cx);
+    let admitted = match staged.await {
+        Ok(a) => a,
+        Err(resp) => return Ok(finish(&state, resp, ex, Outcome::Refused, inflight)),
+    };
 
     // A read is decided by the bundle in force: its binding names the upstream identity, and
     // a contract with an output schema has its answer buffered and checked (SPEC §7), its

@@ -1,0 +1,104 @@
+//! RICH admission for MCP (SPEC §13): a `tools/call` of a bound tool needs a token that grants
+//! the tool (by name, with its contract digest) and whose bound its arguments keep to;
+//! `initialize` and `tools/list` need none, and a listing made with a token shows only the
+//! bound tools it grants. Refusals are the HTTP ones (401/403 with `WWW-Authenticate`, as the
+//! MCP authorization spec has them) with a JSON-RPC error body.
+
+use std::collections::BTreeSet;
+
+use http::{header, Response};
+use palisade_policy::admission::Call;
+use palisade_policy::rich::Bundle;
+use serde_json::Value;
+
+use super::call::ToolCall;
+use crate::admission::{self, Presented};
+use crate::context::{AppState, Binding, WriteContext};
+use crate::net::body::ProxyBody;
+use crate::net::jsonrpc::rewrap;
+
+/// Decides a tool call; `Ok` when admission does not apply or admits it.
+pub(super) async fn tool_call(
+    state: &AppState,
+    presented: Option<&Presented>,
+    bundle: Option<&Bundle>,
+    binding: &Binding<'_>,
+    call: &ToolCall,
+    cx: &WriteContext,
+) -> Result<(), Response<ProxyBody>> {
+    let (Some(adm), Some(enf), Some(bundle), Some(presented), Binding::Bound(cap)) = (
+        &state.admission,
+        &state.enforcement,
+        bundle,
+        presented,
+        binding,
+    ) else {
+        return Ok(());
+    };
+    let admitted = admission::gate(state, enf, adm, presented, bundle, cap, cx).await?;
+    let named = Call {
+        binding_id: &bundle.binding_id,
+        operation: &cap.operation,
+        contract_digest: &cap.contract.digest,
+    };
+    admission::check_input(state, enf, adm, &admitted, Some(&call.arguments), cx, named).await
+}
+
+/// The bound tools a listing may show: `None` (all) without a token; with a valid one, the
+/// tool names it grants.
+pub(super) async fn listing(
+    state: &AppState,
+    presented: Option<&Presented>,
+    cx: &WriteContext,
+) -> Result<Option<BTreeSet<String>>, Response<ProxyBody>> {
+    let (Some(adm), Some(enf), Some(presented)) = (&state.admission, &state.enforcement, presented)
+    else {
+        return Ok(None);
+    };
+    let Some(admitted) = admission::token_only(state, enf, adm, presented, cx).await? else {
+        return Ok(None);
+    };
+    Ok(Some(
+        admitted
+            .grants
+            .iter()
+            .flat_map(|g| g.operations.iter().map(|o| o.operation.clone()))
+            .collect(),
+    ))
+}
+
+/// `msg` (a `tools/list` answer) without the bound tools `granted` does not name; `None`
+/// when nothing is removed. Unbound tools are the pins' business (`pinning::filter`).
+pub(super) fn only_granted(
+    msg: &Value,
+    bundle: &Bundle,
+    granted: Option<&BTreeSet<String>>,
+) -> Option<Value> {
+    let granted = granted?;
+    let tools = msg.get("result")?.get("tools")?.as_array()?;
+    let kept: Vec<Value> = tools
+        .iter()
+        .filter(|t| {
+            let name = t.get("name").and_then(Value::as_str).unwrap_or("");
+            bundle.tool(name).is_none() || granted.contains(name)
+        })
+        .cloned()
+        .collect();
+    if kept.len() == tools.len() {
+        return None;
+    }
+    let mut out = msg.clone();
+    out["result"]["tools"] = Value::Array(kept);
+    Some(out)
+}
+
+/// An admission refusal as a JSON-RPC error, its HTTP status and challenge kept.
+pub(super) async fn as_rpc(resp: Response<ProxyBody>, id: Value) -> Response<ProxyBody> {
+    let status = resp.status();
+    let challenge = resp.headers().get(header::WWW_AUTHENTICATE).cloned();
+    let mut out = rewrap(resp, id, status).await;
+    if let Some(c) = challenge {
+        out.headers_mut().insert(header::WWW_AUTHENTICATE, c);
+    }
+    out
+}
