@@ -339,7 +339,18 @@ async fn tokens_admit_named_operations_and_everything_else_is_refused() {
         json!(["rich_binding"])
     );
     let ops = meta["rich_binding"]["operations"].as_array().unwrap();
-    assert!(ops.contains(&json!({"operation": PUT_OP, "contractDigest": digest_of(&put)})));
+    let put_meta = ops.iter().find(|o| o["operation"] == PUT_OP).unwrap();
+    assert_eq!(put_meta["contractDigest"], digest_of(&put));
+    // Its worst-case bound: the contract's input in the decidable fragment.
+    assert_eq!(
+        put_meta["worstCaseBound"],
+        json!({"type": "object", "required": ["qty"],
+               "properties": {"qty": {"type": "integer", "minimum": 0}}})
+    );
+    assert!(put_meta["worstCaseBoundDigest"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha-256:"));
 
     // A hot swap changes the PUT contract: tokens granted for the old digest no longer admit
     // it (the read's contract did not change).
@@ -407,6 +418,81 @@ fn admin_post(p: &Palisade, path: &str) -> String {
     let mut answer = Vec::new();
     s.read_to_end(&mut answer).unwrap();
     String::from_utf8_lossy(&answer).into_owned()
+}
+
+#[test]
+fn lock_bound_prints_each_bindings_worst_case_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut schema = qty_schema();
+    schema["properties"]["sku"] = json!({"type": "string", "pattern": "^SKU-", "maxLength": 16});
+    let refs = contract(
+        json!({"$schema": DIALECT, "$defs": {"q": {"type": "integer"}},
+               "properties": {"qty": {"$ref": "#/$defs/q"}}}),
+        "write",
+        "compensable",
+        "optional",
+    );
+    let b = write_bundle(
+        dir.path(),
+        "urn:palisade:test:bounds/1",
+        &[
+            (
+                "items",
+                PUT_OP,
+                contract(schema, "write", "compensable", "optional"),
+                None,
+            ),
+            ("refs", "POST /refs", refs, None),
+        ],
+    );
+    let run = |extra: &[&str]| {
+        let out = Command::new(bin())
+            .args(["lock", "bound", "--lockfile"])
+            .arg(&b.lockfile)
+            .arg("--contracts")
+            .arg(&b.contracts)
+            .args(extra)
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, out, _) = run(&["--binding", "items"]);
+    assert_eq!(code, Some(0));
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(doc["lockfileDigest"], b.digest);
+    let items = &doc["bindings"][0];
+    // The pattern is outside the fragment: dropped, so the bound holds every input the
+    // contract does; the length limit stays.
+    assert_eq!(
+        items["worstCaseBound"]["properties"]["sku"],
+        json!({"type": "string", "maxLength": 16})
+    );
+    assert_eq!(
+        items["worstCaseBoundDigest"],
+        format!(
+            "sha-256:{}",
+            Sha256Digest::of_json(&items["worstCaseBound"]).to_hex()
+        )
+    );
+    let (code, out, _) = run(&[]);
+    assert_eq!(code, Some(0));
+    let doc: Value = serde_json::from_str(&out).unwrap();
+    let refs = doc["bindings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|x| x["name"] == "refs")
+        .unwrap()
+        .clone();
+    assert_eq!(refs["worstCaseBound"], Value::Null);
+    assert!(refs["notComputable"].as_str().unwrap().contains("$ref"));
+    let (code, _, err) = run(&["--binding", "nope"]);
+    assert_eq!(code, Some(1));
+    assert!(err.contains("nope"), "{err}");
 }
 
 #[test]

@@ -54,6 +54,8 @@ pub struct Contract {
     /// `structural.input`; `None` when the domain is `"unknown"` or has no input schema.
     pub input: Option<Schema>,
     pub output: Option<Schema>,
+    /// What `input` admits at most, in the decidable fragment (RICH §12.2).
+    pub worst_case_bound: super::WorstCaseBound,
     pub side_effect: SideEffect,
     pub reversibility: Reversibility,
     pub idempotency_key: IdempotencyKey,
@@ -239,6 +241,11 @@ fn compile_contract(name: &str, bytes: &[u8], problems: &mut Vec<Problem>) -> Op
     };
     let input = schema_of("input", problems);
     let output = schema_of("output", problems);
+    let raw_input = doc
+        .get("structural")
+        .and_then(Value::as_object)
+        .and_then(|s| s.get("input"));
+    let worst_case_bound = super::WorstCaseBound::of(raw_input);
     let empty = Map::new();
     let op = doc
         .get("operational")
@@ -302,6 +309,7 @@ fn compile_contract(name: &str, bytes: &[u8], problems: &mut Vec<Problem>) -> Op
         digest: digest.spelled(Spelling::ShaDash256),
         input,
         output,
+        worst_case_bound,
         side_effect,
         reversibility,
         idempotency_key,

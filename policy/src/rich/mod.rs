@@ -5,10 +5,12 @@
 //! every problem found, each with the JSON pointer (or file) it is about, so an operator can
 //! fix a bundle in one pass.
 
+pub mod bound;
 mod bundle;
 mod duration;
 pub mod schema;
 
+pub use bound::WorstCaseBound;
 pub use bundle::{
     Bundle, Capability, Contract, DriftPolicy, IdempotencyKey, Protocol, Runtime, SideEffect,
 };

@@ -33,14 +33,24 @@ pub fn is_metadata(path: &str) -> bool {
 }
 
 /// The document: the resource, its authorization servers, the `rich_binding` type, and each
-/// bound operation with the contract digest a grant must name.
+/// bound operation with the contract digest a grant must name and its worst-case bound (what
+/// a grant without a bound would let it do).
 pub fn document(adm: &AdmissionState, bundle: Option<&Bundle>) -> Value {
     let operations: Vec<Value> = bundle
         .map(|b| {
             let mut ops: Vec<Value> = b
                 .capabilities
                 .iter()
-                .map(|c| json!({"operation": c.operation, "contractDigest": c.contract.digest}))
+                .map(|c| {
+                    let mut op = json!({"operation": c.operation,
+                                        "contractDigest": c.contract.digest});
+                    if let (Some(o), Value::Object(w)) =
+                        (op.as_object_mut(), c.contract.worst_case_bound.to_json())
+                    {
+                        o.extend(w);
+                    }
+                    op
+                })
                 .collect();
             ops.sort_by(|a, b| a["operation"].as_str().cmp(&b["operation"].as_str()));
             ops

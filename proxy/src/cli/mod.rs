@@ -93,6 +93,17 @@ enum LockCommand {
         #[arg(long = "expected-digest")]
         expected_digest: Option<String>,
     },
+    /// Print each binding's worst-case bound over its input (RICH §12.2), as JSON with its
+    /// digest, or why it cannot be computed.
+    Bound {
+        #[arg(long)]
+        lockfile: PathBuf,
+        #[arg(long)]
+        contracts: PathBuf,
+        /// Only this binding (its name in the lockfile's capabilities).
+        #[arg(long)]
+        binding: Option<String>,
+    },
     /// Pin a running MCP server's tools: write a lockfile (FILE) with each tool's digest and
     /// a contract per tool in contracts/ beside it, for review.
     PinMcp {
@@ -226,6 +237,27 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             }
             Err(lines) => Err(Failure { code: 1, lines }),
         },
+        Command::Lock(LockCommand::Bound {
+            lockfile,
+            contracts,
+            binding,
+        }) => {
+            let b = crate::control::bundle::load(&lockfile, &contracts, None)
+                .map_err(|lines| Failure { code: 1, lines })?;
+            match crate::control::bundle::bounds(&b, binding.as_deref()) {
+                Some(v) => {
+                    println!("{v}");
+                    Ok(())
+                }
+                None => Err(Failure {
+                    code: 1,
+                    lines: vec![format!(
+                        "no binding named {:?} in the lockfile",
+                        binding.unwrap_or_default()
+                    )],
+                }),
+            }
+        }
         Command::Lock(LockCommand::PinMcp { url, out }) => {
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()

@@ -6,6 +6,7 @@
 //! `..` are skipped and every file is read through its link, so a mount that was swapped
 //! atomically is read as one version.
 
+use palisade_policy::rich::WorstCaseBound;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
@@ -110,8 +111,42 @@ pub fn summary(b: &Bundle) -> serde_json::Value {
                 },
                 "operation": c.operation,
                 "contractDigest": c.contract.digest,
+                "worstCaseBoundDigest": match &c.contract.worst_case_bound {
+                    WorstCaseBound::Bound { digest, .. } => serde_json::json!(digest),
+                    WorstCaseBound::NotComputable(_) => serde_json::Value::Null,
+                },
             })
         })
         .collect();
     serde_json::json!({"digest": b.digest, "bindingId": b.binding_id, "capabilities": caps})
+}
+
+/// `palisade lock bound`: each binding's worst-case bound (RICH §12.2), or the one `only`
+/// names; `None` when it names none.
+pub fn bounds(b: &Bundle, only: Option<&str>) -> Option<serde_json::Value> {
+    let bindings: Vec<serde_json::Value> = b
+        .capabilities
+        .iter()
+        .filter(|c| only.is_none_or(|n| n == c.name))
+        .map(|c| {
+            let mut v = serde_json::json!({
+                "name": c.name,
+                "operation": c.operation,
+                "contractDigest": c.contract.digest,
+            });
+            if let (Some(o), serde_json::Value::Object(w)) =
+                (v.as_object_mut(), c.contract.worst_case_bound.to_json())
+            {
+                o.extend(w);
+            }
+            v
+        })
+        .collect();
+    if only.is_some() && bindings.is_empty() {
+        return None;
+    }
+    Some(
+        serde_json::json!({"bindingId": b.binding_id, "lockfileDigest": b.digest,
+                            "bindings": bindings}),
+    )
 }
