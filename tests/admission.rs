@@ -36,6 +36,16 @@ fn digest_of(contract: &Value) -> String {
 }
 
 fn bundle(dir: &std::path::Path, put_max: Option<i64>) -> (BundleFiles, Value, Value) {
+    bundle_with(dir, put_max, None)
+}
+
+/// The test bundle: `items` (PUT, qty ≥ 0), `item` (GET), and `open` (PUT /open/{id}) whose
+/// binding turns admission off; `get_admission` overrides the GET binding's.
+fn bundle_with(
+    dir: &std::path::Path,
+    put_max: Option<i64>,
+    get_admission: Option<&str>,
+) -> (BundleFiles, Value, Value) {
     let mut schema = qty_schema();
     if let Some(m) = put_max {
         schema["properties"]["qty"]["maximum"] = json!(m);
@@ -47,7 +57,18 @@ fn bundle(dir: &std::path::Path, put_max: Option<i64>) -> (BundleFiles, Value, V
         "urn:palisade:test:admission/1",
         &[
             ("items", PUT_OP, put.clone(), None),
-            ("item", GET_OP, get.clone(), None),
+            (
+                "item",
+                GET_OP,
+                get.clone(),
+                get_admission.map(|a| json!({"admission": a})),
+            ),
+            (
+                "open",
+                "PUT /open/{id}",
+                put.clone(),
+                Some(json!({"admission": "off"})),
+            ),
         ],
     );
     (files, put, get)
@@ -79,6 +100,7 @@ struct Answer {
     status: StatusCode,
     challenge: Option<String>,
     doc: Value,
+    headers: http::HeaderMap,
 }
 
 async fn call(
@@ -110,6 +132,7 @@ async fn call(
             .get("www-authenticate")
             .map(|v| v.to_str().unwrap().to_owned()),
         doc: serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        headers: parts.headers,
     }
 }
 
@@ -174,6 +197,23 @@ async fn tokens_admit_named_operations_and_everything_else_is_refused() {
         assert_eq!(a.status, StatusCode::OK, "{name}: {}", a.doc);
         assert_eq!(writes_to(&s.upstream, "/items/1"), before + 1, "{name}");
     }
+    // Receipts name who acted: a digest of the token's issuer and subject, never the token.
+    let caller = format!(
+        "sub:{}",
+        Sha256Digest::of(format!("{ISSUER}\0agent-7").as_bytes())
+    );
+    let a = call(
+        &s.p,
+        "PUT",
+        "/items/1",
+        &[&t("eddsa")],
+        Some(&lease()),
+        body,
+    )
+    .await;
+    let receipt = receipt_of(&a.headers);
+    assert_receipt_verifies(&receipt, "commit");
+    assert_eq!(receipt["caller"], caller);
     // The token stays with the sidecar.
     assert!(s
         .upstream
@@ -289,6 +329,9 @@ async fn tokens_admit_named_operations_and_everything_else_is_refused() {
     }
     let bounded = call(&s.p, "PUT", "/items/1", &[&t("bounded")], Some(&kept), body).await;
     assert_eq!(bounded.doc["violationLocation"], "/qty");
+    // A 403 knows who was refused; a 401 does not.
+    assert_eq!(bounded.doc["receipt"]["caller"], caller);
+    assert!(missing.doc["receipt"].get("caller").is_none());
     assert_eq!(
         writes_to(&s.upstream, "/items/1"),
         before,
@@ -312,6 +355,9 @@ async fn tokens_admit_named_operations_and_everything_else_is_refused() {
     for code in ["ERR_TOKEN_INVALID", "ERR_NOT_ADMITTED"] {
         assert!(events.iter().any(|e| e["code"] == code), "{code}");
     }
+    assert!(events
+        .iter()
+        .any(|e| e["code"] == "ERR_NOT_ADMITTED" && e["caller"] == caller));
     let text = serde_json::to_string(&events).unwrap();
     assert!(
         !text.contains(&tokens["eddsa"][..40]),
@@ -321,6 +367,19 @@ async fn tokens_admit_named_operations_and_everything_else_is_refused() {
         !s.p.logs().contains(&tokens["eddsa"][..40]),
         "no token in logs"
     );
+
+    // A binding whose runtime turns admission off needs no token (its lease still holds).
+    let open_lease = lease_for(&agent, "/open/1", 1, |_| {});
+    let a = call(
+        &s.p,
+        "PUT",
+        "/open/1",
+        &[],
+        Some(&open_lease),
+        r#"{"qty":1}"#,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.doc);
 
     // The protected-resource metadata (RFC 9728) names what to ask for.
     let (parts, bytes) = send(
@@ -404,6 +463,79 @@ async fn tokens_admit_named_operations_and_everything_else_is_refused() {
     let a = call(&s.p, "GET", "/items/1", &[&t("unknown_kid")], None, "").await;
     assert_eq!(a.status, StatusCode::OK, "a broken JWKS replaced the keys");
     assert!(s.p.logs().contains("admission.jwks refused"));
+}
+
+/// With `mode = "off"`, a binding whose runtime says `admission: "required"` still needs a
+/// token; the others do not; and a bundle that requires admission where no `[admission]` is
+/// configured does not load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_binding_may_require_admission_where_the_mode_is_off() {
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let (b, put, get) = bundle_with(bundle_dir.path(), None, Some("required"));
+    let keys_dir = tempfile::tempdir().unwrap();
+    let digests = json!({PUT_OP: digest_of(&put), GET_OP: digest_of(&get)});
+    let tokens = mint(keys_dir.path(), &b.binding_id, &digests);
+    let admission = format!(
+        "[admission]\nmode = \"off\"\nresource = \"{BASE}\"\njwks = [\"{}\"]\n\
+         issuers = [\"{ISSUER}\"]\n",
+        keys_dir.path().join("jwks.json").display()
+    );
+    let s = start_configured(
+        Upstream::start().await,
+        tempfile::tempdir().unwrap(),
+        "",
+        &format!("{}{admission}", b.rich_toml("")),
+    );
+    let a = call(&s.p, "GET", "/items/1", &[], None, "").await;
+    assert_refused(
+        &a,
+        StatusCode::UNAUTHORIZED,
+        "ERR_TOKEN_INVALID",
+        "a binding that requires it",
+    );
+    let a = call(
+        &s.p,
+        "GET",
+        "/items/1",
+        &[&bearer(&tokens["read_only"])],
+        None,
+        "",
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK);
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let l = lease_for(&agent, "/items/1", 1, |_| {});
+    let a = call(&s.p, "PUT", "/items/1", &[], Some(&l), r#"{"qty":1}"#).await;
+    assert_eq!(a.status, StatusCode::OK, "mode off: {}", a.doc);
+    // Even so, a token never reaches the upstream.
+    let l = lease_for(&agent, "/items/1", 2, |_| {});
+    let a = call(
+        &s.p,
+        "PUT",
+        "/items/1",
+        &[&bearer(&tokens["eddsa"])],
+        Some(&l),
+        r#"{"qty":2}"#,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert!(s
+        .upstream
+        .requests()
+        .iter()
+        .all(|r| !r.headers.contains_key("authorization")));
+
+    // Without [admission], the same bundle is refused: its binding could never be called.
+    let dir = tempfile::tempdir().unwrap();
+    let text = write_config(&s.upstream, dir.path(), "", &b.rich_toml(""));
+    std::fs::write(dir.path().join("p.toml"), text).unwrap();
+    let out = Command::new(bin())
+        .args(["config", "check", "--config"])
+        .arg(dir.path().join("p.toml"))
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("runtime/admission"));
 }
 
 /// `POST` on the admin listener; the raw answer.

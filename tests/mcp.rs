@@ -1500,6 +1500,10 @@ async fn admission_admits_tool_calls_by_token() {
         .await;
         assert_eq!(got[0]["is_error"], false, "{mode}: {}", got[0]);
         assert_eq!(got[0]["meta"]["commitReceipt"]["kind"], "commit", "{mode}");
+        // The receipt names who acted: the token's subject, as a digest.
+        assert!(got[0]["meta"]["commitReceipt"]["caller"]
+            .as_str()
+            .is_some_and(|c| c.starts_with("sub:sha256:")));
         let ran = &server.executions()[before..];
         assert!(
             ran.iter().all(|l| !l.contains("sku=S")),

@@ -59,20 +59,26 @@ fn bench(c: &mut Criterion) {
     cache.insert(verified.digest, grants);
 
     let mut g = c.benchmark_group("admission");
-    g.bench_function("first call: verify (EdDSA) + parse grants + compile bound", |b| {
-        b.iter(|| {
-            let v = admission::verify(black_box(&token), &keys, &rules, now).unwrap();
-            grant::parse(&v.authorization_details).unwrap()
-        })
-    });
-    g.bench_function("cached call: token digest + lookup + admit + bound check", |b| {
-        b.iter(|| {
-            let d = Sha256Digest::of(black_box(token.as_bytes()));
-            let grants = cache.get(&d).unwrap();
-            let op = admission::admit(grants, black_box(call)).unwrap();
-            admission::check_input(op, black_box(&input)).unwrap()
-        })
-    });
+    g.bench_function(
+        "first call: verify (EdDSA) + parse grants + compile bound",
+        |b| {
+            b.iter(|| {
+                let v = admission::verify(black_box(&token), &keys, &rules, now).unwrap();
+                grant::parse(&v.authorization_details).unwrap()
+            })
+        },
+    );
+    g.bench_function(
+        "cached call: token digest + lookup + admit + bound check",
+        |b| {
+            b.iter(|| {
+                let d = Sha256Digest::of(black_box(token.as_bytes()));
+                let grants = cache.get(&d).unwrap();
+                let op = admission::admit(grants, black_box(call)).unwrap();
+                admission::check_input(op, black_box(&input)).unwrap()
+            })
+        },
+    );
     g.finish();
 }
 

@@ -45,6 +45,9 @@ pub struct DriftEvent {
     pub evidence_digest: Option<String>,
     pub action_taken: Action,
     pub code: &'static str,
+    /// Who acted, as admission knows them (`sub:sha256:…`), when it does.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
     /// Rule names and sub-reasons only, never values.
     pub diagnostics: Map<String, Value>,
 }
@@ -60,6 +63,8 @@ pub struct EventContext {
     pub expected_digest: Option<String>,
     /// The offending payload (request body, lease, response): only its digest is kept.
     pub evidence: Option<Vec<u8>>,
+    /// Who acted (`sub:sha256:…`), when admission verified a token.
+    pub caller: Option<String>,
 }
 
 impl DriftEvent {
@@ -86,6 +91,7 @@ impl DriftEvent {
             action_taken: Action::Blocked,
             code: refusal.code.as_str(),
             diagnostics,
+            caller: cx.caller,
         })
     }
 }

@@ -65,6 +65,10 @@ pub struct ReceiptBody {
     pub trace_id: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub trace_anchor_ref: Option<String>,
+    /// Who acted, as admission knows them (SPEC §13): `sub:sha256:…`, a digest of the token's
+    /// issuer and subject, never the token.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub caller: Option<String>,
     /// RFC 3339.
     pub at: String,
 }
@@ -87,6 +91,7 @@ impl ReceiptBody {
             lockfile_digest: None,
             trace_id: None,
             trace_anchor_ref: None,
+            caller: None,
             at,
         }
     }

@@ -184,6 +184,21 @@ pub struct Verified {
     pub digest: Sha256Digest,
 }
 
+impl Verified {
+    /// Who acted, as receipts and drift events name them: `sub:sha256:…` over the issuer and
+    /// the subject (or the `client_id` when there is no subject), never the token; a token
+    /// with neither is named by its own digest (`token:sha256:…`).
+    pub fn caller(&self) -> String {
+        match self.subject.as_deref().or(self.client_id.as_deref()) {
+            Some(who) => format!(
+                "sub:{}",
+                Sha256Digest::of(format!("{}\0{who}", self.issuer).as_bytes())
+            ),
+            None => format!("token:{}", self.digest),
+        }
+    }
+}
+
 fn invalid(detail: impl Into<std::borrow::Cow<'static, str>>) -> Refusal {
     Refusal::new(ErrorCode::TokenInvalid, detail)
 }

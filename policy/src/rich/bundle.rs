@@ -70,6 +70,9 @@ pub struct Contract {
 pub struct Runtime {
     pub on_drift: DriftPolicy,
     pub timeout_ms: Option<u64>,
+    /// `runtime.admission`: `Some(true)` for `"required"`, `Some(false)` for `"off"`, `None` to
+    /// follow `[admission] mode` (SPEC §13: per binding overridable in the lockfile).
+    pub admission: Option<bool>,
     /// Base URL of a pre-qualified backup deployment (`qualified-fallback`).
     pub fallback: Option<String>,
 }
@@ -487,10 +490,20 @@ impl Bundle {
                     "qualified-fallback needs the fallback deployment's base URL",
                 ));
             }
+            let admission = choice(
+                runtime_obj,
+                "admission",
+                &rt_at,
+                &[("required", Some(true)), ("off", Some(false))],
+                Some(None),
+                &mut problems,
+            )
+            .flatten();
             let runtime = Runtime {
                 on_drift,
                 timeout_ms: duration_at(runtime_obj, "timeout", &rt_at, &mut problems),
                 fallback,
+                admission,
             };
             let deployment_identity = cap
                 .get("deployment")

@@ -36,6 +36,13 @@ pub struct Admission {
     pub admitted: Arc<Admitted>,
 }
 
+impl Admission {
+    /// Who acted (receipts, drift events).
+    pub fn caller(&self) -> String {
+        self.admitted.token.caller()
+    }
+}
+
 /// The credential a request came with, taken off it as it arrived.
 pub enum Presented {
     None,
@@ -46,14 +53,20 @@ pub enum Presented {
 }
 
 /// Takes the request's `Authorization` off it (it was issued for this sidecar, and the SoR
-/// never sees it), unless `admission.forward_token`; with `mode = "required"` only.
+/// never sees it), unless `admission.forward_token`; whenever `[admission]` is configured (a
+/// binding may require a token where the mode is off).
 pub fn take(state: &AppState, parts: &mut http::request::Parts) -> Option<Presented> {
-    let adm = state.admission.as_ref().filter(|a| a.config.required)?;
+    let adm = state.admission.as_ref()?;
     let presented = token(parts);
     if !adm.config.forward_token {
         parts.headers.remove(header::AUTHORIZATION);
     }
     Some(presented)
+}
+
+/// Whether a call to `cap` needs a token: its binding's `runtime.admission`, else the mode.
+pub fn required(adm: &AdmissionState, cap: &Capability) -> bool {
+    cap.runtime.admission.unwrap_or(adm.config.required)
 }
 
 /// Decides whether a request that presented `presented` may call `cap` of `bundle`.
@@ -80,7 +93,11 @@ pub async fn gate(
     };
     let operation = match admission::admit(&admitted.grants, call) {
         Ok(op) => op.clone(),
-        Err(r) => return Err(refuse(state, enf, adm, cx, r, Some(call), true).await),
+        Err(r) => {
+            let mut cx = cx.clone();
+            cx.caller = Some(admitted.token.caller());
+            return Err(refuse(state, enf, adm, &cx, r, Some(call), true).await);
+        }
     };
     Ok(Admission {
         operation,
@@ -129,7 +146,11 @@ pub async fn check_input(
     };
     match checked {
         Ok(()) => Ok(()),
-        Err(r) => Err(refuse(state, enf, adm, cx, r, Some(call), true).await),
+        Err(r) => {
+            let mut cx = cx.clone();
+            cx.caller = Some(admission.admitted.token.caller());
+            Err(refuse(state, enf, adm, &cx, r, Some(call), true).await)
+        }
     }
 }
 

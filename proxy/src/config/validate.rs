@@ -257,19 +257,17 @@ impl RawConfig {
         }
 
         let admission = self.admission.map(|a| a.validate(c));
-        if admission.as_ref().is_some_and(|a| a.required) {
-            if writes.is_empty() {
-                c.push(
-                    "admission",
-                    "needs PTCL enforcement (ptcl.writes not empty): its refusals are receipted in the store",
-                );
-            }
-            if self.rich.lockfile.is_none() {
-                c.push(
-                    "admission",
-                    "needs a RICH bundle (rich.lockfile): tokens name operations and contract digests from it",
-                );
-            }
+        if admission.is_some() && writes.is_empty() {
+            c.push(
+                "admission",
+                "needs PTCL enforcement (ptcl.writes not empty): its refusals are receipted in the store",
+            );
+        }
+        if admission.as_ref().is_some_and(|a| a.required) && self.rich.lockfile.is_none() {
+            c.push(
+                "admission",
+                "needs a RICH bundle (rich.lockfile): tokens name operations and contract digests from it",
+            );
         }
 
         Config {

@@ -18,6 +18,9 @@ pub struct WriteContext {
     pub timeout: Option<std::time::Duration>,
     /// The binding's `deployment.identity`: the SPIFFE ID the upstream must present.
     pub identity: Option<String>,
+    /// Who acted, when admission verified a token (`sub:sha256:…`): named in receipts and
+    /// drift events.
+    pub caller: Option<String>,
 }
 
 impl WriteContext {
@@ -31,6 +34,7 @@ impl WriteContext {
             contract_digest: None,
             timeout: None,
             identity: None,
+            caller: None,
         }
     }
 

@@ -89,12 +89,29 @@ pub fn load(
 
 /// The bundle a config names, if any (`rich.lockfile` and `rich.contracts` are set together).
 pub fn from_config(config: &crate::config::Config) -> Result<Option<Arc<Bundle>>, Vec<String>> {
-    match (&config.lockfile, &config.contracts) {
-        (Some(l), Some(c)) => {
-            load(l, c, config.expected_digest.as_deref()).map(|b| Some(Arc::new(b)))
+    let bundle = match (&config.lockfile, &config.contracts) {
+        (Some(l), Some(c)) => load(l, c, config.expected_digest.as_deref())?,
+        _ => return Ok(None),
+    };
+    // A binding that requires admission where none is configured could never be called:
+    // refused here, so a reload keeps the bundle in force instead.
+    if config.admission.is_none() {
+        let needing: Vec<String> = bundle
+            .capabilities
+            .iter()
+            .filter(|c| c.runtime.admission == Some(true))
+            .map(|c| {
+                format!(
+                    "capabilities/{}/runtime/admission: \"required\" needs an [admission] section (issuers, keys)",
+                    c.name
+                )
+            })
+            .collect();
+        if !needing.is_empty() {
+            return Err(needing);
         }
-        _ => Ok(None),
     }
+    Ok(Some(Arc::new(bundle)))
 }
 
 /// A one-line summary of a bundle for logs and `lock check`.

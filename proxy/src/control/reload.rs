@@ -86,6 +86,7 @@ pub async fn reload(state: &AppState) -> Result<Reloaded, Vec<String>> {
                             .as_ref()
                             .map(|p| p.display().to_string()),
                         evidence: None,
+                        caller: None,
                     },
                 ) {
                     enf.drift.emit(&event);

@@ -177,6 +177,7 @@ pub(crate) fn report(
             observed_identifier: Some(observed.identifier.unwrap_or_else(|| cx.operation.clone())),
             expected_digest: observed.expected.or_else(|| cx.contract_digest.clone()),
             evidence: Some(observed.evidence),
+            caller: cx.caller.clone(),
         },
     ) {
         event.action_taken = action;

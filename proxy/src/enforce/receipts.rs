@@ -113,6 +113,7 @@ pub(crate) fn permit_receipt(
         trace_id: Some(cx.trace_id.clone()),
         trace_anchor_ref: l.trace_anchor_ref.map(|d| d.to_string()),
         lockfile_digest: cx.lockfile_digest.clone(),
+        caller: cx.caller.clone(),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             kind,
@@ -187,6 +188,7 @@ async fn refuse_as(
         trace_id: Some(cx.trace_id.clone()),
         cas_fence_epoch: current_epoch,
         lockfile_digest: cx.lockfile_digest.clone(),
+        caller: cx.caller.clone(),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             ReceiptKind::Rejection,
@@ -215,6 +217,7 @@ async fn refuse_as(
             binding_id: cx.binding_id.clone(),
             expected_digest: cx.contract_digest.clone(),
             evidence,
+            caller: cx.caller.clone(),
         },
     ) {
         if let Some(m) = peer {

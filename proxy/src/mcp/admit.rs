@@ -17,7 +17,8 @@ use crate::context::{AppState, Binding, WriteContext};
 use crate::net::body::ProxyBody;
 use crate::net::jsonrpc::rewrap;
 
-/// Decides a tool call; `Ok` when admission does not apply or admits it.
+/// Decides a tool call; `Ok` when admission does not apply or admits it, with who acted
+/// when a token says.
 pub(super) async fn tool_call(
     state: &AppState,
     presented: Option<&Presented>,
@@ -25,7 +26,7 @@ pub(super) async fn tool_call(
     binding: &Binding<'_>,
     call: &ToolCall,
     cx: &WriteContext,
-) -> Result<(), Response<ProxyBody>> {
+) -> Result<Option<String>, Response<ProxyBody>> {
     let (Some(adm), Some(enf), Some(bundle), Some(presented), Binding::Bound(cap)) = (
         &state.admission,
         &state.enforcement,
@@ -33,15 +34,19 @@ pub(super) async fn tool_call(
         presented,
         binding,
     ) else {
-        return Ok(());
+        return Ok(None);
     };
+    if !admission::required(adm, cap) {
+        return Ok(None);
+    }
     let admitted = admission::gate(state, enf, adm, presented, bundle, cap, cx).await?;
     let named = Call {
         binding_id: &bundle.binding_id,
         operation: &cap.operation,
         contract_digest: &cap.contract.digest,
     };
-    admission::check_input(state, enf, adm, &admitted, Some(&call.arguments), cx, named).await
+    admission::check_input(state, enf, adm, &admitted, Some(&call.arguments), cx, named).await?;
+    Ok(Some(admitted.caller()))
 }
 
 /// The bound tools a listing may show: `None` (all) without a token; with a valid one, the

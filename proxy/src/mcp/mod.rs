@@ -200,10 +200,9 @@ async fn tool_call(
     }
     // RICH admission (SPEC §13): the tool, its contract digest and the granted bound over
     // its arguments, before anything else is looked at.
-    if let Err(resp) =
-        admit::tool_call(state, presented, bundle.as_deref(), &binding, &call, &cx).await
-    {
-        return (admit::as_rpc(resp, id).await, Outcome::Refused);
+    match admit::tool_call(state, presented, bundle.as_deref(), &binding, &call, &cx).await {
+        Ok(caller) => cx.caller = caller,
+        Err(resp) => return (admit::as_rpc(resp, id).await, Outcome::Refused),
     }
     // Every refusal from here names the call's lease (if any) and has its arguments as
     // evidence.

@@ -1,6 +1,7 @@
-//! The admission stage (SPEC §13): with `admission.mode = "required"`, a request bound to a
-//! capability of the bundle in force is decided by `admission::gate` before its body is read;
-//! its input is held to the granted bound once it is.
+//! The admission stage (SPEC §13): a request bound to a capability of the bundle in force that
+//! requires admission (`admission.mode = "required"`, or its binding's `runtime.admission`) is
+//! decided by `admission::gate` before its body is read; its input is held to the granted
+//! bound once it is.
 
 use std::sync::Arc;
 
@@ -28,6 +29,9 @@ pub async fn stage(
     let Binding::Bound(cap) = Binding::of(Some(bundle), &parts.method, parts.uri.path()) else {
         return Ok(None);
     };
+    if !admission::required(adm, cap) {
+        return Ok(None);
+    }
     let mut cx = cx.clone();
     cx.bind(Some(bundle), &Binding::Bound(cap));
     admission::gate(state, enf, adm, presented, bundle, cap, &cx)

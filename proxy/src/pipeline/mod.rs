@@ -164,6 +164,13 @@ pub async fn handle(
         Ok(a) => a,
         Err(resp) => return Ok(finish(&state, resp, ex, Outcome::Refused, inflight)),
     };
+    // From here every receipt and drift event names who acted, when admission knows.
+    let caller = admitted.as_ref().map(crate::admission::Admission::caller);
+    let write_context = |ex: &Exchange| {
+        let mut cx = write_context(ex);
+        cx.caller = caller.clone();
+        cx
+    };
 
     // A read is decided by the bundle in force: its binding names the upstream identity, and
     // a contract with an output schema has its answer buffered and checked (SPEC §7), its
