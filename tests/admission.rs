@@ -368,6 +368,53 @@ async fn tokens_admit_named_operations_and_everything_else_is_refused() {
         "no token in logs"
     );
 
+    // The lease authority binds a lease to the token's subject, not to one token: another
+    // token of the same subject may use it, another subject's may not.
+    let granted = |auth: String| {
+        let p = &s.p;
+        async move {
+            let grant = json!({"sor_target_uri": format!("{BASE}/items/1"),
+                "recovery_mode": "COMPENSATING_ACTION", "t_req_ms": 1000,
+                "inverse_payload": serde_json::from_slice::<Value>(&inverse()).unwrap()});
+            let req = Request::post(p.url("/.well-known/ptcl/v1/leases"))
+                .header("authorization", auth)
+                .header("content-type", "application/json")
+                .body(full(grant.to_string()))
+                .unwrap();
+            let (parts, body) = send(&http1_client(), req).await;
+            assert_eq!(parts.status, StatusCode::CREATED);
+            let lease: Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(lease["agent_id"], caller);
+            serde_json::to_string(&lease).unwrap()
+        }
+    };
+    let use_lease = |auth: String, lease: String| {
+        let p = &s.p;
+        async move {
+            let req = Request::put(p.url("/items/1"))
+                .header("authorization", auth)
+                .header("content-type", "application/json")
+                .header("agent-compensation-lease", lease)
+                .body(full(r#"{"qty":3}"#))
+                .unwrap();
+            let (parts, body) = send(&http1_client(), req).await;
+            (
+                parts.status,
+                serde_json::from_slice::<Value>(&body).unwrap_or(Value::Null),
+            )
+        }
+    };
+    let lease_a = granted(t("eddsa")).await;
+    let (status, doc) = use_lease(t("other_subject"), lease_a.clone()).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{doc}");
+    assert_eq!(doc["code"], "ERR_LEASE_NOT_YOURS");
+    let (status, doc) = use_lease(t("es256"), lease_a).await;
+    assert_eq!(
+        status,
+        StatusCode::OK,
+        "the same subject, another token: {doc}"
+    );
+
     // A binding whose runtime turns admission off needs no token (its lease still holds).
     let open_lease = lease_for(&agent, "/open/1", 1, |_| {});
     let a = call(

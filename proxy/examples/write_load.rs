@@ -94,6 +94,11 @@ async fn main() {
         .unwrap_or_else(|_| "/items/".into())
         .into();
     let body = Bytes::from(std::env::var("WRITE_BODY").unwrap_or_else(|_| r#"{"qty":1}"#.into()));
+    // An `Authorization` value for every request (the admission target's bearer token).
+    let authorization: Option<Arc<str>> = std::env::var("WRITE_AUTHORIZATION")
+        .ok()
+        .filter(|v| !v.is_empty())
+        .map(Arc::from);
     let mut tasks = Vec::new();
     for conn in 0..conns {
         let (client, url, leases, counter, run, prefix, body) = (
@@ -105,6 +110,7 @@ async fn main() {
             prefix.clone(),
             body.clone(),
         );
+        let authorization = authorization.clone();
         tasks.push(tokio::spawn(async move {
             let mut lat = Vec::new();
             let mut errors = 0u64;
@@ -121,6 +127,9 @@ async fn main() {
                 let path = format!("{prefix}{run}-{n}");
                 let mut req = hyper::Request::put(format!("{url}{path}"))
                     .header("content-type", "application/json");
+                if let Some(a) = &authorization {
+                    req = req.header("authorization", a.as_ref());
+                }
                 if let Some(l) = &leases {
                     req = req
                         .header("agent-compensation-lease", l.make(&path))

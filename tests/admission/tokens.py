@@ -99,6 +99,7 @@ tokens = {
     "es256": mint(claims(), kid="kid-ec"),
     "rs256": mint(claims(), kid="kid-rsa"),
     "aud_list": mint(claims(aud=["https://other.example.com", spec["resource"]])),
+    "other_subject": mint(claims(sub="agent-9")),
     "bounded": mint(claims(authorization_details=grant([op(PUT, {"type": "object", "properties": {
         "qty": {"type": "integer", "minimum": 0, "maximum": 100}}, "required": ["qty"]})]))),
     "outside_fragment": mint(claims(authorization_details=grant([op(PUT, {"type": "object",

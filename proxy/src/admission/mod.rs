@@ -58,6 +58,15 @@ pub enum Presented {
 pub fn take(state: &AppState, parts: &mut http::request::Parts) -> Option<Presented> {
     let adm = state.admission.as_ref()?;
     let presented = token(parts);
+    // Leases granted, escrows held and idempotency keys scoped under this token name its
+    // subject, as receipts do: one caller across a subject's tokens.
+    if let (Presented::Bearer(_), Some(enf)) = (&presented, &state.enforcement) {
+        if let Ok(a) = verified(adm, enf, &presented) {
+            parts
+                .extensions
+                .insert(crate::net::conn::TokenCaller(a.token.caller()));
+        }
+    }
     if !adm.config.forward_token {
         parts.headers.remove(header::AUTHORIZATION);
     }

@@ -25,7 +25,7 @@ pub(super) async fn grant(
     conn: &ConnInfo,
 ) -> Result<Response<ProxyBody>, Refusal> {
     let config = &state.config;
-    let caller = conn.caller(&parts.headers).ok_or_else(|| {
+    let caller = conn.caller(parts).ok_or_else(|| {
         Refusal::new(
             ErrorCode::CallerUnidentified,
             "a lease grant needs a client certificate or an Authorization header",

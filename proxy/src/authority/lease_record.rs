@@ -36,7 +36,7 @@ pub(super) async fn caller_record(
             )
         })?;
     if let Some(agent) = record["agent_id"].as_str() {
-        if conn.caller(&parts.headers).as_deref() != Some(agent) {
+        if conn.caller(parts).as_deref() != Some(agent) {
             return Err(Refusal::new(
                 ErrorCode::LeaseNotYours,
                 "the lease was granted to another caller",

@@ -99,7 +99,7 @@ impl Requester {
     pub fn of(config: &Config, parts: &http::request::Parts, conn: &ConnInfo) -> Self {
         Self {
             origin: origin(config, parts, conn),
-            caller: conn.caller(&parts.headers),
+            caller: conn.caller(parts),
         }
     }
 }

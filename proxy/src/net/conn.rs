@@ -11,16 +11,26 @@ pub struct ConnInfo {
     pub client_cert: Option<Vec<u8>>,
 }
 
+/// Who a verified access token names (`sub:sha256:…`), put in a request's extensions by
+/// admission (SPEC §13) when it takes the token off the request.
+#[derive(Debug, Clone)]
+pub struct TokenCaller(pub String);
+
 impl ConnInfo {
-    /// The caller's identity (SPEC §5.6, §5.7): the client certificate under mTLS, else a
-    /// digest of `Authorization`; `None` for a caller with neither. Digests, so no credential
-    /// is ever stored or signed into a lease.
-    pub fn caller(&self, headers: &http::HeaderMap) -> Option<String> {
+    /// The caller's identity (SPEC §5.6, §5.7, §13): the subject of a verified access token
+    /// when admission is configured, else the client certificate under mTLS, else a digest of
+    /// `Authorization`; `None` for a caller with none. Digests, so no credential is ever
+    /// stored or signed into a lease.
+    pub fn caller(&self, parts: &http::request::Parts) -> Option<String> {
         use palisade_policy::digest::Sha256Digest;
+        if let Some(TokenCaller(c)) = parts.extensions.get::<TokenCaller>() {
+            return Some(c.clone());
+        }
         if let Some(der) = &self.client_cert {
             return Some(format!("x509:{}", Sha256Digest::of(der)));
         }
-        headers
+        parts
+            .headers
             .get(http::header::AUTHORIZATION)
             .map(|v| format!("authz:{}", Sha256Digest::of(v.as_bytes())))
     }

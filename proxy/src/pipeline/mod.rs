@@ -85,6 +85,11 @@ pub async fn handle(
         return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
     }
 
+    // RICH admission (SPEC §13): the bearer token is taken off the request here, whatever
+    // the request; its subject becomes the caller every later stage binds to; each surface
+    // below decides with what was presented.
+    let presented = crate::admission::take(&state, &mut parts);
+
     // The lease authority (SPEC §5.7) lives under the reserved PTCL prefix.
     if let (true, Some(enf)) = (state.config.authority, &state.enforcement) {
         if ex.path.starts_with(authority::PREFIX) {
@@ -102,7 +107,7 @@ pub async fn handle(
     // Escrow status (SPEC §5.4), for the caller that submitted the write.
     if let (Some(enf), true) = (&state.enforcement, ex.path.starts_with(escrow::PREFIX)) {
         if parts.method == Method::GET {
-            let resp = escrow::lookup(enf, &ex.path, conn.caller(&parts.headers)).await;
+            let resp = escrow::lookup(enf, &ex.path, conn.caller(&parts)).await;
             let outcome = if resp.status().is_success() {
                 Outcome::Forwarded
             } else {
@@ -141,10 +146,6 @@ pub async fn handle(
             return Ok(finish(&state, resp, ex, Outcome::Forwarded, inflight));
         }
     }
-
-    // RICH admission (SPEC §13): the bearer token is taken off the request here, whatever
-    // the request; each surface below decides with it.
-    let presented = crate::admission::take(&state, &mut parts);
 
     // MCP (SPEC §11): classified by JSON-RPC method, not HTTP method.
     if state.config.mcp_path.as_deref() == Some(ex.path.as_str()) {
