@@ -69,19 +69,43 @@ fn bundle_with(
                 put.clone(),
                 Some(json!({"admission": "off"})),
             ),
+            ("refs", REFS_OP, refs_contract(), None),
         ],
     );
     (files, put, get)
 }
 
+const REFS_OP: &str = "PUT /refs/{id}";
+
+/// A contract whose worst-case bound is not computable (its input uses `$ref`).
+fn refs_contract() -> Value {
+    contract(
+        json!({"$schema": DIALECT, "$defs": {"q": {"type": "integer", "minimum": 0}},
+               "type": "object", "properties": {"qty": {"$ref": "#/$defs/q"}}}),
+        "write",
+        "compensable",
+        "optional",
+    )
+}
+
 fn mint(dir: &std::path::Path, binding_id: &str, digests: &Value) -> HashMap<String, String> {
+    mint_with(dir, binding_id, digests, &json!({}))
+}
+
+/// [`mint`], plus a token per `custom` entry (name → its `authorization_details`).
+fn mint_with(
+    dir: &std::path::Path,
+    binding_id: &str,
+    digests: &Value,
+    custom: &Value,
+) -> HashMap<String, String> {
     let python = repo().join("target/pyenv/bin/python");
     assert!(
         python.exists(),
         "run scripts/test.sh: it makes the venv with PyJWT"
     );
     let spec = json!({"resource": BASE, "issuer": ISSUER, "bindingId": binding_id,
-                      "digests": digests});
+                      "digests": digests, "custom": custom});
     let out = Command::new(python)
         .arg(repo().join("tests/admission/tokens.py"))
         .arg(dir)
@@ -168,7 +192,15 @@ async fn tokens_admit_named_operations_and_everything_else_is_refused() {
     let (b, put, get) = bundle(bundle_dir.path(), None);
     let keys_dir = tempfile::tempdir().unwrap();
     let digests = json!({PUT_OP: digest_of(&put), GET_OP: digest_of(&get)});
-    let tokens = mint(keys_dir.path(), &b.binding_id, &digests);
+    let refs = |bound: Value| {
+        json!([{"type": "rich_binding", "bindingId": b.binding_id, "operations": [
+            {"operation": REFS_OP, "contractDigest": digest_of(&refs_contract()), "bound": bound}]}])
+    };
+    let custom = json!({
+        "refs_bounded": refs(json!({"type": "object", "properties": {"qty": {"maximum": 10}}})),
+        "refs_outside": refs(json!({"type": "object", "properties": {"qty": {"multipleOf": 2}}})),
+    });
+    let tokens = mint_with(keys_dir.path(), &b.binding_id, &digests, &custom);
     let t = |name: &str| bearer(&tokens[name]);
     let jwks = keys_dir.path().join("jwks.json");
     let admission = format!(
@@ -413,6 +445,51 @@ async fn tokens_admit_named_operations_and_everything_else_is_refused() {
         status,
         StatusCode::OK,
         "the same subject, another token: {doc}"
+    );
+
+    // A binding whose own worst-case bound cannot be computed ($ref) is admitted narrowed to
+    // a bounded grant: the grant bounds every call, whatever the contract.
+    let refs_lease = |epoch| lease_for(&agent, "/refs/1", epoch, |_| {});
+    let a = call(
+        &s.p,
+        "PUT",
+        "/refs/1",
+        &[&t("refs_bounded")],
+        Some(&refs_lease(1)),
+        r#"{"qty":5}"#,
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK, "{}", a.doc);
+    let a = call(
+        &s.p,
+        "PUT",
+        "/refs/1",
+        &[&t("refs_bounded")],
+        Some(&refs_lease(2)),
+        r#"{"qty":50}"#,
+    )
+    .await;
+    assert_refused(
+        &a,
+        StatusCode::FORBIDDEN,
+        "ERR_NOT_ADMITTED",
+        "outside the grant on a $ref contract",
+    );
+    // A grant whose bound is outside the fragment cannot be shown to bound it: nothing.
+    let a = call(
+        &s.p,
+        "PUT",
+        "/refs/1",
+        &[&t("refs_outside")],
+        Some(&refs_lease(2)),
+        r#"{"qty":4}"#,
+    )
+    .await;
+    assert_refused(
+        &a,
+        StatusCode::FORBIDDEN,
+        "ERR_NOT_ADMITTED",
+        "a bound outside the fragment",
     );
 
     // A binding whose runtime turns admission off needs no token (its lease still holds).

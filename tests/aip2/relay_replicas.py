@@ -23,22 +23,13 @@ from agirails.negotiation.negotiation_channel import (
 )
 
 import sdk_messages as sdk
+from sdk_messages import check, raw
 
 A, B, C = sys.argv[1:4]
 BASE = "/api/v1/negotiations"
 CONSUMER = sdk.did(sdk.CONSUMER_KEY)
 _nonces = itertools.count(50_000)
 _ips = (f"198.51.{a}.{b}" for a, b in itertools.product(range(100), range(1, 255)))
-
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", file=sys.stderr)
-        sys.exit(1)
-
-
-def raw(envelope):
-    return json.dumps(envelope, separators=(",", ":")).encode()
 
 
 def tx_of(n):

@@ -25,6 +25,7 @@ from agirails.negotiation.negotiation_channel import (
 )
 
 import sdk_messages as sdk
+from sdk_messages import check, raw
 
 PHASE, PAL, ADMIN, STATE = sys.argv[1:5]
 BASE = "/api/v1/negotiations"
@@ -34,16 +35,6 @@ CONSUMER = sdk.did(sdk.CONSUMER_KEY)
 # so the per-client rate limit is tested on purpose only.
 _ips = (f"198.51.{a}.{b}" for a, b in itertools.product(range(100), range(1, 255)))
 _nonces = itertools.count(1000)
-
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", file=sys.stderr)
-        sys.exit(1)
-
-
-def raw(envelope):
-    return json.dumps(envelope, separators=(",", ":")).encode()
 
 
 def tx_of(n):

@@ -21,6 +21,7 @@ from agirails.server.quote_channel import _parse_counter_offer
 from agirails.builders.quote import QuoteMessage
 
 import sdk_messages as sdk
+from sdk_messages import check, raw
 
 PHASE, PAL, AGENT, ADMIN, STATE = sys.argv[1:6]
 QC = "/quote-channel"
@@ -33,16 +34,6 @@ def path(chain, tx):
 
 def effects():
     return httpx.get(f"{AGENT}/_effects").json()
-
-
-def raw(envelope):
-    return json.dumps(envelope, separators=(",", ":")).encode()
-
-
-def check(cond, what):
-    if not cond:
-        print(f"FAILED: {what}", file=sys.stderr)
-        sys.exit(1)
 
 
 def b64json(header):

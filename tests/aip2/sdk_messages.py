@@ -29,6 +29,18 @@ TX = "0x" + "ab" * 32
 QUOTE_HASH = "0x" + "cd" * 32
 
 
+def check(cond, what):
+    """The scenarios' expectation: exits non-zero with what failed."""
+    if not cond:
+        print(f"FAILED: {what}", file=sys.stderr)
+        sys.exit(1)
+
+
+def raw(envelope):
+    """An envelope as compact JSON bytes."""
+    return json.dumps(envelope, separators=(",", ":")).encode()
+
+
 def did(key, chain=84532):
     return f"did:ethr:{chain}:{Account.from_key(key).address}"
 

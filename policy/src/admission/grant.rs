@@ -29,27 +29,17 @@ pub const DETAILS_TYPE: &str = "rich_binding";
 /// Deepest bound schema accepted.
 pub const MAX_BOUND_DEPTH: usize = 16;
 
-/// Keywords a bound may use: the decidable fragment of RICH §12.2 (SPEC §13), and the
-/// annotations that constrain nothing.
-const FRAGMENT: &[&str] = &[
-    "type",
-    "enum",
-    "const",
-    "minimum",
-    "maximum",
-    "exclusiveMinimum",
-    "exclusiveMaximum",
-    "minLength",
-    "maxLength",
-    "minItems",
-    "maxItems",
-    "items",
-    "properties",
-    "required",
-    "additionalProperties",
-    "title",
-    "description",
-];
+/// Annotations a bound may carry beside the fragment's keywords: they constrain nothing.
+const ANNOTATIONS: &[&str] = &["title", "description"];
+
+/// Whether a bound may use `keyword`: the decidable fragment of RICH §12.2 (SPEC §13), the
+/// same keywords a worst-case bound is made of, and annotations.
+fn in_fragment(keyword: &str) -> bool {
+    use crate::rich::bound::{NESTED_KEYWORDS, SCALAR_KEYWORDS};
+    [SCALAR_KEYWORDS, NESTED_KEYWORDS, ANNOTATIONS]
+        .iter()
+        .any(|list| list.contains(&keyword))
+}
 
 /// A granted bound over an operation's input.
 #[derive(Debug, Clone)]
@@ -165,7 +155,7 @@ fn within_fragment(schema: &Value, depth: usize) -> Result<(), String> {
         _ => return Err("a bound is a JSON Schema object".into()),
     };
     for (k, v) in obj {
-        if !FRAGMENT.contains(&k.as_str()) {
+        if !in_fragment(k) {
             return Err(format!("{k:?} is outside the decidable fragment"));
         }
         match k.as_str() {

@@ -57,7 +57,9 @@ impl WorstCaseBound {
     }
 }
 
-const KEPT: &[&str] = &[
+/// The fragment's keywords that constrain an instance directly (the others,
+/// [`NESTED_KEYWORDS`], hold schemas).
+pub const SCALAR_KEYWORDS: &[&str] = &[
     "type",
     "enum",
     "const",
@@ -71,6 +73,9 @@ const KEPT: &[&str] = &[
     "maxItems",
     "required",
 ];
+
+/// The fragment's keywords whose values are schemas (or a map of them).
+pub const NESTED_KEYWORDS: &[&str] = &["items", "properties", "additionalProperties"];
 
 fn worst_case(schema: &Value, depth: usize) -> Result<Value, String> {
     if depth > MAX_DEPTH {
@@ -90,7 +95,7 @@ fn worst_case(schema: &Value, depth: usize) -> Result<Value, String> {
         }
     }
     let mut out = Map::new();
-    for k in KEPT {
+    for k in SCALAR_KEYWORDS {
         if let Some(v) = obj.get(*k) {
             out.insert((*k).to_owned(), v.clone());
         }
