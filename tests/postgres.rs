@@ -1134,7 +1134,7 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     let printed =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{printed}");
-    assert!(printed.contains("schema version 3"), "{printed}");
+    assert!(printed.contains("schema version 4"), "{printed}");
     assert!(!printed.contains(PASSWORD));
     let bad = cfg(
         "bad",
@@ -1270,6 +1270,16 @@ async fn three_sidecars_on_one_database_behave_as_one() {
         })
         .await
         .unwrap();
+    // Escrows go with their lease's data, whatever their state.
+    for (id, expires_at_ms) in [("escrow-swept", 1), ("escrow-kept", i64::MAX / 2)] {
+        let held = palisade::store::EscrowUpdate {
+            id: id.into(),
+            expect: None,
+            record: json!({"escrow_id": id, "state": "held"}),
+            expires_at_ms: Some(expires_at_ms),
+        };
+        assert!(keeping_nothing.escrow_put(held).await.unwrap());
+    }
     let mut left = before;
     for _ in 0..100 {
         left = cluster
@@ -1278,7 +1288,8 @@ async fn three_sidecars_on_one_database_behave_as_one() {
             .unwrap();
         let lease_rows = cluster
             .query("SELECT count(*) FROM lease_data WHERE lease_id = 'urn:uuid:expired-long-ago'");
-        if left == 0 && lease_rows == "0" {
+        let escrow_rows = cluster.query("SELECT count(*) FROM escrows WHERE id = 'escrow-swept'");
+        if left == 0 && lease_rows == "0" && escrow_rows == "0" {
             break;
         }
         // The sweeper's first round runs at once; the next one after its pause or a full round.
@@ -1286,6 +1297,12 @@ async fn three_sidecars_on_one_database_behave_as_one() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(left, 0, "receipts were not swept ({before} before)");
+    assert_eq!(keeping_nothing.escrow("escrow-swept").await.unwrap(), None);
+    assert!(keeping_nothing
+        .escrow("escrow-kept")
+        .await
+        .unwrap()
+        .is_some());
     assert_eq!(
         keeping_nothing
             .inverse("urn:uuid:expired-long-ago")
@@ -1359,6 +1376,6 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     let out = run(Command::new(bin())
         .args(["store", "migrate", "--config"])
         .arg(&fresh));
-    assert_eq!(out.trim(), "ok: postgres schema version 3");
+    assert_eq!(out.trim(), "ok: postgres schema version 4");
     drop((a, b, c));
 }

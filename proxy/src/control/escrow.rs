@@ -50,6 +50,7 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
         id: id.to_owned(),
         expect: Some("held".into()),
         record: releasing.clone(),
+        expires_at_ms: None,
     };
     match enf.store.escrow_put(update).await {
         Ok(true) => {}
@@ -77,6 +78,7 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
             id: id.to_owned(),
             expect: Some("releasing".into()),
             record: r,
+            expires_at_ms: None,
         }
     };
     let Some((parts, bytes, conn, mut who)) = rebuild(&rec["request"]) else {
@@ -186,6 +188,7 @@ pub async fn reject(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
             id: id.clone(),
             expect: Some("held".into()),
             record: rejected,
+            expires_at_ms: None,
         }),
     };
     match enf.store.append_receipt_with(body, attach).await {

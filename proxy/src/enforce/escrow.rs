@@ -164,6 +164,7 @@ pub(crate) async fn hold(
             id,
             expect: None,
             record,
+            expires_at_ms: Some(permit.expires_at_ms()),
         }),
     };
     match enf.store.append_receipt_with(body, attach).await {

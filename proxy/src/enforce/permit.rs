@@ -72,6 +72,11 @@ impl Permit {
         self.lease.lease()
     }
 
+    /// The lease's expiry (unix ms).
+    pub fn expires_at_ms(&self) -> i64 {
+        self.lease.expires_at_ms()
+    }
+
     pub fn target(&self) -> &str {
         &self.target
     }

@@ -267,6 +267,7 @@ pub(crate) async fn settle(
                     id: id.clone(),
                     expect: Some("releasing".into()),
                     record,
+                    expires_at_ms: None,
                 }),
             }
         }

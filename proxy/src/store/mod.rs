@@ -137,6 +137,10 @@ pub struct EscrowUpdate {
     pub id: String,
     pub expect: Option<String>,
     pub record: serde_json::Value,
+    /// On the update that creates the escrow: its lease's expiry (unix ms). The escrow is
+    /// removed [`Retention::leases`] after it, whatever its state by then: a held write can
+    /// no longer be released once its lease expired, and a decided one is history.
+    pub expires_at_ms: Option<i64>,
 }
 
 /// Held while one resource's write is checked, forwarded and receipted (SPEC §5.3): dropping

@@ -139,6 +139,9 @@ pub(super) fn apply(
                     if ok {
                         let bytes = serde_json::to_vec(&update.record).map_err(unavailable)?;
                         t.put_escrow(&update.id, &bytes)?;
+                        if let Some(exp) = update.expires_at_ms {
+                            t.put_escrow_due(sweeper.lease_due(exp), &update.id)?;
+                        }
                     }
                     answers.push(Answer::EscrowPut(ok));
                 }
@@ -160,6 +163,9 @@ pub(super) fn apply(
                         record["receipt"] = sealed.value.clone();
                         let bytes = serde_json::to_vec(&record).map_err(unavailable)?;
                         t.put_escrow(&update.id, &bytes)?;
+                        if let Some(exp) = update.expires_at_ms {
+                            t.put_escrow_due(sweeper.lease_due(exp), &update.id)?;
+                        }
                     }
                     if let Some(idem) = &attach.idempotency {
                         let mut record = idem.record.clone();

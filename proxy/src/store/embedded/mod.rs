@@ -47,8 +47,8 @@ use crate::store::{
 
 use jobs::Job;
 use tables::{
-    lease_key, now_ms, read_anchor, read_chain_head, unavailable, Part, ESCROWS, FENCES,
-    IDEMPOTENCY, IDEMPOTENCY_EXPIRY, LEASE_DATA, LEASE_EXPIRY, META, RECEIPTS, RELAY_INDEX,
+    lease_key, now_ms, read_anchor, read_chain_head, unavailable, Part, ESCROWS, ESCROW_DUE,
+    FENCES, IDEMPOTENCY, IDEMPOTENCY_EXPIRY, LEASE_DATA, LEASE_EXPIRY, META, RECEIPTS, RELAY_INDEX,
     RELAY_MESSAGES,
 };
 use writer::{journal_path, recover, writer, Start};
@@ -110,6 +110,7 @@ impl EmbeddedStore {
             wtx.open_table(META).map_err(unavailable)?;
             wtx.open_table(RELAY_MESSAGES).map_err(unavailable)?;
             wtx.open_table(RELAY_INDEX).map_err(unavailable)?;
+            wtx.open_table(ESCROW_DUE).map_err(unavailable)?;
         }
         wtx.commit().map_err(unavailable)?;
         let journal = recover(&db, &journal_path(path))?;

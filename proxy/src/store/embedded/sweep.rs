@@ -1,6 +1,7 @@
 //! Removing what the store no longer has to keep, a bounded amount per transaction so that a
 //! sweep never makes one commit long: expired idempotency keys (SPEC §5.6), the data of leases
-//! past their retention, receipts past `store.receipt_retention`.
+//! past their retention and the escrows held under them, receipts past
+//! `store.receipt_retention`, relay messages past their TTL.
 //!
 //! Each sweep runs inside a batch's transaction, so its deletions are journalled and durable
 //! with the batch; the pages they free are reused after the next checkpoint.
@@ -53,6 +54,7 @@ impl Sweeper {
             sweep_idempotency(t, now, limit)?;
         }
         sweep_leases(t, self, now, limit)?;
+        sweep_escrows(t, now, limit)?;
         super::relay::sweep(t, now, limit)?;
         if let Some(keep) = self.retention.receipts {
             if now >= self.receipts_due_ms {
@@ -133,6 +135,15 @@ fn sweep_leases(
         for k in keys {
             t.delete_lease(&k)?;
         }
+    }
+    Ok(())
+}
+
+/// Removes up to `limit` escrows whose removal is due, whatever their state.
+fn sweep_escrows(t: &mut Tables<'_>, now: u64, limit: usize) -> Result<(), StoreError> {
+    for (at, id) in due_entries(&t.escrow_due, now, limit)? {
+        t.delete_escrow_due(at, &id)?;
+        t.delete_escrow(&id)?;
     }
     Ok(())
 }

@@ -62,6 +62,9 @@ pub(super) const ESCROWS: TableDefinition<&str, &[u8]> = TableDefinition::new("e
 /// [`crate::store::Retention::leases`]). Lets the writer sweep them oldest first.
 pub(super) const LEASE_EXPIRY: TableDefinition<(u64, &str), ()> =
     TableDefinition::new("lease_expiry");
+/// (due time in unix ms, escrow id): when an escrow may be removed (its lease's expiry plus
+/// [`crate::store::Retention::leases`]).
+pub(super) const ESCROW_DUE: TableDefinition<(u64, &str), ()> = TableDefinition::new("escrow_due");
 /// Negotiation-relay messages (seed 001 §6.3): cursor → record (`store::relay::Record`, JSON).
 pub(super) const RELAY_MESSAGES: TableDefinition<u64, &[u8]> =
     TableDefinition::new("relay_messages");
@@ -90,6 +93,7 @@ pub(super) const T_LEASE_EXPIRY: u8 = 7;
 pub(super) const T_META: u8 = 8;
 pub(super) const T_RELAY_MESSAGES: u8 = 9;
 pub(super) const T_RELAY_INDEX: u8 = 10;
+pub(super) const T_ESCROW_DUE: u8 = 11;
 
 pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -108,6 +112,7 @@ pub(super) struct Tables<'t> {
     pub(super) meta: redb::Table<'t, &'static str, &'static [u8]>,
     pub(super) relay: redb::Table<'t, u64, &'static [u8]>,
     pub(super) relay_index: redb::Table<'t, &'static [u8], &'static [u8]>,
+    pub(super) escrow_due: redb::Table<'t, (u64, &'static str), ()>,
     pub(super) redo: Redo,
 }
 
@@ -130,6 +135,7 @@ impl<'t> Tables<'t> {
             meta: wtx.open_table(META).map_err(unavailable)?,
             relay: wtx.open_table(RELAY_MESSAGES).map_err(unavailable)?,
             relay_index: wtx.open_table(RELAY_INDEX).map_err(unavailable)?,
+            escrow_due: wtx.open_table(ESCROW_DUE).map_err(unavailable)?,
             redo: Redo::default(),
         })
     }
@@ -247,6 +253,25 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
+    /// Schedules the removal of escrow `id` at `due` (unix ms).
+    pub(super) fn put_escrow_due(&mut self, due: u64, id: &str) -> Result<(), StoreError> {
+        self.escrow_due.insert((due, id), ()).map_err(unavailable)?;
+        self.redo.put(T_ESCROW_DUE, &expiry_key(due, id), &[]);
+        Ok(())
+    }
+
+    pub(super) fn delete_escrow_due(&mut self, due: u64, id: &str) -> Result<(), StoreError> {
+        self.escrow_due.remove((due, id)).map_err(unavailable)?;
+        self.redo.delete(T_ESCROW_DUE, &expiry_key(due, id));
+        Ok(())
+    }
+
+    pub(super) fn delete_escrow(&mut self, id: &str) -> Result<(), StoreError> {
+        self.escrows.remove(id).map_err(unavailable)?;
+        self.redo.delete(T_ESCROWS, id.as_bytes());
+        Ok(())
+    }
+
     pub(super) fn put_escrow(&mut self, id: &str, value: &[u8]) -> Result<(), StoreError> {
         self.escrows.insert(id, value).map_err(unavailable)?;
         self.redo.put(T_ESCROWS, id.as_bytes(), value);
@@ -342,6 +367,23 @@ impl<'t> Tables<'t> {
                 self.escrows
                     .insert(text(c.key)?.as_str(), v)
                     .map_err(unavailable)?;
+            }
+            (T_ESCROWS, None) => {
+                self.escrows
+                    .remove(text(c.key)?.as_str())
+                    .map_err(unavailable)?;
+            }
+            (T_ESCROW_DUE, value) => {
+                let (at, id) = due_key(c.key)?;
+                if value.is_some() {
+                    self.escrow_due
+                        .insert((at, id.as_str()), ())
+                        .map_err(unavailable)?;
+                } else {
+                    self.escrow_due
+                        .remove((at, id.as_str()))
+                        .map_err(unavailable)?;
+                }
             }
             _ => return Err(bad()),
         }

@@ -224,6 +224,49 @@ async fn expired_leases_are_swept_and_fence_epochs_stay() {
 }
 
 #[tokio::test]
+async fn escrows_go_with_their_leases_data_whatever_their_state() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let store = EmbeddedStore::open_with(&path, key(), retention(0, None)).unwrap();
+    let hold = |id: &str, expires_at_ms: i64| EscrowUpdate {
+        id: id.into(),
+        expect: None,
+        record: serde_json::json!({"escrow_id": id, "state": "held"}),
+        expires_at_ms: Some(expires_at_ms),
+    };
+    let past = now_ms() as i64 - 1_000;
+    let future = now_ms() as i64 + 3_600_000;
+    assert!(store.escrow_put(hold("old", past)).await.unwrap());
+    // Held in a receipt's transaction, as a HUMAN_ESCROW write is.
+    let attach = Attachments {
+        idempotency: None,
+        escrow: Some(hold("old-held", past)),
+    };
+    store.append_receipt_with(body(0), attach).await.unwrap();
+    assert!(store.escrow_put(hold("new", future)).await.unwrap());
+    // A later state change keeps the removal scheduled at creation.
+    let decided = EscrowUpdate {
+        id: "new".into(),
+        expect: Some("held".into()),
+        record: serde_json::json!({"escrow_id": "new", "state": "rejected"}),
+        expires_at_ms: None,
+    };
+    assert!(store.escrow_put(decided).await.unwrap());
+    nudge(&store).await;
+    assert_eq!(store.escrow("old").await.unwrap(), None);
+    assert_eq!(store.escrow("old-held").await.unwrap(), None);
+    assert_eq!(
+        store.escrow("new").await.unwrap().unwrap()["state"],
+        "rejected"
+    );
+    assert_eq!(store.escrows(10).await.unwrap().len(), 1);
+    drop(store);
+    // The removal was journalled and survives a reopen; "new" is still scheduled.
+    let store = EmbeddedStore::open_with(&path, key(), retention(0, None)).unwrap();
+    assert_eq!(store.escrows(10).await.unwrap().len(), 1);
+}
+
+#[tokio::test]
 async fn an_inverse_staged_alone_goes_after_retention_unless_its_lease_is_recorded() {
     let dir = tempfile::tempdir().unwrap();
     let store = EmbeddedStore::open_with(&dir.path().join("s.redb"), key(), retention(1_500, None))

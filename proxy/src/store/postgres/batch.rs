@@ -264,7 +264,9 @@ async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, 
             if let Some(update) = &attach.escrow {
                 let mut record = update.record.clone();
                 record["receipt"] = sealed.value.clone();
-                put_escrow(&tx, &update.id, &record).await.map_err(failed)?;
+                put_escrow(&tx, &update.id, &record, update.expires_at_ms)
+                    .await
+                    .map_err(failed)?;
             }
             if let Some(idem) = &attach.idempotency {
                 let mut record = idem.record.clone();

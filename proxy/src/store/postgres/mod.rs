@@ -277,8 +277,9 @@ impl Store for PostgresStore {
                 let bytes = serde_json::to_vec(&update.record).map_err(unavailable)?;
                 let n = tx
                     .execute(
-                        "INSERT INTO escrows (id, record) VALUES ($1, $2) ON CONFLICT (id) DO NOTHING",
-                        &[&update.id, &bytes],
+                        "INSERT INTO escrows (id, record, expires_ms) VALUES ($1, $2, $3)
+                         ON CONFLICT (id) DO NOTHING",
+                        &[&update.id, &bytes, &update.expires_at_ms],
                     )
                     .await
                     .map_err(unavailable)?;
@@ -288,7 +289,7 @@ impl Store for PostgresStore {
             if !escrow_state_is(&tx, &update.id, update.expect.as_deref()).await? {
                 return Ok(false);
             }
-            put_escrow(&tx, &update.id, &update.record).await?;
+            put_escrow(&tx, &update.id, &update.record, update.expires_at_ms).await?;
             tx.commit().await.map_err(unavailable)?;
             Ok(true)
         })

@@ -43,6 +43,10 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE relay_head (id smallint PRIMARY KEY CHECK (id = 1), next bigint NOT NULL,
                               kept bigint NOT NULL);
      INSERT INTO relay_head (id, next, kept) VALUES (1, 1, 0);",
+    // 4: escrows go with their lease's data (the lease's expiry; the sweeper removes them
+    // `store.lease_retention` after it).
+    "ALTER TABLE escrows ADD COLUMN expires_ms bigint;
+     CREATE INDEX escrows_expiry ON escrows (expires_ms);",
 ];
 
 /// The advisory lock key that serialises migrations across replicas ("palisade" in ASCII).

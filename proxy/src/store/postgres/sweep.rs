@@ -1,7 +1,8 @@
 //! Removing what the postgres store no longer has to keep (the embedded store's sweeps, as
 //! statements): expired idempotency keys and lapsed reservations, the data of leases past
-//! `store.lease_retention`, receipts past `store.receipt_retention` with the chain's anchor
-//! moved past them, negotiation-relay messages past their TTL. Every replica runs the sweeper; a transaction-level advisory lock lets one
+//! `store.lease_retention` and the escrows held under them, receipts past
+//! `store.receipt_retention` with the chain's anchor moved past them, negotiation-relay
+//! messages past their TTL. Every replica runs the sweeper; a transaction-level advisory lock lets one
 //! at a time work, and each round removes a bounded number of rows so no transaction is long.
 
 use deadpool_postgres::{Object, Pool};
@@ -71,6 +72,15 @@ pub(super) async fn round(client: &mut Object, retention: Retention) -> Result<b
         .await
         .map_err(unavailable)?
         .get::<_, i64>(0);
+    // Escrows go with their lease's data.
+    let escrows = tx
+        .execute(
+            "DELETE FROM escrows WHERE id IN
+               (SELECT id FROM escrows WHERE expires_ms <= $1 LIMIT $2)",
+            &[&lease_cutoff, &PER_ROUND],
+        )
+        .await
+        .map_err(unavailable)?;
     let mut receipts = 0;
     if let Some(keep) = retention.receipts {
         let cutoff = now.saturating_sub(keep.as_millis().min(i64::MAX as u128) as i64);
@@ -109,7 +119,11 @@ pub(super) async fn round(client: &mut Object, retention: Retention) -> Result<b
     let relay = super::relay::sweep(&tx, now, PER_ROUND).await?;
     tx.commit().await.map_err(unavailable)?;
     let limit = PER_ROUND as u64;
-    Ok(keys >= limit || leases as u64 >= limit || receipts >= limit || relay >= limit)
+    Ok(keys >= limit
+        || leases as u64 >= limit
+        || escrows >= limit
+        || receipts >= limit
+        || relay >= limit)
 }
 
 /// The anchor and every retained receipt, read in one snapshot.

@@ -72,16 +72,20 @@ pub(super) async fn escrow_state_is(
     })
 }
 
+/// Stores escrow `id`'s record; `expires_ms` (its lease's expiry) when it is created, kept
+/// by later updates.
 pub(super) async fn put_escrow(
     tx: &tokio_postgres::Transaction<'_>,
     id: &str,
     record: &serde_json::Value,
+    expires_ms: Option<i64>,
 ) -> Result<(), StoreError> {
     let bytes = serde_json::to_vec(record).map_err(unavailable)?;
     tx.execute(
-        "INSERT INTO escrows (id, record) VALUES ($1, $2)
-         ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
-        &[&id, &bytes],
+        "INSERT INTO escrows (id, record, expires_ms) VALUES ($1, $2, $3)
+         ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record,
+           expires_ms = coalesce(EXCLUDED.expires_ms, escrows.expires_ms)",
+        &[&id, &bytes, &expires_ms],
     )
     .await
     .map_err(unavailable)?;
