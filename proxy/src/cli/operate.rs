@@ -232,9 +232,7 @@ pub(super) fn run(config: &Path) -> Result<(), Failure> {
     for w in warnings {
         tracing::warn!("{w}");
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
+    let runtime = runtime_for(std::thread::available_parallelism().map_or(1, usize::from))
         .map_err(|e| Failure::usage(format!("runtime: {e}")))?;
     runtime
         .block_on(async {
@@ -242,6 +240,27 @@ pub(super) fn run(config: &Path) -> Result<(), Failure> {
             server.run(crate::server::shutdown_signal()).await
         })
         .map_err(|e| Failure::usage(format!("{e:#}")))
+}
+
+/// The sidecar's runtime. On one CPU (a pod limited to one core, a process pinned to one)
+/// the work-stealing scheduler has nobody to steal from, and its cross-thread handoffs cost
+/// more than they save: a current-thread runtime does the same work with less CPU
+/// (docs/performance.md). `PALISADE_RUNTIME=multi_thread|current_thread` overrides it.
+fn runtime_for(cpus: usize) -> std::io::Result<tokio::runtime::Runtime> {
+    let single = match std::env::var("PALISADE_RUNTIME").as_deref() {
+        Ok("current_thread") => true,
+        Ok("multi_thread") => false,
+        _ => cpus <= 1,
+    };
+    if single {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()
+    }
 }
 
 /// `palisade audit verify`: the embedded store holds an exclusive lock on its file, so this
@@ -331,5 +350,21 @@ pub(super) fn audit_verify(config: &Path, json: bool) -> Result<(), Failure> {
             };
             Err(Failure::refused(format!("{place}: {e}")))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use tokio::runtime::RuntimeFlavor;
+
+    #[test]
+    fn one_cpu_gets_a_current_thread_runtime() {
+        if std::env::var("PALISADE_RUNTIME").is_ok() {
+            return; // the override decides, not the CPU count
+        }
+        let flavor = |cpus| super::runtime_for(cpus).unwrap().handle().runtime_flavor();
+        assert_eq!(flavor(1), RuntimeFlavor::CurrentThread);
+        assert_eq!(flavor(2), RuntimeFlavor::MultiThread);
     }
 }
