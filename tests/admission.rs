@@ -643,6 +643,10 @@ async fn a_binding_may_require_admission_where_the_mode_is_off() {
     )
     .await;
     assert_eq!(a.status, StatusCode::OK);
+    // Not required here, but the token verified: its subject is named as the caller.
+    assert!(receipt_of(&a.headers)["caller"]
+        .as_str()
+        .is_some_and(|c| c.starts_with("sub:sha256:")));
     assert!(s
         .upstream
         .requests()

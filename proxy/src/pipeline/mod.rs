@@ -165,8 +165,13 @@ pub async fn handle(
         Ok(a) => a,
         Err(resp) => return Ok(finish(&state, resp, ex, Outcome::Refused, inflight)),
     };
-    // From here every receipt and drift event names who acted, when admission knows.
-    let caller = admitted.as_ref().map(crate::admission::Admission::caller);
+    // From here every receipt and drift event names who acted, when a verified token says
+    // (admitted here, or only presented where admission is not required).
+    let caller = parts
+        .extensions
+        .get::<crate::net::conn::TokenCaller>()
+        .map(|c| c.0.clone())
+        .or_else(|| admitted.as_ref().map(crate::admission::Admission::caller));
     let write_context = |ex: &Exchange| {
         let mut cx = write_context(ex);
         cx.caller = caller.clone();
