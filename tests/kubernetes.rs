@@ -105,20 +105,20 @@ async fn get(port: u16, path: &str) -> Option<(http::StatusCode, String)> {
 }
 
 /// Polls an httpGet probe at its period until it succeeds, as the kubelet would, within its
-/// failure threshold.
-async fn probe(pod_probe: &Value, admin: u16) {
+/// failure threshold; `false` if it never does.
+async fn probe_passes(pod_probe: &Value, admin: u16) -> bool {
     let path = pod_probe["httpGet"]["path"].as_str().unwrap();
     let period = pod_probe["periodSeconds"].as_u64().unwrap_or(10);
     let threshold = pod_probe["failureThreshold"].as_u64().unwrap_or(3);
     for _ in 0..threshold.max(1) * 2 {
         if let Some((s, _)) = get(admin, path).await {
             if s.is_success() {
-                return;
+                return true;
             }
         }
         tokio::time::sleep(Duration::from_secs(period).min(Duration::from_millis(500))).await;
     }
-    panic!("probe {path} did not pass");
+    false
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -271,9 +271,14 @@ async fn the_embedded_pod_runs_swaps_rotates_and_stops_as_kubernetes_would() {
         });
     }
     let logs_text = || logs.lock().unwrap().join("\n");
-    probe(&sidecar["startupProbe"], admin).await;
-    probe(&sidecar["readinessProbe"], admin).await;
-    probe(&sidecar["livenessProbe"], admin).await;
+    for kind in ["startupProbe", "readinessProbe", "livenessProbe"] {
+        assert!(
+            probe_passes(&sidecar[kind], admin).await,
+            "{kind} {} did not pass; the sidecar said:\n{}",
+            sidecar[kind]["httpGet"]["path"],
+            logs_text()
+        );
+    }
 
     // Writes under load over mTLS, each with a fresh lease and the bundle's contract.
     let addr: std::net::SocketAddr = format!("127.0.0.1:{data}").parse().unwrap();
