@@ -149,7 +149,15 @@ async fn the_embedded_pod_runs_swaps_rotates_and_stops_as_kubernetes_would() {
             .as_u64()
             .unwrap()
     };
-    let (data, admin, sor_port) = (free_port(), free_port(), free_port());
+    // Three distinct ones: a port freed and handed out again can come back twice.
+    let mut ports = Vec::new();
+    while ports.len() < 3 {
+        let p = free_port();
+        if !ports.contains(&p) {
+            ports.push(p);
+        }
+    }
+    let (data, admin, sor_port) = (ports[0], ports[1], ports[2]);
     let config = rendered["config"]
         .as_str()
         .unwrap()
