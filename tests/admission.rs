@@ -9,7 +9,6 @@
 mod support;
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::process::Command;
 use std::time::Duration;
 
@@ -20,16 +19,12 @@ use palisade_policy::digest::Sha256Digest;
 use palisade_policy::keys::KeyPair;
 use serde_json::{json, Value};
 use support::bundles::*;
+use support::tokens::{self, admission_toml, ISSUER};
 use support::writes::*;
 use support::*;
 
-const ISSUER: &str = "https://as.example.com";
 const PUT_OP: &str = "PUT /items/{id}";
 const GET_OP: &str = "GET /items/{id}";
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 fn digest_of(contract: &Value) -> String {
     format!("sha-256:{}", Sha256Digest::of_json(contract).to_hex())
@@ -99,25 +94,9 @@ fn mint_with(
     digests: &Value,
     custom: &Value,
 ) -> HashMap<String, String> {
-    let python = repo().join("target/pyenv/bin/python");
-    assert!(
-        python.exists(),
-        "run scripts/test.sh: it makes the venv with PyJWT"
-    );
     let spec = json!({"resource": BASE, "issuer": ISSUER, "bindingId": binding_id,
                       "digests": digests, "custom": custom});
-    let out = Command::new(python)
-        .arg(repo().join("tests/admission/tokens.py"))
-        .arg(dir)
-        .arg(spec.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "tokens.py: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_value(tokens::mint(dir, &spec)).unwrap()
 }
 
 struct Answer {
@@ -203,11 +182,7 @@ async fn tokens_admit_named_operations_and_everything_else_is_refused() {
     let tokens = mint_with(keys_dir.path(), &b.binding_id, &digests, &custom);
     let t = |name: &str| bearer(&tokens[name]);
     let jwks = keys_dir.path().join("jwks.json");
-    let admission = format!(
-        "[admission]\nmode = \"required\"\nresource = \"{BASE}\"\njwks = [\"{}\"]\n\
-         issuers = [\"{ISSUER}\"]\n",
-        jwks.display()
-    );
+    let admission = admission_toml("required", keys_dir.path());
     let s = start_configured(
         Upstream::start().await,
         tempfile::tempdir().unwrap(),
@@ -599,11 +574,7 @@ async fn a_binding_may_require_admission_where_the_mode_is_off() {
     let keys_dir = tempfile::tempdir().unwrap();
     let digests = json!({PUT_OP: digest_of(&put), GET_OP: digest_of(&get)});
     let tokens = mint(keys_dir.path(), &b.binding_id, &digests);
-    let admission = format!(
-        "[admission]\nmode = \"off\"\nresource = \"{BASE}\"\njwks = [\"{}\"]\n\
-         issuers = [\"{ISSUER}\"]\n",
-        keys_dir.path().join("jwks.json").display()
-    );
+    let admission = admission_toml("off", keys_dir.path());
     let s = start_configured(
         Upstream::start().await,
         tempfile::tempdir().unwrap(),

@@ -1395,30 +1395,15 @@ async fn admission_admits_tool_calls_by_token() {
     let digest = |tool: &str| lock["capabilities"][tool]["contractDigest"].clone();
     let keys = tempfile::tempdir().unwrap();
     let grant = |ops: Value| json!([{"type": "rich_binding", "bindingId": b.binding_id, "operations": ops}]);
-    let spec = json!({"resource": BASE, "issuer": "https://as.example.com", "bindingId": b.binding_id,
+    let spec = json!({"resource": BASE, "issuer": support::tokens::ISSUER, "bindingId": b.binding_id,
     "digests": {},
     "custom": {
         "add_only": grant(json!([{"operation": "add", "contractDigest": digest("add"),
             "bound": {"type": "object", "properties": {"a": {"type": "integer", "maximum": 10}}}}])),
         "set_stock": grant(json!([{"operation": "set_stock", "contractDigest": digest("set_stock")}])),
     }});
-    let out = Command::new(python())
-        .arg(repo().join("tests/admission/tokens.py"))
-        .arg(keys.path())
-        .arg(spec.to_string())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tokens: Value = serde_json::from_slice(&out.stdout).unwrap();
-    let admission = format!(
-        "[admission]\nmode = \"required\"\nresource = \"{BASE}\"\njwks = [\"{}\"]\n\
-         issuers = [\"https://as.example.com\"]\n",
-        keys.path().join("jwks.json").display()
-    );
+    let tokens = support::tokens::mint(keys.path(), &spec);
+    let admission = support::tokens::admission_toml("required", keys.path());
     let p = sidecar_with(&server, &b, &admission);
     let url = p.url("/mcp");
     let bearer =
