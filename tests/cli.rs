@@ -344,6 +344,39 @@ fn config_check_loads_the_files_the_config_names() {
     );
 }
 
+#[test]
+fn a_certificate_with_another_certificates_key_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = support::Pki::new(dir.path());
+    let (a, b) = (pki.issue("a", true), pki.issue("b", true));
+    std::fs::write(dir.path().join("a.crt"), &a.cert_pem).unwrap();
+    std::fs::write(dir.path().join("b.key"), &b.key_pem).unwrap();
+    let cfg = dir.path().join("c.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "[listen]\ntls = {{ cert = \"{0}/a.crt\", key = \"{0}/b.key\" }}\n\
+             [upstream]\nurl = \"http://127.0.0.1:9\"\n",
+            dir.path().display()
+        ),
+    )
+    .unwrap();
+    for cmd in [
+        &["config", "check", "--config"][..],
+        &["run", "--config"][..],
+    ] {
+        let mut args = cmd.to_vec();
+        args.push(cfg.to_str().unwrap());
+        let o = palisade(&args, b"");
+        assert_eq!(o.status.code(), Some(2), "{cmd:?}: {}", stderr(&o));
+        let err = stderr(&o);
+        assert!(
+            err.contains("b.key") && err.contains("does not match the certificate"),
+            "{cmd:?}: {err}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn audit_verify_walks_the_chain_and_names_the_first_broken_receipt() {
     use palisade::store::{embedded::EmbeddedStore, Store as _};

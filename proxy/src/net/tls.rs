@@ -32,6 +32,8 @@ pub enum TlsError {
     NoKey(PathBuf),
     #[error("{0}: unsupported private key type")]
     UnsupportedKey(PathBuf),
+    #[error("{0}: the private key does not match the certificate")]
+    KeyMismatch(PathBuf),
     #[error("TLS configuration: {0}")]
     Rustls(String),
 }
@@ -73,7 +75,14 @@ fn certified_key(cert: &Path, key: &Path) -> Result<CertifiedKey, TlsError> {
         .key_provider
         .load_private_key(key_der)
         .map_err(|_| TlsError::UnsupportedKey(key.to_owned()))?;
-    Ok(CertifiedKey::new(chain, signing))
+    let ck = CertifiedKey::new(chain, signing);
+    // A rotation written file by file (certificate first, key second) is read half-done
+    // now and then: a new certificate with the old key would make every handshake fail,
+    // so such a pair is refused (and the old one kept) until both files agree.
+    match ck.keys_match() {
+        Ok(()) | Err(rustls::Error::InconsistentKeys(rustls::InconsistentKeys::Unknown)) => Ok(ck),
+        Err(_) => Err(TlsError::KeyMismatch(key.to_owned())),
+    }
 }
 
 pub fn root_store(ca: &Path) -> Result<RootCertStore, TlsError> {
@@ -216,4 +225,34 @@ pub fn client_config(
         }
     };
     Ok(config)
+}
+
+#[cfg(test)]
+mod key_match_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn a_certificate_with_another_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str| {
+            let k = rcgen::KeyPair::generate().unwrap();
+            let c = rcgen::CertificateParams::new(vec!["localhost".into()])
+                .unwrap()
+                .self_signed(&k)
+                .unwrap();
+            let (cp, kp) = (
+                dir.path().join(format!("{name}.crt")),
+                dir.path().join(format!("{name}.key")),
+            );
+            std::fs::write(&cp, c.pem()).unwrap();
+            std::fs::write(&kp, k.serialize_pem()).unwrap();
+            (cp, kp)
+        };
+        let (a_crt, a_key) = write("a");
+        let (b_crt, _) = write("b");
+        assert!(certified_key(&a_crt, &a_key).is_ok());
+        let e = certified_key(&b_crt, &a_key).unwrap_err();
+        assert!(matches!(e, TlsError::KeyMismatch(_)), "{e}");
+    }
 }
