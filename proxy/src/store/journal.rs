@@ -3,9 +3,10 @@
 //! Why: a durable redb commit writes every B-tree page it touched, scattered over the file,
 //! then fsyncs. The write path's keys (resources, lease ids) are random, so a batch of a dozen
 //! writes touches ~20 pages, and on this machine 20 scattered page writes + fdatasync take
-//! ~1.8 ms where an 8 KiB append + fdatasync takes ~0.4 ms. So each batch is committed to redb
-//! *non-durably* (in memory, visible to readers) after its changes, as physical key/value
-//! puts and deletes, were appended here and fsync'd. Every so often (and on a clean stop) a
+//! ~1.8 ms where an 8 KiB append + fdatasync takes ~0.4 ms. So a batch is durable once its
+//! changes, as physical key/value puts and deletes, were appended here and fsync'd; redb
+//! gets them in a *non-durable* commit shared by several batches (readers see the batches in
+//! between through the embedded store's overlay). Every so often (and on a clean stop) a
 //! durable redb commit checkpoints everything and the journal is emptied.
 //!
 //! Recovery on open: replay every whole record in order (puts and deletes are idempotent, so

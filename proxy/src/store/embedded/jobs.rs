@@ -2,7 +2,7 @@
 
 use palisade_policy::keys::KeyPair;
 use palisade_policy::receipt::{self, ReceiptBody, ReceiptKind, SealedReceipt};
-use redb::{Database, Durability, ReadableTable};
+use redb::{ReadableTable, WriteTransaction};
 use tokio::sync::oneshot;
 
 use crate::store::journal::Journal;
@@ -36,6 +36,8 @@ pub(super) enum Job {
         Box<(RelayMessage, RelayLimits)>,
         oneshot::Sender<Result<RelayPosted, StoreError>>,
     ),
+    /// Commit the open transaction to redb, so a range read sees every answered change.
+    Settle(oneshot::Sender<Result<(), StoreError>>),
 }
 
 pub(super) enum Answer {
@@ -46,24 +48,24 @@ pub(super) enum Answer {
     Receipt(Option<Box<SealedReceipt>>),
     EscrowPut(bool),
     RelayPost(RelayPosted),
+    Settle,
 }
 
-/// Applies a batch in one transaction, made durable by one journal append; nothing is
-/// visible or answered unless the append and the commit succeed.
+/// Applies a batch inside the writer's open transaction and makes it durable with one journal
+/// append; returns the answers, the new chain head and the journal record (empty when the
+/// batch changed nothing). On an error the transaction holds part of the batch and must be
+/// abandoned (`writer::Open::rebuild`).
 pub(super) fn apply(
-    db: &Database,
+    wtx: &WriteTransaction,
     journal: &mut Journal,
     key: &KeyPair,
     mut chain: ChainHead,
     sweeper: &mut Sweeper,
     batch: &[Job],
-) -> Result<(Vec<Answer>, ChainHead), StoreError> {
-    let mut wtx = db.begin_write().map_err(unavailable)?;
-    // Durability comes from the journal (see the module doc).
-    wtx.set_durability(Durability::None);
+) -> Result<(Vec<Answer>, ChainHead, Vec<u8>), StoreError> {
     let mut answers = Vec::with_capacity(batch.len());
     let redo = {
-        let mut t = Tables::open(&wtx)?;
+        let mut t = Tables::open(wtx)?;
         let mut stored_keys = false;
         for job in batch {
             match job {
@@ -145,6 +147,7 @@ pub(super) fn apply(
                     }
                     answers.push(Answer::EscrowPut(ok));
                 }
+                Job::Settle(_) => answers.push(Answer::Settle),
                 Job::RelayPost(job, _) => {
                     let (message, limits) = &**job;
                     answers.push(Answer::RelayPost(relay::post(&mut t, message, *limits)?));
@@ -205,13 +208,67 @@ pub(super) fn apply(
                 }
             }
         }
-        sweeper.run(&mut t, stored_keys, batch.len())?;
+        // A batch of nothing but commit requests changes nothing, sweeps included.
+        if !batch.iter().all(Job::is_settle) {
+            sweeper.run(&mut t, stored_keys, batch.len())?;
+        }
         t.redo
     };
     // The durable point: once the journal holds the batch, it survives a crash.
     if !redo.is_empty() {
         journal.append(&redo.bytes).map_err(unavailable)?;
     }
-    wtx.commit().map_err(unavailable)?;
-    Ok((answers, chain))
+    Ok((answers, chain, redo.bytes))
+}
+
+impl Job {
+    /// Sends a job its answer. `apply` answers each job with its own kind, in order; a
+    /// mismatch (a bug) answers with an error rather than a wrong value.
+    pub(super) fn answer(self, answer: Answer) {
+        let mismatch = || StoreError::Unavailable("the store writer answered out of order".into());
+        match (self, answer) {
+            (Job::Advance(_, reply), Answer::Advance(a)) => {
+                if a == Advance::Advanced {
+                    metrics::counter!(crate::telemetry::FENCE_ADVANCES).increment(1);
+                }
+                let _ = reply.send(Ok(a));
+            }
+            (Job::Receipt(_, reply), Answer::Receipt(r)) => {
+                let _ = reply.send(Ok(r.map(|r| *r)));
+            }
+            (Job::EscrowPut(_, reply), Answer::EscrowPut(done)) => {
+                let _ = reply.send(Ok(done));
+            }
+            (Job::Stage { reply, .. }, Answer::Staged) => {
+                let _ = reply.send(Ok(()));
+            }
+            (Job::Compensate(_, reply), Answer::Compensate(c)) => {
+                let _ = reply.send(Ok(c));
+            }
+            (Job::RelayPost(_, reply), Answer::RelayPost(p)) => {
+                let _ = reply.send(Ok(p));
+            }
+            (Job::Settle(reply), Answer::Settle) => {
+                let _ = reply.send(Ok(()));
+            }
+            (job, _) => job.fail(mismatch()),
+        }
+    }
+
+    /// Answers the job with `e`.
+    pub(super) fn fail(self, e: StoreError) {
+        match self {
+            Job::Advance(_, reply) => drop(reply.send(Err(e))),
+            Job::Receipt(_, reply) => drop(reply.send(Err(e))),
+            Job::Stage { reply, .. } => drop(reply.send(Err(e))),
+            Job::Compensate(_, reply) => drop(reply.send(Err(e))),
+            Job::EscrowPut(_, reply) => drop(reply.send(Err(e))),
+            Job::RelayPost(_, reply) => drop(reply.send(Err(e))),
+            Job::Settle(reply) => drop(reply.send(Err(e))),
+        }
+    }
+
+    pub(super) fn is_settle(&self) -> bool {
+        matches!(self, Job::Settle(_))
+    }
 }

@@ -19,10 +19,16 @@
 //! file's size proportional to the data it holds. Opening the
 //! store replays whatever the journal holds first.
 //!
-//! Reads (`epoch`, `inverse`, `receipts`) use redb read transactions on the caller's thread:
-//! they see the last committed state and never wait for the writer.
+//! Batches share a redb transaction ([`writer::COMMIT_BATCHES`] of them per commit), so redb
+//! lags the journal by a few batches. Point reads (`epoch`, `inverse`, idempotency keys,
+//! escrows) look in the [`overlay`] of durable-but-uncommitted changes first, then in a redb
+//! read transaction on the caller's thread: they never wait for the writer. Range reads
+//! (a lease's receipts, the receipt log, relay pages, escrow lists) first ask the writer to
+//! commit when it holds uncommitted batches ([`EmbeddedStore::settle`]).
 
 mod jobs;
+mod overlay;
+mod reads;
 mod relay;
 mod sweep;
 mod tables;
@@ -36,7 +42,7 @@ use std::sync::Arc;
 use futures_util::future::BoxFuture;
 use palisade_policy::keys::KeyPair;
 use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
-use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use redb::{Database, ReadableTable, ReadableTableMetadata};
 use tokio::sync::oneshot;
 
 use crate::store::{
@@ -46,22 +52,27 @@ use crate::store::{
 };
 
 use jobs::Job;
+use overlay::{Overlay, Seen};
 use tables::{
-    lease_key, now_ms, read_anchor, read_chain_head, unavailable, Part, ESCROWS, ESCROW_DUE,
-    FENCES, IDEMPOTENCY, IDEMPOTENCY_EXPIRY, LEASE_DATA, LEASE_EXPIRY, META, RECEIPTS, RELAY_INDEX,
-    RELAY_MESSAGES,
+    lease_key, read_anchor, read_chain_head, unavailable, Part, ESCROWS, ESCROW_DUE, FENCES,
+    IDEMPOTENCY, IDEMPOTENCY_EXPIRY, LEASE_DATA, LEASE_EXPIRY, META, RECEIPTS, RELAY_INDEX,
+    RELAY_MESSAGES, T_ESCROWS, T_FENCES,
 };
-use writer::{journal_path, recover, writer, Start};
+use writer::{journal_path, recover, writer, Shared, Start};
 
 pub struct EmbeddedStore {
     db: Arc<Database>,
     /// To the writer thread. The thread ends when the store (the last sender) is dropped.
     jobs: mpsc::Sender<Job>,
-    /// Transactions committed by the writer: lets tests and metrics see group commit.
+    /// Batches committed by the writer: lets tests and metrics see group commit.
     commits: Arc<AtomicU64>,
-    /// Set when a write transaction fails, cleared when one commits. redb refuses every write
-    /// after an I/O error until the file is reopened, so in practice this stays set until a
-    /// restart; `/readyz` reports it.
+    /// Durable changes redb does not hold yet (see the module doc).
+    overlay: Arc<Overlay>,
+    /// Batches in the writer's open transaction.
+    unsettled: Arc<AtomicU64>,
+    /// Set when a batch or a commit fails; it stays set (the writer refuses every later job)
+    /// until a restart replays the journal (`writer::Open::broken` says why); `/readyz`
+    /// reports it.
     failed: Arc<AtomicBool>,
     /// Joined on drop, so the file's lock is released when the store is gone.
     writer: Option<std::thread::JoinHandle<()>>,
@@ -119,27 +130,33 @@ impl EmbeddedStore {
         let (jobs, rx) = mpsc::channel();
         let commits = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicBool::new(false));
-        let writer = {
-            let db = db.clone();
-            let commits = commits.clone();
-            let failed = failed.clone();
-            std::thread::Builder::new()
-                .name("palisade-store".into())
-                .spawn(move || {
-                    let start = Start {
-                        journal,
-                        key,
-                        chain: head,
-                        retention,
-                    };
-                    writer(db, start, rx, commits, failed)
-                })
-                .map_err(unavailable)?
+        let overlay = Arc::new(Overlay::default());
+        let unsettled = Arc::new(AtomicU64::new(0));
+        let shared = Shared {
+            db: db.clone(),
+            commits: commits.clone(),
+            failed: failed.clone(),
+            overlay: overlay.clone(),
+            unsettled: unsettled.clone(),
         };
+        let writer = std::thread::Builder::new()
+            .name("palisade-store".into())
+            .spawn(move || {
+                let start = Start {
+                    journal,
+                    key,
+                    chain: head,
+                    retention,
+                };
+                writer(shared, start, rx)
+            })
+            .map_err(unavailable)?;
         Ok(Self {
             db,
             jobs,
             commits,
+            overlay,
+            unsettled,
             failed,
             writer: Some(writer),
             locks: Default::default(),
@@ -150,26 +167,6 @@ impl EmbeddedStore {
     /// Write transactions committed so far.
     pub fn commits(&self) -> u64 {
         self.commits.load(Ordering::Relaxed)
-    }
-
-    fn read_bytes(
-        &self,
-        table: TableDefinition<&str, &[u8]>,
-        key: &str,
-    ) -> Result<Option<Vec<u8>>, StoreError> {
-        let rtx = self.db.begin_read().map_err(unavailable)?;
-        let table = rtx.open_table(table).map_err(unavailable)?;
-        let v = table.get(key).map_err(unavailable)?;
-        Ok(v.map(|v| v.value().to_vec()))
-    }
-
-    fn read_lease(&self, lease_id: &str, part: Part) -> Result<Option<Vec<u8>>, StoreError> {
-        let rtx = self.db.begin_read().map_err(unavailable)?;
-        let table = rtx.open_table(LEASE_DATA).map_err(unavailable)?;
-        let v = table
-            .get(lease_key(lease_id, part, None).as_slice())
-            .map_err(unavailable)?;
-        Ok(v.map(|v| v.value().to_vec()))
     }
 
     fn send(&self, job: Job) -> Result<(), StoreError> {
@@ -195,23 +192,6 @@ impl EmbeddedStore {
                 .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
         })
     }
-
-    fn read_json(
-        &self,
-        table: TableDefinition<&str, &[u8]>,
-        key: &str,
-    ) -> Result<Option<serde_json::Value>, StoreError> {
-        Ok(self
-            .read_bytes(table, key)?
-            .and_then(|b| serde_json::from_slice(&b).ok()))
-    }
-
-    /// The stored outcome of a scoped idempotency key, unless it has expired.
-    fn idempotency(&self, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
-        let record = self.read_json(IDEMPOTENCY, key)?;
-        // Expired but not yet swept: gone, as far as callers can tell.
-        Ok(record.filter(|r| r["expires_ms"].as_u64().is_some_and(|e| e > now_ms())))
-    }
 }
 
 impl Store for EmbeddedStore {
@@ -226,6 +206,15 @@ impl Store for EmbeddedStore {
 
     fn epoch<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<u64, StoreError>> {
         Box::pin(async move {
+            match self.overlay.get(T_FENCES, resource.as_bytes()) {
+                Seen::Value(v) => {
+                    let epoch = <[u8; 8]>::try_from(&*v).map_err(|_| unavailable("bad epoch"))?;
+                    return Ok(u64::from_be_bytes(epoch));
+                }
+                // Fences are never removed; kept for completeness.
+                Seen::Deleted => return Ok(0),
+                Seen::Unchanged => {}
+            }
             let rtx = self.db.begin_read().map_err(unavailable)?;
             let table = rtx.open_table(FENCES).map_err(unavailable)?;
             let v = table.get(resource.as_bytes()).map_err(unavailable)?;
@@ -296,11 +285,12 @@ impl Store for EmbeddedStore {
         &'a self,
         id: &'a str,
     ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>> {
-        Box::pin(async move { self.read_json(ESCROWS, id) })
+        Box::pin(async move { self.read_json((T_ESCROWS, ESCROWS), id) })
     }
 
     fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<serde_json::Value>, StoreError>> {
         Box::pin(async move {
+            self.settle().await?;
             let rtx = self.db.begin_read().map_err(unavailable)?;
             let table = rtx.open_table(ESCROWS).map_err(unavailable)?;
             let mut out = Vec::new();
@@ -355,6 +345,7 @@ impl Store for EmbeddedStore {
         lease_id: &'a str,
     ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, StoreError>> {
         Box::pin(async move {
+            self.settle().await?;
             let rtx = self.db.begin_read().map_err(unavailable)?;
             let index = rtx.open_table(LEASE_DATA).map_err(unavailable)?;
             let from = lease_key(lease_id, Part::Receipt, None);
@@ -432,6 +423,7 @@ impl Store for EmbeddedStore {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<RelayEntry>, StoreError>> {
         Box::pin(async move {
+            self.settle().await?;
             let rtx = self.db.begin_read().map_err(unavailable)?;
             relay::page(&rtx, query, after, limit)
         })
@@ -439,6 +431,7 @@ impl Store for EmbeddedStore {
 
     fn receipt_log(&self) -> BoxFuture<'_, Result<ReceiptLog, StoreError>> {
         Box::pin(async move {
+            self.settle().await?;
             let rtx = self.db.begin_read().map_err(unavailable)?;
             let anchor = read_anchor(&rtx.open_table(META).map_err(unavailable)?)?;
             let table = rtx.open_table(RECEIPTS).map_err(unavailable)?;

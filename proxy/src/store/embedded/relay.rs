@@ -328,6 +328,7 @@ mod tests {
                 .is_empty());
             let r = store.relay_post(message("0xb", 3, later()), LIMITS).await;
             assert_eq!(r.unwrap(), RelayPosted::Stored { cursor: 3 });
+            store.settle().await.unwrap();
             let rtx = store.db.begin_read().unwrap();
             assert_eq!(rtx.open_table(RELAY_MESSAGES).unwrap().len().unwrap(), 1);
             // An expired message posted again is kept anew, under a new cursor.

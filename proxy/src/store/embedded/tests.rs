@@ -1,3 +1,4 @@
+use super::tables::now_ms;
 use super::*;
 use palisade_policy::keys::TrustStore;
 use palisade_policy::receipt::{self, ReceiptKind};
@@ -423,4 +424,70 @@ async fn journal_replay_applies_deletions() {
     assert!(log.receipts.is_empty());
     assert_eq!(log.anchor.unwrap().pruned, 1);
     assert_eq!(store.epoch("/a").await.unwrap(), 1);
+}
+
+/// Whether redb itself (not the overlay) holds `resource`'s fence.
+fn redb_fence(store: &EmbeddedStore, resource: &str) -> Option<u64> {
+    let rtx = store.db.begin_read().unwrap();
+    let table = rtx.open_table(FENCES).unwrap();
+    let v = table.get(resource.as_bytes()).unwrap();
+    v.map(|v| v.value())
+}
+
+#[tokio::test]
+async fn answered_changes_are_read_before_redb_holds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let store = EmbeddedStore::open(&path, key()).unwrap();
+    store.advance(intent("/o", 4, "lo")).await.unwrap();
+    let receipt = ReceiptBody {
+        lease_id: Some("lo".into()),
+        ..body(0)
+    };
+    store.append_receipt(receipt).await.unwrap();
+    // Two batches in the writer's open transaction: redb has not seen them (the writer
+    // commits after `COMMIT_BATCHES` batches or `COMMIT_IDLE`), but every point read has.
+    assert!(store.unsettled.load(Ordering::Acquire) > 0);
+    assert_eq!(redb_fence(&store, "/o"), None, "redb lags the journal");
+    assert_eq!(store.epoch("/o").await.unwrap(), 4);
+    assert!(store.inverse("lo").await.unwrap().is_some());
+    assert!(store.lease_record("lo").await.unwrap().is_some());
+    assert_eq!(
+        store.advance(intent("/o", 4, "lp")).await.unwrap(),
+        Advance::Stale { current: 4 },
+        "the writer's own checks see its open transaction"
+    );
+    // A range read commits first, so it sees the receipt.
+    assert_eq!(store.lease_receipts("lo").await.unwrap().len(), 1);
+    assert_eq!(store.unsettled.load(Ordering::Acquire), 0);
+    assert_eq!(redb_fence(&store, "/o"), Some(4));
+    // A quiet writer commits on its own.
+    store.advance(intent("/q", 1, "lq")).await.unwrap();
+    assert_eq!(redb_fence(&store, "/q"), None);
+    tokio::time::sleep(writer::COMMIT_IDLE * 20).await;
+    assert_eq!(redb_fence(&store, "/q"), Some(1));
+    assert_eq!(store.unsettled.load(Ordering::Acquire), 0);
+}
+
+#[tokio::test]
+async fn many_batches_share_a_commit_and_survive_reopening() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    {
+        let store = EmbeddedStore::open(&path, key()).unwrap();
+        // Sequential, so one batch each: more batches than one commit holds.
+        for i in 1..=(writer::COMMIT_BATCHES as u64 * 3 + 1) {
+            store
+                .advance(intent("/m", i, &format!("l{i}")))
+                .await
+                .unwrap();
+            assert_eq!(store.epoch("/m").await.unwrap(), i);
+        }
+        assert!(store.commits() > writer::COMMIT_BATCHES as u64 * 3);
+    }
+    let store = EmbeddedStore::open(&path, key()).unwrap();
+    assert_eq!(
+        store.epoch("/m").await.unwrap(),
+        writer::COMMIT_BATCHES as u64 * 3 + 1
+    );
 }

@@ -1,0 +1,76 @@
+//! The embedded store's point reads: the overlay of uncommitted batches first, then redb.
+
+use std::sync::atomic::Ordering;
+
+use redb::TableDefinition;
+
+use crate::store::StoreError;
+
+use super::jobs::Job;
+use super::overlay::Seen;
+use super::tables::{
+    lease_key, now_ms, unavailable, Part, IDEMPOTENCY, LEASE_DATA, T_IDEMPOTENCY, T_LEASE_DATA,
+};
+use super::EmbeddedStore;
+
+impl EmbeddedStore {
+    /// Point read of a table the overlay keeps: the overlay first, then redb.
+    pub(super) fn read_bytes(
+        &self,
+        (id, table): (u8, TableDefinition<&str, &[u8]>),
+        key: &str,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        match self.overlay.get(id, key.as_bytes()) {
+            Seen::Value(v) => return Ok(Some(v.into())),
+            Seen::Deleted => return Ok(None),
+            Seen::Unchanged => {}
+        }
+        let rtx = self.db.begin_read().map_err(unavailable)?;
+        let table = rtx.open_table(table).map_err(unavailable)?;
+        let v = table.get(key).map_err(unavailable)?;
+        Ok(v.map(|v| v.value().to_vec()))
+    }
+
+    pub(super) fn read_lease(
+        &self,
+        lease_id: &str,
+        part: Part,
+    ) -> Result<Option<Vec<u8>>, StoreError> {
+        let key = lease_key(lease_id, part, None);
+        match self.overlay.get(T_LEASE_DATA, &key) {
+            Seen::Value(v) => return Ok(Some(v.into())),
+            Seen::Deleted => return Ok(None),
+            Seen::Unchanged => {}
+        }
+        let rtx = self.db.begin_read().map_err(unavailable)?;
+        let table = rtx.open_table(LEASE_DATA).map_err(unavailable)?;
+        let v = table.get(key.as_slice()).map_err(unavailable)?;
+        Ok(v.map(|v| v.value().to_vec()))
+    }
+
+    /// Commits the writer's open transaction when it holds answered batches, so a range read
+    /// of redb sees every change a caller was told of.
+    pub(super) async fn settle(&self) -> Result<(), StoreError> {
+        if self.unsettled.load(Ordering::Acquire) == 0 {
+            return Ok(());
+        }
+        self.ask(Job::Settle).await
+    }
+
+    pub(super) fn read_json(
+        &self,
+        table: (u8, TableDefinition<&str, &[u8]>),
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, StoreError> {
+        Ok(self
+            .read_bytes(table, key)?
+            .and_then(|b| serde_json::from_slice(&b).ok()))
+    }
+
+    /// The stored outcome of a scoped idempotency key, unless it has expired.
+    pub(super) fn idempotency(&self, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
+        let record = self.read_json((T_IDEMPOTENCY, IDEMPOTENCY), key)?;
+        // Expired but not yet swept: gone, as far as callers can tell.
+        Ok(record.filter(|r| r["expires_ms"].as_u64().is_some_and(|e| e > now_ms())))
+    }
+}
