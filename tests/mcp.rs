@@ -487,6 +487,136 @@ fn pinned_digests(server: &McpServer) -> serde_json::Map<String, Value> {
         .collect()
 }
 
+/// Runs `palisade lock pin-mcp` against `server` with `args`, writing into `dir`.
+fn pin_mcp(server: &McpServer, dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(bin())
+        .args(["lock", "pin-mcp", "--url"])
+        .arg(format!("http://127.0.0.1:{}/mcp", server.port))
+        .arg("--out")
+        .arg(dir.join("lock.json"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pin_mcp_takes_side_effects_from_tool_annotations() {
+    let server = McpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let run = pin_mcp(&server, dir.path(), &[]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&run.stdout).unwrap();
+    // `add` is annotated read-only, `set_stock` idempotent; the rest say nothing.
+    let effects = &summary["sideEffects"];
+    assert_eq!(effects["add"], "read", "{summary}");
+    assert_eq!(effects["set_stock"], "idempotent", "{summary}");
+    for tool in ["count_slowly", "rug_pull", "confirm_stock", "log_note"] {
+        assert_eq!(effects[tool], "unknown", "{tool}: {summary}");
+    }
+    // Recorded as declared evidence from the listing, not qualified, with the annotations.
+    let add = BundleFiles::in_dir(dir.path()).contract("add");
+    let prov = &add["provenance"];
+    assert_eq!(prov["evidence"], "declared");
+    assert_eq!(prov["qualified"], false);
+    assert_eq!(prov["annotations"]["readOnlyHint"], true, "{prov}");
+    assert_eq!(
+        prov["assertions"]["/operational/sideEffect"],
+        "generated-from-typed-source"
+    );
+    let slow = BundleFiles::in_dir(dir.path()).contract("count_slowly");
+    assert_eq!(slow["provenance"]["annotations"], Value::Null);
+    assert_eq!(
+        slow["provenance"]["assertions"]["/operational/sideEffect"],
+        "unresolved"
+    );
+
+    // The bundle as written runs: the read tool needs no lease, the idempotent write does,
+    // and a tool with no hints is a write too.
+    let b = BundleFiles::in_dir(dir.path());
+    let p = sidecar(&server, &b);
+    let out = client(
+        p.url("/mcp"),
+        "2026-07-28",
+        json!([
+            {"op": "call", "name": "add", "args": {"a": 2, "b": 3}},
+            {"op": "call", "name": "set_stock", "args": {"sku": "SKU-A", "qty": 1}},
+            {"op": "call", "name": "log_note", "args": {"text": "hi"}},
+        ]),
+    )
+    .await;
+    assert_eq!(out[0]["result"]["result"], 5, "{out:?}");
+    for refused in [&out[1], &out[2]] {
+        assert_eq!(
+            refused["error"]["data"]["code"], "ERR_LEASE_REQUIRED",
+            "{out:?}"
+        );
+        assert_receipt_verifies(&refused["error"]["data"]["receipt"], "rejection");
+    }
+    assert!(server.executions().is_empty(), "{:?}", server.executions());
+
+    // The operator's word wins, and is recorded as such.
+    let over = tempfile::tempdir().unwrap();
+    let run = pin_mcp(
+        &server,
+        over.path(),
+        &[
+            "--side-effect",
+            "add=write",
+            "--side-effect",
+            "log_note=read",
+        ],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(summary["sideEffects"]["add"], "write");
+    assert_eq!(summary["sideEffects"]["log_note"], "read");
+    assert_eq!(summary["sideEffects"]["set_stock"], "idempotent");
+    assert_eq!(
+        BundleFiles::in_dir(over.path()).contract("add")["provenance"]["assertions"]
+            ["/operational/sideEffect"],
+        "manually-authored"
+    );
+    // Annotations ignored: nothing is read-only unless the operator says so.
+    let ignored = tempfile::tempdir().unwrap();
+    let run = pin_mcp(&server, ignored.path(), &["--ignore-annotations"]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&run.stdout).unwrap();
+    assert_eq!(summary["sideEffects"]["add"], "unknown");
+    assert_eq!(summary["sideEffects"]["set_stock"], "unknown");
+    // A typo is an error, not a silent no-op; so is an effect that does not exist.
+    for (args, says) in [
+        (&["--side-effect", "ad=read"][..], "does not list"),
+        (&["--side-effect", "add=readonly"][..], "must be one of"),
+        (&["--side-effect", "add"][..], "TOOL=EFFECT"),
+        (
+            &["--side-effect", "add=read", "--side-effect", "add=write"][..],
+            "named twice",
+        ),
+    ] {
+        let bad = tempfile::tempdir().unwrap();
+        let run = pin_mcp(&server, bad.path(), args);
+        assert!(!run.status.success(), "{args:?}");
+        let err = String::from_utf8_lossy(&run.stderr);
+        assert!(err.contains(says), "{args:?}: {err}");
+        assert!(
+            !bad.path().join("lock.json").exists(),
+            "{args:?} wrote a lockfile"
+        );
+    }
+}
+
 /// Rewrites a bundle's lockfile with `edit` (and its digest recomputed).
 fn edit_lock(mut b: BundleFiles, edit: impl FnOnce(&mut Value)) -> BundleFiles {
     let mut lock: Value = serde_json::from_slice(&std::fs::read(&b.lockfile).unwrap()).unwrap();

@@ -6,8 +6,8 @@ Serves Streamable HTTP at /mcp on 127.0.0.1:PORT, both protocol generations (the
 `server/discover` and `initialize`). Every execution of a tool that changes something appends
 one line to EXEC_LOG, so a test can tell whether a call reached the server. The tools:
 
-- add(a, b): reads nothing, changes nothing.
-- set_stock(sku, qty): a write.
+- add(a, b): reads nothing, changes nothing (annotated `readOnlyHint`).
+- set_stock(sku, qty): a write (annotated not read-only, destructive, idempotent).
 - count_slowly(n): reports progress n times, 0.3 s apart, then returns n (streaming test).
 - rug_pull(): changes the description of `set_stock` from then on (tool-pinning test).
 - confirm_stock(sku, qty): a write that first answers `input_required` (2026-07-28 multi
@@ -26,7 +26,7 @@ import os
 import sys
 
 from mcp.server.mcpserver import Context, MCPServer
-from mcp_types import InputRequiredResult, ListToolsResult
+from mcp_types import InputRequiredResult, ListToolsResult, ToolAnnotations
 
 port = int(sys.argv[1])
 exec_log = sys.argv[2]
@@ -53,13 +53,15 @@ def record(line: str) -> None:
         f.write(line + "\n")
 
 
-@server.tool()
+@server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
 def add(a: int, b: int) -> int:
     """Add two numbers."""
     return min(a + b, ADD_CAP) if ADD_CAP else a + b
 
 
-@server.tool()
+@server.tool(
+    annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=True)
+)
 def set_stock(sku: str, qty: int) -> dict:
     """Set the stock level of an item."""
     record(f"set_stock {sku} {qty}")

@@ -52,6 +52,42 @@ pub struct BundleFiles {
 }
 
 impl BundleFiles {
+    /// The bundle a command wrote into `dir` (`lock.json`, `contracts/`), e.g. `lock
+    /// import-openapi` or `lock pin-mcp`.
+    pub fn in_dir(dir: &Path) -> BundleFiles {
+        let lock: Value =
+            serde_json::from_slice(&std::fs::read(dir.join("lock.json")).unwrap()).unwrap();
+        BundleFiles {
+            lockfile: dir.join("lock.json"),
+            contracts: dir.join("contracts"),
+            digest: format!(
+                "sha-256:{}",
+                palisade_policy::digest::Sha256Digest::of_json(&lock).to_hex()
+            ),
+            binding_id: lock["bindingId"].as_str().unwrap().to_owned(),
+        }
+    }
+
+    /// The lockfile as JSON.
+    pub fn lock(&self) -> Value {
+        serde_json::from_slice(&std::fs::read(&self.lockfile).unwrap()).unwrap()
+    }
+
+    /// The file of the contract the capability `name` is bound to.
+    pub fn contract_path(&self, name: &str) -> PathBuf {
+        let lock = self.lock();
+        let digest = lock["capabilities"][name]["contractDigest"]
+            .as_str()
+            .unwrap_or_else(|| panic!("no capability {name:?}"));
+        self.contracts
+            .join(format!("{}.json", digest.trim_start_matches("sha-256:")))
+    }
+
+    /// The contract the capability `name` is bound to.
+    pub fn contract(&self, name: &str) -> Value {
+        serde_json::from_slice(&std::fs::read(self.contract_path(name)).unwrap()).unwrap()
+    }
+
     /// The `[rich]` table for these files, with `extra` lines.
     pub fn rich_toml(&self, extra: &str) -> String {
         format!(

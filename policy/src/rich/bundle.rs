@@ -229,12 +229,25 @@ fn compile_contract(name: &str, bytes: &[u8], problems: &mut Vec<Problem>) -> Op
             )),
         }
     }
+    // `structural.formats`: "annotate" (2020-12's default) or "assert".
+    let assert_formats = match doc.get("structural").and_then(|s| s.get("formats")) {
+        None => false,
+        Some(Value::String(f)) if f == "annotate" => false,
+        Some(Value::String(f)) if f == "assert" => true,
+        Some(_) => {
+            problems.push(Problem::new(
+                format!("{at}/structural/formats"),
+                "must be \"annotate\" or \"assert\"",
+            ));
+            false
+        }
+    };
     let schema_of = |key: &str, problems: &mut Vec<Problem>| -> Option<Schema> {
         let s = doc.get("structural")?.as_object()?.get(key)?;
         if s == "unknown" {
             return None;
         }
-        match Schema::compile(s, &format!("{at}/structural/{key}")) {
+        match Schema::compile_with(s, &format!("{at}/structural/{key}"), assert_formats) {
             Ok(s) => Some(s),
             Err(ps) => {
                 problems.extend(ps);

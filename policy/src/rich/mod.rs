@@ -7,7 +7,9 @@
 
 pub mod bound;
 mod bundle;
+pub mod compat;
 mod duration;
+pub mod openapi;
 pub mod schema;
 
 pub use bound::WorstCaseBound;

@@ -62,6 +62,17 @@ impl Schema {
     /// Checks limits, then compiles. `at` is the JSON pointer of the schema in its document,
     /// for error messages.
     pub fn compile(schema: &Value, at: &str) -> Result<Schema, Vec<Problem>> {
+        Self::compile_with(schema, at, false)
+    }
+
+    /// [`Schema::compile`]; with `assert_formats`, `format` is checked instead of being an
+    /// annotation (a contract's `structural.formats = "assert"`). Formats the validator does
+    /// not know stay annotations either way.
+    pub fn compile_with(
+        schema: &Value,
+        at: &str,
+        assert_formats: bool,
+    ) -> Result<Schema, Vec<Problem>> {
         let mut problems = Vec::new();
         match schema.get("$schema").and_then(Value::as_str) {
             Some(DIALECT_2020_12) => {}
@@ -97,6 +108,7 @@ impl Schema {
         let validator = jsonschema::options()
             .with_draft(Draft::Draft202012)
             .with_pattern_options(PatternOptions::regex())
+            .should_validate_formats(assert_formats)
             .build(schema)
             .map_err(|e| {
                 vec![Problem::new(
@@ -251,6 +263,18 @@ mod tests {
         let mut s = body;
         s["$schema"] = json!(DIALECT_2020_12);
         s
+    }
+
+    #[test]
+    fn formats_are_annotations_unless_asserted() {
+        let s = schema(json!({"type": "string", "format": "uuid"}));
+        let annotated = Schema::compile(&s, "").unwrap();
+        assert!(annotated.check(&json!("not-a-uuid")).is_ok());
+        let asserted = Schema::compile_with(&s, "", true).unwrap();
+        assert!(asserted.check(&json!("not-a-uuid")).is_err());
+        assert!(asserted
+            .check(&json!("3b5b3a38-5649-495f-87a1-14a4e5918634"))
+            .is_ok());
     }
 
     #[test]

@@ -104,6 +104,40 @@ enum LockCommand {
         #[arg(long)]
         binding: Option<String>,
     },
+    /// Import an OpenAPI 3.0/3.1 document (YAML or JSON): one contract per operation and a
+    /// lockfile binding each as `METHOD /template`, written to DIR for review.
+    ImportOpenapi {
+        /// The OpenAPI document.
+        spec: PathBuf,
+        /// Where lock.json and contracts/ are written.
+        #[arg(long)]
+        out: PathBuf,
+        /// Prefix of every template (default: the path of the first `servers` URL).
+        #[arg(long)]
+        base_path: Option<String>,
+        /// An operation's reversibility (reversible, compensable, irreversible, unknown),
+        /// which OpenAPI does not state; repeatable. The operation is its operationId, or
+        /// `METHOD /template` when it has none.
+        #[arg(long = "reversibility", value_name = "OPERATION=VALUE")]
+        reversibility: Vec<String>,
+        /// Only the operations whose operationId or `METHOD /path` (as the document writes
+        /// the path) matches this shell-style pattern; repeatable.
+        #[arg(long = "operations", value_name = "GLOB")]
+        operations: Vec<String>,
+        /// Check `format` (uuid, date, date-time, …) instead of keeping it an annotation.
+        #[arg(long)]
+        assert_formats: bool,
+    },
+    /// Compare two contract revisions (RICH §15.1): `compatible`, `breaking` or `unknown`,
+    /// with where and why. Exit 0 only when compatible.
+    Compat {
+        /// The contract in force.
+        #[arg(long)]
+        from: PathBuf,
+        /// The contract that would replace it.
+        #[arg(long)]
+        to: PathBuf,
+    },
     /// Pin a running MCP server's tools: write a lockfile (FILE) with each tool's digest and
     /// a contract per tool in contracts/ beside it, for review.
     PinMcp {
@@ -112,6 +146,14 @@ enum LockCommand {
         url: String,
         #[arg(long)]
         out: PathBuf,
+        /// State a tool's side effect (read, idempotent, write, unknown) instead of what its
+        /// annotations declare; repeatable. Recorded as manually authored.
+        #[arg(long = "side-effect", value_name = "TOOL=EFFECT")]
+        side_effects: Vec<String>,
+        /// Do not take side effects from the tools' MCP annotations: every tool not named by
+        /// --side-effect is `unknown` (a write that needs a lease).
+        #[arg(long)]
+        ignore_annotations: bool,
     },
 }
 
@@ -258,7 +300,39 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                 }),
             }
         }
-        Command::Lock(LockCommand::PinMcp { url, out }) => {
+        Command::Lock(LockCommand::ImportOpenapi {
+            spec,
+            out,
+            base_path,
+            reversibility,
+            operations,
+            assert_formats,
+        }) => {
+            let mut opts = palisade_policy::rich::openapi::ImportOptions {
+                base_path,
+                assert_formats,
+                ..Default::default()
+            };
+            for glob in operations {
+                let pattern = glob::Pattern::new(&glob)
+                    .map_err(|e| Failure::usage(format!("--operations {glob:?}: {e}")))?;
+                opts.operations.push(pattern);
+            }
+            opts.reversibility =
+                pairs::name_values("--reversibility", "OPERATION=VALUE", &reversibility)
+                    .map_err(Failure::usage)?;
+            import_openapi::run(&spec, &out, &opts)
+        }
+        Command::Lock(LockCommand::Compat { from, to }) => compat::run(&from, &to),
+        Command::Lock(LockCommand::PinMcp {
+            url,
+            out,
+            side_effects,
+            ignore_annotations,
+        }) => {
+            let opts = pairs::name_values("--side-effect", "TOOL=EFFECT", &side_effects)
+                .and_then(|m| crate::mcp::pin::PinOptions::new(ignore_annotations, m))
+                .map_err(Failure::usage)?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
@@ -269,14 +343,15 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                     code: 1,
                     lines: vec![format!("{url}: {e}")],
                 })?;
-            let digest =
-                crate::mcp::pin::write_bundle(&tools, &url, &out).map_err(|e| Failure {
+            let pinned =
+                crate::mcp::pin::write_bundle(&tools, &url, &out, &opts).map_err(|e| Failure {
                     code: 1,
                     lines: vec![e],
                 })?;
             println!(
                 "{}",
-                serde_json::json!({"lockfile": out.display().to_string(), "digest": digest, "tools": tools.len()})
+                serde_json::json!({"lockfile": out.display().to_string(), "digest": pinned.digest,
+                                   "tools": tools.len(), "sideEffects": pinned.side_effects})
             );
             Ok(())
         }
@@ -291,10 +366,13 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
     }
 }
 
+mod compat;
 pub mod demo;
 mod failure;
+mod import_openapi;
 pub(crate) mod keys;
 mod operate;
+mod pairs;
 pub mod replay;
 pub mod sample_bundle;
 pub mod sample_sor;

@@ -4,9 +4,15 @@
 //! refusal the `initialize` handshake of the session revisions, ended with DELETE) and writes a
 //! bundle an operator can review: the lockfile at FILE, one capability per tool with its
 //! `toolDigest` (`sha-256:` of the JCS of the tool object as listed), and a contract per tool in
-//! `contracts/` beside it. The contracts say only what the listing shows (`inputSchema`,
-//! `outputSchema`); every operational fact is `"unknown"` (so each tool is treated as a write
-//! that needs a lease) until the operator states it.
+//! `contracts/` beside it. The contracts say only what the listing shows: `inputSchema`,
+//! `outputSchema`, and the side effect the tool's own MCP annotations declare (`readOnlyHint`
+//! → `read`, else `idempotentHint` → `idempotent`, else `write`; no hints at all → `unknown`,
+//! treated as a write that needs a lease). Each contract's `provenance` member records where
+//! each assertion came from (RICH §6.1), that it is declared evidence, not qualified, and the
+//! annotations as listed. The operator overrides the side effect per tool
+//! (`--side-effect TOOL=EFFECT`, recorded as `manually-authored`) or ignores annotations
+//! altogether (`--ignore-annotations`). Every other operational fact is `"unknown"` until the
+//! operator states it.
 
 use std::path::Path;
 use std::time::Duration;
@@ -187,8 +193,67 @@ pub async fn fetch_tools(url: &str) -> Result<Vec<Value>, String> {
     tools
 }
 
-/// The contract a listing supports: its schemas, nothing else known.
-fn contract_for(tool: &Value) -> Value {
+/// How `pin-mcp` states each tool's side effect.
+#[derive(Debug, Default, Clone)]
+pub struct PinOptions {
+    /// `--ignore-annotations`: every side effect `unknown` unless overridden.
+    pub ignore_annotations: bool,
+    /// `--side-effect TOOL=EFFECT`, by tool name.
+    pub side_effects: std::collections::BTreeMap<String, String>,
+}
+
+/// The side effects an operator may state.
+const EFFECTS: [&str; 4] = ["read", "idempotent", "write", "unknown"];
+
+impl PinOptions {
+    /// Refuses an effect that is not one of [`EFFECTS`].
+    pub fn new(
+        ignore_annotations: bool,
+        side_effects: std::collections::BTreeMap<String, String>,
+    ) -> Result<Self, String> {
+        if let Some((tool, effect)) = side_effects
+            .iter()
+            .find(|(_, e)| !EFFECTS.contains(&e.as_str()))
+        {
+            return Err(format!(
+                "--side-effect {tool}={effect}: the effect must be one of {}",
+                EFFECTS.join(", ")
+            ));
+        }
+        Ok(Self {
+            ignore_annotations,
+            side_effects,
+        })
+    }
+}
+
+/// The side effect a tool's annotations declare, if they declare one. MCP's defaults apply
+/// once any hint is present (`readOnlyHint` false, `idempotentHint` false); a hint that is
+/// not a boolean is not evidence of anything.
+fn declared_side_effect(annotations: Option<&Value>) -> Option<&'static str> {
+    let a = annotations?.as_object()?;
+    let hint = |k: &str| a.get(k).and_then(Value::as_bool);
+    let hints = [
+        "readOnlyHint",
+        "destructiveHint",
+        "idempotentHint",
+        "openWorldHint",
+    ];
+    if !hints.iter().any(|k| hint(k).is_some()) {
+        return None;
+    }
+    Some(if hint("readOnlyHint") == Some(true) {
+        "read"
+    } else if hint("idempotentHint") == Some(true) {
+        "idempotent"
+    } else {
+        "write"
+    })
+}
+
+/// The contract a listing supports: its schemas and declared side effect, with where each
+/// came from.
+fn contract_for(tool: &Value, opts: &PinOptions) -> Value {
     let schema = |key: &str| match tool.get(key) {
         Some(Value::Object(s)) => {
             let mut s = s.clone();
@@ -197,17 +262,65 @@ fn contract_for(tool: &Value) -> Value {
         }
         _ => json!("unknown"),
     };
+    let listed = |key: &str| match tool.get(key) {
+        Some(Value::Object(_)) => "generated-from-typed-source",
+        _ => "unresolved",
+    };
+    let name = tool.get("name").and_then(Value::as_str).unwrap_or_default();
+    let annotations = tool.get("annotations");
+    let (side_effect, source) = match opts.side_effects.get(name) {
+        Some(effect) => (effect.as_str(), "manually-authored"),
+        None => match declared_side_effect(annotations).filter(|_| !opts.ignore_annotations) {
+            Some(effect) => (effect, "generated-from-typed-source"),
+            None => ("unknown", "unresolved"),
+        },
+    };
     json!({
         "structural": {"input": schema("inputSchema"), "output": schema("outputSchema")},
         "representation": "unknown", "semantic": "unknown", "error": "unknown",
         "state": "unknown",
-        "operational": {"sideEffect": "unknown", "reversibility": "unknown",
-                        "idempotencyKey": "optional", "modelMediation": "unknown"}
+        "operational": {"sideEffect": side_effect, "reversibility": "unknown",
+                        "idempotencyKey": "optional", "modelMediation": "unknown"},
+        "provenance": {
+            "source": "mcp-tools-list",
+            "evidence": "declared",
+            "qualified": false,
+            "annotations": annotations.cloned().unwrap_or(Value::Null),
+            "assertions": {
+                "/structural/input": listed("inputSchema"),
+                "/structural/output": listed("outputSchema"),
+                "/operational/sideEffect": source
+            }
+        }
     })
 }
 
-/// Writes the lockfile at `out` and the contracts beside it; returns the lockfile's digest.
-pub fn write_bundle(tools: &[Value], url: &str, out: &Path) -> Result<String, String> {
+/// What `pin-mcp` wrote: the lockfile's digest and each tool's stated side effect.
+pub struct Pinned {
+    pub digest: String,
+    pub side_effects: Map<String, Value>,
+}
+
+/// Writes the lockfile at `out` and the contracts beside it.
+pub fn write_bundle(
+    tools: &[Value],
+    url: &str,
+    out: &Path,
+    opts: &PinOptions,
+) -> Result<Pinned, String> {
+    let names: Vec<&str> = tools
+        .iter()
+        .filter_map(|t| t.get("name").and_then(Value::as_str))
+        .collect();
+    if let Some(stray) = opts
+        .side_effects
+        .keys()
+        .find(|k| !names.contains(&k.as_str()))
+    {
+        return Err(format!(
+            "--side-effect names {stray:?}, which the server does not list"
+        ));
+    }
     let dir = out
         .parent()
         .filter(|p| !p.as_os_str().is_empty())
@@ -215,12 +328,17 @@ pub fn write_bundle(tools: &[Value], url: &str, out: &Path) -> Result<String, St
     let contracts = dir.join("contracts");
     std::fs::create_dir_all(&contracts).map_err(|e| format!("{}: {e}", contracts.display()))?;
     let mut caps = Map::new();
+    let mut side_effects = Map::new();
     for tool in tools {
         let name = tool
             .get("name")
             .and_then(Value::as_str)
             .ok_or("a listed tool has no name")?;
-        let contract = contract_for(tool);
+        let contract = contract_for(tool, opts);
+        side_effects.insert(
+            name.to_owned(),
+            contract["operational"]["sideEffect"].clone(),
+        );
         let digest = Sha256Digest::of_json(&contract);
         let path = contracts.join(format!("{}.json", digest.to_hex()));
         let text = serde_json::to_vec_pretty(&contract).map_err(|e| e.to_string())?;
@@ -237,5 +355,8 @@ pub fn write_bundle(tools: &[Value], url: &str, out: &Path) -> Result<String, St
                       "graphClosure": "open", "capabilities": caps});
     let text = serde_json::to_vec_pretty(&lock).map_err(|e| e.to_string())?;
     std::fs::write(out, text).map_err(|e| format!("{}: {e}", out.display()))?;
-    Ok(Sha256Digest::of_json(&lock).spelled(Spelling::ShaDash256))
+    Ok(Pinned {
+        digest: Sha256Digest::of_json(&lock).spelled(Spelling::ShaDash256),
+        side_effects,
+    })
 }

@@ -195,3 +195,46 @@ fn unknown_domains_and_defaults() {
     let problems = Bundle::compile(&lock, &files, None).unwrap_err();
     assert_eq!(problems.len(), 5, "{problems:#?}");
 }
+
+#[test]
+fn formats_are_asserted_only_when_the_contract_says_so() {
+    let mut c = contract("compensable", "optional");
+    c["structural"]["input"] = json!({"$schema": "https://json-schema.org/draft/2020-12/schema",
+                                      "type": "string", "format": "uuid"});
+    let compile = |c: &Value| {
+        let (name, bytes) = file_of(c);
+        let mut files = BTreeMap::new();
+        files.insert(name.clone(), bytes);
+        let lock = lock_for(json!({"x": {"protocol": "http", "operation": "POST /x",
+            "contractDigest": format!("sha-256:{}", name.trim_end_matches(".json"))}}));
+        Bundle::compile(&lock, &files, None)
+    };
+    let b = compile(&c).unwrap();
+    let input = b
+        .route("POST", "/x")
+        .unwrap()
+        .contract
+        .input
+        .as_ref()
+        .unwrap();
+    assert!(
+        input.check(&json!("nope")).is_ok(),
+        "an annotation by default"
+    );
+    c["structural"]["formats"] = json!("assert");
+    let b = compile(&c).unwrap();
+    let input = b
+        .route("POST", "/x")
+        .unwrap()
+        .contract
+        .input
+        .as_ref()
+        .unwrap();
+    assert!(input.check(&json!("nope")).is_err());
+    c["structural"]["formats"] = json!("yes");
+    let problems = compile(&c).unwrap_err();
+    assert!(
+        problems.iter().any(|p| p.to_string().contains("formats")),
+        "{problems:?}"
+    );
+}

@@ -1,0 +1,522 @@
+//! `palisade lock import-openapi`: an OpenAPI 3.0 or 3.1 document → one contract per
+//! operation and a lockfile binding each as `protocol: http`, `operation: "METHOD /template"`
+//! (issue 23; RICH §3.3 evidence adapters, §6 provenance).
+//!
+//! Per operation: input = the JSON request body's schema (path and query parameters are
+//! recorded under `structural.parameters`; the runtime checks bodies only), output = the 2xx
+//! JSON responses (`anyOf` when several), error domain = the 4xx/5xx responses, side effect =
+//! the method's semantics (GET/HEAD read, PUT/DELETE idempotent, POST/PATCH write),
+//! reversibility = `x-rich-reversibility` or the importer's option, else `unknown`. Each
+//! contract's `provenance` names the document (`documentDigest`, `infoVersion`) and marks the
+//! assertions as declared evidence, not qualified. Pure and deterministic: the same document
+//! and options give the same values, and so the same files and digests.
+
+mod schema;
+
+use std::collections::BTreeMap;
+
+use serde_json::{json, Map, Value};
+
+use crate::digest::{Sha256Digest, Spelling};
+
+/// What the document cannot say and the operator may.
+#[derive(Debug, Default, Clone)]
+pub struct ImportOptions {
+    /// Prefix of every template; `None`: the path of the first `servers` URL.
+    pub base_path: Option<String>,
+    /// Reversibility by operation (its capability name or operationId).
+    pub reversibility: BTreeMap<String, String>,
+    /// `format` checked, not an annotation (`structural.formats = "assert"`).
+    pub assert_formats: bool,
+    /// Only operations whose name (operationId) or `METHOD /path` (as the document writes the
+    /// path) matches one of these shell-style patterns; empty: every operation.
+    pub operations: Vec<glob::Pattern>,
+}
+
+/// The imported bundle: the lockfile and its contracts (each with its digest), and what the
+/// operator should read before using it.
+#[derive(Debug)]
+pub struct Imported {
+    pub lockfile: Value,
+    pub contracts: Vec<(Sha256Digest, Value)>,
+    /// Choices made for the operator (merged routes, missing bodies, …).
+    pub warnings: Vec<String>,
+    /// What could not be translated, with where it was.
+    pub untranslated: Vec<String>,
+}
+
+const METHODS: [&str; 8] = [
+    "get", "put", "post", "delete", "options", "head", "patch", "trace",
+];
+const REVERSIBILITY: [&str; 4] = ["reversible", "compensable", "irreversible", "unknown"];
+
+/// Imports `doc` (parsed from a file whose bytes hash to `document_digest`).
+pub fn import(
+    doc: &Value,
+    document_digest: &Sha256Digest,
+    opts: &ImportOptions,
+) -> Result<Imported, String> {
+    let version = doc
+        .get("openapi")
+        .and_then(Value::as_str)
+        .ok_or("not an OpenAPI document: no `openapi` version")?;
+    let dialect_30 = if version.starts_with("3.0") {
+        true
+    } else if version.starts_with("3.1") {
+        false
+    } else {
+        return Err(format!(
+            "OpenAPI {version} is not supported (3.0 and 3.1 are)"
+        ));
+    };
+    for (op, r) in &opts.reversibility {
+        if !REVERSIBILITY.contains(&r.as_str()) {
+            return Err(format!(
+                "reversibility of {op:?}: {r:?} is not one of {}",
+                REVERSIBILITY.join(", ")
+            ));
+        }
+    }
+    let empty = Map::new();
+    let components = doc
+        .pointer("/components/schemas")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let info_version = doc.pointer("/info/version").cloned().unwrap_or(Value::Null);
+    let title = doc
+        .pointer("/info/title")
+        .and_then(Value::as_str)
+        .unwrap_or("openapi");
+    let base = match &opts.base_path {
+        Some(b) => b.trim_end_matches('/').to_owned(),
+        None => server_path(doc),
+    };
+    let paths = doc
+        .get("paths")
+        .and_then(Value::as_object)
+        .ok_or("the document has no `paths`")?;
+
+    let mut out = Imported {
+        lockfile: Value::Null,
+        contracts: Vec::new(),
+        warnings: Vec::new(),
+        untranslated: Vec::new(),
+    };
+    let mut caps = Map::new();
+    // (METHOD, template with parameter names erased) → the capability that has the route.
+    let mut routes: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut used_names = std::collections::BTreeSet::new();
+    for (path, item) in paths {
+        let Some(item) = item.as_object() else {
+            continue;
+        };
+        if item.contains_key("$ref") {
+            out.untranslated.push(format!(
+                "/paths/{}: a `$ref` path item is not resolved",
+                pointer_escape(path)
+            ));
+        }
+        for method in METHODS {
+            let Some(op) = item.get(method).and_then(Value::as_object) else {
+                continue;
+            };
+            let at = format!("/paths/{}/{method}", pointer_escape(path));
+            let upper = method.to_ascii_uppercase();
+            let template = format!("{base}{path}");
+            let route = (upper.clone(), erase_names(&template));
+            let name = op
+                .get("operationId")
+                .and_then(Value::as_str)
+                .filter(|id| !used_names.contains(*id))
+                .map_or_else(|| format!("{upper} {template}"), str::to_owned);
+            let selected = opts.operations.is_empty()
+                || opts
+                    .operations
+                    .iter()
+                    .any(|p| p.matches(&name) || p.matches(&format!("{upper} {path}")));
+            if !selected {
+                continue;
+            }
+            if let Some(first) = routes.get(&route) {
+                out.warnings.push(format!(
+                    "{name} ({upper} {template}) is the same route as {first}; bound once, as {first}"
+                ));
+                continue;
+            }
+            routes.insert(route, name.clone());
+            used_names.insert(name.clone());
+            let params = parameters(doc, item, op);
+            let reversibility = opts
+                .reversibility
+                .get(&name)
+                .cloned()
+                .or_else(|| {
+                    op.get("x-rich-reversibility")
+                        .and_then(Value::as_str)
+                        .filter(|r| REVERSIBILITY.contains(r))
+                        .map(str::to_owned)
+                })
+                .unwrap_or_else(|| "unknown".into());
+            let rev_source = if opts.reversibility.contains_key(&name) {
+                "manually-authored"
+            } else if reversibility != "unknown" {
+                "generated-from-typed-source"
+            } else {
+                "unresolved"
+            };
+            let mut t = Translate {
+                components,
+                dialect_30,
+                untranslated: Vec::new(),
+            };
+            let input = request_schema(op, &mut t, &at);
+            if input.is_none() && matches!(method, "put" | "post" | "patch") {
+                out.warnings.push(format!(
+                    "{name}: no JSON request body in the document; its input is \"unknown\" (not checked)"
+                ));
+            }
+            let output = response_schema(op, &mut t, &at);
+            let errors = error_domain(op, &mut t, &at);
+            let untranslated = t.untranslated;
+            let side_effect = match method {
+                "get" | "head" | "options" => "read",
+                "put" | "delete" => "idempotent",
+                _ => "write",
+            };
+            let contract = json!({
+                "structural": {
+                    "input": input.clone().unwrap_or_else(|| json!("unknown")),
+                    "output": output.clone().unwrap_or_else(|| json!("unknown")),
+                    "parameters": params,
+                    "formats": if opts.assert_formats { "assert" } else { "annotate" },
+                },
+                "representation": "unknown",
+                "semantic": "unknown",
+                "error": errors,
+                "state": "unknown",
+                "operational": {"sideEffect": side_effect, "reversibility": reversibility,
+                                "idempotencyKey": "optional", "modelMediation": "unknown"},
+                "provenance": {
+                    "source": "openapi",
+                    "evidence": "declared",
+                    "qualified": false,
+                    "documentDigest": document_digest.spelled(Spelling::ShaDash256),
+                    "infoVersion": info_version,
+                    "openapi": version,
+                    "operation": format!("{upper} {path}"),
+                    "operationId": op.get("operationId").cloned().unwrap_or(Value::Null),
+                    "assertions": {
+                        "/structural/input": source(input.is_some()),
+                        "/structural/output": source(output.is_some()),
+                        "/error": "generated-from-typed-source",
+                        "/operational/sideEffect": "generated-from-typed-source",
+                        "/operational/reversibility": rev_source,
+                    },
+                    "untranslated": untranslated,
+                }
+            });
+            out.untranslated.extend(untranslated);
+            let digest = Sha256Digest::of_json(&contract);
+            caps.insert(
+                name,
+                json!({"protocol": "http", "operation": format!("{upper} {template}"),
+                       "contractDigest": digest.spelled(Spelling::ShaDash256),
+                       "runtime": {"onDrift": "fail-closed"}}),
+            );
+            out.contracts.push((digest, contract));
+        }
+    }
+    for name in opts.reversibility.keys() {
+        if !caps.contains_key(name) {
+            return Err(format!(
+                "reversibility is set for {name:?}, which is not an imported operation"
+            ));
+        }
+    }
+    if caps.is_empty() {
+        return Err("no operation was imported (check --operations)".into());
+    }
+    out.contracts.sort_by_key(|c| c.0.to_hex());
+    out.contracts.dedup_by(|a, b| a.0 == b.0);
+    out.lockfile = json!({
+        "richVersion": "0.1",
+        "bindingId": format!("urn:palisade:openapi:{}:{}", slug(title),
+                             info_version.as_str().map_or_else(|| info_version.to_string(), str::to_owned)),
+        "graphClosure": "open",
+        "capabilities": caps,
+    });
+    Ok(out)
+}
+
+fn source(known: bool) -> &'static str {
+    if known {
+        "generated-from-typed-source"
+    } else {
+        "unresolved"
+    }
+}
+
+fn pointer_escape(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
+}
+
+fn slug(s: &str) -> String {
+    s.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// The path of the first `servers` URL (`https://api.xero.com/assets.xro/1.0` →
+/// `/assets.xro/1.0`), without a trailing slash; empty when there is none.
+fn server_path(doc: &Value) -> String {
+    let Some(url) = doc.pointer("/servers/0/url").and_then(Value::as_str) else {
+        return String::new();
+    };
+    let rest = url.split_once("://").map_or(url, |(_, r)| r);
+    let path = if url.contains("://") {
+        rest.find('/').map_or("", |i| &rest[i..])
+    } else {
+        rest
+    };
+    path.trim_end_matches('/').to_owned()
+}
+
+/// `/a/{x}/b/{y}` → `/a/{}/b/{}`: routes that differ only in parameter names are one route
+/// to HTTP.
+fn erase_names(template: &str) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut in_param = false;
+    for c in template.chars() {
+        match c {
+            '{' => {
+                in_param = true;
+                out.push('{');
+            }
+            '}' => {
+                in_param = false;
+                out.push('}');
+            }
+            _ if in_param => {}
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+/// Follows a `#/components/...` reference inside the document.
+fn deref<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
+    match v
+        .get("$ref")
+        .and_then(Value::as_str)
+        .and_then(|r| r.strip_prefix('#'))
+    {
+        Some(pointer) => doc.pointer(pointer).unwrap_or(v),
+        None => v,
+    }
+}
+
+/// Path and query parameters (the operation's over the path item's), as recorded evidence.
+fn parameters(doc: &Value, item: &Map<String, Value>, op: &Map<String, Value>) -> Value {
+    let mut by_place: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
+    let lists = [item.get("parameters"), op.get("parameters")];
+    for p in lists
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_array)
+        .flatten()
+    {
+        let p = deref(doc, p);
+        let (Some(name), Some(place)) = (
+            p.get("name").and_then(Value::as_str),
+            p.get("in").and_then(Value::as_str),
+        ) else {
+            continue;
+        };
+        by_place.entry(place.to_owned()).or_default().insert(
+            name.to_owned(),
+            json!({"required": p.get("required").and_then(Value::as_bool).unwrap_or(place == "path"),
+                   "schema": p.get("schema").cloned().unwrap_or(Value::Null)}),
+        );
+    }
+    Value::Object(
+        by_place
+            .into_iter()
+            .map(|(k, v)| (k, Value::Object(v)))
+            .collect(),
+    )
+}
+
+/// The JSON media type of a content map (`application/json`, else any `…+json`).
+fn json_media(content: Option<&Value>) -> Option<&Value> {
+    let c = content?.as_object()?;
+    c.get("application/json").or_else(|| {
+        c.iter()
+            .find(|(k, _)| {
+                let base = k.split(';').next().unwrap_or("").trim();
+                base.ends_with("+json")
+            })
+            .map(|(_, v)| v)
+    })
+}
+
+/// What translating one operation's schemas needs, and what it could not carry.
+struct Translate<'a> {
+    components: &'a Map<String, Value>,
+    dialect_30: bool,
+    untranslated: Vec<String>,
+}
+
+impl Translate<'_> {
+    fn root(&mut self, s: &Value, at: &str) -> Value {
+        schema::root(
+            s,
+            self.components,
+            self.dialect_30,
+            at,
+            &mut self.untranslated,
+        )
+    }
+}
+
+fn request_schema(op: &Map<String, Value>, t: &mut Translate<'_>, at: &str) -> Option<Value> {
+    let body = op.get("requestBody")?;
+    if body.get("$ref").is_some() {
+        t.untranslated.push(format!(
+            "{at}/requestBody: a `$ref` request body is not resolved"
+        ));
+        return None;
+    }
+    let s = json_media(body.get("content"))?.get("schema")?;
+    Some(t.root(s, &format!("{at}/requestBody")))
+}
+
+fn response_schema(op: &Map<String, Value>, t: &mut Translate<'_>, at: &str) -> Option<Value> {
+    let responses = op.get("responses")?.as_object()?;
+    let mut schemas: Vec<&Value> = responses
+        .iter()
+        .filter(|(code, _)| code.starts_with('2'))
+        .filter_map(|(_, r)| json_media(r.get("content"))?.get("schema"))
+        .collect();
+    schemas.dedup();
+    let s = match schemas.as_slice() {
+        [] => return None,
+        [one] => (*one).clone(),
+        many => json!({"anyOf": many}),
+    };
+    Some(t.root(&s, &format!("{at}/responses")))
+}
+
+fn error_domain(op: &Map<String, Value>, t: &mut Translate<'_>, at: &str) -> Value {
+    let Some(responses) = op.get("responses").and_then(Value::as_object) else {
+        return json!("unknown");
+    };
+    let mut errors = Map::new();
+    for (code, r) in responses
+        .iter()
+        .filter(|(c, _)| c.starts_with('4') || c.starts_with('5'))
+    {
+        let schema = json_media(r.get("content"))
+            .and_then(|m| m.get("schema"))
+            .map(|s| t.root(s, &format!("{at}/responses/{code}")));
+        errors.insert(
+            code.clone(),
+            json!({"description": r.get("description").cloned().unwrap_or(Value::Null),
+                   "schema": schema.unwrap_or_else(|| json!("unknown"))}),
+        );
+    }
+    if errors.is_empty() {
+        json!("unknown")
+    } else {
+        json!({"responses": errors})
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn routes_that_differ_only_in_names_are_bound_once() {
+        let doc = json!({"openapi": "3.0.3", "info": {"title": "T", "version": "1"},
+        "servers": [{"url": "https://x.example/api/v1/"}],
+        "paths": {
+            "/C/{ContactID}": {"get": {"operationId": "byId", "responses": {}}},
+            "/C/{ContactNumber}": {"get": {"operationId": "byNumber", "responses": {}}},
+            "/C": {"post": {"responses": {}}}
+        }});
+        let r = import(&doc, &Sha256Digest::of(b"d"), &ImportOptions::default()).unwrap();
+        let caps = r.lockfile["capabilities"].as_object().unwrap();
+        assert_eq!(caps.len(), 2, "{caps:?}");
+        assert_eq!(caps["byId"]["operation"], "GET /api/v1/C/{ContactID}");
+        assert_eq!(caps["POST /api/v1/C"]["operation"], "POST /api/v1/C");
+        assert!(r
+            .warnings
+            .iter()
+            .any(|w| w.contains("byNumber") && w.contains("byId")));
+        assert!(r
+            .warnings
+            .iter()
+            .any(|w| w.contains("no JSON request body")));
+    }
+
+    #[test]
+    fn operations_are_selected_by_name_or_route() {
+        let doc = json!({"openapi": "3.1.0", "info": {"title": "T", "version": "1"},
+                         "paths": {"/a": {"get": {"operationId": "getA", "responses": {}},
+                                          "post": {"operationId": "makeA", "responses": {}}},
+                                   "/b": {"get": {"responses": {}}}}});
+        let digest = Sha256Digest::of(b"d");
+        let pick = |pats: &[&str]| {
+            let o = ImportOptions {
+                operations: pats
+                    .iter()
+                    .map(|p| glob::Pattern::new(p).unwrap())
+                    .collect(),
+                ..Default::default()
+            };
+            import(&doc, &digest, &o).map(|r| {
+                r.lockfile["capabilities"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .cloned()
+                    .collect::<Vec<_>>()
+            })
+        };
+        assert_eq!(pick(&["get*"]).unwrap(), ["getA"]);
+        assert_eq!(pick(&["GET /*"]).unwrap(), ["GET /b", "getA"]);
+        assert!(pick(&["nothing"]).unwrap_err().contains("no operation"));
+    }
+
+    #[test]
+    fn options_are_checked() {
+        let doc = json!({"openapi": "3.1.0", "info": {"title": "T", "version": "1"},
+                         "paths": {"/a": {"delete": {"operationId": "del", "responses": {}}}}});
+        let digest = Sha256Digest::of(b"d");
+        let mut o = ImportOptions::default();
+        o.reversibility.insert("del".into(), "maybe".into());
+        assert!(import(&doc, &digest, &o)
+            .unwrap_err()
+            .contains("not one of"));
+        o.reversibility.insert("del".into(), "irreversible".into());
+        o.reversibility.insert("nope".into(), "reversible".into());
+        assert!(import(&doc, &digest, &o).unwrap_err().contains("nope"));
+        o.reversibility.remove("nope");
+        let r = import(&doc, &digest, &o).unwrap();
+        let (_, c) = &r.contracts[0];
+        assert_eq!(c["operational"]["reversibility"], "irreversible");
+        assert_eq!(c["operational"]["sideEffect"], "idempotent");
+        assert_eq!(
+            c["provenance"]["assertions"]["/operational/reversibility"],
+            "manually-authored"
+        );
+        assert!(import(&json!({"openapi": "2.0"}), &digest, &o).is_err());
+    }
+}

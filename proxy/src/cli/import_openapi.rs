@@ -1,0 +1,76 @@
+//! `palisade lock import-openapi SPEC --out DIR`: an OpenAPI document (YAML or JSON) → a
+//! bundle for review (`policy::rich::openapi` does the mapping; this reads and writes files).
+//!
+//! YAML through `serde-saphyr`: pure Rust, panic-free on any input, maintained (serde_yaml is
+//! archived and its forks are stale or bind libyaml), and it deserialises straight into a
+//! `serde_json::Value`, so YAML and JSON documents meet the importer in one form.
+
+use std::path::Path;
+
+use palisade_policy::digest::{Sha256Digest, Spelling};
+use palisade_policy::rich::openapi::{self, ImportOptions};
+use serde_json::{json, Value};
+
+use super::failure::Failure;
+
+/// Largest document read: real API descriptions run to a few MiB.
+const MAX_DOCUMENT: u64 = 32 << 20;
+
+pub(super) fn run(spec: &Path, out: &Path, opts: &ImportOptions) -> Result<(), Failure> {
+    let fail = |line: String| Failure {
+        code: 1,
+        lines: vec![line],
+    };
+    let size = std::fs::metadata(spec)
+        .map_err(|e| fail(format!("{}: {e}", spec.display())))?
+        .len();
+    if size > MAX_DOCUMENT {
+        return Err(fail(format!(
+            "{}: {size} bytes is over the {MAX_DOCUMENT}-byte limit",
+            spec.display()
+        )));
+    }
+    let bytes = std::fs::read(spec).map_err(|e| fail(format!("{}: {e}", spec.display())))?;
+    let text =
+        std::str::from_utf8(&bytes).map_err(|_| fail(format!("{}: not UTF-8", spec.display())))?;
+    let doc: Value = if text.trim_start().starts_with('{') {
+        serde_json::from_str(text).map_err(|e| fail(format!("{}: {e}", spec.display())))?
+    } else {
+        serde_saphyr::from_str(text).map_err(|e| fail(format!("{}: {e}", spec.display())))?
+    };
+    let imported = openapi::import(&doc, &Sha256Digest::of(&bytes), opts)
+        .map_err(|e| fail(format!("{}: {e}", spec.display())))?;
+    let contracts = out.join("contracts");
+    std::fs::create_dir_all(&contracts)
+        .map_err(|e| fail(format!("{}: {e}", contracts.display())))?;
+    for (digest, contract) in &imported.contracts {
+        let path = contracts.join(format!("{}.json", digest.to_hex()));
+        write_json(&path, contract).map_err(fail)?;
+    }
+    let lockfile = out.join("lock.json");
+    write_json(&lockfile, &imported.lockfile).map_err(fail)?;
+    let operations = imported.lockfile["capabilities"]
+        .as_object()
+        .map_or(0, |c| c.len());
+    println!(
+        "{}",
+        json!({"lockfile": lockfile.display().to_string(),
+               "digest": Sha256Digest::of_json(&imported.lockfile).spelled(Spelling::ShaDash256),
+               "operations": operations,
+               "warnings": imported.warnings,
+               "untranslated": imported.untranslated})
+    );
+    for w in &imported.warnings {
+        eprintln!("warning: {w}");
+    }
+    for u in &imported.untranslated {
+        eprintln!("untranslated: {u}");
+    }
+    Ok(())
+}
+
+fn write_json(path: &Path, v: &Value) -> Result<(), String> {
+    let mut text = serde_json::to_vec_pretty(v).map_err(|e| e.to_string())?;
+    text.push(b'\n');
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()))
+}
