@@ -653,3 +653,130 @@ async fn access_logging_can_be_off_or_sampled_and_sampling_keeps_failures() {
     let refused = all.iter().filter(|l| l.contains("/refused")).count();
     assert_eq!((ok, refused), (5, 3), "{all:?}");
 }
+
+/// One HTTP/1.1 connection to the sidecar, sending requests one at a time.
+struct OneConn(hyper::client::conn::http1::SendRequest<BoxBody>);
+
+impl OneConn {
+    async fn open(addr: std::net::SocketAddr) -> OneConn {
+        let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (sender, conn) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .unwrap();
+        tokio::spawn(conn);
+        OneConn(sender)
+    }
+
+    async fn send(&mut self, method: Method, path: &str, body: &[u8]) -> (StatusCode, Vec<u8>) {
+        use http_body_util::BodyExt as _;
+        self.0.ready().await.unwrap();
+        let req = Request::builder()
+            .method(method)
+            .uri(path)
+            .header("host", "sor.test")
+            .body(full(body.to_vec()))
+            .unwrap();
+        let resp = self.0.send_request(req).await.unwrap();
+        let status = resp.status();
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        (status, bytes.to_vec())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_downstream_connection_keeps_an_upstream_connection_of_its_own() {
+    // The upstream closes a connection left idle for 300 ms, as nginx's keepalive_timeout.
+    let upstream = Upstream::start_closing_idle(Duration::from_millis(300)).await;
+    let p = Palisade::start(&config(&upstream, ""));
+    let mut a = OneConn::open(p.data).await;
+    for i in 0..5u64 {
+        let body = pattern(i, 1000 + i as usize);
+        let (status, got) = a.send(Method::POST, &format!("/echo/{i}"), &body).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(got, body, "request {i}: answer byte-exact");
+    }
+    assert_eq!(
+        upstream.connections(),
+        1,
+        "five requests, one upstream connection"
+    );
+    let mut b = OneConn::open(p.data).await;
+    assert_eq!(b.send(Method::GET, "/x", b"").await.0, StatusCode::OK);
+    assert_eq!(
+        upstream.connections(),
+        2,
+        "another downstream connection, another upstream one"
+    );
+
+    // The upstream closes both while they are idle: the next request opens a new one and
+    // reaches the upstream exactly once.
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let before = upstream.requests().len();
+    let (status, got) = a.send(Method::PUT, "/echo/after-idle", b"once").await;
+    assert_eq!((status, got.as_slice()), (StatusCode::OK, &b"once"[..]));
+    let seen = upstream.requests();
+    assert_eq!(seen.len(), before + 1, "sent exactly once");
+    assert_eq!(seen[before].path_and_query, "/echo/after-idle");
+    assert_eq!(upstream.connections(), 3);
+
+    // An answer that closes its connection: the next request gets a new one.
+    assert_eq!(a.send(Method::GET, "/close", b"").await.0, StatusCode::OK);
+    let (status, got) = a.send(Method::POST, "/echo/next", b"next").await;
+    assert_eq!((status, got.as_slice()), (StatusCode::OK, &b"next"[..]));
+    assert_eq!(upstream.connections(), 4);
+    assert_eq!(upstream.requests().len(), before + 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_upstream_connection_dies_mid_request_is_not_sent_again() {
+    // An upstream that reads a request head, then drops the connection without answering:
+    // the request may have been acted on, so it must not be retried on a new connection.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let heads = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = heads.clone();
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let counted = counted.clone();
+            tokio::spawn(async move {
+                let mut buf = vec![0u8; 4096];
+                let mut got = Vec::new();
+                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => got.extend_from_slice(&buf[..n]),
+                    }
+                }
+                counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                drop(s);
+            });
+        }
+    });
+    let text = format!(
+        "[upstream]\nurl = \"http://{addr}\"\nconnect_timeout = \"1s\"\ntimeout = \"2s\"\n\
+         [ptcl]\nwrites = []\n"
+    );
+    let p = Palisade::start(&text);
+    let mut c = OneConn::open(p.data).await;
+    let (status, body) = c.send(Method::POST, "/orders", b"{}").await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_GATEWAY,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        heads.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "the request reached the upstream once and was not sent again"
+    );
+    // The downstream connection is still usable, and its next request gets a new upstream
+    // connection.
+    let (status, _) = c.send(Method::GET, "/x", b"").await;
+    assert_eq!(status, StatusCode::BAD_GATEWAY);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(heads.load(std::sync::atomic::Ordering::SeqCst), 2);
+}

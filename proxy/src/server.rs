@@ -291,6 +291,7 @@ async fn serve_connection(
                 peer,
                 tls: false,
                 client_cert: None,
+                upstream: crate::net::bound::Bound::new(),
             });
             watcher
                 .watch(
@@ -325,6 +326,7 @@ async fn serve_connection(
                 peer,
                 tls: true,
                 client_cert,
+                upstream: crate::net::bound::Bound::new(),
             });
             watcher
                 .watch(

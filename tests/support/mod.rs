@@ -48,10 +48,13 @@ pub struct Seen {
 ///
 /// Routes: `/echo…` echoes the body; `/big/N` streams N bytes; `/sink` reads an upload in
 /// streaming fashion and answers its length and SHA-256; `/slow/MS` answers after MS ms;
-/// `/hang` never answers; anything else answers `{"ok":true}`.
+/// `/hang` never answers; `/close` answers with `Connection: close`; anything else answers
+/// `{"ok":true}`.
 pub struct Upstream {
     pub addr: SocketAddr,
     pub seen: Arc<Mutex<Vec<Seen>>>,
+    /// Connections accepted (plain HTTP only).
+    pub accepted: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
     tls: bool,
 }
@@ -75,28 +78,51 @@ pub fn sha256_hex(b: &[u8]) -> String {
 
 impl Upstream {
     pub async fn start() -> Upstream {
+        Self::start_with(None).await
+    }
+
+    /// An upstream that closes a keep-alive connection after it has waited `idle` for the
+    /// next request (as nginx's `keepalive_timeout` does).
+    pub async fn start_closing_idle(idle: Duration) -> Upstream {
+        Self::start_with(Some(idle)).await
+    }
+
+    async fn start_with(idle: Option<Duration>) -> Upstream {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
-        let rec = seen.clone();
+        let accepted: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let (rec, count) = (seen.clone(), accepted.clone());
         let task = tokio::spawn(async move {
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
+                count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 let rec = rec.clone();
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| handle_upstream(req, rec.clone()));
-                    let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .await;
+                    let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
+                    if let Some(idle) = idle {
+                        // Counts from the end of one answer to the next request's head.
+                        b.http1()
+                            .timer(hyper_util::rt::TokioTimer::new())
+                            .header_read_timeout(idle);
+                    }
+                    let _ = b.serve_connection(TokioIo::new(stream), svc).await;
                 });
             }
         });
         Upstream {
             addr,
             seen,
+            accepted,
             task,
             tls: false,
         }
+    }
+
+    /// Connections the upstream has accepted so far.
+    pub fn connections(&self) -> usize {
+        self.accepted.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The same upstream behind TLS with `cert` (as `Pki::issue*` made it): the recorder
@@ -139,6 +165,7 @@ impl Upstream {
         Upstream {
             addr,
             seen,
+            accepted: Arc::default(),
             task,
             tls: true,
         }
@@ -227,6 +254,11 @@ async fn handle_upstream(
     } else if let Some(ms) = path.strip_prefix("/slow/") {
         tokio::time::sleep(Duration::from_millis(ms.parse().unwrap())).await;
         Response::new(full("slow done"))
+    } else if path.starts_with("/close") {
+        let mut r = Response::new(full("closing"));
+        r.headers_mut()
+            .insert("connection", "close".parse().unwrap());
+        r
     } else if path.starts_with("/hang") {
         std::future::pending::<()>().await;
         unreachable!()

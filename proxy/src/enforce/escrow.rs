@@ -232,6 +232,8 @@ pub(crate) fn rebuild(
         peer: request["peer"].as_str()?.parse::<SocketAddr>().ok()?,
         tls: request["tls"].as_bool()?,
         client_cert: None,
+        // A released escrow is sent on no downstream connection: through the pool.
+        upstream: Default::default(),
     };
     Some((parts, bytes, conn, Requester::default()))
 }

@@ -30,6 +30,7 @@ pub(crate) async fn forward_plain(
         let request_id = uuid::Uuid::new_v4().to_string();
         Problem::new(code, detail, &request_id, trace_id).into_response()
     };
+    let bound = conn.bound_for(parts.version);
     let upstream_req = match build_upstream_request(&state.upstream, parts, body, conn, None) {
         Ok(r) => r,
         Err(e) => {
@@ -41,7 +42,7 @@ pub(crate) async fn forward_plain(
     let sent_at = Instant::now();
     let result = state
         .upstream
-        .send_as(upstream_req, cx.identity.as_deref())
+        .send_on(upstream_req, cx.identity.as_deref(), bound)
         .await;
     state
         .metrics

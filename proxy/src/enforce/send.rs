@@ -134,6 +134,7 @@ pub(crate) async fn send(
         outcome: Outcome::Error,
         note,
     };
+    let bound = conn.bound_for(parts.version);
     let req = match // The fence token travels upstream (inserted last); the client's PTCL headers do not.
     build_upstream_request(upstream, parts, body::full(bytes), conn, Some(permit.epoch())) {
         Ok(req) => req,
@@ -151,7 +152,7 @@ pub(crate) async fn send(
     } else {
         cx.identity.as_deref()
     };
-    let send = upstream.send_as(req, identity);
+    let send = upstream.send_on(req, identity, bound);
     let result = match cx.timeout {
         Some(limit) => match tokio::time::timeout(limit, send).await {
             Ok(r) => r,

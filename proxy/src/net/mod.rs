@@ -8,11 +8,13 @@
 //! - [`conn`]: what a connection knows about the downstream peer;
 //! - [`tls`]: server and client TLS configuration, certificate reload;
 //! - [`upstream`]: the pooled client to the protected application, its errors;
+//! - [`bound`]: an upstream connection of a downstream HTTP/1 connection's own;
 //! - [`identity`]: the upstream's SPIFFE identity, checked at the TLS handshake;
 //! - [`rewrite`]: a downstream request made into the upstream request;
 //! - [`problem`] and [`jsonrpc`]: refusals as RFC 9457 problem+json and as JSON-RPC errors.
 
 pub mod body;
+pub mod bound;
 pub mod client_addr;
 pub mod conn;
 pub mod db_tls;

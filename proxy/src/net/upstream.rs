@@ -23,6 +23,7 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::config::Config;
 use crate::net::body::ProxyBody;
+use crate::net::bound::Bound;
 use crate::net::identity;
 use crate::net::tls;
 
@@ -163,6 +164,26 @@ impl Upstream {
         self.send_as(req, None).await
     }
 
+    /// [`Upstream::send_as`] on the downstream connection's own upstream connection when it
+    /// has one (`bound`: HTTP/1 downstream) and the upstream is plain HTTP (docs/decisions.md,
+    /// "An upstream connection per downstream connection"); else through the pool.
+    pub async fn send_on(
+        &self,
+        req: Request<ProxyBody>,
+        identity: Option<&str>,
+        bound: Option<&Bound>,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        match bound {
+            Some(b) if b.is_bound() && !self.is_https() => {
+                match tokio::time::timeout(self.timeout, b.send(req, self.connect_timeout)).await {
+                    Err(_) => Err(UpstreamError::Timeout(self.timeout)),
+                    Ok(r) => r,
+                }
+            }
+            _ => self.send_as(req, identity).await,
+        }
+    }
+
     /// [`Upstream::send`] to the deployment `identity` names (a binding's
     /// `deployment.identity`; `None`: `upstream.tls.identity`, if set).
     pub async fn send_as(
@@ -205,7 +226,7 @@ fn client(
         .build(https))
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {

@@ -1,0 +1,163 @@
+//! An upstream connection bound to one downstream HTTP/1 connection (issue 19).
+//!
+//! The pooled client pays, per request, a pool checkout and return under a lock and, when the
+//! answer has a body, a spawned task that puts the connection back once the body is done.
+//! A sidecar in front of one application does not need a pool for the common case: a
+//! downstream HTTP/1 connection sends one request at a time, so it can keep one upstream
+//! connection of its own, handshaken on its first request and closed when it closes, as
+//! pingora and Envoy's per-connection pools do.
+//!
+//! Used only for plain-HTTP upstreams without a pinned identity and for HTTP/1 downstream
+//! requests; HTTPS, pinned identities and HTTP/2 downstream (concurrent streams) keep the
+//! pool. The rules of the pool stay: a request is sent again only when hyper hands it back
+//! unsent from a *reused* connection (the upstream closed it while idle), never once it
+//! may have been written.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{header, HeaderValue, Request, Response, Uri};
+use hyper::body::Incoming;
+use hyper::client::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpStream;
+
+use crate::net::body::ProxyBody;
+use crate::net::upstream::{error_chain, UpstreamError};
+
+/// How long a request waits for its connection's previous exchange to finish before it
+/// opens another connection. On HTTP/1 the previous answer has been sent downstream before
+/// the next request arrives, so this is a guard, not a wait one expects to see.
+const READY_WAIT: Duration = Duration::from_secs(1);
+
+type Sender = http1::SendRequest<ProxyBody>;
+
+/// The slot of one downstream connection; `None` outside a connection (released escrows,
+/// compensations), which then use the pool. Clones share the slot.
+#[derive(Clone, Default)]
+pub struct Bound(Option<Arc<Mutex<Option<Sender>>>>);
+
+impl std::fmt::Debug for Bound {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() { "Bound" } else { "Unbound" })
+    }
+}
+
+impl Bound {
+    /// A slot for a new downstream connection.
+    pub fn new() -> Self {
+        Self(Some(Arc::default()))
+    }
+
+    pub(crate) fn is_bound(&self) -> bool {
+        self.0.is_some()
+    }
+
+    fn take(&self) -> Option<Sender> {
+        let slot = self.0.as_ref()?;
+        slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+    }
+
+    fn put(&self, sender: Sender) {
+        if let Some(slot) = &self.0 {
+            let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
+            if s.is_none() {
+                *s = Some(sender);
+            }
+        }
+    }
+
+    /// Sends `req` (absolute URI to a plain-HTTP upstream) on this connection's upstream
+    /// connection, opening one when it has none or its last one closed.
+    pub(crate) async fn send(
+        &self,
+        mut req: Request<ProxyBody>,
+        connect_timeout: Duration,
+    ) -> Result<Response<Incoming>, UpstreamError> {
+        let authority = req
+            .uri()
+            .authority()
+            .cloned()
+            .ok_or_else(|| UpstreamError::Connect("upstream URI has no authority".into()))?;
+        // `[::1]` is the URI's spelling of an address, not a name to resolve.
+        let host = authority
+            .host()
+            .trim_start_matches('[')
+            .trim_end_matches(']');
+        let addr = (host.to_owned(), authority.port_u16().unwrap_or(80));
+        if !req.headers().contains_key(header::HOST) {
+            if let Ok(h) = HeaderValue::from_str(authority.as_str()) {
+                req.headers_mut().insert(header::HOST, h);
+            }
+        }
+        // HTTP/1 to an origin server: origin-form (the pool does the same).
+        let origin = req
+            .uri()
+            .path_and_query()
+            .map(|pq| pq.as_str())
+            .unwrap_or("/");
+        *req.uri_mut() = Uri::try_from(origin).map_err(|e| UpstreamError::Failed(e.to_string()))?;
+
+        let reused = match self.take() {
+            Some(mut s) if !s.is_closed() => {
+                match tokio::time::timeout(READY_WAIT, s.ready()).await {
+                    Ok(Ok(())) => Some(s),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        let (mut sender, was_reused) = match reused {
+            Some(s) => (s, true),
+            None => (connect(&addr, connect_timeout).await?, false),
+        };
+        let req = match sender.try_send_request(req).await {
+            Ok(resp) => {
+                self.put(sender);
+                return Ok(resp);
+            }
+            Err(mut e) => match e.take_message() {
+                // Handed back unsent from a connection the upstream closed while it sat idle:
+                // the one case the pool retries too.
+                Some(req) if was_reused => req,
+                _ => return Err(UpstreamError::Failed(error_chain(e.error()))),
+            },
+        };
+        let mut sender = connect(&addr, connect_timeout).await?;
+        match sender.try_send_request(req).await {
+            Ok(resp) => {
+                self.put(sender);
+                Ok(resp)
+            }
+            Err(e) => Err(UpstreamError::Failed(error_chain(e.error()))),
+        }
+    }
+}
+
+/// A new HTTP/1 connection to `authority`, its connection task spawned; the task ends when
+/// the sender is dropped and the last exchange is done.
+async fn connect(
+    (host, port): &(String, u16),
+    connect_timeout: Duration,
+) -> Result<Sender, UpstreamError> {
+    let connecting = TcpStream::connect((host.as_str(), *port));
+    let stream = match tokio::time::timeout(connect_timeout, connecting).await {
+        Ok(Ok(s)) => s,
+        Ok(Err(e)) => return Err(UpstreamError::Connect(format!("{host}:{port}: {e}"))),
+        Err(_) => {
+            return Err(UpstreamError::Connect(format!(
+                "{host}:{port}: connect timed out after {connect_timeout:?}"
+            )))
+        }
+    };
+    let _ = stream.set_nodelay(true);
+    let (sender, conn) = http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| UpstreamError::Connect(error_chain(&e)))?;
+    tokio::spawn(async move {
+        if let Err(e) = conn.await {
+            tracing::debug!(error = %e, "upstream connection ended with an error");
+        }
+    });
+    Ok(sender)
+}
