@@ -423,18 +423,28 @@ fn compat_tells_compatible_from_breaking_revisions() {
         let p = dir.path().join("new.json");
         std::fs::write(&p, serde_json::to_vec(new).unwrap()).unwrap();
         let run = Command::new(bin())
+            .args(["lock", "compat"])
+            .arg(&old_path)
+            .arg(&p)
+            .output()
+            .unwrap();
+        let v: Value = serde_json::from_slice(&run.stdout).unwrap();
+        // The flag spelling says the same.
+        let flags = Command::new(bin())
             .args(["lock", "compat", "--from"])
             .arg(&old_path)
             .arg("--to")
             .arg(&p)
             .output()
             .unwrap();
-        let v: Value = serde_json::from_slice(&run.stdout).unwrap();
-        (run.status.success(), v)
+        assert_eq!(flags.status.code(), run.status.code());
+        assert_eq!(flags.stdout, run.stdout);
+        (run.status.code(), v)
     };
+    let ok = Some(0);
     // Unchanged: compatible, exit 0.
-    let (ok, v) = compat(&old);
-    assert!(ok, "{v}");
+    let (code, v) = compat(&old);
+    assert_eq!(code, ok, "{v}");
     assert_eq!(v["outcome"], "compatible");
     // A new required request member breaks old callers; the finding says where.
     let mut stricter = old.clone();
@@ -442,8 +452,8 @@ fn compat_tells_compatible_from_breaking_revisions() {
         .as_array_mut()
         .unwrap()
         .push(serde_json::json!("fixedAssetAccountId"));
-    let (ok, v) = compat(&stricter);
-    assert!(!ok);
+    let (code, v) = compat(&stricter);
+    assert_eq!(code, Some(3), "breaking exits 3: {v}");
     assert_eq!(v["outcome"], "breaking", "{v}");
     assert!(
         v["findings"].to_string().contains("fixedAssetAccountId"),
@@ -453,6 +463,25 @@ fn compat_tells_compatible_from_breaking_revisions() {
     let mut looser = old.clone();
     looser["structural"]["input"]["$defs"]["AssetType"]["required"] =
         serde_json::json!(["assetTypeName"]);
-    let (ok, v) = compat(&looser);
-    assert!(ok, "{v}");
+    let (code, v) = compat(&looser);
+    assert_eq!(code, ok, "{v}");
+    // A construct outside the decided fragment: unknown, never compatible.
+    let mut opaque = old.clone();
+    opaque["structural"]["input"]["$defs"]["AssetType"]["properties"]["assetTypeName"]["pattern"] =
+        serde_json::json!("^[A-Z]");
+    let (code, v) = compat(&opaque);
+    assert_eq!(code, Some(4), "unknown exits 4: {v}");
+    assert_eq!(v["outcome"], "unknown", "{v}");
+    // A file that is not JSON: exit 1, nothing on stdout.
+    let junk = dir.path().join("junk.json");
+    std::fs::write(&junk, b"{not json").unwrap();
+    let run = Command::new(bin())
+        .args(["lock", "compat"])
+        .arg(&old_path)
+        .arg(&junk)
+        .output()
+        .unwrap();
+    assert_eq!(run.status.code(), Some(1));
+    assert!(run.stdout.is_empty());
+    assert!(String::from_utf8_lossy(&run.stderr).contains("junk.json"));
 }

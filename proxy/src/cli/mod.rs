@@ -130,13 +130,28 @@ enum LockCommand {
     },
     /// Compare two contract revisions (RICH §15.1): `compatible`, `breaking` or `unknown`,
     /// with where and why. Exit 0 only when compatible.
+    ///
+    /// Exit codes: 0 compatible, 3 breaking, 4 unknown (5 is kept for
+    /// compatible-with-connector); 1 a file unreadable or not JSON, 2 usage.
     Compat {
-        /// The contract in force.
-        #[arg(long)]
-        from: PathBuf,
-        /// The contract that would replace it.
-        #[arg(long)]
-        to: PathBuf,
+        /// The contract in force (or `--from`).
+        #[arg(
+            value_name = "OLD",
+            required_unless_present = "from",
+            conflicts_with = "from"
+        )]
+        old: Option<PathBuf>,
+        /// The contract that would replace it (or `--to`).
+        #[arg(
+            value_name = "NEW",
+            required_unless_present = "to",
+            conflicts_with = "to"
+        )]
+        new: Option<PathBuf>,
+        #[arg(long, hide = true, requires = "to")]
+        from: Option<PathBuf>,
+        #[arg(long, hide = true, requires = "from")]
+        to: Option<PathBuf>,
     },
     /// Pin a running MCP server's tools: write a lockfile (FILE) with each tool's digest and
     /// a contract per tool in contracts/ beside it, for review.
@@ -323,7 +338,12 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                     .map_err(Failure::usage)?;
             import_openapi::run(&spec, &out, &opts)
         }
-        Command::Lock(LockCommand::Compat { from, to }) => compat::run(&from, &to),
+        Command::Lock(LockCommand::Compat { old, new, from, to }) => {
+            match (old.or(from), new.or(to)) {
+                (Some(old), Some(new)) => compat::run(&old, &new),
+                _ => Err(Failure::usage("lock compat: give OLD and NEW")),
+            }
+        }
         Command::Lock(LockCommand::PinMcp {
             url,
             out,
