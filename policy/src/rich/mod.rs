@@ -8,6 +8,7 @@
 pub mod bound;
 mod bundle;
 pub mod compat;
+pub mod connector;
 mod duration;
 pub mod openapi;
 pub mod schema;
