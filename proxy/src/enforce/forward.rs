@@ -40,10 +40,9 @@ pub(crate) async fn forward_plain(
         }
     };
     let sent_at = Instant::now();
-    let result = state
-        .upstream
-        .send_on(upstream_req, cx.identity.as_deref(), bound)
-        .await;
+    let result =
+        crate::net::bound::send_on(&state.upstream, upstream_req, cx.identity.as_deref(), bound)
+            .await;
     state
         .metrics
         .upstream_duration

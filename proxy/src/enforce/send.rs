@@ -152,7 +152,7 @@ pub(crate) async fn send(
     } else {
         cx.identity.as_deref()
     };
-    let send = upstream.send_on(req, identity, bound);
+    let send = crate::net::bound::send_on(upstream, req, identity, bound);
     let result = match cx.timeout {
         Some(limit) => match tokio::time::timeout(limit, send).await {
             Ok(r) => r,

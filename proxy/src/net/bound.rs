@@ -23,7 +23,7 @@ use hyper_util::rt::TokioIo;
 use tokio::net::TcpStream;
 
 use crate::net::body::ProxyBody;
-use crate::net::upstream::{error_chain, UpstreamError};
+use crate::net::upstream::{error_chain, Upstream, UpstreamError};
 
 /// How long a request waits for its connection's previous exchange to finish before it
 /// opens another connection. On HTTP/1 the previous answer has been sent downstream before
@@ -131,6 +131,27 @@ impl Bound {
             }
             Err(e) => Err(UpstreamError::Failed(error_chain(e.error()))),
         }
+    }
+}
+
+/// [`Upstream::send_as`] on the downstream connection's own upstream connection when it has
+/// one (`bound`: HTTP/1 downstream) and the upstream is plain HTTP (docs/decisions.md, "An
+/// upstream connection per downstream connection"); else through the pool.
+pub(crate) async fn send_on(
+    upstream: &Upstream,
+    req: Request<ProxyBody>,
+    identity: Option<&str>,
+    bound: Option<&Bound>,
+) -> Result<Response<Incoming>, UpstreamError> {
+    match bound {
+        Some(b) if b.is_bound() && !upstream.is_https() => {
+            let limit = upstream.timeout();
+            match tokio::time::timeout(limit, b.send(req, upstream.connect_timeout())).await {
+                Err(_) => Err(UpstreamError::Timeout(limit)),
+                Ok(r) => r,
+            }
+        }
+        _ => upstream.send_as(req, identity).await,
     }
 }
 

@@ -23,7 +23,6 @@ use hyper_util::rt::TokioExecutor;
 
 use crate::config::Config;
 use crate::net::body::ProxyBody;
-use crate::net::bound::Bound;
 use crate::net::identity;
 use crate::net::tls;
 
@@ -125,7 +124,7 @@ impl Upstream {
         })
     }
 
-    fn is_https(&self) -> bool {
+    pub(crate) fn is_https(&self) -> bool {
         self.base.scheme() == Some(&http::uri::Scheme::HTTPS)
     }
 
@@ -164,24 +163,14 @@ impl Upstream {
         self.send_as(req, None).await
     }
 
-    /// [`Upstream::send_as`] on the downstream connection's own upstream connection when it
-    /// has one (`bound`: HTTP/1 downstream) and the upstream is plain HTTP (docs/decisions.md,
-    /// "An upstream connection per downstream connection"); else through the pool.
-    pub async fn send_on(
-        &self,
-        req: Request<ProxyBody>,
-        identity: Option<&str>,
-        bound: Option<&Bound>,
-    ) -> Result<Response<Incoming>, UpstreamError> {
-        match bound {
-            Some(b) if b.is_bound() && !self.is_https() => {
-                match tokio::time::timeout(self.timeout, b.send(req, self.connect_timeout)).await {
-                    Err(_) => Err(UpstreamError::Timeout(self.timeout)),
-                    Ok(r) => r,
-                }
-            }
-            _ => self.send_as(req, identity).await,
-        }
+    /// `upstream.timeout`: the wait for the response head.
+    pub(crate) fn timeout(&self) -> Duration {
+        self.timeout
+    }
+
+    /// `upstream.connect_timeout`.
+    pub(crate) fn connect_timeout(&self) -> Duration {
+        self.connect_timeout
     }
 
     /// [`Upstream::send`] to the deployment `identity` names (a binding's
