@@ -114,6 +114,11 @@ codes! {
     LeaseNotYours = "ERR_LEASE_NOT_YOURS", 403, "Lease granted to another caller", Some(Lease);
     // SPEC §7.
     ContractOutput = "ERR_CONTRACT_OUTPUT", 502, "Upstream response violates the output contract", Some(Structural);
+    // RICH §9, §11.2 (issue 23): a bound connector could not map the payload (its
+    // preconditions or its transform refused), or what it produced fails its postconditions or
+    // the other contract. 422 on a request; 502 on a response (the upstream's answer).
+    ConnectorFailed = "ERR_CONNECTOR_FAILED", 422, "Connector could not map the payload", Some(Structural);
+    ConnectorPostcondition = "ERR_CONNECTOR_POSTCONDITION", 422, "Connector output violates its postconditions or the target contract", Some(Structural);
     DeploymentIdentity = "ERR_DEPLOYMENT_IDENTITY", 502, "Upstream identity does not match the binding", Some(Identity);
     ToolDrifted = "ERR_TOOL_DRIFTED", 409, "Tool definition drifted from its pin", Some(ToolDefinition);
     // SPEC §11.

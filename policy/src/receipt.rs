@@ -69,8 +69,22 @@ pub struct ReceiptBody {
     /// issuer and subject, never the token.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub caller: Option<String>,
+    /// The connection a request went through (RICH §9, issue 23): the contract the agent
+    /// addressed, the one the SoR received, and the connectors between them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub connector: Option<ConnectorRef>,
     /// RFC 3339.
     pub at: String,
+}
+
+/// A receipt's `connector` member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ConnectorRef {
+    pub source_contract_digest: String,
+    pub target_contract_digest: String,
+    pub connector_digest: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub response_connector_digest: Option<String>,
 }
 
 impl ReceiptBody {
@@ -92,6 +106,7 @@ impl ReceiptBody {
             trace_id: None,
             trace_anchor_ref: None,
             caller: None,
+            connector: None,
             at,
         }
     }

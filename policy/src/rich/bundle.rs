@@ -152,6 +152,10 @@ pub struct Bundle {
     pub capabilities: Vec<Capability>,
     routes: Node,
     tools: BTreeMap<String, usize>,
+    /// `connections` (RICH §10.2): agent-facing capabilities served through a connector.
+    pub connections: Vec<super::connections::Connection>,
+    /// Source capability index → its connection.
+    by_source: BTreeMap<usize, usize>,
 }
 
 /// Reads `obj[key]` as one of `choices`, recording a problem otherwise.
@@ -380,6 +384,17 @@ impl Bundle {
         contracts: &BTreeMap<String, Vec<u8>>,
         expected_digest: Option<&str>,
     ) -> Result<Bundle, Vec<Problem>> {
+        Self::compile_at(lockfile, contracts, expected_digest, None)
+    }
+
+    /// [`Bundle::compile`], with the time (Unix ms) connector qualifications must not have
+    /// expired by; `None` leaves expiry unchecked (a file check, not a load).
+    pub fn compile_at(
+        lockfile: &[u8],
+        contracts: &BTreeMap<String, Vec<u8>>,
+        expected_digest: Option<&str>,
+        now_ms: Option<i64>,
+    ) -> Result<Bundle, Vec<Problem>> {
         let mut problems = Vec::new();
         let lock = crate::json::parse(lockfile, MAX_DOC_DEPTH)
             .map_err(|e| vec![Problem::new("lockfile#", format!("not I-JSON: {e}"))])?;
@@ -593,9 +608,26 @@ impl Bundle {
                 ));
             }
         }
+        let connections = match lock.get("connections") {
+            None => Vec::new(),
+            Some(list) => super::connections::resolve(
+                list,
+                &super::connections::Inputs {
+                    capabilities: &capabilities,
+                    files: contracts,
+                    now_ms,
+                },
+                &mut problems,
+            ),
+        };
         if !problems.is_empty() {
             return Err(problems);
         }
+        let by_source = connections
+            .iter()
+            .enumerate()
+            .map(|(i, c)| (c.source, i))
+            .collect();
         let mut trie = Node::default();
         for r in &routes {
             trie.insert(r);
@@ -606,7 +638,26 @@ impl Bundle {
             capabilities,
             routes: trie,
             tools,
+            connections,
+            by_source,
         })
+    }
+
+    /// The connection whose source is `cap` (a capability of this bundle), with its target
+    /// capability. Costs nothing when the bundle has no connections.
+    pub fn connection_for(
+        &self,
+        cap: &Capability,
+    ) -> Option<(&super::connections::Connection, &Capability)> {
+        if self.by_source.is_empty() {
+            return None;
+        }
+        let index = self
+            .capabilities
+            .iter()
+            .position(|c| std::ptr::eq(c, cap))?;
+        let c = &self.connections[*self.by_source.get(&index)?];
+        Some((c, &self.capabilities[c.target]))
     }
 
     /// The capability bound to an HTTP request (`path` without the query).

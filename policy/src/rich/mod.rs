@@ -8,6 +8,7 @@
 pub mod bound;
 mod bundle;
 pub mod compat;
+pub mod connections;
 pub mod connector;
 mod duration;
 pub mod openapi;
@@ -17,6 +18,7 @@ pub use bound::WorstCaseBound;
 pub use bundle::{
     Bundle, Capability, Contract, DriftPolicy, IdempotencyKey, Protocol, Runtime, SideEffect,
 };
+pub use connections::Connection;
 pub use schema::{Schema, Violation};
 
 /// One thing wrong with a bundle.

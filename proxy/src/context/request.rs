@@ -21,6 +21,8 @@ pub struct WriteContext {
     /// Who acted, when admission verified a token (`sub:sha256:…`): named in receipts and
     /// drift events.
     pub caller: Option<String>,
+    /// The connection the request went through, when its binding has one (RICH §9).
+    pub connector: Option<palisade_policy::receipt::ConnectorRef>,
 }
 
 impl WriteContext {
@@ -35,6 +37,7 @@ impl WriteContext {
             timeout: None,
             identity: None,
             caller: None,
+            connector: None,
         }
     }
 

@@ -73,7 +73,11 @@ pub fn load(
     if !errors.is_empty() {
         return Err(errors);
     }
-    Bundle::compile(&lock, &files, expected_digest).map_err(|problems| {
+    // Connector qualifications must not have expired by now (RICH §8.2 `expiry`).
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    Bundle::compile_at(&lock, &files, expected_digest, Some(now_ms)).map_err(|problems| {
         problems
             .iter()
             .map(|p| {
@@ -135,7 +139,26 @@ pub fn summary(b: &Bundle) -> serde_json::Value {
             })
         })
         .collect();
-    serde_json::json!({"digest": b.digest, "bindingId": b.binding_id, "capabilities": caps})
+    let connections: Vec<serde_json::Value> = b
+        .connections
+        .iter()
+        .map(|c| {
+            serde_json::json!({
+                "id": c.id,
+                "source": b.capabilities[c.source].name,
+                "target": b.capabilities[c.target].name,
+                "connectorDigest": c.request.digest,
+                "class": c.request.class.as_str(),
+                "responseConnectorDigest": c.response.as_ref().map(|r| r.digest.clone()),
+            })
+        })
+        .collect();
+    let mut v =
+        serde_json::json!({"digest": b.digest, "bindingId": b.binding_id, "capabilities": caps});
+    if !connections.is_empty() {
+        v["connections"] = connections.into();
+    }
+    v
 }
 
 /// `palisade lock bound`: each binding's worst-case bound (RICH §12.2), or the one `only`

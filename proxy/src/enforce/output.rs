@@ -235,6 +235,8 @@ pub(crate) async fn blocked_problem(
             code: Some(refusal.code.as_str().to_owned()),
             trace_id: Some(cx.trace_id.clone()),
             lockfile_digest: cx.lockfile_digest.clone(),
+            caller: cx.caller.clone(),
+            connector: cx.connector.clone(),
             ..ReceiptBody::new(
                 format!("urn:uuid:{}", uuid::Uuid::new_v4()),
                 ReceiptKind::Rejection,

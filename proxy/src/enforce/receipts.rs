@@ -114,6 +114,7 @@ pub(crate) fn permit_receipt(
         trace_anchor_ref: l.trace_anchor_ref.map(|d| d.to_string()),
         lockfile_digest: cx.lockfile_digest.clone(),
         caller: cx.caller.clone(),
+        connector: cx.connector.clone(),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             kind,
@@ -189,6 +190,7 @@ async fn refuse_as(
         cas_fence_epoch: current_epoch,
         lockfile_digest: cx.lockfile_digest.clone(),
         caller: cx.caller.clone(),
+        connector: cx.connector.clone(),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             ReceiptKind::Rejection,
@@ -204,7 +206,15 @@ async fn refuse_as(
     // other's, the lease.
     let evidence = match peer {
         Some(m) => Some(m.certificate.clone()),
-        None if refusal.code == ErrorCode::ContractInput => evidence_body.map(<[u8]>::to_vec),
+        None if matches!(
+            refusal.code,
+            ErrorCode::ContractInput
+                | ErrorCode::ConnectorFailed
+                | ErrorCode::ConnectorPostcondition
+        ) =>
+        {
+            evidence_body.map(<[u8]>::to_vec)
+        }
         None => lease_raw.map(<[u8]>::to_vec),
     };
     if let Some(mut event) = DriftEvent::for_refusal(
@@ -215,7 +225,13 @@ async fn refuse_as(
             trace_id: cx.trace_id.clone(),
             observed_identifier: Some(observed),
             binding_id: cx.binding_id.clone(),
-            expected_digest: cx.contract_digest.clone(),
+            // A connector's refusal is about the connector the lockfile pinned.
+            expected_digest: match (&cx.connector, refusal.code) {
+                (Some(c), ErrorCode::ConnectorFailed | ErrorCode::ConnectorPostcondition) => {
+                    Some(c.connector_digest.clone())
+                }
+                _ => cx.contract_digest.clone(),
+            },
             evidence,
             caller: cx.caller.clone(),
         },

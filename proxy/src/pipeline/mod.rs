@@ -10,6 +10,7 @@
 //! ```
 
 mod admit;
+mod connect;
 mod exchange;
 mod request_form;
 
@@ -245,8 +246,24 @@ pub async fn handle(
                         return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
                     }
                 }
+                // A connection (RICH §9) maps the request onto the operation the SoR serves;
+                // everything after it decides on the request the SoR will receive.
+                let mut cx = cx;
+                let mut parts = parts;
+                let mapped =
+                    connect::request(&state, enf, bundle.as_ref(), &mut parts, &bytes, &mut cx);
+                let (bytes, back) = match mapped.await {
+                    Ok(Some((mapped, back))) => (mapped, Some(back)),
+                    Ok(None) => (bytes, None),
+                    Err(resp) => return Ok(finish(&state, resp, ex, Outcome::Refused, inflight)),
+                };
+                let kept = back.as_ref().map(|_| cx.clone());
                 let (resp, outcome) =
                     write::handle(&state, enf, &conn, parts, bytes, cx, bundle).await;
+                let resp = match (back, kept) {
+                    (Some(back), Some(cx)) => connect::response(&state, back, &cx, resp).await,
+                    _ => resp,
+                };
                 return Ok(finish(&state, resp, ex, outcome, inflight));
             }
             body::full(bytes)

@@ -4,4 +4,7 @@
 //!
 //! - [`t1`]: the restricted T1 profile, JMESPath with limits that bound size and work.
 
+pub mod artifact;
 pub mod t1;
+
+pub use artifact::{Class, Connector, ConnectorError};

@@ -1,0 +1,420 @@
+//! The lockfile's `connections` (RICH §10.2), as the sidecar runs them: an agent-facing
+//! capability (`source`) served by a legacy one (`target`) through pinned connectors.
+//!
+//! ```json
+//! "connections": [{
+//!   "id": "allocate-v2-on-v1", "source": "allocate-v2", "target": "allocate-v1",
+//!   "edgeKind": "data",
+//!   "connectorDigest": "sha-256:…", "connectorProfile": "urn:palisade:connector-profile:t1-jmespath:1",
+//!   "connectorQualificationDigest": "sha-256:…",
+//!   "response": {"connectorDigest": "…", "connectorProfile": "…", "connectorQualificationDigest": "…"},
+//!   "runtime": {"onDrift": "fail-closed"}
+//! }]
+//! ```
+//!
+//! A request routed to `source` is checked against the source contract's input, mapped by the
+//! request connector, checked against the target contract's input and sent as the target
+//! operation; with a `response` connector the answer comes back the same way. The compiler
+//! refuses (§11.1): a connector, profile or qualification record missing from the bundle,
+//! connectors whose pinned digests are not the two contracts', profiles it does not run,
+//! qualification records that do not name the connector or did not qualify it (or expired),
+//! tool edges, and a target template with a parameter the source cannot supply.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{Map, Value};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+use super::connector::artifact::{is_digest, Connector, PROFILE_T0, PROFILE_T1};
+use super::{Capability, DriftPolicy, Problem, Protocol};
+
+/// A resolved connection.
+#[derive(Debug)]
+pub struct Connection {
+    pub id: String,
+    /// Index of the agent-facing capability in [`super::Bundle::capabilities`].
+    pub source: usize,
+    /// Index of the capability the SoR serves.
+    pub target: usize,
+    /// Source input → target input.
+    pub request: Arc<Connector>,
+    /// Target output → source output, when bound.
+    pub response: Option<Arc<Connector>>,
+    /// `fail-closed` (default) or `notify`. `notify` lets an unmappable *response* through
+    /// unmapped, with a drift event; a request that cannot be mapped has nothing to send, so
+    /// it is refused under either policy.
+    pub on_drift: DriftPolicy,
+}
+
+/// Which way a connector maps.
+#[derive(Clone, Copy)]
+enum Direction {
+    Request,
+    Response,
+}
+
+pub(super) struct Inputs<'a> {
+    pub capabilities: &'a [Capability],
+    pub files: &'a BTreeMap<String, Vec<u8>>,
+    /// Now, in Unix milliseconds, to check qualification expiry; `None` skips the check.
+    pub now_ms: Option<i64>,
+}
+
+/// Resolves `lockfile#/connections`.
+pub(super) fn resolve(
+    connections: &Value,
+    inputs: &Inputs<'_>,
+    problems: &mut Vec<Problem>,
+) -> Vec<Connection> {
+    let Value::Array(list) = connections else {
+        problems.push(Problem::new(
+            "lockfile#/connections",
+            "must be an array of connections",
+        ));
+        return Vec::new();
+    };
+    let mut compiled: BTreeMap<String, Option<Arc<Connector>>> = BTreeMap::new();
+    let mut sources = BTreeMap::new();
+    let mut out = Vec::new();
+    for (i, c) in list.iter().enumerate() {
+        let at = format!("lockfile#/connections/{i}");
+        let Some(c) = c.as_object() else {
+            problems.push(Problem::new(at, "must be an object"));
+            continue;
+        };
+        if let Some(conn) = one(c, &at, inputs, &mut compiled, problems) {
+            if let Some(first) = sources.insert(conn.source, i) {
+                problems.push(Problem::new(
+                    format!("{at}/source"),
+                    format!("is already the source of connections/{first}"),
+                ));
+                continue;
+            }
+            out.push(conn);
+        }
+    }
+    out
+}
+
+fn one(
+    c: &Map<String, Value>,
+    at: &str,
+    inputs: &Inputs<'_>,
+    compiled: &mut BTreeMap<String, Option<Arc<Connector>>>,
+    problems: &mut Vec<Problem>,
+) -> Option<Connection> {
+    let id = c.get("id").and_then(Value::as_str).unwrap_or_default();
+    if id.is_empty() {
+        problems.push(Problem::new(format!("{at}/id"), "is required"));
+    }
+    match c.get("edgeKind").and_then(Value::as_str) {
+        Some("data") => {}
+        Some("tool") => problems.push(Problem::new(
+            format!("{at}/edgeKind"),
+            "a tool edge hands a capability to a model, not a payload to a connector: it cannot be flattened into a data flow (RICH §11.1)",
+        )),
+        _ => problems.push(Problem::new(
+            format!("{at}/edgeKind"),
+            "is required and must be \"data\"",
+        )),
+    }
+    let cap = |key: &str, problems: &mut Vec<Problem>| -> Option<usize> {
+        let name = c.get(key).and_then(Value::as_str);
+        let found = name.and_then(|n| inputs.capabilities.iter().position(|k| k.name == n));
+        match found {
+            Some(i) if inputs.capabilities[i].protocol == Protocol::Http => Some(i),
+            Some(_) => {
+                problems.push(Problem::new(
+                    format!("{at}/{key}"),
+                    "connections join http capabilities only (MCP tools are pinned, not mapped)",
+                ));
+                None
+            }
+            None => {
+                problems.push(Problem::new(
+                    format!("{at}/{key}"),
+                    "must name a capability of this lockfile",
+                ));
+                None
+            }
+        }
+    };
+    let source = cap("source", problems);
+    let target = cap("target", problems);
+    let on_drift = match c
+        .get("runtime")
+        .and_then(|r| r.get("onDrift"))
+        .and_then(Value::as_str)
+    {
+        None | Some("fail-closed") => DriftPolicy::FailClosed,
+        Some("notify") => DriftPolicy::Notify,
+        Some(_) => {
+            problems.push(Problem::new(
+                format!("{at}/runtime/onDrift"),
+                "a connection's drift policy is \"fail-closed\" or \"notify\"",
+            ));
+            DriftPolicy::FailClosed
+        }
+    };
+    let (source, target) = (source?, target?);
+    if source == target {
+        problems.push(Problem::new(
+            format!("{at}/target"),
+            "must be another capability than the source",
+        ));
+        return None;
+    }
+    let (src, tgt) = (&inputs.capabilities[source], &inputs.capabilities[target]);
+    if let Some(missing) = missing_parameter(&src.operation, &tgt.operation) {
+        problems.push(Problem::new(
+            format!("{at}/target"),
+            format!(
+                "the target's path parameter {{{missing}}} is not a parameter of the source's path, so no request could fill it"
+            ),
+        ));
+    }
+    let (s, t) = (&src.contract.digest, &tgt.contract.digest);
+    let request = connector(
+        c,
+        at,
+        (s, t),
+        Direction::Request,
+        inputs,
+        compiled,
+        problems,
+    );
+    let response = match c.get("response") {
+        None => None,
+        Some(Value::Object(r)) => {
+            let at = format!("{at}/response");
+            connector(
+                r,
+                &at,
+                (t, s),
+                Direction::Response,
+                inputs,
+                compiled,
+                problems,
+            )
+        }
+        Some(_) => {
+            problems.push(Problem::new(format!("{at}/response"), "must be an object"));
+            None
+        }
+    };
+    Some(Connection {
+        id: id.to_owned(),
+        source,
+        target,
+        request: request?,
+        response,
+        on_drift,
+    })
+}
+
+/// The connector a reference names, checked against the contracts it must join.
+fn connector(
+    r: &Map<String, Value>,
+    at: &str,
+    (from, to): (&str, &str),
+    direction: Direction,
+    inputs: &Inputs<'_>,
+    compiled: &mut BTreeMap<String, Option<Arc<Connector>>>,
+    problems: &mut Vec<Problem>,
+) -> Option<Arc<Connector>> {
+    let Some(digest) = r
+        .get("connectorDigest")
+        .and_then(Value::as_str)
+        .filter(|d| is_digest(d))
+    else {
+        problems.push(Problem::new(
+            format!("{at}/connectorDigest"),
+            "is required: sha-256: and 64 lowercase hex digits",
+        ));
+        return None;
+    };
+    let file = format!("{}.json", &digest["sha-256:".len()..]);
+    let Some(bytes) = inputs.files.get(&file) else {
+        problems.push(Problem::new(
+            format!("{at}/connectorDigest"),
+            format!("no connector file {file} in rich.contracts"),
+        ));
+        return None;
+    };
+    let conn = compiled
+        .entry(file.clone())
+        .or_insert_with(|| match Connector::compile(&file, bytes) {
+            Ok(c) => Some(Arc::new(c)),
+            Err(ps) => {
+                problems.extend(ps);
+                None
+            }
+        })
+        .clone()?;
+    let way = match direction {
+        Direction::Request => "source capability's",
+        Direction::Response => "target capability's",
+    };
+    if conn.source_digest != from {
+        problems.push(Problem::new(
+            format!("{at}/connectorDigest"),
+            format!("the connector's sourceDigest is not the {way} contract ({from})"),
+        ));
+    }
+    if conn.target_digest != to {
+        let way = match direction {
+            Direction::Request => "target capability's",
+            Direction::Response => "source capability's",
+        };
+        problems.push(Problem::new(
+            format!("{at}/connectorDigest"),
+            format!("the connector's targetDigest is not the {way} contract ({to})"),
+        ));
+    }
+    match r.get("connectorProfile").and_then(Value::as_str) {
+        Some(p) if p == conn.profile => {}
+        Some(p) if p == PROFILE_T0 || p == PROFILE_T1 => problems.push(Problem::new(
+            format!("{at}/connectorProfile"),
+            format!("the connector runs under {}, not {p}", conn.profile),
+        )),
+        _ => problems.push(Problem::new(
+            format!("{at}/connectorProfile"),
+            format!("must be a profile this sidecar runs: {PROFILE_T0} or {PROFILE_T1}"),
+        )),
+    }
+    qualified(r, at, &conn, inputs, problems);
+    Some(conn)
+}
+
+/// §11.1 (5): the connector's qualification record is in the bundle, names it, and qualified
+/// it, and has not expired.
+fn qualified(
+    r: &Map<String, Value>,
+    at: &str,
+    conn: &Connector,
+    inputs: &Inputs<'_>,
+    problems: &mut Vec<Problem>,
+) {
+    let at = format!("{at}/connectorQualificationDigest");
+    let Some(digest) = r
+        .get("connectorQualificationDigest")
+        .and_then(Value::as_str)
+        .filter(|d| is_digest(d))
+    else {
+        problems.push(Problem::new(
+            at,
+            "is required: an unqualified connector cannot be enforced (RICH §11.1)",
+        ));
+        return;
+    };
+    let file = format!("{}.json", &digest["sha-256:".len()..]);
+    let Some(bytes) = inputs.files.get(&file) else {
+        problems.push(Problem::new(
+            at,
+            format!("no qualification record {file} in rich.contracts"),
+        ));
+        return;
+    };
+    let record = match crate::json::parse(bytes, 64) {
+        Ok(Value::Object(o)) => o,
+        _ => {
+            problems.push(Problem::new(
+                format!("contracts/{file}#"),
+                "a qualification record must be a JSON object",
+            ));
+            return;
+        }
+    };
+    if crate::digest::Sha256Digest::of_json(&Value::Object(record.clone())).to_hex()
+        != file.trim_end_matches(".json")
+    {
+        problems.push(Problem::new(
+            format!("contracts/{file}#"),
+            "file name does not match its content (the SHA-256 of its JCS form)",
+        ));
+    }
+    let field = |k: &str| record.get(k).and_then(Value::as_str);
+    if field("subjectDigest") != Some(conn.digest.as_str()) {
+        problems.push(Problem::new(
+            format!("contracts/{file}#/subjectDigest"),
+            format!(
+                "the record qualifies another subject, not the connector {}",
+                conn.digest
+            ),
+        ));
+    }
+    if field("subjectUri") != Some(conn.id.as_str()) {
+        problems.push(Problem::new(
+            format!("contracts/{file}#/subjectUri"),
+            "must be the connector's id",
+        ));
+    }
+    if field("decision") != Some("qualified") {
+        problems.push(Problem::new(
+            format!("contracts/{file}#/decision"),
+            "the connector is not qualified (decision must be \"qualified\", RICH §8.2)",
+        ));
+    }
+    let expiry = field("expiry").and_then(|e| OffsetDateTime::parse(e, &Rfc3339).ok());
+    match (expiry, inputs.now_ms) {
+        (None, _) => problems.push(Problem::new(
+            format!("contracts/{file}#/expiry"),
+            "is required: an RFC 3339 time the qualification is valid until",
+        )),
+        (Some(e), Some(now)) if (e.unix_timestamp_nanos() / 1_000_000) as i64 <= now => problems
+            .push(Problem::new(
+                format!("contracts/{file}#/expiry"),
+                "the qualification has expired",
+            )),
+        _ => {}
+    }
+}
+
+/// The first `{name}` of `target` that `source` does not have.
+fn missing_parameter(source: &str, target: &str) -> Option<String> {
+    let params = |op: &str| -> Vec<String> {
+        op.split('/')
+            .filter_map(|s| s.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+            .map(str::to_owned)
+            .collect()
+    };
+    let have = params(source);
+    params(target).into_iter().find(|p| !have.contains(p))
+}
+
+/// The target operation's path for a request to `source_template` at `path`: each `{name}`
+/// of the target template filled with the source path's segment of the same name. `None`
+/// when the path does not fit the template (the router said it did, so only on a bug).
+pub fn target_path(source_op: &str, target_op: &str, path: &str) -> Option<String> {
+    let src = source_op.split_once(' ')?.1;
+    let tgt = target_op.split_once(' ')?.1;
+    let mut values = BTreeMap::new();
+    let (mut t, mut p) = (src.split('/'), path.split('/'));
+    loop {
+        match (t.next(), p.next()) {
+            (None, None) => break,
+            (Some(seg), Some(val)) => {
+                if let Some(name) = seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+                    values.insert(name, val);
+                }
+            }
+            _ => return None,
+        }
+    }
+    let mut out = String::with_capacity(tgt.len() + path.len());
+    for (i, seg) in tgt.split('/').enumerate() {
+        if i > 0 {
+            out.push('/');
+        }
+        match seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
+            Some(name) => out.push_str(values.get(name)?),
+            None => out.push_str(seg),
+        }
+    }
+    Some(out)
+}
+
+#[cfg(test)]
+mod tests;

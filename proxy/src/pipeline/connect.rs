@@ -1,0 +1,298 @@
+//! RICH connections on the data plane (RICH §3.2, §11.2; issue 23): a write addressed to an
+//! agent-facing capability whose lockfile connection maps it onto the legacy operation the
+//! SoR serves.
+//!
+//! ```text
+//! request:  source structural.input → request connector (pre, transform, post)
+//!           → target structural.input → the target's method and path, the mapped body
+//!           → the enforced write path, on the request the SoR will receive
+//! response: 2xx → target structural.output → response connector → source structural.output
+//! ```
+//!
+//! Every refusal is receipted (the receipt's `connector` member names both contracts and the
+//! connector) and leaves a drift event whose `expectedDigest` is the connector's. A request
+//! that cannot be mapped is refused whatever the connection's policy: there is nothing to
+//! send. A response that cannot be mapped is refused (502) under `fail-closed`, and passed on
+//! unmapped under `notify`; the write itself has happened either way, so the refusal carries
+//! the commit receipt.
+
+use std::sync::Arc;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{HeaderValue, Method, Response};
+use palisade_policy::drift::Action;
+use palisade_policy::receipt::ConnectorRef;
+use palisade_policy::rich::connector::ConnectorError;
+use palisade_policy::rich::{connections, Bundle, Capability, Connection, DriftPolicy};
+use palisade_policy::{ErrorCode, Refusal};
+
+use crate::context::{AppState, Binding, Enforcement, WriteContext};
+use crate::enforce::output::{self, Observed};
+use crate::enforce::receipts;
+use crate::net::body::{self, CollectError, ProxyBody};
+use crate::net::headers;
+
+/// Headers that describe the body as the agent sent it, and are wrong once it is mapped.
+const BODY_HEADERS: [&str; 4] = [
+    "content-length",
+    "transfer-encoding",
+    "content-digest",
+    "repr-digest",
+];
+
+/// What the response needs to be mapped back.
+pub(super) struct Back {
+    bundle: Arc<Bundle>,
+    /// Index into the bundle's `connections`.
+    connection: usize,
+}
+
+/// Maps a write addressed to a connection's source. `Ok(None)`: no connection; the request is
+/// unchanged. `Ok(Some)`: `parts` now address the target and the returned bytes are its body.
+pub(super) async fn request(
+    state: &AppState,
+    enf: &Enforcement,
+    bundle: Option<&Arc<Bundle>>,
+    parts: &mut http::request::Parts,
+    bytes: &Bytes,
+    cx: &mut WriteContext,
+) -> Result<Option<(Bytes, Back)>, Response<ProxyBody>> {
+    let Some(bundle) = bundle.filter(|b| !b.connections.is_empty()) else {
+        return Ok(None);
+    };
+    let Some(source) = bundle.route(parts.method.as_str(), parts.uri.path()) else {
+        return Ok(None);
+    };
+    let Some((conn, target)) = bundle.connection_for(source) else {
+        return Ok(None);
+    };
+    cx.bind(Some(bundle), &Binding::Bound(source));
+    cx.connector = Some(reference(conn, source, target));
+    let path = connections::target_path(&source.operation, &target.operation, parts.uri.path())
+        .ok_or_else(|| Refusal::new(ErrorCode::Internal, "the target path could not be formed"));
+    let mapped = path.and_then(|p| Ok((p, map_request(state, conn, source, target, bytes)?)));
+    let (path, mapped) = match mapped {
+        Ok(m) => m,
+        Err(refusal) => {
+            state.metrics.refusal(refusal.code);
+            let lease = parts
+                .headers
+                .get(headers::LEASE_HEADER)
+                .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
+            let resp = receipts::refuse(enf, &refusal, cx, lease.as_deref(), Some(bytes), None);
+            return Err(resp.await);
+        }
+    };
+    readdress(parts, &target.operation, &path, mapped.len());
+    let back = Back {
+        bundle: bundle.clone(),
+        connection: bundle
+            .connections
+            .iter()
+            .position(|c| std::ptr::eq(c, conn))
+            .unwrap_or(0),
+    };
+    Ok(Some((mapped, back)))
+}
+
+fn reference(conn: &Connection, source: &Capability, target: &Capability) -> ConnectorRef {
+    ConnectorRef {
+        source_contract_digest: source.contract.digest.clone(),
+        target_contract_digest: target.contract.digest.clone(),
+        connector_digest: conn.request.digest.clone(),
+        response_connector_digest: conn.response.as_ref().map(|c| c.digest.clone()),
+    }
+}
+
+/// Source input → connector → target input; the mapped body's bytes.
+fn map_request(
+    state: &AppState,
+    conn: &Connection,
+    source: &Capability,
+    target: &Capability,
+    bytes: &[u8],
+) -> Result<Bytes, Refusal> {
+    let depth = state.config.max_json_depth;
+    palisade_policy::rich::check_input(&source.contract, bytes, depth)?;
+    let input = palisade_policy::json::parse(bytes, depth).map_err(|_| {
+        Refusal::new(
+            ErrorCode::ContractInput,
+            "the request body is not I-JSON, and the operation's connector maps JSON",
+        )
+        .with_location("")
+    })?;
+    let out = conn.request.run(&input).map_err(connector_refusal)?;
+    if let Some(schema) = &target.contract.input {
+        schema.check(&out).map_err(|v| {
+            Refusal::new(
+                ErrorCode::ConnectorPostcondition,
+                format!(
+                    "the connector's output violates the target contract's structural.input at schema keyword {}",
+                    v.schema_location
+                ),
+            )
+            .with_location(v.instance_location)
+        })?;
+    }
+    serde_json::to_vec(&out)
+        .map(Bytes::from)
+        .map_err(|_| Refusal::new(ErrorCode::Internal, "the mapped body could not be written"))
+}
+
+fn connector_refusal(e: ConnectorError) -> Refusal {
+    match &e {
+        ConnectorError::Precondition(v) => Refusal::new(ErrorCode::ConnectorFailed, e.to_string())
+            .with_location(v.instance_location.clone()),
+        ConnectorError::Transform(_) => Refusal::new(ErrorCode::ConnectorFailed, e.to_string()),
+        ConnectorError::Postcondition(v) => {
+            Refusal::new(ErrorCode::ConnectorPostcondition, e.to_string())
+                .with_location(v.instance_location.clone())
+        }
+    }
+}
+
+/// Points the request at the target operation: its method, `path` with the query kept, and
+/// the headers of the new body.
+fn readdress(parts: &mut http::request::Parts, target_op: &str, path: &str, len: usize) {
+    if let Some(m) = target_op
+        .split_once(' ')
+        .and_then(|(m, _)| Method::from_bytes(m.as_bytes()).ok())
+    {
+        parts.method = m;
+    }
+    let pq = match parts.uri.query() {
+        Some(q) => format!("{path}?{q}"),
+        None => path.to_owned(),
+    };
+    let mut uri = std::mem::take(&mut parts.uri).into_parts();
+    uri.path_and_query = pq.parse().ok();
+    parts.uri = http::Uri::from_parts(uri).unwrap_or_else(|_| http::Uri::from_static("/"));
+    for h in BODY_HEADERS {
+        parts.headers.remove(h);
+    }
+    parts
+        .headers
+        .insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
+}
+
+/// Maps a response back: the target's output contract, the response connector, the source's
+/// output contract. Only complete (2xx) answers are mapped; an error answer is the SoR's error
+/// domain and passes as it is.
+pub(super) async fn response(
+    state: &AppState,
+    back: Back,
+    cx: &WriteContext,
+    resp: Response<ProxyBody>,
+) -> Response<ProxyBody> {
+    let Some(conn) = back.bundle.connections.get(back.connection) else {
+        return resp;
+    };
+    let (Some(connector), true) = (&conn.response, resp.status().is_success()) else {
+        return resp;
+    };
+    let source = &back.bundle.capabilities[conn.source];
+    let target = &back.bundle.capabilities[conn.target];
+    let (mut head, body) = resp.into_parts();
+    let bytes = match body::collect_proxy(body, state.config.max_response).await {
+        Ok(b) => b,
+        Err(CollectError::TooLarge(_)) => {
+            let r = Refusal::new(
+                ErrorCode::ResponseTooLarge,
+                "the upstream response exceeds limits.max_response and cannot be mapped",
+            );
+            return output::blocked(state, &r, cx).await;
+        }
+        Err(CollectError::Read(_)) => {
+            let r = Refusal::new(
+                ErrorCode::UpstreamUnavailable,
+                "the upstream connection failed",
+            );
+            return output::blocked(state, &r, cx).await;
+        }
+    };
+    let depth = state.config.max_json_depth;
+    let mapped = palisade_policy::json::parse(&bytes, depth)
+        .map_err(|_| {
+            Refusal::new(
+                ErrorCode::ContractOutput,
+                "the upstream response is not I-JSON, and the operation's response connector maps JSON",
+            )
+            .with_location("")
+        })
+        .and_then(|v| {
+            check(&target.contract.output, &v, ErrorCode::ContractOutput, "target")?;
+            let out = connector.run(&v).map_err(connector_refusal)?;
+            check(&source.contract.output, &out, ErrorCode::ConnectorPostcondition, "source")?;
+            serde_json::to_vec(&out)
+                .map_err(|_| Refusal::new(ErrorCode::Internal, "the mapped body could not be written"))
+        });
+    let refusal = match mapped {
+        Ok(out) => {
+            head.headers.remove(http::header::CONTENT_LENGTH);
+            head.headers.remove("content-digest");
+            head.headers.remove("repr-digest");
+            head.headers.remove(http::header::ETAG);
+            return Response::from_parts(head, body::full(Bytes::from(out)));
+        }
+        Err(r) if r.code == ErrorCode::ContractOutput => r,
+        Err(r) => r.with_status(502),
+    };
+    let observed = Observed {
+        identifier: None,
+        expected: Some(match refusal.code {
+            ErrorCode::ContractOutput => target.contract.digest.clone(),
+            _ => connector.digest.clone(),
+        }),
+        evidence: bytes.to_vec(),
+        diagnostics: vec![("direction", "response".to_owned())],
+    };
+    if conn.on_drift == DriftPolicy::Notify {
+        output::report(state, &refusal, cx, Action::Notify, observed);
+        return Response::from_parts(head, body::full(bytes));
+    }
+    output::report(state, &refusal, cx, Action::Blocked, observed);
+    // The write went through: say so, and hand its commit receipt on.
+    let mut p = output::blocked_problem(state, &refusal, cx).await;
+    p.extensions
+        .insert("upstream_status".into(), head.status.as_u16().into());
+    if let Some(commit) = head
+        .headers
+        .get(headers::RECEIPT_HEADER)
+        .and_then(|v| URL_SAFE_NO_PAD.decode(v.as_bytes()).ok())
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+    {
+        p.extensions.insert("commit_receipt".into(), commit);
+    }
+    let receipt = p
+        .extensions
+        .get("receipt")
+        .and_then(receipts::receipt_header_value);
+    let mut resp = p.into_response();
+    if let Some(v) = receipt {
+        resp.headers_mut().insert(headers::RECEIPT_HEADER, v);
+    }
+    resp
+}
+
+fn check(
+    schema: &Option<palisade_policy::rich::Schema>,
+    v: &serde_json::Value,
+    code: ErrorCode,
+    which: &str,
+) -> Result<(), Refusal> {
+    let Some(schema) = schema else {
+        return Ok(());
+    };
+    schema.check(v).map_err(|violation| {
+        Refusal::new(
+            code,
+            format!(
+                "the response violates the {which} contract's structural.output at schema keyword {}",
+                violation.schema_location
+            ),
+        )
+        .with_location(violation.instance_location)
+    })
+}

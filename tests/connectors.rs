@@ -1,0 +1,418 @@
+//! RICH connectors on the data plane (issue 23, RICH §3.2/§9/§11.2) through the real binary and
+//! a real upstream: an agent-facing v2 contract in front of a legacy v1 operation. What the
+//! upstream received is asserted byte for byte; every refusal has its code, its signed receipt
+//! naming both contracts and the connector, and its drift event, and reaches no one.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use http::{Request, StatusCode};
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::keys::KeyPair;
+use serde_json::{json, Value};
+use support::bundles::*;
+use support::writes::*;
+use support::*;
+
+const T1: &str = "urn:palisade:connector-profile:t1-jmespath:1";
+
+fn digest(doc: &Value) -> String {
+    format!("sha-256:{}", Sha256Digest::of_json(doc).to_hex())
+}
+
+fn put_file(dir: &Path, doc: &Value) -> String {
+    std::fs::write(
+        dir.join(format!("{}.json", Sha256Digest::of_json(doc).to_hex())),
+        serde_json::to_vec_pretty(doc).unwrap(),
+    )
+    .unwrap();
+    digest(doc)
+}
+
+/// The agent-facing contract: `sku`, `qty`, `warehouse`; answers `{"allocated": true}`.
+fn v2(output: Value) -> Value {
+    contract_with_output(
+        json!({"$schema": DIALECT, "type": "object", "required": ["sku", "qty", "warehouse"],
+               "additionalProperties": false,
+               "properties": {"sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 1},
+                              "warehouse": {"type": "string"}}}),
+        output,
+        "write",
+        "compensable",
+    )
+}
+
+/// The legacy contract: other names, a stricter `Location`; answers `{"ok": true}`.
+fn v1() -> Value {
+    contract_with_output(
+        json!({"$schema": DIALECT, "type": "object", "required": ["ItemCode", "Quantity", "Location"],
+               "additionalProperties": false,
+               "properties": {"ItemCode": {"type": "string"}, "Quantity": {"type": "integer"},
+                              "Location": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]+$"}}}),
+        json!({"$schema": DIALECT, "type": "object", "required": ["ok"],
+               "properties": {"ok": {"type": "boolean"}}}),
+        "write",
+        "compensable",
+    )
+}
+
+/// A T1 connector from `source` to `target` and a qualification record of it, written to
+/// `contracts`; the lockfile's reference to both.
+/// Its precondition: SKUs in capitals, which the v2 contract does not demand.
+fn connector(contracts: &Path, source: &Value, target: &Value, id: &str, expr: &str) -> Value {
+    let conn = json!({"id": id, "class": "T1", "purpose": "structural-adaptation",
+        "sourceDigest": digest(source), "targetDigest": digest(target),
+        "transform": {"lang": "jmespath", "expr": expr},
+        "preconditions": {"$schema": DIALECT,
+                          "properties": {"sku": {"type": "string", "pattern": "^[A-Z0-9-]+$"}}},
+        "postconditions": {},
+        "qualification": "urn:test:qualifications/allocations"});
+    let qual = json!({"subjectUri": id, "subjectDigest": digest(&conn),
+        "profile": "urn:test:qualification-profile:1", "evidence": [], "scope": "integration test",
+        "findings": [], "decision": "qualified", "qualifier": "urn:test:qualifier",
+        "expiry": "2099-01-01T00:00:00Z"});
+    json!({"connectorDigest": put_file(contracts, &conn), "connectorProfile": T1,
+           "connectorQualificationDigest": put_file(contracts, &qual)})
+}
+
+const REQUEST_MAP: &str = "{ItemCode: sku, Quantity: qty, Location: warehouse}";
+
+/// Two v2 → v1 connections: `/v2/items/{id}/allocations` (answers mapped back) and
+/// `/v2/strict/{id}/allocations`, whose v2 answer must be `allocated: false`, which the response
+/// connector never produces (the response-side postcondition).
+fn bundle(dir: &Path) -> (BundleFiles, Value) {
+    let ok = json!({"$schema": DIALECT, "type": "object", "required": ["allocated"],
+                    "properties": {"allocated": {"const": true}}});
+    let strict = json!({"$schema": DIALECT, "type": "object", "required": ["allocated"],
+                        "properties": {"allocated": {"const": false}}});
+    let (v2, v2_strict, v1) = (v2(ok), v2(strict), v1());
+    let b = write_bundle(
+        dir,
+        "urn:palisade:test:connectors/1",
+        &[
+            (
+                "alloc.v2",
+                "POST /v2/items/{id}/allocations",
+                v2.clone(),
+                None,
+            ),
+            (
+                "strict.v2",
+                "POST /v2/strict/{id}/allocations",
+                v2_strict.clone(),
+                None,
+            ),
+            (
+                "alloc.v1",
+                "POST /legacy/items/{id}/allocate",
+                v1.clone(),
+                None,
+            ),
+        ],
+    );
+    let c = &b.contracts;
+    let mut first = connector(c, &v2, &v1, "urn:test:c/alloc", REQUEST_MAP);
+    first["response"] = connector(c, &v1, &v2, "urn:test:c/alloc-back", "{allocated: ok}");
+    let mut second = connector(c, &v2_strict, &v1, "urn:test:c/strict", REQUEST_MAP);
+    second["response"] = connector(
+        c,
+        &v1,
+        &v2_strict,
+        "urn:test:c/strict-back",
+        "{allocated: ok}",
+    );
+    let mut lock = b.lock();
+    // `strict.v2` has the same legacy target: two agent-facing revisions on one operation.
+    let edges = [
+        ("alloc", "alloc.v2", first),
+        ("strict", "strict.v2", second),
+    ];
+    lock["connections"] = edges
+        .into_iter()
+        .map(|(id, source, mut refs)| {
+            refs["id"] = json!(id);
+            refs["source"] = json!(source);
+            refs["target"] = json!("alloc.v1");
+            refs["edgeKind"] = json!("data");
+            refs
+        })
+        .collect();
+    std::fs::write(&b.lockfile, serde_json::to_vec_pretty(&lock).unwrap()).unwrap();
+    let files = BundleFiles {
+        digest: digest(&lock),
+        ..b
+    };
+    (files, lock)
+}
+
+fn post(p: &Palisade, path: &str, lease: &str, body: &str) -> Request<BoxBody> {
+    Request::post(p.url(path))
+        .header("content-type", "application/json")
+        .header(
+            "agent-compensation-inverse",
+            URL_SAFE_NO_PAD.encode(inverse()),
+        )
+        .header("agent-compensation-lease", lease)
+        .body(full(body.to_owned()))
+        .unwrap()
+}
+
+fn writes(u: &Upstream) -> Vec<Seen> {
+    u.requests()
+        .into_iter()
+        .filter(|s| s.method != "GET")
+        .collect()
+}
+
+fn receipt_of(parts: &http::response::Parts) -> Value {
+    let h = parts
+        .headers
+        .get("agent-commit-receipt")
+        .expect("a receipt");
+    serde_json::from_slice(&URL_SAFE_NO_PAD.decode(h.as_bytes()).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v2_write_reaches_the_legacy_operation_mapped_and_its_answer_comes_back_mapped() {
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let (b, lock) = bundle(bundle_dir.path());
+    let s = start_configured(
+        Upstream::start().await,
+        tempfile::tempdir().unwrap(),
+        "",
+        &b.rich_toml("unbound_writes = \"deny\"\n"),
+    );
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let client = http1_client();
+    let conn = &lock["connections"][0];
+    // The lease names the request the SoR receives (docs/decisions.md).
+    let legacy = |path: &str, epoch| lease_for(&agent, path, epoch, |_| {});
+
+    let (parts, body) = send(
+        &client,
+        post(
+            &s.p,
+            "/v2/items/1/allocations?trace=1",
+            &legacy("/legacy/items/1/allocate?trace=1", 1),
+            r#"{"sku":"BOLT-M8","qty":5,"warehouse":"BER-1"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(
+        parts.status,
+        StatusCode::OK,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+    // The answer, mapped back: {"ok":true} from the SoR is {"allocated":true} for the agent.
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap(),
+        json!({"allocated": true})
+    );
+    assert_eq!(
+        parts.headers.get("content-length").unwrap(),
+        &body.len().to_string()
+    );
+    // What the upstream received: one POST, at the legacy path with the query kept, with the
+    // mapped body exactly and a length that is the mapped body's.
+    let seen = writes(&s.upstream);
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert_eq!(seen[0].method, "POST");
+    assert_eq!(seen[0].path_and_query, "/legacy/items/1/allocate?trace=1");
+    let mapped = br#"{"ItemCode":"BOLT-M8","Location":"BER-1","Quantity":5}"#;
+    assert_eq!(seen[0].body_sha256, sha256_hex(mapped));
+    assert_eq!(
+        seen[0].headers.get("content-length").unwrap(),
+        &mapped.len().to_string()
+    );
+    // The commit receipt is for the legacy target and names both contracts and the connector.
+    let receipt = receipt_of(&parts);
+    assert_receipt_verifies(&receipt, "commit");
+    assert_eq!(
+        receipt["sor_target_uri"],
+        format!("{BASE}/legacy/items/1/allocate?trace=1")
+    );
+    let caps = &lock["capabilities"];
+    assert_eq!(
+        receipt["connector"],
+        json!({"source_contract_digest": caps["alloc.v2"]["contractDigest"],
+               "target_contract_digest": caps["alloc.v1"]["contractDigest"],
+               "connector_digest": conn["connectorDigest"],
+               "response_connector_digest": conn["response"]["connectorDigest"]})
+    );
+    assert_eq!(receipt["lockfile_digest"], b.digest);
+
+    // The fence is the legacy resource's: the same epoch again is stale, through either path.
+    let (parts, _) = send(
+        &client,
+        post(
+            &s.p,
+            "/v2/items/1/allocations",
+            &legacy("/legacy/items/1/allocate", 1),
+            r#"{"sku":"BOLT-M8","qty":5,"warehouse":"BER-1"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::CONFLICT);
+    assert_eq!(writes(&s.upstream).len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connector_refusals_have_their_codes_receipts_and_events_and_reach_no_one() {
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let (b, lock) = bundle(bundle_dir.path());
+    let s = start_configured(
+        Upstream::start().await,
+        tempfile::tempdir().unwrap(),
+        "",
+        &b.rich_toml(""),
+    );
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let client = http1_client();
+    let lease = |path: &str| lease_for(&agent, path, 1, |_| {});
+    let legacy = lease("/legacy/items/2/allocate");
+    let conn = &lock["connections"][0];
+
+    // (body, code, status, location): the source contract, the connector's precondition
+    // (capital SKUs), the target contract after mapping (`Location` pattern).
+    let cases = [
+        (
+            r#"{"sku":"B","qty":"5","warehouse":"BER-1"}"#,
+            "ERR_CONTRACT_INPUT",
+            422,
+            "/qty",
+        ),
+        (
+            r#"{"sku":"bolt m8","qty":5,"warehouse":"BER-1"}"#,
+            "ERR_CONNECTOR_FAILED",
+            422,
+            "/sku",
+        ),
+        (
+            r#"{"sku":"B","qty":5,"warehouse":"berlin-7777"}"#,
+            "ERR_CONNECTOR_POSTCONDITION",
+            422,
+            "/Location",
+        ),
+    ];
+    for (body, code, status, location) in cases {
+        let (parts, answer) = send(
+            &client,
+            post(&s.p, "/v2/items/2/allocations", &legacy, body),
+        )
+        .await;
+        let doc: Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(parts.status.as_u16(), status, "{code}: {doc}");
+        assert_eq!(doc["code"], code, "{doc}");
+        if !location.is_empty() {
+            assert_eq!(doc["violationLocation"], location, "{doc}");
+        }
+        for value in ["bolt m8", "berlin-7777"] {
+            assert!(!doc.to_string().contains(value), "no value echoed: {doc}");
+        }
+        assert_receipt_verifies(&doc["receipt"], "rejection");
+        assert_eq!(
+            doc["receipt"]["connector"]["connector_digest"],
+            conn["connectorDigest"]
+        );
+    }
+    // The lease must name the legacy target: one for the v2 path is refused.
+    let (parts, answer) = send(
+        &client,
+        post(
+            &s.p,
+            "/v2/items/2/allocations",
+            &lease("/v2/items/2/allocations"),
+            r#"{"sku":"B","qty":5,"warehouse":"BER-1"}"#,
+        ),
+    )
+    .await;
+    assert_eq!(parts.status, StatusCode::FORBIDDEN);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&answer).unwrap()["code"],
+        "ERR_TARGET_MISMATCH"
+    );
+    assert!(writes(&s.upstream).is_empty(), "{:?}", writes(&s.upstream));
+
+    // A response the connector maps into something the v2 contract refuses: the write has
+    // happened, so the 502 carries its commit receipt beside the rejection.
+    let (parts, answer) = send(
+        &client,
+        post(
+            &s.p,
+            "/v2/strict/2/allocations",
+            &legacy,
+            r#"{"sku":"B","qty":5,"warehouse":"BER-1"}"#,
+        ),
+    )
+    .await;
+    let doc: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(parts.status, StatusCode::BAD_GATEWAY, "{doc}");
+    assert_eq!(doc["code"], "ERR_CONNECTOR_POSTCONDITION");
+    assert_eq!(doc["violationLocation"], "/allocated");
+    assert_eq!(doc["upstream_status"], 200);
+    assert_receipt_verifies(&doc["receipt"], "rejection");
+    assert_receipt_verifies(&doc["commit_receipt"], "commit");
+    assert_eq!(writes(&s.upstream).len(), 1);
+
+    // Drift events: the connector's digest is what was expected; the evidence is the payload's
+    // digest, never the payload.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let events = drift_events(&s.p);
+    let failed = events
+        .iter()
+        .find(|e| e["code"] == "ERR_CONNECTOR_FAILED")
+        .expect("a connector-failed drift event");
+    assert_eq!(failed["expectedDigest"], conn["connectorDigest"]);
+    assert_eq!(failed["bindingId"], b.binding_id);
+    assert_eq!(
+        failed["evidenceDigest"],
+        format!(
+            "sha-256:{}",
+            sha256_hex(br#"{"sku":"bolt m8","qty":5,"warehouse":"BER-1"}"#)
+        )
+    );
+    let post = events
+        .iter()
+        .filter(|e| e["code"] == "ERR_CONNECTOR_POSTCONDITION")
+        .count();
+    assert_eq!(post, 2, "request and response postconditions: {events:?}");
+    assert!(!serde_json::to_string(&events)
+        .unwrap()
+        .contains("berlin-7777"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bundle_with_an_unqualified_or_t3_connector_does_not_load() {
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let (b, mut lock) = bundle(bundle_dir.path());
+    // An expired qualification and a T3 connector, each named by the loader.
+    let v2 = b.contract("alloc.v2");
+    let v1 = b.contract("alloc.v1");
+    let t3 = json!({"id": "urn:test:c/t3", "class": "T3", "purpose": "structural-adaptation",
+        "sourceDigest": digest(&v2), "targetDigest": digest(&v1),
+        "transform": {"lang": "python", "code": "print(1)"}, "qualification": "urn:test:q"});
+    lock["connections"][0]["connectorDigest"] = json!(put_file(&b.contracts, &t3));
+    let expired = json!({"subjectUri": "urn:test:c/strict", "subjectDigest": lock["connections"][1]["connectorDigest"],
+        "decision": "qualified", "expiry": "2020-01-01T00:00:00Z"});
+    lock["connections"][1]["connectorQualificationDigest"] =
+        json!(put_file(&b.contracts, &expired));
+    std::fs::write(&b.lockfile, serde_json::to_vec(&lock).unwrap()).unwrap();
+    let out = std::process::Command::new(bin())
+        .args(["lock", "check", "--lockfile"])
+        .arg(&b.lockfile)
+        .arg("--contracts")
+        .arg(&b.contracts)
+        .output()
+        .unwrap();
+    let text =
+        String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("T3 connectors cannot be enforced"), "{text}");
+    assert!(text.contains("the qualification has expired"), "{text}");
+}
