@@ -500,7 +500,23 @@ fn the_demo_does_what_it_prints() {
         .filter_map(|l| l.find("http/1.1 ").map(|i| &l[i..]))
         .map(|l| l.split_whitespace().nth(1).unwrap_or(""))
         .collect();
-    assert_eq!(statuses, ["428", "200", "422", "409", "200"], "{text}");
+    assert_eq!(
+        statuses,
+        ["428", "200", "422", "409", "200", "201", "422"],
+        "{text}"
+    );
+    // The v2 allocation, mapped: the answer in v2 names, the SoR's record in v1 names.
+    assert!(
+        text.contains(
+            r#"{"id":"7","order":"so-1042","qty":40,"sku":"bolt-m8","warehouse":"ber-1"}"#
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(r#"{"allocationid":"7","itemcode":"bolt-m8","location":"ber-1","quantity":40,"salesorder":"so-1042"}"#),
+        "{text}"
+    );
+    assert!(text.contains(r#""violationlocation":"/order""#), "{text}");
     assert!(text.contains("err_contract_input"), "{text}");
     assert!(text.contains(r#""violationlocation":"/qty""#), "{text}");
     assert!(text.contains("err_lease_required"), "{text}");
@@ -575,7 +591,11 @@ fn the_example_bundle_is_current_and_checks() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let summary: serde_json::Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(summary["digest"], digest);
-    assert_eq!(summary["capabilities"].as_array().unwrap().len(), 7);
+    assert_eq!(summary["capabilities"].as_array().unwrap().len(), 8);
+    let connection = &summary["connections"][0];
+    assert_eq!(connection["source"], "allocations.put");
+    assert_eq!(connection["target"], "legacy.allocations.put");
+    assert_eq!(connection["class"], "T1");
 }
 
 /// The venv `scripts/test.sh` makes (pyca/cryptography is in it).

@@ -71,6 +71,14 @@ pub fn run(port: u16) -> anyhow::Result<()> {
                 r#"{{"sor_target_uri":"http://{data}/api/v2/items/1","recovery_mode":"COMPENSATING_ACTION","t_req_ms":60000,"inverse_payload":{{"method":"PUT","path":"/api/v2/items/1","body":{{"sku":"BOLT-M8","qty":1200,"warehouse":"BER-1"}}}}}}"#
             ),
         )?;
+        // The allocation (connector example): the lease names the legacy record the SoR
+        // changes; its inverse deletes it.
+        std::fs::write(
+            dir.join("allocation-grant.json"),
+            format!(
+                r#"{{"sor_target_uri":"http://{data}/legacy/v1/allocations/7","recovery_mode":"COMPENSATING_ACTION","t_req_ms":60000,"inverse_payload":{{"method":"DELETE","path":"/legacy/v1/allocations/7"}}}}"#
+            ),
+        )?;
         let exe = std::env::current_exe()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|_| "palisade".into());
@@ -118,6 +126,21 @@ Try, in another shell:
   LEASE_ID=$(echo "$LEASE" | sed 's/.*"lease_id":"\([^"]*\)".*/\1/')
   curl -si -X POST http://{data}/.well-known/ptcl/v1/leases/$LEASE_ID/compensate -H 'authorization: Bearer demo-agent'
   curl -s http://{data}/api/v2/items/1
+
+  # Allocations: agents write the v2 contract (sku, qty, warehouse, order); the SoR has only
+  # a legacy v1 API (ItemCode, Quantity, Location, SalesOrder). A qualified connector in the
+  # bundle maps the request and the answer back; the lease names the record the SoR changes.
+  LEASE=$(curl -s -X POST http://{data}/.well-known/ptcl/v1/leases -H 'authorization: Bearer demo-agent' \
+       -d @{d}/allocation-grant.json)
+  curl -si -X PUT http://{data}/api/v2/allocations/7 -H 'content-type: application/json' \
+       -H 'authorization: Bearer demo-agent' -H "agent-compensation-lease: $LEASE" \
+       -d '{{"sku":"BOLT-M8","qty":40,"warehouse":"BER-1","order":"SO-1042"}}'
+  curl -s http://{data}/legacy/v1/allocations/7; echo   # as the SoR stored it
+
+  # The v2 contract is checked before anything is mapped: 422 ERR_CONTRACT_INPUT naming /order.
+  curl -si -X PUT http://{data}/api/v2/allocations/7 -H 'content-type: application/json' \
+       -H 'authorization: Bearer demo-agent' -H "agent-compensation-lease: $LEASE" \
+       -d '{{"sku":"BOLT-M8","qty":40,"warehouse":"BER-1","order":"1042"}}'
 
   # Agents with their own signing key use `{exe} lease sign` instead (trusted issuer:
   # {d}/agent.pem, listed in {d}/issuers.json).

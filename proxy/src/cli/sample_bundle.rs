@@ -1,5 +1,8 @@
 //! A RICH bundle for a small ERP API: inventory items (what the sample SoR serves), stock
-//! allocations, purchase orders and invoices. `palisade demo` runs with it, and
+//! allocations, purchase orders and invoices. Allocations are the connector example (RICH
+//! §9): agents see `PUT /api/v2/allocations/{id}` (`sku`, `qty`, `warehouse`, `order`); the SoR
+//! serves the legacy `PUT /legacy/v1/allocations/{id}` (`ItemCode`, `Quantity`, `Location`,
+//! `SalesOrder`); a qualified T1 connector maps the request, another maps the answer back. `palisade demo` runs with it, and
 //! `examples/erp/` holds the same files for reading and for `palisade lock check`
 //! (`cargo run -p palisade --example write_erp_bundle -- examples/erp` writes them; a test keeps
 //! the two identical).
@@ -81,17 +84,12 @@ pub fn capabilities() -> Vec<(&'static str, &'static str, Value)> {
         (
             "allocations.put",
             "PUT /api/v2/allocations/{id}",
-            contract(
-                object(
-                    &["sku", "qty", "warehouse", "order"],
-                    json!({"sku": sku(), "qty": qty(), "warehouse": warehouse(),
-                           "order": {"type": "string", "pattern": "^SO-[0-9]{4,10}$"}}),
-                ),
-                "write",
-                "compensable",
-                "optional",
-                "PT10S",
-            ),
+            allocation_v2(),
+        ),
+        (
+            "legacy.allocations.put",
+            "PUT /legacy/v1/allocations/{id}",
+            allocation_v1(),
         ),
         (
             "purchase-orders.create",
@@ -140,6 +138,127 @@ pub fn capabilities() -> Vec<(&'static str, &'static str, Value)> {
     ]
 }
 
+fn order() -> Value {
+    json!({"type": "string", "pattern": "^SO-[0-9]{4,10}$"})
+}
+
+/// The agent-facing allocation contract (v2).
+fn allocation_v2() -> Value {
+    let fields = json!({"sku": sku(), "qty": qty(), "warehouse": warehouse(), "order": order()});
+    let mut c = contract(
+        object(&["sku", "qty", "warehouse", "order"], fields.clone()),
+        "write",
+        "compensable",
+        "optional",
+        "PT10S",
+    );
+    let mut answer = fields;
+    answer["id"] = json!({"type": "string"});
+    c["structural"]["output"] = object(&["id", "sku", "qty", "warehouse", "order"], answer);
+    c
+}
+
+/// The legacy allocation contract (v1), as the SoR serves it.
+fn allocation_v1() -> Value {
+    let fields = json!({"ItemCode": sku(), "Quantity": qty(), "Location": warehouse(),
+                        "SalesOrder": order()});
+    let mut c = contract(
+        object(
+            &["ItemCode", "Quantity", "Location", "SalesOrder"],
+            fields.clone(),
+        ),
+        "write",
+        "compensable",
+        "optional",
+        "PT10S",
+    );
+    let mut answer = fields;
+    answer["AllocationID"] = json!({"type": "string"});
+    c["structural"]["output"] = object(
+        &[
+            "AllocationID",
+            "ItemCode",
+            "Quantity",
+            "Location",
+            "SalesOrder",
+        ],
+        answer,
+    );
+    c
+}
+
+/// A qualified T1 connector between two contracts: (connector, its qualification record).
+fn connector(id: &str, source: &Value, target: &Value, expr: &str) -> (Value, Value) {
+    let pin = |c: &Value| format!("sha-256:{}", Sha256Digest::of_json(c).to_hex());
+    let conn = json!({
+        "id": id, "class": "T1", "purpose": "structural-adaptation",
+        "sourceDigest": pin(source), "targetDigest": pin(target),
+        "transform": {"lang": "jmespath", "expr": expr},
+        "preconditions": {}, "postconditions": {},
+        "qualification": "urn:palisade:example:erp/qualifications/allocations"
+    });
+    // A record as a qualification service would issue it (RICH §8.2); here it records the
+    // tests that exercise the mapping.
+    let record = json!({
+        "subjectUri": id, "subjectDigest": pin(&conn),
+        "profile": palisade_policy::rich::connector::artifact::PROFILE_T1,
+        "evidence": [{"uri": "urn:palisade:tests:connectors", "kind": "test-suite"}],
+        "scope": "field renames between the v2 and v1 allocation contracts",
+        "findings": [], "decision": "qualified", "qualifier": "urn:palisade:example:qualifier",
+        "expiry": "2100-01-01T00:00:00Z"
+    });
+    (conn, record)
+}
+
+fn write_doc(path: &Path, doc: &Value) -> std::io::Result<()> {
+    let mut text = serde_json::to_string_pretty(doc).map_err(std::io::Error::other)?;
+    text.push('\n');
+    std::fs::write(path, text)
+}
+
+/// The allocation connection: its lockfile entry, with the connector and qualification
+/// files written to `contracts`.
+fn allocation_connection(contracts: &Path) -> std::io::Result<Value> {
+    let (v2, v1) = (allocation_v2(), allocation_v1());
+    let mut refs = Vec::new();
+    for (id, from, to, expr) in [
+        (
+            "urn:palisade:example:erp/connectors/allocation-v2-to-v1",
+            &v2,
+            &v1,
+            "{ItemCode: sku, Quantity: qty, Location: warehouse, SalesOrder: order}",
+        ),
+        (
+            "urn:palisade:example:erp/connectors/allocation-v1-to-v2",
+            &v1,
+            &v2,
+            "{id: AllocationID, sku: ItemCode, qty: Quantity, warehouse: Location, order: SalesOrder}",
+        ),
+    ] {
+        let (conn, record) = connector(id, from, to, expr);
+        let mut pins = Vec::new();
+        for doc in [&conn, &record] {
+            let hex = Sha256Digest::of_json(doc).to_hex();
+            write_doc(&contracts.join(format!("{hex}.json")), doc)?;
+            pins.push(format!("sha-256:{hex}"));
+        }
+        refs.push(json!({
+            "connectorDigest": pins[0],
+            "connectorProfile": palisade_policy::rich::connector::artifact::PROFILE_T1,
+            "connectorQualificationDigest": pins[1]
+        }));
+    }
+    let response = refs.pop();
+    let mut edge = refs.pop().unwrap_or_default();
+    edge["id"] = json!("allocations-v2-on-v1");
+    edge["source"] = json!("allocations.put");
+    edge["target"] = json!("legacy.allocations.put");
+    edge["edgeKind"] = json!("data");
+    edge["response"] = response.unwrap_or_default();
+    edge["runtime"] = json!({"onDrift": "fail-closed"});
+    Ok(edge)
+}
+
 /// Writes the bundle under `dir` (`lock.json`, `contracts/<hex>.json`); returns the lockfile
 /// digest.
 pub fn write(dir: &Path) -> std::io::Result<String> {
@@ -165,7 +284,8 @@ pub fn write(dir: &Path) -> std::io::Result<String> {
         "richVersion": "0.1",
         "bindingId": "urn:palisade:example:erp/1",
         "graphClosure": "closed",
-        "capabilities": caps
+        "capabilities": caps,
+        "connections": [allocation_connection(&contracts)?]
     });
     let mut text = serde_json::to_string_pretty(&lock).map_err(std::io::Error::other)?;
     text.push('\n');

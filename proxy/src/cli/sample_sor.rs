@@ -1,7 +1,10 @@
 //! A small inventory API that keeps its records in a JSON file: the System of Record behind
 //! `palisade demo`, and a real upstream for tests and benchmarks.
 //!
-//! Routes: `GET /api/v2/items`, `POST /api/v2/items`, and `GET|PUT|DELETE /api/v2/items/{id}`.
+//! Routes: `GET /api/v2/items`, `POST /api/v2/items`, and `GET|PUT|DELETE /api/v2/items/{id}`;
+//! and a legacy v1 allocation API with other field names, `GET|PUT|DELETE
+//! /legacy/v1/allocations/{id}` (`{"ItemCode", "Quantity", "Location", "SalesOrder"}`), which
+//! the demo's bundle serves to agents as `PUT /api/v2/allocations/{id}` through a connector.
 //! Every change is written to the data file (temp file + rename) before the response, so the
 //! demo's data survives restarts and can be inspected with `cat`.
 //!
@@ -34,6 +37,9 @@ pub struct SampleSor {
 struct Inventory {
     next_id: u64,
     items: BTreeMap<String, Value>,
+    /// The legacy API's allocation records, by id.
+    #[serde(default)]
+    allocations: BTreeMap<String, Value>,
 }
 
 impl SampleSor {
@@ -101,6 +107,10 @@ impl SampleSor {
             .strip_prefix("/api/v2/items/")
             .filter(|id| !id.is_empty() && !id.contains('/'))
             .map(str::to_owned);
+        let legacy = path
+            .strip_prefix("/legacy/v1/allocations/")
+            .filter(|id| !id.is_empty() && !id.contains('/'))
+            .map(str::to_owned);
         let body = match body::collect_limited(req.into_body(), MAX_BODY).await {
             Ok(b) => b,
             Err(_) => {
@@ -111,6 +121,10 @@ impl SampleSor {
             }
         };
         let mut inv = self.state.lock().await;
+        if let Some(id) = legacy {
+            let (status, doc, changed) = legacy_allocation(&mut inv, &method, id, &body);
+            return self.finish(&inv, status, doc, changed).await;
+        }
         let (status, doc, changed) = match (&method, path.as_str(), id) {
             (&Method::GET, "/api/v2/items", _) => (
                 StatusCode::OK,
@@ -170,8 +184,18 @@ impl SampleSor {
                 false,
             ),
         };
+        self.finish(&inv, status, doc, changed).await
+    }
+
+    async fn finish(
+        &self,
+        inv: &Inventory,
+        status: StatusCode,
+        doc: Value,
+        changed: bool,
+    ) -> Response<ProxyBody> {
         if changed {
-            if let Err(e) = self.persist(&inv).await {
+            if let Err(e) = self.persist(inv).await {
                 tracing::error!(error = %e, "sample SoR could not persist its data");
                 return reply(
                     StatusCode::INTERNAL_SERVER_ERROR,
@@ -185,6 +209,61 @@ impl SampleSor {
             return r;
         }
         reply(status, doc)
+    }
+}
+
+/// The legacy API: one allocation record per id, answered as `{"AllocationID", …}`.
+fn legacy_allocation(
+    inv: &mut Inventory,
+    method: &Method,
+    id: String,
+    body: &[u8],
+) -> (StatusCode, Value, bool) {
+    let answer = |id: &str, record: &Value| {
+        let mut doc = record.clone();
+        doc["AllocationID"] = json!(id);
+        doc
+    };
+    match *method {
+        Method::GET => match inv.allocations.get(&id) {
+            Some(r) => (StatusCode::OK, answer(&id, r), false),
+            None => (
+                StatusCode::NOT_FOUND,
+                json!({"Error": "NO_ALLOCATION"}),
+                false,
+            ),
+        },
+        Method::PUT => match parse_object(body) {
+            Some(record) => {
+                let record = Value::Object(record);
+                let doc = answer(&id, &record);
+                let existed = inv.allocations.insert(id, record).is_some();
+                let status = if existed {
+                    StatusCode::OK
+                } else {
+                    StatusCode::CREATED
+                };
+                (status, doc, true)
+            }
+            None => (
+                StatusCode::BAD_REQUEST,
+                json!({"Error": "EXPECTED_OBJECT"}),
+                false,
+            ),
+        },
+        Method::DELETE => match inv.allocations.remove(&id) {
+            Some(_) => (StatusCode::NO_CONTENT, Value::Null, true),
+            None => (
+                StatusCode::NOT_FOUND,
+                json!({"Error": "NO_ALLOCATION"}),
+                false,
+            ),
+        },
+        _ => (
+            StatusCode::METHOD_NOT_ALLOWED,
+            json!({"Error": "METHOD"}),
+            false,
+        ),
     }
 }
 
