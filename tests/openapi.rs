@@ -485,3 +485,112 @@ fn compat_tells_compatible_from_breaking_revisions() {
     assert!(run.stdout.is_empty());
     assert!(String::from_utf8_lossy(&run.stderr).contains("junk.json"));
 }
+
+/// Re-importing an edited revision of a real document into the same directory: a breaking
+/// update is refused (exit 3, nothing written) until `--approve`, which writes a migration
+/// record per breaking capability and pins them in the new lockfile (RICH §15.2).
+#[test]
+fn a_breaking_reimport_needs_approval_and_leaves_a_migration_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("bundle");
+    let first = import(&testdata("xero_assets.yaml"), &out, &[]);
+    assert_eq!(first["changes"], serde_json::json!([]));
+    // The same document again: nothing changed, nothing to approve.
+    let again = import(&testdata("xero_assets.yaml"), &out, &[]);
+    assert_eq!(again["digest"], first["digest"]);
+
+    // Revision 2 requires fixedAssetAccountId when an asset type is created.
+    let text = std::fs::read_to_string(testdata("xero_assets.yaml")).unwrap();
+    let edited = text.replacen(
+        "        - bookDepreciationSetting\n      properties:\n        assetTypeId:",
+        "        - bookDepreciationSetting\n        - fixedAssetAccountId\n      properties:\n        assetTypeId:",
+        1,
+    );
+    assert_ne!(edited, text, "the edit applies");
+    let v2 = dir.path().join("xero_assets_v2.yaml");
+    std::fs::write(&v2, edited).unwrap();
+    let before = files(&out);
+    let run = |args: &[&str]| {
+        Command::new(bin())
+            .args(["lock", "import-openapi"])
+            .arg(&v2)
+            .arg("--out")
+            .arg(&out)
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let refused = run(&[]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(3), "{err}");
+    assert!(err.contains("createAssetType: breaking"), "{err}");
+    assert!(err.contains("fixedAssetAccountId"), "{err}");
+    assert!(err.contains("--approve"), "{err}");
+    assert_eq!(files(&out), before, "nothing written without approval");
+
+    let approved = run(&["--approve"]);
+    assert!(
+        approved.status.success(),
+        "{}",
+        String::from_utf8_lossy(&approved.stderr)
+    );
+    let summary: Value = serde_json::from_slice(&approved.stdout).unwrap();
+    let changes = summary["changes"].as_array().unwrap();
+    let created = changes
+        .iter()
+        .find(|c| c["capability"] == "createAssetType")
+        .unwrap();
+    assert_eq!(created["outcome"], "breaking");
+    assert_eq!(created["approved"], true);
+    // The new lockfile pins each record; each record names both contracts and the lockfile
+    // to roll back to, which is kept beside it.
+    let lock: Value =
+        serde_json::from_slice(&std::fs::read(out.join("lock.json")).unwrap()).unwrap();
+    let entries = lock["migrations"].as_array().unwrap();
+    assert_eq!(
+        entries.len(),
+        changes.iter().filter(|c| c["approved"] == true).count()
+    );
+    let entry = entries
+        .iter()
+        .find(|e| e["capability"] == "createAssetType")
+        .unwrap();
+    let hex = entry["recordDigest"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha-256:");
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(out.join("migrations").join(format!("{hex}.json"))).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        palisade_policy::digest::Sha256Digest::of_json(&record).to_hex(),
+        hex,
+        "the record is what the lockfile pins"
+    );
+    assert_eq!(record["outcome"], "breaking");
+    assert_eq!(record["sourceDigest"], created["from"]);
+    assert_eq!(record["targetDigest"], created["to"]);
+    assert_eq!(record["rollback"]["lockfileDigest"], first["digest"]);
+    let old_hex = first["digest"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("sha-256:");
+    assert!(out
+        .join("migrations")
+        .join(format!("lock-{old_hex}.json"))
+        .exists());
+    // And the new bundle compiles.
+    let check = Command::new(bin())
+        .args(["lock", "check", "--lockfile"])
+        .arg(out.join("lock.json"))
+        .arg("--contracts")
+        .arg(out.join("contracts"))
+        .output()
+        .unwrap();
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}

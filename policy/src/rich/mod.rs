@@ -11,6 +11,7 @@ pub mod compat;
 pub mod connections;
 pub mod connector;
 mod duration;
+pub mod migration;
 pub mod openapi;
 pub mod schema;
 

@@ -16,7 +16,14 @@ use super::failure::Failure;
 /// Largest document read: real API descriptions run to a few MiB.
 const MAX_DOCUMENT: u64 = 32 << 20;
 
-pub(super) fn run(spec: &Path, out: &Path, opts: &ImportOptions) -> Result<(), Failure> {
+/// `approve`: write the lockfile even when it is breaking or lossy against the one in `out`
+/// (with a migration record each, see [`super::migrate`]).
+pub(super) fn run(
+    spec: &Path,
+    out: &Path,
+    opts: &ImportOptions,
+    approve: bool,
+) -> Result<(), Failure> {
     let fail = |line: String| Failure {
         code: 1,
         lines: vec![line],
@@ -40,6 +47,8 @@ pub(super) fn run(spec: &Path, out: &Path, opts: &ImportOptions) -> Result<(), F
     };
     let imported = openapi::import(&doc, &Sha256Digest::of(&bytes), opts)
         .map_err(|e| fail(format!("{}: {e}", spec.display())))?;
+    let now = palisade_policy::lease::format_rfc3339_ms(crate::clock::WallClock::now_ms());
+    let plan = super::migrate::plan(out, &imported.lockfile, &imported.contracts, approve, &now)?;
     let contracts = out.join("contracts");
     std::fs::create_dir_all(&contracts)
         .map_err(|e| fail(format!("{}: {e}", contracts.display())))?;
@@ -47,15 +56,16 @@ pub(super) fn run(spec: &Path, out: &Path, opts: &ImportOptions) -> Result<(), F
         let path = contracts.join(format!("{}.json", digest.to_hex()));
         write_json(&path, contract).map_err(fail)?;
     }
+    // The lockfile last: until it is replaced, the one in force stays whole.
+    let lock = plan.apply(out, imported.lockfile).map_err(fail)?;
     let lockfile = out.join("lock.json");
-    write_json(&lockfile, &imported.lockfile).map_err(fail)?;
-    let operations = imported.lockfile["capabilities"]
-        .as_object()
-        .map_or(0, |c| c.len());
+    write_json(&lockfile, &lock).map_err(fail)?;
+    let operations = lock["capabilities"].as_object().map_or(0, |c| c.len());
     println!(
         "{}",
         json!({"lockfile": lockfile.display().to_string(),
-               "digest": Sha256Digest::of_json(&imported.lockfile).spelled(Spelling::ShaDash256),
+               "digest": Sha256Digest::of_json(&lock).spelled(Spelling::ShaDash256),
+               "changes": plan.summary(),
                "operations": operations,
                "warnings": imported.warnings,
                "untranslated": imported.untranslated})

@@ -127,6 +127,11 @@ enum LockCommand {
         /// Check `format` (uuid, date, date-time, …) instead of keeping it an annotation.
         #[arg(long)]
         assert_formats: bool,
+        /// Replace a lockfile already in OUT even where the update is breaking or lossy,
+        /// writing a migration record for each such capability (RICH §15.2). Without it
+        /// such an update exits 3 and writes nothing.
+        #[arg(long)]
+        approve: bool,
     },
     /// Compare two contract revisions (RICH §15.1): `compatible`, `breaking` or `unknown`,
     /// with where and why. Exit 0 only when compatible.
@@ -322,6 +327,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             reversibility,
             operations,
             assert_formats,
+            approve,
         }) => {
             let mut opts = palisade_policy::rich::openapi::ImportOptions {
                 base_path,
@@ -336,7 +342,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             opts.reversibility =
                 pairs::name_values("--reversibility", "OPERATION=VALUE", &reversibility)
                     .map_err(Failure::usage)?;
-            import_openapi::run(&spec, &out, &opts)
+            import_openapi::run(&spec, &out, &opts, approve)
         }
         Command::Lock(LockCommand::Compat { old, new, from, to }) => {
             match (old.or(from), new.or(to)) {
@@ -391,6 +397,7 @@ pub mod demo;
 mod failure;
 mod import_openapi;
 pub(crate) mod keys;
+mod migrate;
 mod operate;
 mod pairs;
 pub mod replay;
