@@ -594,3 +594,95 @@ fn a_breaking_reimport_needs_approval_and_leaves_a_migration_record() {
         String::from_utf8_lossy(&check.stderr)
     );
 }
+
+/// `lock compat --connector`: a breaking revision of an imported Xero contract becomes
+/// `compatible-with-connector` (exit 5) only with a qualified connector pinned OLD → NEW.
+#[test]
+fn a_qualified_connector_makes_a_breaking_revision_compatible_with_connector() {
+    use palisade_policy::digest::Sha256Digest;
+    use serde_json::json;
+    let dir = tempfile::tempdir().unwrap();
+    import(
+        &testdata("xero_assets.yaml"),
+        dir.path(),
+        &["--operations", "createAssetType"],
+    );
+    let bundle = BundleFiles::in_dir(dir.path());
+    let old_path = bundle.contract_path("createAssetType");
+    let old = bundle.contract("createAssetType");
+    let mut new = old.clone();
+    new["structural"]["input"]["$defs"]["AssetType"]["required"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("fixedAssetAccountId"));
+    let new_path = dir.path().join("new.json");
+    std::fs::write(&new_path, serde_json::to_vec(&new).unwrap()).unwrap();
+    let pin = |v: &Value| format!("sha-256:{}", Sha256Digest::of_json(v).to_hex());
+    let write = |name: &str, v: &Value| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, serde_json::to_vec(v).unwrap()).unwrap();
+        p
+    };
+    // Old callers do not send the account: the connector supplies the default one.
+    let connector = |source: &Value, target: &Value| {
+        json!({"id": "urn:test:c/asset-type-v2", "class": "T1", "purpose": "structural-adaptation",
+               "sourceDigest": pin(source), "targetDigest": pin(target),
+               "transform": {"lang": "jmespath",
+                             "expr": "merge(@, {fixedAssetAccountId: '24e260f1-bfc4-4766-ad7f-8a8ce01de879'})"},
+               "preconditions": {}, "postconditions": {}, "qualification": "urn:test:q"})
+    };
+    let forward = connector(&old, &new);
+    let qualification = |c: &Value, expiry: &str| {
+        json!({"subjectUri": "urn:test:c/asset-type-v2", "subjectDigest": pin(c),
+               "profile": "urn:test:profile", "evidence": [], "scope": "test", "findings": [],
+               "decision": "qualified", "qualifier": "urn:test:qualifier", "expiry": expiry})
+    };
+    let run = |conn: &Value, qual: Option<&Value>| {
+        let mut cmd = Command::new(bin());
+        cmd.args(["lock", "compat"])
+            .arg(&old_path)
+            .arg(&new_path)
+            .arg("--connector")
+            .arg(write("conn.json", conn));
+        if let Some(q) = qual {
+            cmd.arg("--qualification").arg(write("qual.json", q));
+        }
+        let out = cmd.output().unwrap();
+        let v: Value = serde_json::from_slice(&out.stdout).unwrap();
+        (out.status.code(), v)
+    };
+    let (code, v) = run(
+        &forward,
+        Some(&qualification(&forward, "2099-01-01T00:00:00Z")),
+    );
+    assert_eq!(code, Some(5), "{v}");
+    assert_eq!(v["outcome"], "compatible-with-connector");
+    assert_eq!(v["connectors"][0]["bridges"], "input");
+    // Unqualified, expired, or pinned the other way: it bridges nothing; still breaking.
+    let (code, v) = run(&forward, None);
+    assert_eq!(code, Some(3), "{v}");
+    assert!(
+        v["connectors"][0]["problems"]
+            .to_string()
+            .contains("unqualified"),
+        "{v}"
+    );
+    let (code, v) = run(
+        &forward,
+        Some(&qualification(&forward, "2020-01-01T00:00:00Z")),
+    );
+    assert_eq!(code, Some(3), "{v}");
+    assert!(
+        v["connectors"][0]["problems"]
+            .to_string()
+            .contains("expired"),
+        "{v}"
+    );
+    let backward = connector(&new, &old);
+    let (code, v) = run(
+        &backward,
+        Some(&qualification(&backward, "2099-01-01T00:00:00Z")),
+    );
+    assert_eq!(code, Some(3), "an output bridge does not fix an input: {v}");
+    assert_eq!(v["connectors"][0]["bridges"], "output");
+}

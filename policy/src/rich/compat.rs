@@ -9,14 +9,18 @@
 //! non-recursive `$ref`s into `$defs` — and answers `unknown` for anything outside it. Sound,
 //! not complete: it never says `compatible` for a pair it cannot show to be, and never says
 //! `breaking` without naming a rule some payload of the source breaks in the target.
-//! (`compatible-with-connector` needs connectors, which are not built yet.)
+//! `compatible-with-connector` ([`Verdict::outcome_with`]): every `breaking` finding is on a
+//! side a qualified connector bridges (old → new for inputs, new → old for outputs); an
+//! `unknown` finding stays unknown, since nothing shows the connector maps what the check
+//! could not read.
 
 use serde_json::{Map, Value};
 
-/// RICH §15.1 outcomes (without `compatible-with-connector`).
+/// RICH §15.1 outcomes, from best to worst.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Outcome {
     Compatible,
+    CompatibleWithConnector,
     Unknown,
     Breaking,
 }
@@ -25,6 +29,7 @@ impl Outcome {
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Compatible => "compatible",
+            Self::CompatibleWithConnector => "compatible-with-connector",
             Self::Unknown => "unknown",
             Self::Breaking => "breaking",
         }
@@ -53,6 +58,26 @@ impl Verdict {
             .map(|f| f.outcome)
             .max()
             .unwrap_or(Outcome::Compatible)
+    }
+
+    /// The outcome when qualified connectors bridge the inputs (`request`: old → new) and/or
+    /// the outputs (`response`: new → old).
+    pub fn outcome_with(&self, request: bool, response: bool) -> Outcome {
+        let covered = |f: &Finding| {
+            f.outcome == Outcome::Breaking
+                && ((request && f.at.starts_with("/structural/input"))
+                    || (response && f.at.starts_with("/structural/output")))
+        };
+        match self.outcome() {
+            Outcome::Compatible => Outcome::Compatible,
+            _ => self
+                .findings
+                .iter()
+                .filter(|f| !covered(f))
+                .map(|f| f.outcome)
+                .max()
+                .unwrap_or(Outcome::CompatibleWithConnector),
+        }
     }
 
     fn add(&mut self, outcome: Outcome, at: &str, why: impl Into<String>) {

@@ -24,8 +24,6 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use serde_json::{Map, Value};
-use time::format_description::well_known::Rfc3339;
-use time::OffsetDateTime;
 
 use super::connector::artifact::{is_digest, Connector, PROFILE_T0, PROFILE_T1};
 use super::{Capability, DriftPolicy, Problem, Protocol};
@@ -335,40 +333,8 @@ fn qualified(
             "file name does not match its content (the SHA-256 of its JCS form)",
         ));
     }
-    let field = |k: &str| record.get(k).and_then(Value::as_str);
-    if field("subjectDigest") != Some(conn.digest.as_str()) {
-        problems.push(Problem::new(
-            format!("contracts/{file}#/subjectDigest"),
-            format!(
-                "the record qualifies another subject, not the connector {}",
-                conn.digest
-            ),
-        ));
-    }
-    if field("subjectUri") != Some(conn.id.as_str()) {
-        problems.push(Problem::new(
-            format!("contracts/{file}#/subjectUri"),
-            "must be the connector's id",
-        ));
-    }
-    if field("decision") != Some("qualified") {
-        problems.push(Problem::new(
-            format!("contracts/{file}#/decision"),
-            "the connector is not qualified (decision must be \"qualified\", RICH §8.2)",
-        ));
-    }
-    let expiry = field("expiry").and_then(|e| OffsetDateTime::parse(e, &Rfc3339).ok());
-    match (expiry, inputs.now_ms) {
-        (None, _) => problems.push(Problem::new(
-            format!("contracts/{file}#/expiry"),
-            "is required: an RFC 3339 time the qualification is valid until",
-        )),
-        (Some(e), Some(now)) if (e.unix_timestamp_nanos() / 1_000_000) as i64 <= now => problems
-            .push(Problem::new(
-                format!("contracts/{file}#/expiry"),
-                "the qualification has expired",
-            )),
-        _ => {}
+    for (member, why) in conn.qualified_by(&Value::Object(record), inputs.now_ms) {
+        problems.push(Problem::new(format!("contracts/{file}#/{member}"), why));
     }
 }
 

@@ -133,11 +133,11 @@ enum LockCommand {
         #[arg(long)]
         approve: bool,
     },
-    /// Compare two contract revisions (RICH §15.1): `compatible`, `breaking` or `unknown`,
-    /// with where and why. Exit 0 only when compatible.
+    /// Compare two contract revisions (RICH §15.1): `compatible`, `compatible-with-connector`,
+    /// `breaking` or `unknown`, with where and why. Exit 0 only when compatible.
     ///
-    /// Exit codes: 0 compatible, 3 breaking, 4 unknown (5 is kept for
-    /// compatible-with-connector); 1 a file unreadable or not JSON, 2 usage.
+    /// Exit codes: 0 compatible, 3 breaking, 4 unknown, 5 compatible-with-connector; 1 a file
+    /// unreadable or not JSON, 2 usage.
     Compat {
         /// The contract in force (or `--from`).
         #[arg(
@@ -157,6 +157,14 @@ enum LockCommand {
         from: Option<PathBuf>,
         #[arg(long, hide = true, requires = "from")]
         to: Option<PathBuf>,
+        /// A connector (RICH §9.1) pinned OLD → NEW (bridges inputs) or NEW → OLD (outputs);
+        /// repeatable.
+        #[arg(long = "connector", value_name = "FILE")]
+        connectors: Vec<PathBuf>,
+        /// A qualification record (RICH §8.2) of a connector; repeatable. A connector without
+        /// one bridges nothing.
+        #[arg(long = "qualification", value_name = "FILE")]
+        qualifications: Vec<PathBuf>,
     },
     /// Pin a running MCP server's tools: write a lockfile (FILE) with each tool's digest and
     /// a contract per tool in contracts/ beside it, for review.
@@ -344,12 +352,17 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                     .map_err(Failure::usage)?;
             import_openapi::run(&spec, &out, &opts, approve)
         }
-        Command::Lock(LockCommand::Compat { old, new, from, to }) => {
-            match (old.or(from), new.or(to)) {
-                (Some(old), Some(new)) => compat::run(&old, &new),
-                _ => Err(Failure::usage("lock compat: give OLD and NEW")),
-            }
-        }
+        Command::Lock(LockCommand::Compat {
+            old,
+            new,
+            from,
+            to,
+            connectors,
+            qualifications,
+        }) => match (old.or(from), new.or(to)) {
+            (Some(old), Some(new)) => compat::run(&old, &new, &connectors, &qualifications),
+            _ => Err(Failure::usage("lock compat: give OLD and NEW")),
+        },
         Command::Lock(LockCommand::PinMcp {
             url,
             out,

@@ -173,3 +173,31 @@ fn asserted_formats_are_not_annotations() {
         Outcome::Compatible
     );
 }
+
+#[test]
+fn connectors_bridge_only_the_breaking_findings_of_their_side() {
+    let c = |input: Value, output: Value| json!({"structural": {"input": input, "output": output}});
+    let s = json!({"type": "string"});
+    let i = json!({"type": "integer"});
+    let n = json!({"type": "string", "pattern": "^a"});
+    // Input narrowed (string → integer): breaking on the input side only.
+    let v = contracts(&c(s.clone(), s.clone()), &c(i.clone(), s.clone()));
+    assert_eq!(v.outcome(), Outcome::Breaking);
+    assert_eq!(
+        v.outcome_with(true, false),
+        Outcome::CompatibleWithConnector
+    );
+    assert_eq!(v.outcome_with(false, true), Outcome::Breaking);
+    // Output widened too: both sides need a bridge.
+    let v = contracts(&c(s.clone(), i.clone()), &c(i.clone(), s.clone()));
+    assert_eq!(v.outcome_with(true, false), Outcome::Breaking);
+    assert_eq!(v.outcome_with(true, true), Outcome::CompatibleWithConnector);
+    // Unknown stays unknown: nothing shows the connector maps what could not be read.
+    let v = contracts(&c(s.clone(), s.clone()), &c(n, s.clone()));
+    assert_eq!(v.outcome_with(true, true), Outcome::Unknown);
+    // And compatible stays compatible.
+    assert_eq!(
+        contracts(&c(s.clone(), s.clone()), &c(s.clone(), s)).outcome_with(true, true),
+        Outcome::Compatible
+    );
+}

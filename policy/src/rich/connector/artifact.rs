@@ -232,6 +232,50 @@ impl Connector {
     }
 }
 
+impl Connector {
+    /// §11.1 (5): whether `record` (a qualification record, §8.2) qualifies this connector:
+    /// it names the connector (`subjectDigest`, `subjectUri`), its `decision` is
+    /// `"qualified"`, and its `expiry` has not passed (`now_ms`; `None` skips that check).
+    /// Each failure is (member, why).
+    pub fn qualified_by(&self, record: &Value, now_ms: Option<i64>) -> Vec<(&'static str, String)> {
+        let mut out = Vec::new();
+        let field = |k: &str| record.get(k).and_then(Value::as_str);
+        if field("subjectDigest") != Some(self.digest.as_str()) {
+            out.push((
+                "subjectDigest",
+                format!(
+                    "the record qualifies another subject, not the connector {}",
+                    self.digest
+                ),
+            ));
+        }
+        if field("subjectUri") != Some(self.id.as_str()) {
+            out.push(("subjectUri", "must be the connector's id".to_owned()));
+        }
+        if field("decision") != Some("qualified") {
+            out.push((
+                "decision",
+                "the connector is not qualified (decision must be \"qualified\", RICH §8.2)"
+                    .to_owned(),
+            ));
+        }
+        let expiry = field("expiry").and_then(|e| {
+            time::OffsetDateTime::parse(e, &time::format_description::well_known::Rfc3339).ok()
+        });
+        match (expiry, now_ms) {
+            (None, _) => out.push((
+                "expiry",
+                "is required: an RFC 3339 time the qualification is valid until".to_owned(),
+            )),
+            (Some(e), Some(now)) if (e.unix_timestamp_nanos() / 1_000_000) as i64 <= now => {
+                out.push(("expiry", "the qualification has expired".to_owned()))
+            }
+            _ => {}
+        }
+        out
+    }
+}
+
 /// `sourceDigest` / `targetDigest`: `sha-256:` and 64 lowercase hex digits.
 fn pinned(doc: &Map<String, Value>, key: &str, at: &str, problems: &mut Vec<Problem>) -> String {
     match doc.get(key).and_then(Value::as_str) {
