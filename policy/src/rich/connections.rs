@@ -165,6 +165,17 @@ fn one(
         return None;
     }
     let (src, tgt) = (&inputs.capabilities[source], &inputs.capabilities[target]);
+    // Writes are mapped (their bodies are read before anything is decided); a read streams
+    // and is not re-addressed, so a connection on one would never run.
+    for (key, cap) in [("source", src), ("target", tgt)] {
+        let method = cap.operation.split(' ').next().unwrap_or_default();
+        if matches!(method, "GET" | "HEAD" | "OPTIONS") {
+            problems.push(Problem::new(
+                format!("{at}/{key}"),
+                format!("{method} operations are not mapped by connectors (reads stream); connect writes"),
+            ));
+        }
+    }
     if let Some(missing) = missing_parameter(&src.operation, &tgt.operation) {
         problems.push(Problem::new(
             format!("{at}/target"),

@@ -233,6 +233,9 @@ fn edges_and_templates_the_runtime_cannot_serve_are_refused() {
     c.target_op = "POST /legacy/stock/{sku}/allocate";
     c.refused("path parameter {sku} is not a parameter of the source's path");
     let mut c = Case::new();
+    c.target_op = "GET /legacy/stock/{id}/allocate";
+    c.refused("GET operations are not mapped by connectors");
+    let mut c = Case::new();
     c.connection["target"] = json!("alloc-v3");
     c.refused("must name a capability of this lockfile");
     let mut c = Case::new();

@@ -1,7 +1,8 @@
 //! RICH connectors (§9): deterministic artifacts that turn one contract's payload into
-//! another's. This module holds the transformation profiles; the connector artifact, its
-//! pinning in the bundle and its place on the data plane come next (issue 23).
+//! another's. The lockfile's `connections` pin them ([`super::connections`]); the sidecar
+//! runs them on the data plane (`proxy/src/pipeline/connect.rs`).
 //!
+//! - [`artifact`]: the connector document (§9.1), compiled; its qualification check.
 //! - [`t1`]: the restricted T1 profile, JMESPath with limits that bound size and work.
 
 pub mod artifact;
