@@ -337,6 +337,31 @@ async fn connector_refusals_have_their_codes_receipts_and_events_and_reach_no_on
         serde_json::from_slice::<Value>(&answer).unwrap()["code"],
         "ERR_TARGET_MISMATCH"
     );
+    // A dry run is mapped and checked, never sent; its answer is the sidecar's, not mapped.
+    let dry = lease_for(&agent, "/legacy/items/2/allocate", 1, |f| {
+        f.insert("recovery_mode".into(), json!("DRY_RUN_SHADOW"));
+    });
+    let (parts, answer) = send(
+        &client,
+        post(
+            &s.p,
+            "/v2/items/2/allocations",
+            &dry,
+            r#"{"sku":"B","qty":5,"warehouse":"BER-1"}"#,
+        ),
+    )
+    .await;
+    assert!(
+        parts.status.is_success(),
+        "{}",
+        String::from_utf8_lossy(&answer)
+    );
+    let receipt = receipt_of(&parts);
+    assert_eq!(receipt["kind"], "dry-run", "{receipt}");
+    assert_eq!(
+        receipt["connector"]["connector_digest"],
+        conn["connectorDigest"]
+    );
     assert!(writes(&s.upstream).is_empty(), "{:?}", writes(&s.upstream));
 
     // A response the connector maps into something the v2 contract refuses: the write has

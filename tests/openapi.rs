@@ -686,3 +686,102 @@ fn a_qualified_connector_makes_a_breaking_revision_compatible_with_connector() {
     assert_eq!(code, Some(3), "an output bridge does not fix an input: {v}");
     assert_eq!(v["connectors"][0]["bridges"], "output");
 }
+
+/// The imported path and query parameters (`structural.parameters`) are checked on the data
+/// plane: a read with a query value its schema refuses, or a write whose path parameter is not
+/// a uuid when formats are asserted, is 422 with the parameter's location, and reaches no one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imported_parameters_are_checked_on_reads_and_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    import(
+        &testdata("xero-projects.yaml"),
+        dir.path(),
+        &[
+            "--assert-formats",
+            "--reversibility",
+            "patchProject=compensable",
+        ],
+    );
+    let b = BundleFiles::in_dir(dir.path());
+    let s = start_configured(
+        Upstream::start().await,
+        tempfile::tempdir().unwrap(),
+        "",
+        &b.rich_toml(""),
+    );
+    let client = http1_client();
+    let get = |pq: &str| {
+        Request::get(s.p.url(&format!("/projects.xro/2.0/Projects{pq}")))
+            .body(full(""))
+            .unwrap()
+    };
+    // Within the schemas: forwarded as sent, query and all.
+    let ok = "?pageSize=50&page=2&states=INPROGRESS&contactID=00000000-0000-0000-0000-000000000001";
+    let (parts, _) = send(&client, get(ok)).await;
+    assert_eq!(parts.status, StatusCode::OK);
+    let seen = s.upstream.requests();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0].path_and_query,
+        format!("/projects.xro/2.0/Projects{ok}")
+    );
+    for (pq, location) in [
+        ("?pageSize=abc", "/query/pageSize"),
+        ("?pageSize=501", "/query/pageSize"),
+        ("?pageSize=0", "/query/pageSize"),
+        ("?page=1&page=2", "/query/page"),
+        ("?contactID=not-a-uuid", "/query/contactID"),
+    ] {
+        let (parts, answer) = send(&client, get(pq)).await;
+        let doc: Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(
+            parts.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "{pq}: {doc}"
+        );
+        assert_eq!(doc["code"], "ERR_CONTRACT_INPUT", "{pq}");
+        assert_eq!(doc["violationLocation"], location, "{pq}");
+        assert!(
+            !doc.to_string().contains("not-a-uuid"),
+            "no value echoed: {doc}"
+        );
+        assert_receipt_verifies(&doc["receipt"], "rejection");
+    }
+    assert_eq!(
+        s.upstream.requests().len(),
+        1,
+        "refused reads reached no one"
+    );
+
+    // A write: the path parameter is a uuid (formats asserted), the body is fine.
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let path = "/projects.xro/2.0/Projects/not-a-uuid";
+    let req = Request::patch(s.p.url(path))
+        .header("content-type", "application/json")
+        .header(
+            "agent-compensation-lease",
+            lease_for(&agent, path, 1, |_| {}),
+        )
+        .header(
+            "agent-compensation-inverse",
+            URL_SAFE_NO_PAD.encode(inverse()),
+        )
+        .body(full(r#"{"status":"INPROGRESS"}"#))
+        .unwrap();
+    let (parts, answer) = send(&client, req).await;
+    let doc: Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(parts.status, StatusCode::UNPROCESSABLE_ENTITY, "{doc}");
+    assert_eq!(doc["violationLocation"], "/path/projectId", "{doc}");
+    assert_eq!(
+        s.upstream.requests().len(),
+        1,
+        "the refused write reached no one"
+    );
+    let events = drift_events(&s.p);
+    assert!(
+        events
+            .iter()
+            .any(|e| e["violationLocation"] == "/query/pageSize"),
+        "{events:?}"
+    );
+}

@@ -54,6 +54,8 @@ pub struct Contract {
     /// `structural.input`; `None` when the domain is `"unknown"` or has no input schema.
     pub input: Option<Schema>,
     pub output: Option<Schema>,
+    /// `structural.parameters`: path and query parameters, checked on the data plane.
+    pub parameters: Option<super::parameters::Parameters>,
     /// What `input` admits at most, in the decidable fragment (RICH §12.2).
     pub worst_case_bound: super::WorstCaseBound,
     pub side_effect: SideEffect,
@@ -261,6 +263,13 @@ fn compile_contract(name: &str, bytes: &[u8], problems: &mut Vec<Problem>) -> Op
     };
     let input = schema_of("input", problems);
     let output = schema_of("output", problems);
+    let parameters = doc
+        .get("structural")
+        .and_then(|s| s.get("parameters"))
+        .and_then(|p| {
+            let at = format!("{at}/structural/parameters");
+            super::parameters::Parameters::compile(p, &at, assert_formats, problems)
+        });
     let raw_input = doc
         .get("structural")
         .and_then(Value::as_object)
@@ -329,6 +338,7 @@ fn compile_contract(name: &str, bytes: &[u8], problems: &mut Vec<Problem>) -> Op
         digest: digest.spelled(Spelling::ShaDash256),
         input,
         output,
+        parameters,
         worst_case_bound,
         side_effect,
         reversibility,

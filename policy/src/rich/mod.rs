@@ -13,6 +13,7 @@ pub mod connector;
 mod duration;
 pub mod migration;
 pub mod openapi;
+pub mod parameters;
 pub mod schema;
 
 pub use bound::WorstCaseBound;
@@ -44,6 +45,24 @@ impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.pointer, self.message)
     }
+}
+
+/// The request's path and query parameters against the capability's
+/// `structural.parameters` (`path` is the request path without its query).
+pub fn check_parameters(
+    cap: &Capability,
+    path: &str,
+    query: Option<&str>,
+) -> Result<(), crate::Refusal> {
+    let Some(p) = cap
+        .contract
+        .parameters
+        .as_ref()
+        .filter(|_| cap.protocol == Protocol::Http)
+    else {
+        return Ok(());
+    };
+    p.check(&parameters::path_values(&cap.operation, path), query)
 }
 
 /// Check 9 (SPEC §5.2, RICH §11.2): a request body against the capability's

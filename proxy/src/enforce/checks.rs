@@ -84,8 +84,14 @@ pub async fn check(
     let verified = verified?;
     let l = verified.lease();
     // Check 9: the body against the bound contract's structural.input.
+    // Check 9 covers the path and query parameters too (`structural.parameters`).
     if let Some(cap) = binding.capability() {
         palisade_policy::rich::check_input(&cap.contract, facts.input, config.max_json_depth)?;
+        let (path, query) = facts
+            .path
+            .split_once('?')
+            .map_or((facts.path, None), |(p, q)| (p, Some(q)));
+        palisade_policy::rich::check_parameters(cap, path, query)?;
     }
     // A lease this sidecar granted names its caller (SPEC §5.7): only that caller may use it.
     if let Some(agent) = &l.agent_id {

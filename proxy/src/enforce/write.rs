@@ -52,11 +52,15 @@ pub(crate) async fn handle(
         // A bound operation that only reads needs no lease (its sideEffect says so); its
         // input contract still holds.
         if cap.contract.side_effect == SideEffect::Read {
-            if let Err(refusal) = palisade_policy::rich::check_input(
+            let checked = palisade_policy::rich::check_input(
                 &cap.contract,
                 &bytes,
                 state.config.max_json_depth,
-            ) {
+            )
+            .and_then(|()| {
+                palisade_policy::rich::check_parameters(cap, parts.uri.path(), parts.uri.query())
+            });
+            if let Err(refusal) = checked {
                 let resp = refuse(state, enf, &parts, refusal.into(), &cx, &bytes).await;
                 return (resp, Outcome::Refused);
             }

@@ -72,7 +72,11 @@ pub(super) async fn request(
     cx.connector = Some(reference(conn, source, target));
     let path = connections::target_path(&source.operation, &target.operation, parts.uri.path())
         .ok_or_else(|| Refusal::new(ErrorCode::Internal, "the target path could not be formed"));
-    let mapped = path.and_then(|p| Ok((p, map_request(state, conn, source, target, bytes)?)));
+    let params =
+        palisade_policy::rich::check_parameters(source, parts.uri.path(), parts.uri.query());
+    let mapped = params
+        .and(path)
+        .and_then(|p| Ok((p, map_request(state, conn, source, target, bytes)?)));
     let (path, mapped) = match mapped {
         Ok(m) => m,
         Err(refusal) => {
@@ -192,6 +196,11 @@ pub(super) async fn response(
     let (Some(connector), true) = (&conn.response, resp.status().is_success()) else {
         return resp;
     };
+    // Only the SoR's own answer is mapped: a dry run's or an escrow hold's 2xx is the
+    // sidecar's (its receipt says which), and an idempotent replay carries the commit's.
+    if receipt_kind(&resp).as_deref() != Some("commit") {
+        return resp;
+    }
     let source = &back.bundle.capabilities[conn.source];
     let target = &back.bundle.capabilities[conn.target];
     let (mut head, body) = resp.into_parts();
@@ -260,8 +269,7 @@ pub(super) async fn response(
     if let Some(commit) = head
         .headers
         .get(headers::RECEIPT_HEADER)
-        .and_then(|v| URL_SAFE_NO_PAD.decode(v.as_bytes()).ok())
-        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(decode_receipt)
     {
         p.extensions.insert("commit_receipt".into(), commit);
     }
@@ -274,6 +282,17 @@ pub(super) async fn response(
         resp.headers_mut().insert(headers::RECEIPT_HEADER, v);
     }
     resp
+}
+
+/// The `kind` of the receipt a response carries.
+fn receipt_kind(resp: &Response<ProxyBody>) -> Option<String> {
+    let v = decode_receipt(resp.headers().get(headers::RECEIPT_HEADER)?)?;
+    v.get("kind")?.as_str().map(str::to_owned)
+}
+
+fn decode_receipt(h: &HeaderValue) -> Option<serde_json::Value> {
+    let bytes = URL_SAFE_NO_PAD.decode(h.as_bytes()).ok()?;
+    serde_json::from_slice(&bytes).ok()
 }
 
 fn check(

@@ -187,6 +187,25 @@ pub async fn handle(
         let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
         let mut cx = write_context(&ex);
         cx.bind(bundle.as_deref(), &binding);
+        // A bound read's path and query parameters (`structural.parameters`).
+        if let Some(cap) = binding.capability() {
+            let (path, query) = (parts.uri.path(), parts.uri.query());
+            if let Err(refusal) = palisade_policy::rich::check_parameters(cap, path, query) {
+                state.metrics.refusal(refusal.code);
+                let pq = parts.uri.path_and_query().map_or("", |p| p.as_str());
+                let resp = match &state.enforcement {
+                    Some(enf) => {
+                        let evidence = Some(pq.as_bytes());
+                        receipts::refuse(enf, &refusal, &cx, None, evidence, None).await
+                    }
+                    None => {
+                        let id = uuid::Uuid::new_v4().to_string();
+                        Problem::from_refusal(&refusal, &id, &trace_id).into_response()
+                    }
+                };
+                return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
+            }
+        }
         let checked = binding.capability().filter(|c| c.contract.output.is_some());
         if let Some(cap) = checked {
             let bytes = match body::read_request_body(body, state.config.max_body).await {

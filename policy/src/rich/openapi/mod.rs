@@ -3,7 +3,7 @@
 //! (issue 23; RICH §3.3 evidence adapters, §6 provenance).
 //!
 //! Per operation: input = the JSON request body's schema (path and query parameters are
-//! recorded under `structural.parameters`; the runtime checks bodies only), output = the 2xx
+//! recorded under `structural.parameters`, which the runtime checks too), output = the 2xx
 //! JSON responses (`anyOf` when several), error domain = the 4xx/5xx responses, side effect =
 //! the method's semantics (GET/HEAD read, PUT/DELETE idempotent, POST/PATCH write),
 //! reversibility = `x-rich-reversibility` or the importer's option, else `unknown`. Each
@@ -145,7 +145,6 @@ pub fn import(
             }
             routes.insert(route, name.clone());
             used_names.insert(name.clone());
-            let params = parameters(doc, item, op);
             let reversibility = opts
                 .reversibility
                 .get(&name)
@@ -169,6 +168,7 @@ pub fn import(
                 dialect_30,
                 untranslated: Vec::new(),
             };
+            let params = parameters(doc, item, op, &mut t, &at);
             let input = request_schema(op, &mut t, &at);
             if input.is_none() && matches!(method, "put" | "post" | "patch") {
                 out.warnings.push(format!(
@@ -321,8 +321,15 @@ fn deref<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
     }
 }
 
-/// Path and query parameters (the operation's over the path item's), as recorded evidence.
-fn parameters(doc: &Value, item: &Map<String, Value>, op: &Map<String, Value>) -> Value {
+/// Path and query parameters (the operation's over the path item's), each schema translated
+/// as a body's is; the sidecar checks path and query ones (`rich::parameters`).
+fn parameters(
+    doc: &Value,
+    item: &Map<String, Value>,
+    op: &Map<String, Value>,
+    t: &mut Translate<'_>,
+    at: &str,
+) -> Value {
     let mut by_place: BTreeMap<String, Map<String, Value>> = BTreeMap::new();
     let lists = [item.get("parameters"), op.get("parameters")];
     for p in lists
@@ -338,11 +345,21 @@ fn parameters(doc: &Value, item: &Map<String, Value>, op: &Map<String, Value>) -
         ) else {
             continue;
         };
-        by_place.entry(place.to_owned()).or_default().insert(
-            name.to_owned(),
-            json!({"required": p.get("required").and_then(Value::as_bool).unwrap_or(place == "path"),
-                   "schema": p.get("schema").cloned().unwrap_or(Value::Null)}),
-        );
+        let schema = match p.get("schema") {
+            Some(s) => t.root(s, &format!("{at}/parameters/{}", pointer_escape(name))),
+            None => Value::Null,
+        };
+        let mut param = json!({
+            "required": p.get("required").and_then(Value::as_bool).unwrap_or(place == "path"),
+            "schema": schema,
+        });
+        if let Some(explode) = p.get("explode").and_then(Value::as_bool) {
+            param["explode"] = explode.into();
+        }
+        by_place
+            .entry(place.to_owned())
+            .or_default()
+            .insert(name.to_owned(), param);
     }
     Value::Object(
         by_place

@@ -1,0 +1,284 @@
+//! Path and query parameters of a contract (`structural.parameters`, as `lock import-openapi`
+//! records them from OpenAPI): each a JSON Schema, checked on the data plane before the
+//! request goes anywhere.
+//!
+//! ```json
+//! "parameters": {"path": {"projectId": {"required": true, "schema": {…}}},
+//!                "query": {"pageSize": {"required": false, "schema": {"type": "integer"}}}}
+//! ```
+//!
+//! A parameter arrives as text. It is read as the type its schema names (`integer`,
+//! `number`, `boolean`; an `array` from every occurrence of a query name, OpenAPI's default
+//! `form`/`explode` style; anything else a string) and the schema checks that value. Text that
+//! is not the named type fails as the schema would fail the value. Query names the contract
+//! does not declare pass (OpenAPI does not close the query string); header and cookie
+//! parameters are not checked. Locations in refusals are `/path/<name>` and `/query/<name>`.
+
+use serde_json::Value;
+
+use super::schema::Schema;
+use super::Problem;
+use crate::{ErrorCode, Refusal};
+
+/// Most declared parameters per contract, and most query pairs read from one request.
+const MAX_PARAMETERS: usize = 256;
+
+#[derive(Debug)]
+struct Parameter {
+    name: String,
+    required: bool,
+    /// OpenAPI `explode` (query only; default true): `false` reads an array from one
+    /// comma-separated value.
+    explode: bool,
+    /// The `type` text is read as.
+    kind: Kind,
+    schema: Option<Schema>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    String,
+    Integer,
+    Number,
+    Boolean,
+    /// Every occurrence, each item read as the inner kind.
+    Array(Scalar),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scalar {
+    String,
+    Integer,
+    Number,
+    Boolean,
+}
+
+/// A contract's compiled parameters.
+#[derive(Debug, Default)]
+pub struct Parameters {
+    path: Vec<Parameter>,
+    query: Vec<Parameter>,
+}
+
+fn scalar(schema: &Value) -> Scalar {
+    match schema.get("type").and_then(Value::as_str) {
+        Some("integer") => Scalar::Integer,
+        Some("number") => Scalar::Number,
+        Some("boolean") => Scalar::Boolean,
+        _ => Scalar::String,
+    }
+}
+
+fn kind(schema: &Value) -> Kind {
+    match schema.get("type").and_then(Value::as_str) {
+        Some("array") => Kind::Array(schema.get("items").map_or(Scalar::String, scalar)),
+        _ => match scalar(schema) {
+            Scalar::String => Kind::String,
+            Scalar::Integer => Kind::Integer,
+            Scalar::Number => Kind::Number,
+            Scalar::Boolean => Kind::Boolean,
+        },
+    }
+}
+
+impl Parameters {
+    /// Compiles `structural.parameters`; `at` is the pointer of that member.
+    pub fn compile(
+        doc: &Value,
+        at: &str,
+        assert_formats: bool,
+        problems: &mut Vec<Problem>,
+    ) -> Option<Parameters> {
+        let Value::Object(places) = doc else {
+            problems.push(Problem::new(
+                at,
+                "must be an object of places (path, query)",
+            ));
+            return None;
+        };
+        let mut out = Parameters::default();
+        for (place, params) in places {
+            let list = match place.as_str() {
+                "path" => &mut out.path,
+                "query" => &mut out.query,
+                // Recorded, not checked (docs/decisions.md).
+                "header" | "cookie" => continue,
+                _ => {
+                    problems.push(Problem::new(
+                        format!("{at}/{place}"),
+                        "a parameter's place is path, query, header or cookie",
+                    ));
+                    continue;
+                }
+            };
+            let Some(params) = params.as_object() else {
+                problems.push(Problem::new(format!("{at}/{place}"), "must be an object"));
+                continue;
+            };
+            for (name, p) in params {
+                if list.len() >= MAX_PARAMETERS {
+                    problems.push(Problem::new(
+                        format!("{at}/{place}"),
+                        format!("more than {MAX_PARAMETERS} parameters"),
+                    ));
+                    break;
+                }
+                let here = format!(
+                    "{at}/{place}/{}",
+                    name.replace('~', "~0").replace('/', "~1")
+                );
+                let schema_doc = p.get("schema").filter(|s| !s.is_null());
+                let schema = match schema_doc {
+                    None => None,
+                    Some(s) => {
+                        match Schema::compile_with(s, &format!("{here}/schema"), assert_formats) {
+                            Ok(s) => Some(s),
+                            Err(ps) => {
+                                problems.extend(ps);
+                                continue;
+                            }
+                        }
+                    }
+                };
+                list.push(Parameter {
+                    name: name.clone(),
+                    required: p
+                        .get("required")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(place == "path"),
+                    explode: p.get("explode").and_then(Value::as_bool).unwrap_or(true),
+                    kind: schema_doc.map_or(Kind::String, kind),
+                    schema,
+                });
+            }
+        }
+        Some(out)
+    }
+
+    /// Checks a request's path parameters (`(name, raw segment)`, from the bound template)
+    /// and its query string (raw, without `?`).
+    pub fn check(&self, path: &[(&str, &str)], query: Option<&str>) -> Result<(), Refusal> {
+        for p in &self.path {
+            let raw = path.iter().find(|(n, _)| *n == p.name).map(|(_, v)| *v);
+            let decoded = raw.map(|r| percent_encoding::percent_decode_str(r).decode_utf8_lossy());
+            let values: Vec<&str> = decoded.as_deref().into_iter().collect();
+            p.check_values(&values, "path")?;
+        }
+        if self.query.is_empty() {
+            return Ok(());
+        }
+        let pairs: Vec<(String, String)> =
+            url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
+                .take(MAX_PARAMETERS * 4)
+                .map(|(k, v)| (k.into_owned(), v.into_owned()))
+                .collect();
+        for p in &self.query {
+            let values: Vec<&str> = pairs
+                .iter()
+                .filter(|(k, _)| *k == p.name)
+                .map(|(_, v)| v.as_str())
+                .collect();
+            p.check_values(&values, "query")?;
+        }
+        Ok(())
+    }
+}
+
+impl Parameter {
+    fn check_values(&self, values: &[&str], place: &str) -> Result<(), Refusal> {
+        let location = format!(
+            "/{place}/{}",
+            self.name.replace('~', "~0").replace('/', "~1")
+        );
+        let refuse = |why: String| {
+            Refusal::new(ErrorCode::ContractInput, why).with_location(location.clone())
+        };
+        if values.is_empty() {
+            if self.required {
+                return Err(refuse(format!(
+                    "the {place} parameter is required by structural.parameters"
+                )));
+            }
+            return Ok(());
+        }
+        let split: Vec<&str>;
+        let values = match (self.kind, self.explode, values) {
+            (Kind::Array(_), false, [one]) => {
+                split = one.split(',').collect();
+                &split[..]
+            }
+            _ => values,
+        };
+        let value = match self.kind {
+            Kind::Array(item) => Value::Array(
+                values
+                    .iter()
+                    .map(|v| read(v, item))
+                    .collect::<Option<Vec<_>>>()
+                    .ok_or_else(|| {
+                        refuse(format!(
+                            "a {place} parameter item is not of its schema's type"
+                        ))
+                    })?,
+            ),
+            _ if values.len() > 1 => {
+                return Err(refuse(format!(
+                    "the {place} parameter is given more than once"
+                )))
+            }
+            k => read(
+                values[0],
+                match k {
+                    Kind::Integer => Scalar::Integer,
+                    Kind::Number => Scalar::Number,
+                    Kind::Boolean => Scalar::Boolean,
+                    _ => Scalar::String,
+                },
+            )
+            .ok_or_else(|| refuse(format!("the {place} parameter is not of its schema's type")))?,
+        };
+        let Some(schema) = &self.schema else {
+            return Ok(());
+        };
+        schema.check(&value).map_err(|v| {
+            refuse(format!(
+                "the {place} parameter violates structural.parameters at schema keyword {}",
+                v.schema_location
+            ))
+        })
+    }
+}
+
+/// Text as a scalar of `kind`; `None` when it is not one. Integers beyond ±2^53 are not
+/// integers here (I-JSON).
+fn read(text: &str, kind: Scalar) -> Option<Value> {
+    match kind {
+        Scalar::String => Some(Value::String(text.to_owned())),
+        Scalar::Integer => {
+            let n: i64 = text.parse().ok()?;
+            (n.unsigned_abs() < (1 << 53)).then(|| Value::from(n))
+        }
+        Scalar::Number => {
+            let f: f64 = text.parse().ok().filter(|f: &f64| f.is_finite())?;
+            serde_json::Number::from_f64(f).map(Value::Number)
+        }
+        Scalar::Boolean => match text {
+            "true" => Some(Value::Bool(true)),
+            "false" => Some(Value::Bool(false)),
+            _ => None,
+        },
+    }
+}
+
+/// The `(name, raw segment)` pairs of `path` under an operation's template (`METHOD /a/{x}`).
+pub fn path_values<'p>(operation: &'p str, path: &'p str) -> Vec<(&'p str, &'p str)> {
+    let template = operation.split_once(' ').map_or("", |(_, t)| t);
+    template
+        .split('/')
+        .zip(path.split('/'))
+        .filter_map(|(t, v)| Some((t.strip_prefix('{')?.strip_suffix('}')?, v)))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

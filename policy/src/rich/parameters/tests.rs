@@ -1,0 +1,97 @@
+#![allow(clippy::unwrap_used)]
+use serde_json::json;
+
+use super::*;
+
+const DIALECT: &str = crate::rich::schema::DIALECT_2020_12;
+
+fn compiled(doc: Value) -> Parameters {
+    let mut problems = Vec::new();
+    let p = Parameters::compile(&doc, "#/structural/parameters", false, &mut problems).unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
+    p
+}
+
+fn params() -> Parameters {
+    compiled(json!({
+        "path": {"projectId": {"required": true,
+                                "schema": {"$schema": DIALECT, "type": "string", "format": "uuid", "maxLength": 36}}},
+        "query": {
+            "pageSize": {"required": false, "schema": {"$schema": DIALECT, "type": "integer", "minimum": 1, "maximum": 500}},
+            "states": {"required": false, "schema": {"$schema": DIALECT, "type": "array",
+                        "items": {"enum": ["INPROGRESS", "CLOSED"]}}},
+            "archived": {"schema": {"$schema": DIALECT, "type": "boolean"}},
+            "contactID": {"required": true, "schema": {"$schema": DIALECT, "type": "string"}}
+        },
+        "header": {"Xero-Tenant-Id": {"required": true, "schema": {"type": "string"}}}
+    }))
+}
+
+fn refused(p: &Parameters, path: &[(&str, &str)], query: &str) -> Refusal {
+    p.check(path, Some(query)).unwrap_err()
+}
+
+#[test]
+fn typed_values_pass_and_each_wrong_one_names_its_parameter() {
+    let p = params();
+    let id = [("projectId", "b021e7ad-4ba0-4d38-9b0b-2f9d2f6c1b4e")];
+    p.check(
+        &id,
+        Some("contactID=c1&pageSize=50&states=CLOSED&states=INPROGRESS&archived=false&other=x"),
+    )
+    .unwrap();
+    for (query, location) in [
+        ("pageSize=50", "/query/contactID"), // required, missing
+        ("contactID=c&pageSize=fifty", "/query/pageSize"), // not an integer
+        ("contactID=c&pageSize=501", "/query/pageSize"), // beyond maximum
+        ("contactID=c&pageSize=1&pageSize=2", "/query/pageSize"), // twice
+        ("contactID=c&states=OPEN", "/query/states"), // not in the enum
+        ("contactID=c&archived=yes", "/query/archived"), // not a boolean
+        ("contactID=c&pageSize=9007199254740993", "/query/pageSize"),
+    ] {
+        let r = refused(&p, &id, query);
+        assert_eq!(r.code, ErrorCode::ContractInput, "{query}");
+        assert_eq!(r.location.as_deref(), Some(location), "{query}: {r:?}");
+        assert!(
+            !r.detail.contains("fifty") && !r.detail.contains("OPEN"),
+            "{r:?}"
+        );
+    }
+    // A path value is percent-decoded before it is checked.
+    let long = [("projectId", "%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61%61")];
+    assert_eq!(
+        refused(&p, &long, "contactID=c").location.as_deref(),
+        Some("/path/projectId")
+    );
+    // Header parameters are recorded, not checked.
+    p.check(&id, Some("contactID=c")).unwrap();
+}
+
+#[test]
+fn schemas_must_declare_their_dialect_and_places_are_known() {
+    let mut problems = Vec::new();
+    Parameters::compile(
+        &json!({"query": {"q": {"schema": {"type": "string"}}}, "matrix": {}}),
+        "#/p",
+        false,
+        &mut problems,
+    );
+    let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    assert!(
+        text.iter().any(|p| p.contains("#/p/query/q/schema")),
+        "{text:?}"
+    );
+    assert!(text.iter().any(|p| p.contains("#/p/matrix")), "{text:?}");
+}
+
+#[test]
+fn path_values_follow_the_template() {
+    assert_eq!(
+        path_values(
+            "GET /projects/{projectId}/time/{timeEntryId}",
+            "/projects/p1/time/t2"
+        ),
+        [("projectId", "p1"), ("timeEntryId", "t2")]
+    );
+    assert!(path_values("GET /projects", "/projects").is_empty());
+}
