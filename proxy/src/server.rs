@@ -291,7 +291,7 @@ async fn serve_connection(
                 peer,
                 tls: false,
                 client_cert: None,
-                upstream: crate::net::bound::Bound::new(),
+                upstream: Some(crate::net::bound::Bound::default()),
             });
             watcher
                 .watch(
@@ -326,7 +326,7 @@ async fn serve_connection(
                 peer,
                 tls: true,
                 client_cert,
-                upstream: crate::net::bound::Bound::new(),
+                upstream: Some(crate::net::bound::Bound::default()),
             });
             watcher
                 .watch(

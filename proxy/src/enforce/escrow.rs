@@ -233,7 +233,7 @@ pub(crate) fn rebuild(
         tls: request["tls"].as_bool()?,
         client_cert: None,
         // A released escrow is sent on no downstream connection: through the pool.
-        upstream: Default::default(),
+        upstream: None,
     };
     Some((parts, bytes, conn, Requester::default()))
 }

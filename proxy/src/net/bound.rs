@@ -32,38 +32,28 @@ const READY_WAIT: Duration = Duration::from_secs(1);
 
 type Sender = http1::SendRequest<ProxyBody>;
 
-/// The slot of one downstream connection; `None` outside a connection (released escrows,
-/// compensations), which then use the pool. Clones share the slot.
+/// The upstream-connection slot of one downstream connection (empty until its first
+/// request, or after its upstream connection closed). Clones share the slot. Requests with
+/// no downstream connection (released escrows, compensations) have no `Bound` at all
+/// (`ConnInfo::upstream` is `None`) and use the pool.
 #[derive(Clone, Default)]
-pub struct Bound(Option<Arc<Mutex<Option<Sender>>>>);
+pub struct Bound(Arc<Mutex<Option<Sender>>>);
 
 impl std::fmt::Debug for Bound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(if self.0.is_some() { "Bound" } else { "Unbound" })
+        f.write_str("Bound")
     }
 }
 
 impl Bound {
-    /// A slot for a new downstream connection.
-    pub fn new() -> Self {
-        Self(Some(Arc::default()))
-    }
-
-    pub(crate) fn is_bound(&self) -> bool {
-        self.0.is_some()
-    }
-
     fn take(&self) -> Option<Sender> {
-        let slot = self.0.as_ref()?;
-        slot.lock().unwrap_or_else(|p| p.into_inner()).take()
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
     }
 
     fn put(&self, sender: Sender) {
-        if let Some(slot) = &self.0 {
-            let mut s = slot.lock().unwrap_or_else(|p| p.into_inner());
-            if s.is_none() {
-                *s = Some(sender);
-            }
+        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if s.is_none() {
+            *s = Some(sender);
         }
     }
 
@@ -144,7 +134,7 @@ pub(crate) async fn send_on(
     bound: Option<&Bound>,
 ) -> Result<Response<Incoming>, UpstreamError> {
     match bound {
-        Some(b) if b.is_bound() && !upstream.is_https() => {
+        Some(b) if !upstream.is_https() => {
             let limit = upstream.timeout();
             match tokio::time::timeout(limit, b.send(req, upstream.connect_timeout())).await {
                 Err(_) => Err(UpstreamError::Timeout(limit)),

@@ -9,9 +9,9 @@ pub struct ConnInfo {
     pub tls: bool,
     /// DER of the client's verified leaf certificate (mTLS only).
     pub client_cert: Option<Vec<u8>>,
-    /// The connection's own upstream connection (HTTP/1 requests only); unbound outside a
+    /// The connection's own upstream connection (HTTP/1 requests only); `None` outside a
     /// downstream connection.
-    pub upstream: crate::net::bound::Bound,
+    pub upstream: Option<crate::net::bound::Bound>,
 }
 
 /// Who a verified access token names (`sub:sha256:…`), put in a request's extensions by
@@ -23,7 +23,9 @@ impl ConnInfo {
     /// The upstream connection a request of `version` may use: the connection's own for
     /// HTTP/1, none (the pool) for HTTP/2, whose streams run concurrently.
     pub fn bound_for(&self, version: http::Version) -> Option<&crate::net::bound::Bound> {
-        (version < http::Version::HTTP_2).then_some(&self.upstream)
+        self.upstream
+            .as_ref()
+            .filter(|_| version < http::Version::HTTP_2)
     }
 
     /// The caller's identity (SPEC §5.6, §5.7, §13): the subject of a verified access token
