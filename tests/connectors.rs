@@ -150,23 +150,64 @@ fn bundle(dir: &Path) -> (BundleFiles, Value) {
     (files, lock)
 }
 
-fn post(p: &Palisade, path: &str, lease: &str, body: &str) -> Request<BoxBody> {
-    Request::post(p.url(path))
-        .header("content-type", "application/json")
-        .header(
-            "agent-compensation-inverse",
-            URL_SAFE_NO_PAD.encode(inverse()),
-        )
-        .header("agent-compensation-lease", lease)
-        .body(full(body.to_owned()))
-        .unwrap()
+/// A sidecar with [`bundle`] loaded in front of a real upstream.
+struct Connected {
+    s: Setup,
+    b: BundleFiles,
+    lock: Value,
+    agent: KeyPair,
+    _bundle_dir: tempfile::TempDir,
 }
 
-fn writes(u: &Upstream) -> Vec<Seen> {
-    u.requests()
-        .into_iter()
-        .filter(|s| s.method != "GET")
-        .collect()
+impl Connected {
+    async fn start(rich_extra: &str) -> Connected {
+        let bundle_dir = tempfile::tempdir().unwrap();
+        let (b, lock) = bundle(bundle_dir.path());
+        let s = start_configured(
+            Upstream::start().await,
+            tempfile::tempdir().unwrap(),
+            "",
+            &b.rich_toml(rich_extra),
+        );
+        Connected {
+            s,
+            b,
+            lock,
+            agent: KeyPair::from_seed(AGENT_SEED),
+            _bundle_dir: bundle_dir,
+        }
+    }
+
+    /// A lease for `path` (the legacy target) at `epoch`.
+    fn lease(&self, path: &str, epoch: u64) -> String {
+        lease_for(&self.agent, path, epoch, |_| {})
+    }
+
+    /// POSTs `body` to `path` with `lease` and the test inverse.
+    async fn post(&self, path: &str, lease: &str, body: &str) -> (http::response::Parts, Value) {
+        let req = Request::post(self.s.p.url(path))
+            .header("content-type", "application/json")
+            .header(
+                "agent-compensation-inverse",
+                URL_SAFE_NO_PAD.encode(inverse()),
+            )
+            .header("agent-compensation-lease", lease)
+            .body(full(body.to_owned()))
+            .unwrap();
+        let (parts, bytes) = send(&http1_client(), req).await;
+        let doc = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        (parts, doc)
+    }
+
+    /// The writes the upstream received.
+    fn writes(&self) -> Vec<Seen> {
+        self.s
+            .upstream
+            .requests()
+            .into_iter()
+            .filter(|s| s.method != "GET")
+            .collect()
+    }
 }
 
 fn receipt_of(parts: &http::response::Parts) -> Value {
@@ -177,54 +218,31 @@ fn receipt_of(parts: &http::response::Parts) -> Value {
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(h.as_bytes()).unwrap()).unwrap()
 }
 
+const V2_BODY: &str = r#"{"sku":"B","qty":5,"warehouse":"BER-1"}"#;
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_v2_write_reaches_the_legacy_operation_mapped_and_its_answer_comes_back_mapped() {
-    let bundle_dir = tempfile::tempdir().unwrap();
-    let (b, lock) = bundle(bundle_dir.path());
-    let s = start_configured(
-        Upstream::start().await,
-        tempfile::tempdir().unwrap(),
-        "",
-        &b.rich_toml("unbound_writes = \"deny\"\n"),
-    );
-    let agent = KeyPair::from_seed(AGENT_SEED);
-    let client = http1_client();
-    let conn = &lock["connections"][0];
+    let c = Connected::start("unbound_writes = \"deny\"\n").await;
+    let conn = &c.lock["connections"][0];
     // The lease names the request the SoR receives (docs/decisions.md).
-    let legacy = |path: &str, epoch| lease_for(&agent, path, epoch, |_| {});
-
-    let (parts, body) = send(
-        &client,
-        post(
-            &s.p,
-            "/v2/items/1/allocations?trace=1",
-            &legacy("/legacy/items/1/allocate?trace=1", 1),
-            r#"{"sku":"BOLT-M8","qty":5,"warehouse":"BER-1"}"#,
-        ),
-    )
-    .await;
-    assert_eq!(
-        parts.status,
-        StatusCode::OK,
-        "{}",
-        String::from_utf8_lossy(&body)
-    );
+    let lease = c.lease("/legacy/items/1/allocate?trace=1", 1);
+    let (parts, doc) = c
+        .post("/v2/items/1/allocations?trace=1", &lease, V2_BODY)
+        .await;
+    assert_eq!(parts.status, StatusCode::OK, "{doc}");
     // The answer, mapped back: {"ok":true} from the SoR is {"allocated":true} for the agent.
-    assert_eq!(
-        serde_json::from_slice::<Value>(&body).unwrap(),
-        json!({"allocated": true})
-    );
+    assert_eq!(doc, json!({"allocated": true}));
     assert_eq!(
         parts.headers.get("content-length").unwrap(),
-        &body.len().to_string()
+        &serde_json::to_vec(&doc).unwrap().len().to_string()
     );
     // What the upstream received: one POST, at the legacy path with the query kept, with the
     // mapped body exactly and a length that is the mapped body's.
-    let seen = writes(&s.upstream);
+    let seen = c.writes();
     assert_eq!(seen.len(), 1, "{seen:?}");
     assert_eq!(seen[0].method, "POST");
     assert_eq!(seen[0].path_and_query, "/legacy/items/1/allocate?trace=1");
-    let mapped = br#"{"ItemCode":"BOLT-M8","Location":"BER-1","Quantity":5}"#;
+    let mapped = br#"{"ItemCode":"B","Location":"BER-1","Quantity":5}"#;
     assert_eq!(seen[0].body_sha256, sha256_hex(mapped));
     assert_eq!(
         seen[0].headers.get("content-length").unwrap(),
@@ -237,7 +255,7 @@ async fn a_v2_write_reaches_the_legacy_operation_mapped_and_its_answer_comes_bac
         receipt["sor_target_uri"],
         format!("{BASE}/legacy/items/1/allocate?trace=1")
     );
-    let caps = &lock["capabilities"];
+    let caps = &c.lock["capabilities"];
     assert_eq!(
         receipt["connector"],
         json!({"source_contract_digest": caps["alloc.v2"]["contractDigest"],
@@ -245,38 +263,20 @@ async fn a_v2_write_reaches_the_legacy_operation_mapped_and_its_answer_comes_bac
                "connector_digest": conn["connectorDigest"],
                "response_connector_digest": conn["response"]["connectorDigest"]})
     );
-    assert_eq!(receipt["lockfile_digest"], b.digest);
+    assert_eq!(receipt["lockfile_digest"], c.b.digest);
 
-    // The fence is the legacy resource's: the same epoch again is stale, through either path.
-    let (parts, _) = send(
-        &client,
-        post(
-            &s.p,
-            "/v2/items/1/allocations",
-            &legacy("/legacy/items/1/allocate", 1),
-            r#"{"sku":"BOLT-M8","qty":5,"warehouse":"BER-1"}"#,
-        ),
-    )
-    .await;
+    // The fence is the legacy resource's: the same epoch again is stale.
+    let lease = c.lease("/legacy/items/1/allocate", 1);
+    let (parts, _) = c.post("/v2/items/1/allocations", &lease, V2_BODY).await;
     assert_eq!(parts.status, StatusCode::CONFLICT);
-    assert_eq!(writes(&s.upstream).len(), 1);
+    assert_eq!(c.writes().len(), 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connector_refusals_have_their_codes_receipts_and_events_and_reach_no_one() {
-    let bundle_dir = tempfile::tempdir().unwrap();
-    let (b, lock) = bundle(bundle_dir.path());
-    let s = start_configured(
-        Upstream::start().await,
-        tempfile::tempdir().unwrap(),
-        "",
-        &b.rich_toml(""),
-    );
-    let agent = KeyPair::from_seed(AGENT_SEED);
-    let client = http1_client();
-    let lease = |path: &str| lease_for(&agent, path, 1, |_| {});
-    let legacy = lease("/legacy/items/2/allocate");
-    let conn = &lock["connections"][0];
+    let c = Connected::start("").await;
+    let legacy = c.lease("/legacy/items/2/allocate", 1);
+    let conn = &c.lock["connections"][0];
 
     // (body, code, status, location): the source contract, the connector's precondition
     // (capital SKUs), the target contract after mapping (`Location` pattern).
@@ -301,17 +301,10 @@ async fn connector_refusals_have_their_codes_receipts_and_events_and_reach_no_on
         ),
     ];
     for (body, code, status, location) in cases {
-        let (parts, answer) = send(
-            &client,
-            post(&s.p, "/v2/items/2/allocations", &legacy, body),
-        )
-        .await;
-        let doc: Value = serde_json::from_slice(&answer).unwrap();
+        let (parts, doc) = c.post("/v2/items/2/allocations", &legacy, body).await;
         assert_eq!(parts.status.as_u16(), status, "{code}: {doc}");
         assert_eq!(doc["code"], code, "{doc}");
-        if !location.is_empty() {
-            assert_eq!(doc["violationLocation"], location, "{doc}");
-        }
+        assert_eq!(doc["violationLocation"], location, "{doc}");
         for value in ["bolt m8", "berlin-7777"] {
             assert!(!doc.to_string().contains(value), "no value echoed: {doc}");
         }
@@ -322,79 +315,45 @@ async fn connector_refusals_have_their_codes_receipts_and_events_and_reach_no_on
         );
     }
     // The lease must name the legacy target: one for the v2 path is refused.
-    let (parts, answer) = send(
-        &client,
-        post(
-            &s.p,
-            "/v2/items/2/allocations",
-            &lease("/v2/items/2/allocations"),
-            r#"{"sku":"B","qty":5,"warehouse":"BER-1"}"#,
-        ),
-    )
-    .await;
+    let v2_lease = c.lease("/v2/items/2/allocations", 1);
+    let (parts, doc) = c.post("/v2/items/2/allocations", &v2_lease, V2_BODY).await;
     assert_eq!(parts.status, StatusCode::FORBIDDEN);
-    assert_eq!(
-        serde_json::from_slice::<Value>(&answer).unwrap()["code"],
-        "ERR_TARGET_MISMATCH"
-    );
+    assert_eq!(doc["code"], "ERR_TARGET_MISMATCH");
     // A dry run is mapped and checked, never sent; its answer is the sidecar's, not mapped.
-    let dry = lease_for(&agent, "/legacy/items/2/allocate", 1, |f| {
+    let dry = lease_for(&c.agent, "/legacy/items/2/allocate", 1, |f| {
         f.insert("recovery_mode".into(), json!("DRY_RUN_SHADOW"));
     });
-    let (parts, answer) = send(
-        &client,
-        post(
-            &s.p,
-            "/v2/items/2/allocations",
-            &dry,
-            r#"{"sku":"B","qty":5,"warehouse":"BER-1"}"#,
-        ),
-    )
-    .await;
-    assert!(
-        parts.status.is_success(),
-        "{}",
-        String::from_utf8_lossy(&answer)
-    );
+    let (parts, doc) = c.post("/v2/items/2/allocations", &dry, V2_BODY).await;
+    assert!(parts.status.is_success(), "{doc}");
     let receipt = receipt_of(&parts);
     assert_eq!(receipt["kind"], "dry-run", "{receipt}");
     assert_eq!(
         receipt["connector"]["connector_digest"],
         conn["connectorDigest"]
     );
-    assert!(writes(&s.upstream).is_empty(), "{:?}", writes(&s.upstream));
+    assert!(c.writes().is_empty(), "{:?}", c.writes());
 
     // A response the connector maps into something the v2 contract refuses: the write has
     // happened, so the 502 carries its commit receipt beside the rejection.
-    let (parts, answer) = send(
-        &client,
-        post(
-            &s.p,
-            "/v2/strict/2/allocations",
-            &legacy,
-            r#"{"sku":"B","qty":5,"warehouse":"BER-1"}"#,
-        ),
-    )
-    .await;
-    let doc: Value = serde_json::from_slice(&answer).unwrap();
+    let (parts, doc) = c.post("/v2/strict/2/allocations", &legacy, V2_BODY).await;
     assert_eq!(parts.status, StatusCode::BAD_GATEWAY, "{doc}");
     assert_eq!(doc["code"], "ERR_CONNECTOR_POSTCONDITION");
     assert_eq!(doc["violationLocation"], "/allocated");
     assert_eq!(doc["upstream_status"], 200);
     assert_receipt_verifies(&doc["receipt"], "rejection");
     assert_receipt_verifies(&doc["commit_receipt"], "commit");
-    assert_eq!(writes(&s.upstream).len(), 1);
+    assert_eq!(c.writes().len(), 1);
 
     // Drift events: the connector's digest is what was expected; the evidence is the payload's
     // digest, never the payload.
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let events = drift_events(&s.p);
+    let events = drift_events(&c.s.p);
     let failed = events
         .iter()
         .find(|e| e["code"] == "ERR_CONNECTOR_FAILED")
         .expect("a connector-failed drift event");
     assert_eq!(failed["expectedDigest"], conn["connectorDigest"]);
-    assert_eq!(failed["bindingId"], b.binding_id);
+    assert_eq!(failed["bindingId"], c.b.binding_id);
     assert_eq!(
         failed["evidenceDigest"],
         format!(

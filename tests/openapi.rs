@@ -407,18 +407,25 @@ async fn asserted_formats_are_checked_by_the_sidecar() {
     }
 }
 
+/// Xero's `createAssetType` imported into `dir`: its contract's file and document.
+fn imported_create_asset_type(dir: &Path) -> (PathBuf, Value) {
+    import(
+        &testdata("xero_assets.yaml"),
+        dir,
+        &["--operations", "createAssetType"],
+    );
+    let bundle = BundleFiles::in_dir(dir);
+    (
+        bundle.contract_path("createAssetType"),
+        bundle.contract("createAssetType"),
+    )
+}
+
 /// `palisade lock compat` on an imported contract and edited revisions of it.
 #[test]
 fn compat_tells_compatible_from_breaking_revisions() {
     let dir = tempfile::tempdir().unwrap();
-    import(
-        &testdata("xero_assets.yaml"),
-        dir.path(),
-        &["--operations", "createAssetType"],
-    );
-    let bundle = BundleFiles::in_dir(dir.path());
-    let old_path = bundle.contract_path("createAssetType");
-    let old = bundle.contract("createAssetType");
+    let (old_path, old) = imported_create_asset_type(dir.path());
     let compat = |new: &Value| {
         let p = dir.path().join("new.json");
         std::fs::write(&p, serde_json::to_vec(new).unwrap()).unwrap();
@@ -602,14 +609,7 @@ fn a_qualified_connector_makes_a_breaking_revision_compatible_with_connector() {
     use palisade_policy::digest::Sha256Digest;
     use serde_json::json;
     let dir = tempfile::tempdir().unwrap();
-    import(
-        &testdata("xero_assets.yaml"),
-        dir.path(),
-        &["--operations", "createAssetType"],
-    );
-    let bundle = BundleFiles::in_dir(dir.path());
-    let old_path = bundle.contract_path("createAssetType");
-    let old = bundle.contract("createAssetType");
+    let (old_path, old) = imported_create_asset_type(dir.path());
     let mut new = old.clone();
     new["structural"]["input"]["$defs"]["AssetType"]["required"]
         .as_array_mut()

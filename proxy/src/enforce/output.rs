@@ -210,7 +210,11 @@ pub(crate) async fn blocked(
     refusal: &Refusal,
     cx: &WriteContext,
 ) -> Response<ProxyBody> {
-    let p = blocked_problem(state, refusal, cx).await;
+    with_receipt_header(blocked_problem(state, refusal, cx).await)
+}
+
+/// A problem as a response, its `receipt` member also in `Agent-Commit-Receipt`.
+pub(crate) fn with_receipt_header(p: Problem) -> Response<ProxyBody> {
     let receipt = p
         .extensions
         .get("receipt")

@@ -273,15 +273,7 @@ pub(super) async fn response(
     {
         p.extensions.insert("commit_receipt".into(), commit);
     }
-    let receipt = p
-        .extensions
-        .get("receipt")
-        .and_then(receipts::receipt_header_value);
-    let mut resp = p.into_response();
-    if let Some(v) = receipt {
-        resp.headers_mut().insert(headers::RECEIPT_HEADER, v);
-    }
-    resp
+    output::with_receipt_header(p)
 }
 
 /// The `kind` of the receipt a response carries.
