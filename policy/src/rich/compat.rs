@@ -134,26 +134,19 @@ pub fn contracts(old: &Value, new: &Value) -> Verdict {
     let mut v = Verdict::default();
     let asserts = |c: &Value| c.pointer("/structural/formats") == Some(&Value::from("assert"));
     let assert_formats = asserts(old) || asserts(new);
-    let part = |c: &Value, k: &str| c.pointer(&format!("/structural/{k}")).cloned();
-    match (part(old, "input"), part(new, "input")) {
-        (Some(o), Some(n)) if o != "unknown" && n != "unknown" => {
-            include(&o, &n, "/structural/input", assert_formats, &mut v)
+    // Inputs: what the old accepted, the new must (old ⊆ new). Outputs the other way round.
+    for (side, source, target) in [("input", old, new), ("output", new, old)] {
+        let at = format!("/structural/{side}");
+        match (source.pointer(&at), target.pointer(&at)) {
+            (Some(s), Some(t)) if s != "unknown" && t != "unknown" => {
+                include(s, t, &at, assert_formats, &mut v)
+            }
+            _ => v.add(
+                Outcome::Unknown,
+                &at,
+                format!("an {side} schema is unknown"),
+            ),
         }
-        _ => v.add(
-            Outcome::Unknown,
-            "/structural/input",
-            "an input schema is unknown",
-        ),
-    }
-    match (part(new, "output"), part(old, "output")) {
-        (Some(n), Some(o)) if o != "unknown" && n != "unknown" => {
-            include(&n, &o, "/structural/output", assert_formats, &mut v)
-        }
-        _ => v.add(
-            Outcome::Unknown,
-            "/structural/output",
-            "an output schema is unknown",
-        ),
     }
     v
 }

@@ -45,8 +45,8 @@ const BODY_HEADERS: [&str; 4] = [
 /// What the response needs to be mapped back.
 pub(super) struct Back {
     bundle: Arc<Bundle>,
-    /// Index into the bundle's `connections`.
-    connection: usize,
+    /// The source capability's index in the bundle.
+    source: usize,
 }
 
 /// Maps a write addressed to a connection's source. `Ok(None)`: no connection; the request is
@@ -92,11 +92,7 @@ pub(super) async fn request(
     readdress(parts, &target.operation, &path, mapped.len());
     let back = Back {
         bundle: bundle.clone(),
-        connection: bundle
-            .connections
-            .iter()
-            .position(|c| std::ptr::eq(c, conn))
-            .unwrap_or(0),
+        source: conn.source,
     };
     Ok(Some((mapped, back)))
 }
@@ -190,7 +186,12 @@ pub(super) async fn response(
     cx: &WriteContext,
     resp: Response<ProxyBody>,
 ) -> Response<ProxyBody> {
-    let Some(conn) = back.bundle.connections.get(back.connection) else {
+    let bundle = &back.bundle;
+    let Some((conn, _)) = bundle
+        .capabilities
+        .get(back.source)
+        .and_then(|c| bundle.connection_for(c))
+    else {
         return resp;
     };
     let (Some(connector), true) = (&conn.response, resp.status().is_success()) else {
@@ -201,8 +202,8 @@ pub(super) async fn response(
     if receipt_kind(&resp).as_deref() != Some("commit") {
         return resp;
     }
-    let source = &back.bundle.capabilities[conn.source];
-    let target = &back.bundle.capabilities[conn.target];
+    let source = &bundle.capabilities[conn.source];
+    let target = &bundle.capabilities[conn.target];
     let (mut head, body) = resp.into_parts();
     let bytes = match body::collect_proxy(body, state.config.max_response).await {
         Ok(b) => b,
