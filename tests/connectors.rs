@@ -82,15 +82,19 @@ fn connector(contracts: &Path, source: &Value, target: &Value, id: &str, expr: &
 
 const REQUEST_MAP: &str = "{ItemCode: sku, Quantity: qty, Location: warehouse}";
 
-/// Two v2 → v1 connections: `/v2/items/{id}/allocations` (answers mapped back) and
+/// v2 → v1 connections: `/v2/items/{id}/allocations` (answers mapped back);
 /// `/v2/strict/{id}/allocations`, whose v2 answer must be `allocated: false`, which the response
-/// connector never produces (the response-side postcondition).
+/// connector never produces (the response-side postcondition); `/v2/notify/{id}/allocations`,
+/// the same under `onDrift: notify`; `/v2/badout/{id}/allocations` in front of a legacy
+/// operation whose output contract the upstream's answer breaks (`id` required).
 fn bundle(dir: &Path) -> (BundleFiles, Value) {
     let ok = json!({"$schema": DIALECT, "type": "object", "required": ["allocated"],
                     "properties": {"allocated": {"const": true}}});
     let strict = json!({"$schema": DIALECT, "type": "object", "required": ["allocated"],
                         "properties": {"allocated": {"const": false}}});
     let (v2, v2_strict, v1) = (v2(ok), v2(strict), v1());
+    let mut v1_badout = v1.clone();
+    v1_badout["structural"]["output"]["required"] = json!(["ok", "id"]);
     let b = write_bundle(
         dir,
         "urn:palisade:test:connectors/1",
@@ -113,6 +117,24 @@ fn bundle(dir: &Path) -> (BundleFiles, Value) {
                 v1.clone(),
                 None,
             ),
+            (
+                "notify.v2",
+                "POST /v2/notify/{id}/allocations",
+                v2_strict.clone(),
+                None,
+            ),
+            (
+                "badout.v2",
+                "POST /v2/badout/{id}/allocations",
+                v2.clone(),
+                None,
+            ),
+            (
+                "badout.v1",
+                "POST /legacy/badout/{id}/allocate",
+                v1_badout.clone(),
+                None,
+            ),
         ],
     );
     let c = &b.contracts;
@@ -126,18 +148,32 @@ fn bundle(dir: &Path) -> (BundleFiles, Value) {
         "urn:test:c/strict-back",
         "{allocated: ok}",
     );
+    // The same connectors (the same contracts) under the notify policy.
+    let mut notify = second.clone();
+    notify["runtime"] = json!({"onDrift": "notify"});
+    let mut badout = connector(c, &v2, &v1_badout, "urn:test:c/badout", REQUEST_MAP);
+    badout["response"] = connector(
+        c,
+        &v1_badout,
+        &v2,
+        "urn:test:c/badout-back",
+        "{allocated: ok}",
+    );
     let mut lock = b.lock();
-    // `strict.v2` has the same legacy target: two agent-facing revisions on one operation.
+    // `strict.v2` and `notify.v2` have the same legacy target as `alloc.v2`: several
+    // agent-facing revisions on one operation.
     let edges = [
-        ("alloc", "alloc.v2", first),
-        ("strict", "strict.v2", second),
+        ("alloc", "alloc.v2", "alloc.v1", first),
+        ("strict", "strict.v2", "alloc.v1", second),
+        ("notify", "notify.v2", "alloc.v1", notify),
+        ("badout", "badout.v2", "badout.v1", badout),
     ];
     lock["connections"] = edges
         .into_iter()
-        .map(|(id, source, mut refs)| {
+        .map(|(id, source, target, mut refs)| {
             refs["id"] = json!(id);
             refs["source"] = json!(source);
-            refs["target"] = json!("alloc.v1");
+            refs["target"] = json!(target);
             refs["edgeKind"] = json!("data");
             refs
         })
@@ -371,6 +407,45 @@ async fn connector_refusals_have_their_codes_receipts_and_events_and_reach_no_on
         .contains("berlin-7777"));
 }
 
+/// The answer side under each policy: `notify` passes an answer the connector cannot map as
+/// it came, with a drift event; an answer that breaks the legacy output contract is 502
+/// `ERR_CONTRACT_OUTPUT` from the write path, its event naming the legacy contract.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unmappable_answers_under_notify_and_fail_closed() {
+    let c = Connected::start("").await;
+    let lease = c.lease("/legacy/items/3/allocate", 1);
+    let (parts, doc) = c.post("/v2/notify/3/allocations", &lease, V2_BODY).await;
+    assert_eq!(parts.status, StatusCode::OK, "{doc}");
+    assert_eq!(doc, json!({"ok": true}), "passed unmapped");
+    assert_receipt_verifies(&receipt_of(&parts), "commit");
+
+    // The legacy output contract is the write path's to apply, before any mapping.
+    let lease = c.lease("/legacy/badout/3/allocate", 1);
+    let (parts, doc) = c.post("/v2/badout/3/allocations", &lease, V2_BODY).await;
+    assert_eq!(parts.status, StatusCode::BAD_GATEWAY, "{doc}");
+    assert_eq!(doc["code"], "ERR_CONTRACT_OUTPUT");
+    assert_eq!(doc["violationLocation"], "");
+    assert_receipt_verifies(&doc["receipt"], "rejection");
+    assert_eq!(c.writes().len(), 2, "each write reached the upstream once");
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let events = drift_events(&c.s.p);
+    let notified = events
+        .iter()
+        .find(|e| e["code"] == "ERR_CONNECTOR_POSTCONDITION")
+        .expect("the notify policy's drift event");
+    assert_eq!(notified["actionTaken"], "notify");
+    let output = events
+        .iter()
+        .find(|e| e["code"] == "ERR_CONTRACT_OUTPUT")
+        .expect("the output contract's drift event");
+    assert_eq!(
+        output["expectedDigest"],
+        c.lock["capabilities"]["badout.v1"]["contractDigest"]
+    );
+    assert_eq!(output["actionTaken"], "blocked");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bundle_with_an_unqualified_or_t3_connector_does_not_load() {
     let bundle_dir = tempfile::tempdir().unwrap();
@@ -387,13 +462,7 @@ async fn a_bundle_with_an_unqualified_or_t3_connector_does_not_load() {
     lock["connections"][1]["connectorQualificationDigest"] =
         json!(put_file(&b.contracts, &expired));
     std::fs::write(&b.lockfile, serde_json::to_vec(&lock).unwrap()).unwrap();
-    let out = std::process::Command::new(bin())
-        .args(["lock", "check", "--lockfile"])
-        .arg(&b.lockfile)
-        .arg("--contracts")
-        .arg(&b.contracts)
-        .output()
-        .unwrap();
+    let out = lock_check(&b.lockfile, &b.contracts);
     let text =
         String::from_utf8_lossy(&out.stderr).into_owned() + &String::from_utf8_lossy(&out.stdout);
     assert!(!out.status.success(), "{text}");

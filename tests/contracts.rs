@@ -381,13 +381,7 @@ async fn a_bundle_that_does_not_compile_stops_the_start_and_names_every_problem(
         assert!(err.contains("/capabilities/ghost/contractDigest"), "{err}");
     }
     // `lock check` says the same, with exit 1 (the input was refused).
-    let o = std::process::Command::new(bin())
-        .args(["lock", "check", "--lockfile"])
-        .arg(&b.lockfile)
-        .arg("--contracts")
-        .arg(&b.contracts)
-        .output()
-        .unwrap();
+    let o = lock_check(&b.lockfile, &b.contracts);
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).contains("ghost"));
 }

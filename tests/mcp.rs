@@ -466,13 +466,7 @@ fn pinned_digests(server: &McpServer) -> serde_json::Map<String, Value> {
         String::from_utf8_lossy(&run.stderr)
     );
     // What it wrote compiles as it is.
-    let check = Command::new(bin())
-        .args(["lock", "check", "--lockfile"])
-        .arg(&out)
-        .arg("--contracts")
-        .arg(dir.path().join("contracts"))
-        .output()
-        .unwrap();
+    let check = lock_check(&out, &dir.path().join("contracts"));
     assert!(
         check.status.success(),
         "{}",

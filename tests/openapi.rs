@@ -15,7 +15,7 @@ use base64::Engine as _;
 use http::{Request, StatusCode};
 use palisade_policy::keys::KeyPair;
 use serde_json::Value;
-use support::bundles::BundleFiles;
+use support::bundles::{lock_check, BundleFiles};
 use support::writes::*;
 use support::*;
 
@@ -87,13 +87,7 @@ fn every_operation_is_imported_deterministically_and_compiles() {
             files(b.path()),
             "{doc}: the same input gives the same bytes"
         );
-        let check = Command::new(bin())
-            .args(["lock", "check", "--lockfile"])
-            .arg(a.path().join("lock.json"))
-            .arg("--contracts")
-            .arg(a.path().join("contracts"))
-            .output()
-            .unwrap();
+        let check = lock_check(&a.path().join("lock.json"), &a.path().join("contracts"));
         assert!(
             check.status.success(),
             "{doc}: {}",
@@ -588,13 +582,7 @@ fn a_breaking_reimport_needs_approval_and_leaves_a_migration_record() {
         .join(format!("lock-{old_hex}.json"))
         .exists());
     // And the new bundle compiles.
-    let check = Command::new(bin())
-        .args(["lock", "check", "--lockfile"])
-        .arg(out.join("lock.json"))
-        .arg("--contracts")
-        .arg(out.join("contracts"))
-        .output()
-        .unwrap();
+    let check = lock_check(&out.join("lock.json"), &out.join("contracts"));
     assert!(
         check.status.success(),
         "{}",
@@ -771,17 +759,23 @@ async fn imported_parameters_are_checked_on_reads_and_writes() {
     let (parts, answer) = send(&client, req).await;
     let doc: Value = serde_json::from_slice(&answer).unwrap();
     assert_eq!(parts.status, StatusCode::UNPROCESSABLE_ENTITY, "{doc}");
+    assert_eq!(doc["code"], "ERR_CONTRACT_INPUT", "{doc}");
     assert_eq!(doc["violationLocation"], "/path/projectId", "{doc}");
+    assert!(
+        !doc.to_string().contains("not-a-uuid"),
+        "no value echoed: {doc}"
+    );
+    assert_receipt_verifies(&doc["receipt"], "rejection");
     assert_eq!(
         s.upstream.requests().len(),
         1,
         "the refused write reached no one"
     );
     let events = drift_events(&s.p);
-    assert!(
-        events
-            .iter()
-            .any(|e| e["violationLocation"] == "/query/pageSize"),
-        "{events:?}"
-    );
+    for location in ["/query/pageSize", "/path/projectId"] {
+        assert!(
+            events.iter().any(|e| e["violationLocation"] == location),
+            "{location}: {events:?}"
+        );
+    }
 }

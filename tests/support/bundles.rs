@@ -98,6 +98,17 @@ impl BundleFiles {
     }
 }
 
+/// `palisade lock check --lockfile LOCKFILE --contracts CONTRACTS`, run.
+pub fn lock_check(lockfile: &Path, contracts: &Path) -> std::process::Output {
+    std::process::Command::new(super::bin())
+        .args(["lock", "check", "--lockfile"])
+        .arg(lockfile)
+        .arg("--contracts")
+        .arg(contracts)
+        .output()
+        .unwrap()
+}
+
 /// Writes `capabilities` (name, `METHOD /path`, contract, optional `runtime`) as a bundle
 /// under `dir` (`lock.json`, `contracts/`).
 pub fn write_bundle(

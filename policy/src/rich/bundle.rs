@@ -203,16 +203,8 @@ fn compile_contract(name: &str, bytes: &[u8], problems: &mut Vec<Problem>) -> Op
             return None;
         }
     };
-    let digest = Sha256Digest::of_json(&doc);
-    if format!("{}.json", digest.to_hex()) != name {
-        problems.push(Problem::new(
-            at.clone(),
-            format!(
-                "file name does not match its content (the SHA-256 of its JCS form is {})",
-                digest.to_hex()
-            ),
-        ));
-    }
+    let (digest, misnamed) = super::content_named(name, &doc);
+    problems.extend(misnamed);
     let Value::Object(doc) = doc else {
         problems.push(Problem::new(at, "a contract must be a JSON object"));
         return None;
@@ -474,10 +466,8 @@ impl Bundle {
             let contract_digest = cap
                 .get("contractDigest")
                 .and_then(Value::as_str)
-                .and_then(|d| d.strip_prefix("sha-256:"))
-                .filter(|h| {
-                    h.len() == 64 && h.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-                });
+                .filter(|d| super::connector::artifact::is_digest(d))
+                .and_then(|d| d.strip_prefix("sha-256:"));
             let Some(hex) = contract_digest else {
                 problems.push(Problem::new(
                     format!("{at}/contractDigest"),
@@ -666,8 +656,13 @@ impl Bundle {
             .capabilities
             .iter()
             .position(|c| std::ptr::eq(c, cap))?;
-        let c = &self.connections[*self.by_source.get(&index)?];
+        let c = self.connection_of(index)?;
         Some((c, &self.capabilities[c.target]))
+    }
+
+    /// The connection whose source is the capability at `index`.
+    pub fn connection_of(&self, index: usize) -> Option<&super::connections::Connection> {
+        self.connections.get(*self.by_source.get(&index)?)
     }
 
     /// The capability bound to an HTTP request (`path` without the query).

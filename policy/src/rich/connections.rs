@@ -233,24 +233,14 @@ fn connector(
     compiled: &mut BTreeMap<String, Option<Arc<Connector>>>,
     problems: &mut Vec<Problem>,
 ) -> Option<Arc<Connector>> {
-    let Some(digest) = r
-        .get("connectorDigest")
-        .and_then(Value::as_str)
-        .filter(|d| is_digest(d))
-    else {
-        problems.push(Problem::new(
-            format!("{at}/connectorDigest"),
-            "is required: sha-256: and 64 lowercase hex digits",
-        ));
-        return None;
-    };
-    let file = format!("{}.json", &digest["sha-256:".len()..]);
-    let Some(bytes) = inputs.files.get(&file) else {
-        problems.push(Problem::new(
-            format!("{at}/connectorDigest"),
-            format!("no connector file {file} in rich.contracts"),
-        ));
-        return None;
+    let (file, bytes) = match pinned_file(r, "connectorDigest", "connector file", inputs) {
+        Ok(f) => f,
+        Err(why) => {
+            let why =
+                why.unwrap_or_else(|| "is required: sha-256: and 64 lowercase hex digits".into());
+            problems.push(Problem::new(format!("{at}/connectorDigest"), why));
+            return None;
+        }
     };
     let conn = compiled
         .entry(file.clone())
@@ -307,27 +297,19 @@ fn qualified(
     problems: &mut Vec<Problem>,
 ) {
     let at = format!("{at}/connectorQualificationDigest");
-    let Some(digest) = r
-        .get("connectorQualificationDigest")
-        .and_then(Value::as_str)
-        .filter(|d| is_digest(d))
-    else {
-        problems.push(Problem::new(
-            at,
-            "is required: an unqualified connector cannot be enforced (RICH §11.1)",
-        ));
-        return;
-    };
-    let file = format!("{}.json", &digest["sha-256:".len()..]);
-    let Some(bytes) = inputs.files.get(&file) else {
-        problems.push(Problem::new(
-            at,
-            format!("no qualification record {file} in rich.contracts"),
-        ));
-        return;
+    let key = "connectorQualificationDigest";
+    let (file, bytes) = match pinned_file(r, key, "qualification record", inputs) {
+        Ok(f) => f,
+        Err(why) => {
+            let why = why.unwrap_or_else(|| {
+                "is required: an unqualified connector cannot be enforced (RICH §11.1)".into()
+            });
+            problems.push(Problem::new(at, why));
+            return;
+        }
     };
     let record = match crate::json::parse(bytes, 64) {
-        Ok(Value::Object(o)) => o,
+        Ok(v @ Value::Object(_)) => v,
         _ => {
             problems.push(Problem::new(
                 format!("contracts/{file}#"),
@@ -336,16 +318,29 @@ fn qualified(
             return;
         }
     };
-    if crate::digest::Sha256Digest::of_json(&Value::Object(record.clone())).to_hex()
-        != file.trim_end_matches(".json")
-    {
-        problems.push(Problem::new(
-            format!("contracts/{file}#"),
-            "file name does not match its content (the SHA-256 of its JCS form)",
-        ));
-    }
-    for (member, why) in conn.qualified_by(&Value::Object(record), inputs.now_ms) {
+    problems.extend(super::content_named(&file, &record).1);
+    for (member, why) in conn.qualified_by(&record, inputs.now_ms) {
         problems.push(Problem::new(format!("contracts/{file}#/{member}"), why));
+    }
+}
+
+/// The bundle file `r[key]` pins (a `what`), with its bytes. `Err(None)`: the member is
+/// missing or not a digest; `Err(Some(why))`: no such file in the bundle.
+fn pinned_file<'i>(
+    r: &Map<String, Value>,
+    key: &str,
+    what: &str,
+    inputs: &Inputs<'i>,
+) -> Result<(String, &'i [u8]), Option<String>> {
+    let digest = r
+        .get(key)
+        .and_then(Value::as_str)
+        .filter(|d| is_digest(d))
+        .ok_or(None)?;
+    let file = format!("{}.json", &digest["sha-256:".len()..]);
+    match inputs.files.get(&file) {
+        Some(bytes) => Ok((file, bytes.as_slice())),
+        None => Err(Some(format!("no {what} {file} in rich.contracts"))),
     }
 }
 
@@ -367,26 +362,17 @@ fn missing_parameter(source: &str, target: &str) -> Option<String> {
 pub fn target_path(source_op: &str, target_op: &str, path: &str) -> Option<String> {
     let src = source_op.split_once(' ')?.1;
     let tgt = target_op.split_once(' ')?.1;
-    let mut values = BTreeMap::new();
-    let (mut t, mut p) = (src.split('/'), path.split('/'));
-    loop {
-        match (t.next(), p.next()) {
-            (None, None) => break,
-            (Some(seg), Some(val)) => {
-                if let Some(name) = seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
-                    values.insert(name, val);
-                }
-            }
-            _ => return None,
-        }
+    if src.split('/').count() != path.split('/').count() {
+        return None;
     }
+    let values = super::parameters::path_values(source_op, path);
     let mut out = String::with_capacity(tgt.len() + path.len());
     for (i, seg) in tgt.split('/').enumerate() {
         if i > 0 {
             out.push('/');
         }
         match seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')) {
-            Some(name) => out.push_str(values.get(name)?),
+            Some(name) => out.push_str(values.iter().find(|(n, _)| *n == name)?.1),
             None => out.push_str(seg),
         }
     }

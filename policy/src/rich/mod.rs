@@ -41,6 +41,25 @@ impl Problem {
     }
 }
 
+/// A bundle file is named by its content (`<hex SHA-256 of its JCS form>.json`): the problem
+/// when `name` is not `doc`'s, and `doc`'s digest either way.
+pub(crate) fn content_named(
+    name: &str,
+    doc: &serde_json::Value,
+) -> (crate::digest::Sha256Digest, Option<Problem>) {
+    let digest = crate::digest::Sha256Digest::of_json(doc);
+    let problem = (format!("{}.json", digest.to_hex()) != name).then(|| {
+        Problem::new(
+            format!("contracts/{name}#"),
+            format!(
+                "file name does not match its content (the SHA-256 of its JCS form is {})",
+                digest.to_hex()
+            ),
+        )
+    });
+    (digest, problem)
+}
+
 impl std::fmt::Display for Problem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.pointer, self.message)
@@ -74,9 +93,9 @@ pub fn check_input(
     max_depth: usize,
 ) -> Result<(), crate::Refusal> {
     use crate::{ErrorCode, Refusal};
-    let Some(schema) = &contract.input else {
+    if contract.input.is_none() {
         return Ok(());
-    };
+    }
     let value = crate::json::parse(body, max_depth).map_err(|_| {
         Refusal::new(
             ErrorCode::ContractInput,
@@ -84,7 +103,19 @@ pub fn check_input(
         )
         .with_location("")
     })?;
-    schema.check(&value).map_err(|v| {
+    check_input_value(contract, &value)
+}
+
+/// [`check_input`] on a body already parsed.
+pub fn check_input_value(
+    contract: &Contract,
+    value: &serde_json::Value,
+) -> Result<(), crate::Refusal> {
+    use crate::{ErrorCode, Refusal};
+    let Some(schema) = &contract.input else {
+        return Ok(());
+    };
+    schema.check(value).map_err(|v| {
         Refusal::new(
             ErrorCode::ContractInput,
             format!(

@@ -6,7 +6,8 @@
 //! request:  source structural.input → request connector (pre, transform, post)
 //!           → target structural.input → the target's method and path, the mapped body
 //!           → the enforced write path, on the request the SoR will receive
-//! response: 2xx → target structural.output → response connector → source structural.output
+//! response: (target structural.output, checked by the write path under the target binding's
+//!           policy) → committed 2xx → response connector → source structural.output
 //! ```
 //!
 //! Every refusal is receipted (the receipt's `connector` member names both contracts and the
@@ -114,15 +115,15 @@ fn map_request(
     target: &Capability,
     bytes: &[u8],
 ) -> Result<Bytes, Refusal> {
-    let depth = state.config.max_json_depth;
-    palisade_policy::rich::check_input(&source.contract, bytes, depth)?;
-    let input = palisade_policy::json::parse(bytes, depth).map_err(|_| {
+    // Parsed once: the source contract and the connector read the same tree.
+    let input = palisade_policy::json::parse(bytes, state.config.max_json_depth).map_err(|_| {
         Refusal::new(
             ErrorCode::ContractInput,
             "the request body is not I-JSON, and the operation's connector maps JSON",
         )
         .with_location("")
     })?;
+    palisade_policy::rich::check_input_value(&source.contract, &input)?;
     let out = conn.request.run(&input).map_err(connector_refusal)?;
     if let Some(schema) = &target.contract.input {
         schema.check(&out).map_err(|v| {
@@ -177,9 +178,9 @@ fn readdress(parts: &mut http::request::Parts, target_op: &str, path: &str, len:
         .insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
 }
 
-/// Maps a response back: the target's output contract, the response connector, the source's
-/// output contract. Only complete (2xx) answers are mapped; an error answer is the SoR's error
-/// domain and passes as it is.
+/// Maps a committed answer back: the response connector, then the source's output contract
+/// (the target's was applied by the write path). Only complete (2xx) answers are mapped; an
+/// error answer is the SoR's error domain and passes as it is.
 pub(super) async fn response(
     state: &AppState,
     back: Back,
@@ -187,11 +188,7 @@ pub(super) async fn response(
     resp: Response<ProxyBody>,
 ) -> Response<ProxyBody> {
     let bundle = &back.bundle;
-    let Some((conn, _)) = bundle
-        .capabilities
-        .get(back.source)
-        .and_then(|c| bundle.connection_for(c))
-    else {
+    let Some(conn) = bundle.connection_of(back.source) else {
         return resp;
     };
     let (Some(connector), true) = (&conn.response, resp.status().is_success()) else {
@@ -199,11 +196,15 @@ pub(super) async fn response(
     };
     // Only the SoR's own answer is mapped: a dry run's or an escrow hold's 2xx is the
     // sidecar's (its receipt says which), and an idempotent replay carries the commit's.
-    if receipt_kind(&resp).as_deref() != Some("commit") {
+    let commit = resp
+        .headers()
+        .get(headers::RECEIPT_HEADER)
+        .and_then(decode_receipt)
+        .filter(|r| r.get("kind").and_then(serde_json::Value::as_str) == Some("commit"));
+    let Some(commit) = commit else {
         return resp;
-    }
+    };
     let source = &bundle.capabilities[conn.source];
-    let target = &bundle.capabilities[conn.target];
     let (mut head, body) = resp.into_parts();
     let bytes = match body::collect_proxy(body, state.config.max_response).await {
         Ok(b) => b,
@@ -222,23 +223,24 @@ pub(super) async fn response(
             return output::blocked(state, &r, cx).await;
         }
     };
+    // The target's output contract has been applied by the write path already (under the
+    // target binding's own drift policy); what is left is the mapping.
     let depth = state.config.max_json_depth;
-    let mapped = palisade_policy::json::parse(&bytes, depth)
+    let refusal = match palisade_policy::json::parse(&bytes, depth)
         .map_err(|_| {
             Refusal::new(
-                ErrorCode::ContractOutput,
-                "the upstream response is not I-JSON, and the operation's response connector maps JSON",
+                ErrorCode::ConnectorFailed,
+                "the upstream response is not I-JSON, and the response connector maps JSON",
             )
             .with_location("")
         })
         .and_then(|v| {
-            check(&target.contract.output, &v, ErrorCode::ContractOutput, "target")?;
             let out = connector.run(&v).map_err(connector_refusal)?;
-            check(&source.contract.output, &out, ErrorCode::ConnectorPostcondition, "source")?;
-            serde_json::to_vec(&out)
-                .map_err(|_| Refusal::new(ErrorCode::Internal, "the mapped body could not be written"))
-        });
-    let refusal = match mapped {
+            check(&source.contract.output, &out)?;
+            serde_json::to_vec(&out).map_err(|_| {
+                Refusal::new(ErrorCode::Internal, "the mapped body could not be written")
+            })
+        }) {
         Ok(out) => {
             head.headers.remove(http::header::CONTENT_LENGTH);
             head.headers.remove("content-digest");
@@ -246,15 +248,11 @@ pub(super) async fn response(
             head.headers.remove(http::header::ETAG);
             return Response::from_parts(head, body::full(Bytes::from(out)));
         }
-        Err(r) if r.code == ErrorCode::ContractOutput => r,
         Err(r) => r.with_status(502),
     };
     let observed = Observed {
         identifier: None,
-        expected: Some(match refusal.code {
-            ErrorCode::ContractOutput => target.contract.digest.clone(),
-            _ => connector.digest.clone(),
-        }),
+        expected: Some(connector.digest.clone()),
         evidence: bytes.to_vec(),
         diagnostics: vec![("direction", "response".to_owned())],
     };
@@ -267,20 +265,8 @@ pub(super) async fn response(
     let mut p = output::blocked_problem(state, &refusal, cx).await;
     p.extensions
         .insert("upstream_status".into(), head.status.as_u16().into());
-    if let Some(commit) = head
-        .headers
-        .get(headers::RECEIPT_HEADER)
-        .and_then(decode_receipt)
-    {
-        p.extensions.insert("commit_receipt".into(), commit);
-    }
+    p.extensions.insert("commit_receipt".into(), commit);
     output::with_receipt_header(p)
-}
-
-/// The `kind` of the receipt a response carries.
-fn receipt_kind(resp: &Response<ProxyBody>) -> Option<String> {
-    let v = decode_receipt(resp.headers().get(headers::RECEIPT_HEADER)?)?;
-    v.get("kind")?.as_str().map(str::to_owned)
 }
 
 fn decode_receipt(h: &HeaderValue) -> Option<serde_json::Value> {
@@ -288,20 +274,19 @@ fn decode_receipt(h: &HeaderValue) -> Option<serde_json::Value> {
     serde_json::from_slice(&bytes).ok()
 }
 
+/// The mapped answer against the source contract's `structural.output`.
 fn check(
     schema: &Option<palisade_policy::rich::Schema>,
     v: &serde_json::Value,
-    code: ErrorCode,
-    which: &str,
 ) -> Result<(), Refusal> {
     let Some(schema) = schema else {
         return Ok(());
     };
     schema.check(v).map_err(|violation| {
         Refusal::new(
-            code,
+            ErrorCode::ConnectorPostcondition,
             format!(
-                "the response violates the {which} contract's structural.output at schema keyword {}",
+                "the mapped response violates the source contract's structural.output at schema keyword {}",
                 violation.schema_location
             ),
         )

@@ -20,7 +20,7 @@
 use serde_json::{Map, Value};
 
 use super::t1::{Limits, T1Error, T1};
-use crate::digest::{Sha256Digest, Spelling};
+use crate::digest::Spelling;
 use crate::rich::schema::{Schema, Violation};
 use crate::rich::Problem;
 
@@ -114,14 +114,8 @@ impl Connector {
         let at = format!("contracts/{name}#");
         let doc = crate::json::parse(bytes, 64)
             .map_err(|e| vec![Problem::new(&at, format!("not I-JSON: {e}"))])?;
-        let digest = Sha256Digest::of_json(&doc);
-        let mut problems = Vec::new();
-        if format!("{}.json", digest.to_hex()) != name {
-            problems.push(Problem::new(
-                &at,
-                "file name does not match its content (the SHA-256 of its JCS form)",
-            ));
-        }
+        let (digest, misnamed) = crate::rich::content_named(name, &doc);
+        let mut problems: Vec<Problem> = misnamed.into_iter().collect();
         let Value::Object(doc) = doc else {
             return Err(vec![Problem::new(at, "a connector must be a JSON object")]);
         };

@@ -2,6 +2,7 @@
 use serde_json::{json, Value};
 
 use super::*;
+use crate::digest::Sha256Digest;
 
 fn compiled(doc: &Value) -> Result<Connector, Vec<Problem>> {
     let name = format!("{}.json", Sha256Digest::of_json(doc).to_hex());
