@@ -23,6 +23,7 @@ const LAYERS: &[&[&str]] = &[
     &["server"],
     &["control"],
     &["pipeline"],
+    &["rcns"],
     &["authority", "aip"],
     &["mcp"],
     &["admission"],

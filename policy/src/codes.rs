@@ -20,6 +20,8 @@ pub enum DriftCategory {
     Fence,
     Idempotency,
     Rate,
+    /// RCNS (seed 000): a proposal or a synthesized contract the sidecar refused.
+    Negotiation,
 }
 
 impl DriftCategory {
@@ -34,6 +36,7 @@ impl DriftCategory {
             Self::Fence => "fence",
             Self::Idempotency => "idempotency",
             Self::Rate => "rate",
+            Self::Negotiation => "negotiation",
         }
     }
 }
@@ -152,6 +155,20 @@ codes! {
     // does not name the operation, its contract digest, or a bound the call keeps to.
     TokenInvalid = "ERR_TOKEN_INVALID", 401, "Access token missing or invalid", Some(Identity);
     NotAdmitted = "ERR_NOT_ADMITTED", 403, "Operation not admitted by the access token", Some(Identity);
+
+    // AGTP-RCNS (seed 000 §3.6, §3.1; issue 21). The seed's statuses; its `reason` words travel
+    // in the problem's `reason`. 262 is a refusal in the 2xx range: the seed's, not ours.
+    RcnsMethod = "ERR_RCNS_METHOD", 459, "Method violation", Some(Negotiation);
+    RcnsPath = "ERR_RCNS_PATH", 460, "Endpoint violation", Some(Negotiation);
+    RcnsProposal = "ERR_RCNS_PROPOSAL", 400, "Proposal malformed", Some(Negotiation);
+    RcnsScopeRequired = "ERR_RCNS_SCOPE_REQUIRED", 262, "Authorization required", Some(Negotiation);
+    RcnsScopeExceeded = "ERR_RCNS_SCOPE_EXCEEDED", 455, "Scope violation", Some(Negotiation);
+    RcnsRejected = "ERR_RCNS_REJECTED", 463, "Proposal rejected", Some(Negotiation);
+    /// The four-lock gate, and a synthesized contract that cannot be used (`rcns-disabled`,
+    /// `trust-tier-insufficient`, `contract-not-yours`, `contract-revoked`).
+    RcnsRefused = "ERR_RCNS_REFUSED", 464, "Negotiation refused", Some(Negotiation);
+    /// Confirm-first delivery: an unregistered pair addressed implicitly (seed 000 §3.1).
+    RcnsProposeFirst = "ERR_RCNS_PROPOSE_FIRST", 461, "Negotiation required", None;
 
     BodyTooLarge = "ERR_BODY_TOO_LARGE", 413, "Request body too large", None;
     ResponseTooLarge = "ERR_RESPONSE_TOO_LARGE", 502, "Upstream response too large to check", None;

@@ -40,6 +40,7 @@ pub mod keys;
 pub mod lease;
 pub mod method;
 pub mod path;
+pub mod rcns;
 pub mod receipt;
 pub mod rich;
 pub mod target;

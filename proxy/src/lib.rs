@@ -10,6 +10,7 @@
 //! server         listeners, TLS, HTTP/1.1 and HTTP/2, limits, graceful drain
 //! control        admin listener, bundle holder and reload, escrow decisions
 //! pipeline       one request from head to response, stage by stage
+//! rcns           AGTP-RCNS: PROPOSE, synthesized contracts, their inventory
 //! authority      the PTCL lease endpoints (grant, stage, compensate, look up)
 //! aip            the AIP-2.1 quote channel and negotiation relay
 //! mcp            MCP over Streamable HTTP: tool calls through the write path, pinning
@@ -36,6 +37,7 @@ pub mod fs;
 pub mod mcp;
 pub mod net;
 pub mod pipeline;
+pub mod rcns;
 pub mod server;
 pub mod store;
 pub mod telemetry;

@@ -102,6 +102,12 @@ impl Server {
         } else {
             Some(Arc::new(crate::context::Enforcement::load(&config).await?))
         };
+        let rcns = match &config.rcns {
+            Some(r) => Some(crate::context::RcnsState::load(r).map_err(|problems| {
+                anyhow::anyhow!("rcns.callers refused:\n{}", problems.join("\n"))
+            })?),
+            None => None,
+        };
         let data = TcpListener::bind(&config.listen_addr)
             .await
             .with_context(|| format!("listen.addr: cannot bind {}", config.listen_addr))?;
@@ -116,6 +122,7 @@ impl Server {
             state: Arc::new(AppState {
                 quote_channel: crate::context::QuoteChannelState::from_config(&config),
                 admission,
+                rcns,
                 config,
                 metrics,
                 bundle: arc_swap::ArcSwapOption::new(bundle),

@@ -158,6 +158,8 @@ pub struct Bundle {
     pub connections: Vec<super::connections::Connection>,
     /// Source capability index → its connection.
     by_source: BTreeMap<usize, usize>,
+    /// `rcns.recipesDigest`: the RCNS recipe set (seed 000 §3.5), when the lockfile pins one.
+    pub recipes: Option<Arc<crate::rcns::RecipeSet>>,
 }
 
 /// Reads `obj[key]` as one of `choices`, recording a problem otherwise.
@@ -620,6 +622,9 @@ impl Bundle {
                 &mut problems,
             ),
         };
+        let recipes = lock
+            .get("rcns")
+            .and_then(|r| recipes(r, contracts, &capabilities, &mut problems));
         if !problems.is_empty() {
             return Err(problems);
         }
@@ -640,6 +645,7 @@ impl Bundle {
             tools,
             connections,
             by_source,
+            recipes,
         })
     }
 
@@ -688,3 +694,51 @@ impl Bundle {
 
 #[cfg(test)]
 mod tests;
+
+/// The lockfile's `rcns` block: `{"recipesDigest": "sha-256:<hex>"}`, the recipe set in
+/// `rich.contracts` named by its content.
+fn recipes(
+    block: &Value,
+    files: &BTreeMap<String, Vec<u8>>,
+    capabilities: &[Capability],
+    problems: &mut Vec<Problem>,
+) -> Option<Arc<crate::rcns::RecipeSet>> {
+    let at = "lockfile#/rcns/recipesDigest";
+    let digest = block
+        .get("recipesDigest")
+        .and_then(Value::as_str)
+        .filter(|d| super::connector::artifact::is_digest(d));
+    let Some(digest) = digest else {
+        problems.push(Problem::new(
+            at,
+            "is required: sha-256: and 64 lowercase hex digits",
+        ));
+        return None;
+    };
+    let file = format!("{}.json", &digest["sha-256:".len()..]);
+    let Some(bytes) = files.get(&file) else {
+        problems.push(Problem::new(
+            at,
+            format!("no recipe set {file} in rich.contracts"),
+        ));
+        return None;
+    };
+    let doc = match crate::json::parse(bytes, MAX_DOC_DEPTH) {
+        Ok(d) => d,
+        Err(e) => {
+            problems.push(Problem::new(
+                format!("contracts/{file}#"),
+                format!("not I-JSON: {e}"),
+            ));
+            return None;
+        }
+    };
+    problems.extend(super::content_named(&file, &doc).1);
+    match crate::rcns::RecipeSet::compile(&file, &doc, digest.to_owned(), capabilities) {
+        Ok(set) => Some(Arc::new(set)),
+        Err(ps) => {
+            problems.extend(ps);
+            None
+        }
+    }
+}

@@ -259,6 +259,39 @@ fn allocation_connection(contracts: &Path) -> std::io::Result<Value> {
     Ok(edge)
 }
 
+/// The RCNS recipe set (seed 000 §3.5): `RESERVE /stock-reservations` sets an item's stock
+/// and allocates it to a sales order, composed from two bound operations. Agents need
+/// `erp:stock:reserve` for the composition and the scopes of both steps.
+pub fn recipes() -> Value {
+    let fields = json!({"sku": sku(), "qty": qty(), "warehouse": warehouse(), "order": order()});
+    json!({
+        "capabilityScopes": {
+            "items.put": ["erp:items:write"],
+            "legacy.allocations.put": ["erp:allocations:write"]
+        },
+        "recipes": [{
+            "name": "reserve-stock",
+            "version": "1",
+            "method": "RESERVE",
+            "path_exact": "/stock-reservations",
+            "description": "Sets an item's stock and allocates it to a sales order: both or neither.",
+            "required_scopes": ["erp:stock:reserve"],
+            "trust_tier": 2,
+            "semantic": {"intent": "reserve stock for a sales order", "sideEffect": "write"},
+            "input_schema": object(&["sku", "qty", "warehouse", "order"], fields),
+            "output_schema": {"$schema": DIALECT, "type": "object",
+                              "required": ["item", "allocation"]},
+            "steps": [
+                {"capability": "items.put", "path": {"id": "input.sku"},
+                 "body": "{sku: input.sku, qty: input.qty, warehouse: input.warehouse}"},
+                {"capability": "legacy.allocations.put", "path": {"id": "input.order"},
+                 "body": "{ItemCode: input.sku, Quantity: input.qty, Location: input.warehouse, SalesOrder: input.order}"}
+            ],
+            "output": "{item: steps[0], allocation: steps[1]}"
+        }]
+    })
+}
+
 /// Writes the bundle under `dir` (`lock.json`, `contracts/<hex>.json`); returns the lockfile
 /// digest.
 pub fn write(dir: &Path) -> std::io::Result<String> {
@@ -280,12 +313,16 @@ pub fn write(dir: &Path) -> std::io::Result<String> {
             }),
         );
     }
+    let recipes = recipes();
+    let recipes_digest = Sha256Digest::of_json(&recipes).to_hex();
+    write_doc(&contracts.join(format!("{recipes_digest}.json")), &recipes)?;
     let lock = json!({
         "richVersion": "0.1",
         "bindingId": "urn:palisade:example:erp/1",
         "graphClosure": "closed",
         "capabilities": caps,
-        "connections": [allocation_connection(&contracts)?]
+        "connections": [allocation_connection(&contracts)?],
+        "rcns": {"recipesDigest": format!("sha-256:{recipes_digest}")}
     });
     let mut text = serde_json::to_string_pretty(&lock).map_err(std::io::Error::other)?;
     text.push('\n');

@@ -14,6 +14,7 @@ pub mod aip2;
 mod collector;
 mod model;
 pub mod raw;
+pub mod rcns;
 mod validate;
 
 use std::path::Path;
@@ -21,8 +22,8 @@ use std::path::Path;
 pub use collector::parse_size;
 use collector::{section, Collector};
 pub use model::{
-    AccessLog, Admission, Aip2, Config, ConfigError, ConfigProblem, ListenTls, Retention, Sink,
-    StoreKind, UnboundWrites, DEFAULT_SIGNING_KEY,
+    AccessLog, Admission, Aip2, Config, ConfigError, ConfigProblem, Delivery, ListenTls, Rcns,
+    Retention, Sink, StoreKind, UnboundWrites, DEFAULT_SIGNING_KEY,
 };
 use raw::RawConfig;
 
@@ -77,6 +78,9 @@ impl Config {
             admission: table
                 .contains_key("admission")
                 .then(|| section(&mut table, "admission", &mut c)),
+            rcns: table
+                .contains_key("rcns")
+                .then(|| section(&mut table, "rcns", &mut c)),
             log: section(&mut table, "log", &mut c),
         };
         for key in table.keys() {

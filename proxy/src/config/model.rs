@@ -62,6 +62,8 @@ pub struct Config {
     pub aip2: Option<Aip2>,
     /// `[admission]`: RICH admission, when the section is present.
     pub admission: Option<Admission>,
+    /// `[rcns]`: contract negotiation, when the section is present.
+    pub rcns: Option<Rcns>,
     pub listen_addr: String,
     pub drain_timeout: Duration,
     pub listen_tls: Option<ListenTls>,
@@ -189,4 +191,32 @@ pub struct Admission {
     pub max_clock_skew: Duration,
     /// Send the bearer token on to the upstream (off: the sidecar removes it).
     pub forward_token: bool,
+}
+
+/// How an unregistered pair addressed directly is answered (seed 000 §3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Delivery {
+    /// 461: the agent PROPOSEs first.
+    ConfirmFirst,
+    /// 263 with `Contract-Synthesized`: the contract is made at once.
+    Optimistic,
+}
+
+/// The RCNS settings, validated.
+#[derive(Debug, Clone)]
+pub struct Rcns {
+    /// Lock 1 of the four-lock gate.
+    pub enabled: bool,
+    pub delivery: Delivery,
+    /// The callers file (identity → agent id, scopes, trust tier).
+    pub callers: std::path::PathBuf,
+    /// PROPOSE per minute per agent.
+    pub rate_limit: u32,
+    /// How long a session-scoped contract lives.
+    pub session_ttl: Duration,
+    /// Whether `persistent: true` is honoured.
+    pub persistent: bool,
+    pub persistent_ttl: Duration,
+    pub max_contracts_per_agent: u64,
+    pub max_contracts: u64,
 }

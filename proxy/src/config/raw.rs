@@ -152,4 +152,5 @@ pub struct RawConfig {
     pub log: RawLog,
     pub aip2: Option<super::aip2::RawAip2>,
     pub admission: Option<super::admission::RawAdmission>,
+    pub rcns: Option<super::rcns::RawRcns>,
 }

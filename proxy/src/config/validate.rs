@@ -270,9 +270,18 @@ impl RawConfig {
             );
         }
 
+        let rcns = self.rcns.map(|r| r.validate(c));
+        if rcns.is_some() && (writes.is_empty() || self.rich.lockfile.is_none()) {
+            c.push(
+                "rcns",
+                "needs PTCL enforcement (ptcl.writes not empty) and a RICH bundle (rich.lockfile): recipes compose bound capabilities, contracts are kept in the store",
+            );
+        }
+
         Config {
             aip2,
             admission,
+            rcns,
             listen_addr,
             drain_timeout,
             listen_tls: self.listen.tls.map(|t| ListenTls {

@@ -29,6 +29,8 @@ pub struct AppState {
     pub quote_channel: Option<QuoteChannelState>,
     /// `[admission]`: the issuers' keys and the verified-token cache.
     pub admission: Option<super::AdmissionState>,
+    /// `[rcns]`: the callers file and the PROPOSE rate.
+    pub rcns: Option<super::RcnsState>,
 }
 
 /// What the AIP-2.1 quote-channel guard keeps between requests.

@@ -14,10 +14,12 @@ mod admission;
 mod app;
 mod enforcement;
 mod locks;
+mod rcns;
 mod request;
 
 pub use admission::{load_keys, AdmissionState, Admitted};
 pub use app::{AppState, QuoteChannelState};
 pub use enforcement::Enforcement;
 pub use locks::{Drifted, FirstSeen};
+pub use rcns::RcnsState;
 pub use request::{Binding, Outcome, WriteContext};

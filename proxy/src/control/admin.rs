@@ -170,6 +170,19 @@ async fn respond(
     if let (&Method::GET, Some(resource)) = (req.method(), path.strip_prefix("/admin/v1/fences/")) {
         return Ok(fence(&state, resource).await);
     }
+    if let Some(rest) = path.strip_prefix("/admin/v1/rcns/contracts") {
+        let resp = match (req.method(), rest) {
+            (&Method::GET, "" | "/") => crate::control::rcns::list(&state).await,
+            (&Method::POST, r) => match r.strip_prefix('/').and_then(|r| r.split_once('/')) {
+                Some((id, "revoke")) if !id.is_empty() => {
+                    crate::control::rcns::revoke(&state, id).await
+                }
+                _ => text(StatusCode::NOT_FOUND, "not found\n"),
+            },
+            _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        };
+        return Ok(resp);
+    }
     if let Some(rest) = path.strip_prefix("/admin/v1/escrow") {
         let resp = match (req.method(), rest) {
             (&Method::GET, "" | "/") => escrow::list(state).await,

@@ -7,10 +7,12 @@
 //! - [`admin`]: `/healthz`, `/readyz`, `/metrics`, `/admin/v1/…`; [`admin_auth`]: its token;
 //! - [`bundle`]: the RICH bundle a configuration names, loaded and compiled;
 //! - [`reload`]: swapping it (admin call, SIGHUP, file watch) without a torn read;
-//! - [`escrow`]: approve, reject and list held writes.
+//! - [`escrow`]: approve, reject and list held writes;
+//! - [`rcns`]: list and revoke synthesized contracts.
 
 pub mod admin;
 pub mod admin_auth;
 pub mod bundle;
 pub mod escrow;
+pub mod rcns;
 pub mod reload;

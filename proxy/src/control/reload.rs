@@ -36,6 +36,13 @@ static RELOAD_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// Compiles the bundle the config names and publishes it.
 pub async fn reload(state: &AppState) -> Result<Reloaded, Vec<String>> {
     let _serial = RELOAD_LOCK.lock().await;
+    // The RCNS callers file goes with the bundle whose recipes it authorizes; a file that
+    // does not parse leaves the previous one in force, as a bundle that does not compile.
+    if let Some(r) = &state.rcns {
+        if let Err(problems) = r.reload() {
+            tracing::warn!(problems = %problems.join("; "), "rcns callers refused; the previous file stays in force");
+        }
+    }
     let config = state.config.clone();
     // Compiling is CPU work (schemas): off the request threads' way.
     let compiled =

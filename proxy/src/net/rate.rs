@@ -10,6 +10,7 @@
 //! not remembered).
 
 use std::collections::{HashMap, HashSet};
+use std::hash::Hash;
 use std::net::IpAddr;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -18,19 +19,33 @@ use std::time::Duration;
 pub const MAX_ADDRESSES: usize = 100_000;
 const WINDOW_MS: i64 = 60_000;
 
-pub struct ClientRate {
+/// Per client address (the quote channel, the relay).
+pub type ClientRate = Rate<IpAddr>;
+
+/// A per-key limit: keys are client addresses, or agents (RCNS PROPOSE).
+pub struct Rate<K> {
     per_minute: u32,
-    inner: Mutex<Windows>,
+    inner: Mutex<Windows<K>>,
 }
 
-#[derive(Default)]
-struct Windows {
+struct Windows<K> {
     minute: i64,
-    current: HashMap<IpAddr, u32>,
-    previous: HashMap<IpAddr, u32>,
-    /// Addresses whose refusal this minute was receipted: one each, the rest are counted
+    current: HashMap<K, u32>,
+    previous: HashMap<K, u32>,
+    /// Keys whose refusal this minute was receipted: one each, the rest are counted
     /// only, so a flood is not turned into a flood of durable writes.
-    receipted: HashSet<IpAddr>,
+    receipted: HashSet<K>,
+}
+
+impl<K> Default for Windows<K> {
+    fn default() -> Self {
+        Self {
+            minute: 0,
+            current: HashMap::new(),
+            previous: HashMap::new(),
+            receipted: HashSet::new(),
+        }
+    }
 }
 
 /// The answer for one request.
@@ -44,7 +59,7 @@ pub enum Admit {
     },
 }
 
-impl ClientRate {
+impl<K: Hash + Eq + Clone> Rate<K> {
     pub fn per_minute(n: u32) -> Self {
         Self {
             per_minute: n.max(1),
@@ -53,7 +68,7 @@ impl ClientRate {
     }
 
     /// Counts a request from `addr` at `now_ms` (unix ms) unless it is over the limit.
-    pub fn check(&self, addr: IpAddr, now_ms: i64) -> Admit {
+    pub fn check(&self, addr: K, now_ms: i64) -> Admit {
         let mut w = match self.inner.lock() {
             Ok(g) => g,
             Err(poisoned) => poisoned.into_inner(),
@@ -85,7 +100,7 @@ impl ClientRate {
                 let need = (limit - f64::from(current) - 1.0) / previous; // weight wanted
                 (((weight - need) * WINDOW_MS as f64).ceil() as i64).clamp(1, rest_ms)
             };
-            let receipt = w.receipted.insert(addr);
+            let receipt = w.receipted.insert(addr.clone());
             return Admit::No {
                 retry_after: Duration::from_millis(u64::try_from(wait_ms).unwrap_or(1)),
                 receipt,

@@ -133,6 +133,16 @@ pub async fn handle(
         }
     }
 
+    // AGTP-RCNS (seed 000): PROPOSE, the inventory, unregistered pairs sent with Allow-RCNS.
+    if let Some(enf) = &state.enforcement {
+        if let Some(route) = crate::rcns::route(&state, &parts, &ex.path) {
+            let cx = write_context(&ex);
+            let (resp, outcome) =
+                crate::rcns::handle(&state, enf, route, parts, body, &conn, cx).await;
+            return Ok(finish(&state, resp, ex, outcome, inflight));
+        }
+    }
+
     // Reserved prefixes (SPEC §3) are the sidecar's own and never reach the upstream.
     if ex.path.starts_with("/.well-known/ptcl/") || ex.path.starts_with("/.well-known/agtp/") {
         let resp = refuse(ErrorCode::NotFound, "no sidecar endpoint at this path");

@@ -17,10 +17,12 @@ pub mod embedded;
 pub mod journal;
 pub mod locks;
 pub mod postgres;
+pub mod rcns;
 pub mod relay;
 
 use futures_util::future::BoxFuture;
 use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
+pub use rcns::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord};
 pub use relay::{RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery};
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -306,6 +308,29 @@ pub trait Store: Send + Sync {
         after: u64,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<RelayEntry>, StoreError>>;
+
+    /// Stores an RCNS record durably (`store::rcns`); a `Create` checks the key and the caps
+    /// in the same transaction.
+    fn rcns_put(
+        &self,
+        record: RcnsRecord,
+        mode: RcnsPutMode,
+    ) -> BoxFuture<'_, Result<RcnsPut, StoreError>>;
+
+    /// The live record of `kind` under `key`.
+    fn rcns_get<'a>(
+        &'a self,
+        kind: RcnsKind,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RcnsRecord>, StoreError>>;
+
+    /// Up to `limit` live records of `kind`, of `owner` when given, in key order.
+    fn rcns_list<'a>(
+        &'a self,
+        kind: RcnsKind,
+        owner: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<RcnsRecord>, StoreError>>;
 
     /// Every retained receipt, in chain order.
     fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {

@@ -169,6 +169,28 @@ impl DriftSink {
         }
     }
 
+    /// Queues a lifecycle event (RCNS's `rcns_*`, seed 000 §1.1) to the same sinks and the
+    /// same recent list: `{"event": "rcns_…", …}`, never a payload.
+    pub fn lifecycle(&self, value: serde_json::Value) {
+        let name = value["event"].as_str().unwrap_or("unknown").to_owned();
+        metrics::counter!("palisade_rcns_events_total", "event" => name).increment(1);
+        self.push(value);
+    }
+
+    fn push(&self, value: serde_json::Value) {
+        if let Ok(mut recent) = self.recent.lock() {
+            if recent.events.len() == RECENT {
+                recent.events.pop_front();
+            }
+            recent.next_seq += 1;
+            let seq = recent.next_seq;
+            recent.events.push_back((seq, value.clone()));
+        }
+        if self.tx.try_send(value).is_err() {
+            self.dropped.increment(1);
+        }
+    }
+
     /// Queues an event without waiting.
     pub fn emit(&self, event: &DriftEvent) {
         metrics::counter!(
@@ -185,17 +207,7 @@ impl DriftSink {
         let Ok(value) = serde_json::to_value(event) else {
             return;
         };
-        if let Ok(mut recent) = self.recent.lock() {
-            if recent.events.len() == RECENT {
-                recent.events.pop_front();
-            }
-            recent.next_seq += 1;
-            let seq = recent.next_seq;
-            recent.events.push_back((seq, value.clone()));
-        }
-        if self.tx.try_send(value).is_err() {
-            self.dropped.increment(1);
-        }
+        self.push(value);
     }
 
     /// Up to `limit` kept events after cursor `after` (0: from the oldest kept), oldest first.

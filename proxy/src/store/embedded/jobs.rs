@@ -7,15 +7,15 @@ use tokio::sync::oneshot;
 
 use crate::store::journal::Journal;
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, RelayLimits, RelayMessage, RelayPosted,
-    StoreError, WriteIntent,
+    Advance, Attachments, Compensation, EscrowUpdate, RcnsPut, RcnsPutMode, RcnsRecord,
+    RelayLimits, RelayMessage, RelayPosted, StoreError, WriteIntent,
 };
 
-use super::relay;
 use super::sweep::Sweeper;
 use super::tables::{
     escrow_state_is, lease_key, now_ms, set_lease_state, unavailable, ChainHead, Part, Tables,
 };
+use super::{rcns, relay};
 
 /// A unit of work for the writer thread, with the channel its answer goes back on.
 pub(super) enum Job {
@@ -36,6 +36,10 @@ pub(super) enum Job {
         Box<(RelayMessage, RelayLimits)>,
         oneshot::Sender<Result<RelayPosted, StoreError>>,
     ),
+    RcnsPut(
+        Box<(RcnsRecord, RcnsPutMode)>,
+        oneshot::Sender<Result<RcnsPut, StoreError>>,
+    ),
     /// Commit the open transaction to redb, so a range read sees every answered change.
     Settle(oneshot::Sender<Result<(), StoreError>>),
 }
@@ -48,6 +52,7 @@ pub(super) enum Answer {
     Receipt(Option<Box<SealedReceipt>>),
     EscrowPut(bool),
     RelayPost(RelayPosted),
+    RcnsPut(RcnsPut),
     Settle,
 }
 
@@ -152,6 +157,10 @@ pub(super) fn apply(
                     let (message, limits) = &**job;
                     answers.push(Answer::RelayPost(relay::post(&mut t, message, *limits)?));
                 }
+                Job::RcnsPut(job, _) => {
+                    let (record, mode) = &**job;
+                    answers.push(Answer::RcnsPut(rcns::store(&mut t, record, *mode)?));
+                }
                 Job::Receipt(job, _) => {
                     let (body, attach) = &**job;
                     if let Some(update) = &attach.escrow {
@@ -248,6 +257,9 @@ impl Job {
             (Job::RelayPost(_, reply), Answer::RelayPost(p)) => {
                 let _ = reply.send(Ok(p));
             }
+            (Job::RcnsPut(_, reply), Answer::RcnsPut(p)) => {
+                let _ = reply.send(Ok(p));
+            }
             (Job::Settle(reply), Answer::Settle) => {
                 let _ = reply.send(Ok(()));
             }
@@ -264,6 +276,7 @@ impl Job {
             Job::Compensate(_, reply) => drop(reply.send(Err(e))),
             Job::EscrowPut(_, reply) => drop(reply.send(Err(e))),
             Job::RelayPost(_, reply) => drop(reply.send(Err(e))),
+            Job::RcnsPut(_, reply) => drop(reply.send(Err(e))),
             Job::Settle(reply) => drop(reply.send(Err(e))),
         }
     }

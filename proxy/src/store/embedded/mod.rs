@@ -28,6 +28,7 @@
 
 mod jobs;
 mod overlay;
+mod rcns;
 mod reads;
 mod relay;
 mod sweep;
@@ -46,9 +47,9 @@ use redb::{Database, ReadableTable, ReadableTableMetadata};
 use tokio::sync::oneshot;
 
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, KeyState, ReceiptLog, RelayEntry,
-    RelayLimits, RelayMessage, RelayPosted, RelayQuery, ResourceGuard, Retention, Store,
-    StoreError, WriteIntent,
+    Advance, Attachments, Compensation, EscrowUpdate, KeyState, RcnsKind, RcnsPut, RcnsPutMode,
+    RcnsRecord, ReceiptLog, RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery,
+    ResourceGuard, Retention, Store, StoreError, WriteIntent,
 };
 
 use jobs::Job;
@@ -122,6 +123,7 @@ impl EmbeddedStore {
             wtx.open_table(RELAY_MESSAGES).map_err(unavailable)?;
             wtx.open_table(RELAY_INDEX).map_err(unavailable)?;
             wtx.open_table(ESCROW_DUE).map_err(unavailable)?;
+            wtx.open_table(tables::RCNS).map_err(unavailable)?;
         }
         wtx.commit().map_err(unavailable)?;
         let journal = recover(&db, &journal_path(path))?;
@@ -426,6 +428,42 @@ impl Store for EmbeddedStore {
             self.settle().await?;
             let rtx = self.db.begin_read().map_err(unavailable)?;
             relay::page(&rtx, query, after, limit)
+        })
+    }
+
+    fn rcns_put(
+        &self,
+        record: RcnsRecord,
+        mode: RcnsPutMode,
+    ) -> BoxFuture<'_, Result<RcnsPut, StoreError>> {
+        self.ask(|tx| Job::RcnsPut(Box::new((record, mode)), tx))
+    }
+
+    fn rcns_get<'a>(
+        &'a self,
+        kind: RcnsKind,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RcnsRecord>, StoreError>> {
+        Box::pin(async move {
+            self.settle().await?;
+            rcns::get(&self.db.begin_read().map_err(unavailable)?, kind, key)
+        })
+    }
+
+    fn rcns_list<'a>(
+        &'a self,
+        kind: RcnsKind,
+        owner: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<RcnsRecord>, StoreError>> {
+        Box::pin(async move {
+            self.settle().await?;
+            rcns::list(
+                &self.db.begin_read().map_err(unavailable)?,
+                kind,
+                owner,
+                limit,
+            )
         })
     }
 

@@ -56,6 +56,7 @@ impl Sweeper {
         sweep_leases(t, self, now, limit)?;
         sweep_escrows(t, now, limit)?;
         super::relay::sweep(t, now, limit)?;
+        super::rcns::sweep(t, now, limit)?;
         if let Some(keep) = self.retention.receipts {
             if now >= self.receipts_due_ms {
                 // Looked at again within a minute at most, whatever the oldest receipt says,

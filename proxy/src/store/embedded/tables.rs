@@ -71,6 +71,8 @@ pub(super) const RELAY_MESSAGES: TableDefinition<u64, &[u8]> =
 /// The relay's indexes, by a tag byte (`embedded::relay`): per transaction, per party, per
 /// signature.
 pub(super) const RELAY_INDEX: TableDefinition<&[u8], &[u8]> = TableDefinition::new("relay_index");
+/// RCNS records and their indexes, by a tag byte (`embedded::rcns`).
+pub(super) const RCNS: TableDefinition<&[u8], &[u8]> = TableDefinition::new("rcns");
 /// Small named values: [`RECEIPT_ANCHOR`].
 pub(super) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta");
 /// `META` key of the receipt chain's anchor (JSON `{"pruned":N,"prev":"sha256:…"}`), present
@@ -94,6 +96,7 @@ pub(super) const T_META: u8 = 8;
 pub(super) const T_RELAY_MESSAGES: u8 = 9;
 pub(super) const T_RELAY_INDEX: u8 = 10;
 pub(super) const T_ESCROW_DUE: u8 = 11;
+pub(super) const T_RCNS: u8 = 12;
 
 pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -113,6 +116,7 @@ pub(super) struct Tables<'t> {
     pub(super) relay: redb::Table<'t, u64, &'static [u8]>,
     pub(super) relay_index: redb::Table<'t, &'static [u8], &'static [u8]>,
     pub(super) escrow_due: redb::Table<'t, (u64, &'static str), ()>,
+    pub(super) rcns: redb::Table<'t, &'static [u8], &'static [u8]>,
     pub(super) redo: Redo,
 }
 
@@ -136,6 +140,7 @@ impl<'t> Tables<'t> {
             relay: wtx.open_table(RELAY_MESSAGES).map_err(unavailable)?,
             relay_index: wtx.open_table(RELAY_INDEX).map_err(unavailable)?,
             escrow_due: wtx.open_table(ESCROW_DUE).map_err(unavailable)?,
+            rcns: wtx.open_table(RCNS).map_err(unavailable)?,
             redo: Redo::default(),
         })
     }
@@ -363,6 +368,8 @@ impl<'t> Tables<'t> {
             (T_RELAY_INDEX, None) => {
                 self.relay_index.remove(c.key).map_err(unavailable)?;
             }
+            (T_RCNS, Some(v)) => drop(self.rcns.insert(c.key, v).map_err(unavailable)?),
+            (T_RCNS, None) => drop(self.rcns.remove(c.key).map_err(unavailable)?),
             (T_ESCROWS, Some(v)) => {
                 self.escrows
                     .insert(text(c.key)?.as_str(), v)

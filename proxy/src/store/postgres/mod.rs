@@ -19,6 +19,7 @@ mod connect;
 pub use connect::{url_from_config, Connect};
 mod keys;
 mod lock;
+mod rcns;
 mod relay;
 mod schema;
 mod sweep;
@@ -40,9 +41,9 @@ use tx::{
 };
 
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, KeyState, ReceiptLog, RelayEntry,
-    RelayLimits, RelayMessage, RelayPosted, RelayQuery, ResourceGuard, Store, StoreError,
-    WriteIntent,
+    Advance, Attachments, Compensation, EscrowUpdate, KeyState, RcnsKind, RcnsPut, RcnsPutMode,
+    RcnsRecord, ReceiptLog, RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery,
+    ResourceGuard, Store, StoreError, WriteIntent,
 };
 
 pub struct PostgresStore {
@@ -170,24 +171,6 @@ impl PostgresStore {
 
     async fn client(&self) -> Result<Object, StoreError> {
         self.pool.get().await.map_err(unavailable)
-    }
-
-    async fn lease_part(&self, lease_id: &str, part: i8) -> Result<Option<Vec<u8>>, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                "SELECT value FROM lease_data WHERE lease_id = $1 AND part = $2 AND seq = $3",
-                &[&lease_id, &part, &NO_SEQ],
-            )
-            .await
-            .map_err(unavailable)?;
-        Ok(row.map(|r| r.get(0)))
-    }
-
-    async fn json(&self, sql: &str, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
-        let client = self.client().await?;
-        let row = client.query_opt(sql, &[&key]).await.map_err(unavailable)?;
-        Ok(row.and_then(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok()))
     }
 }
 
@@ -472,6 +455,31 @@ impl Store for PostgresStore {
             let client = self.client().await?;
             relay::page(&client, query, after, limit).await
         })
+    }
+
+    fn rcns_put(
+        &self,
+        record: RcnsRecord,
+        mode: RcnsPutMode,
+    ) -> BoxFuture<'_, Result<RcnsPut, StoreError>> {
+        Box::pin(async move { rcns::put(&mut self.client().await?, &record, mode).await })
+    }
+
+    fn rcns_get<'a>(
+        &'a self,
+        kind: RcnsKind,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<RcnsRecord>, StoreError>> {
+        Box::pin(async move { rcns::get(&self.client().await?, kind, key).await })
+    }
+
+    fn rcns_list<'a>(
+        &'a self,
+        kind: RcnsKind,
+        owner: Option<&'a str>,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<RcnsRecord>, StoreError>> {
+        Box::pin(async move { rcns::list(&self.client().await?, kind, owner, limit).await })
     }
 
     fn receipt_log(&self) -> BoxFuture<'_, Result<ReceiptLog, StoreError>> {

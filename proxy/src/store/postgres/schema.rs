@@ -47,6 +47,12 @@ const MIGRATIONS: &[&str] = &[
     // `store.lease_retention` after it).
     "ALTER TABLE escrows ADD COLUMN expires_ms bigint;
      CREATE INDEX escrows_expiry ON escrows (expires_ms);",
+    // 5: RCNS contracts, attempts, PROPOSE outcomes (seed 000; `store/postgres/rcns.rs`).
+    "CREATE TABLE rcns_records (kind smallint NOT NULL, key text NOT NULL, owner text NOT NULL,
+                                record bytea NOT NULL, expires_ms bigint NOT NULL,
+                                PRIMARY KEY (kind, key));
+     CREATE INDEX rcns_records_owner ON rcns_records (kind, owner, key);
+     CREATE INDEX rcns_records_expiry ON rcns_records (expires_ms);",
 ];
 
 /// The advisory lock key that serialises migrations across replicas ("palisade" in ASCII).

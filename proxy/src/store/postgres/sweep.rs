@@ -117,13 +117,15 @@ pub(super) async fn round(client: &mut Object, retention: Retention) -> Result<b
         }
     }
     let relay = super::relay::sweep(&tx, now, PER_ROUND).await?;
+    let rcns = super::rcns::sweep(&tx, now, PER_ROUND).await?;
     tx.commit().await.map_err(unavailable)?;
     let limit = PER_ROUND as u64;
     Ok(keys >= limit
         || leases as u64 >= limit
         || escrows >= limit
         || receipts >= limit
-        || relay >= limit)
+        || relay >= limit
+        || rcns >= limit)
 }
 
 /// The anchor and every retained receipt, read in one snapshot.

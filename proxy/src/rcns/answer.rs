@@ -1,0 +1,29 @@
+//! RCNS answers: refusals are problem documents with the seed's status and `reason`,
+//! receipted with a drift event like every other refusal; approvals and inventory are JSON.
+
+use http::{Response, StatusCode};
+use palisade_policy::Refusal;
+use serde_json::Value;
+
+use crate::context::{AppState, Enforcement, Outcome, WriteContext};
+use crate::enforce::receipts;
+use crate::net::body::{self, ProxyBody};
+
+/// A receipted refusal with `extra` members.
+pub async fn refused(
+    state: &AppState,
+    enf: &Enforcement,
+    cx: &WriteContext,
+    r: Refusal,
+    extra: Vec<(&'static str, Value)>,
+) -> (Response<ProxyBody>, Outcome) {
+    state.metrics.refusal(r.code);
+    let resp = receipts::refuse_with(enf, &r, cx, &extra).await;
+    (resp, Outcome::Refused)
+}
+
+/// A JSON answer with the seed's status (263 is not a status `http` names, but a valid one).
+pub fn json(status: u16, doc: &Value) -> Response<ProxyBody> {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::OK);
+    body::json_response(status, doc)
+}

@@ -1,0 +1,60 @@
+//! Who is asking: the caller's identity as every stage derives it, its identity document in
+//! the callers file, and the Authority-Scope tokens the request claims.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+
+use palisade_policy::rcns::{claimed_scopes, Caller, Callers};
+
+use crate::context::AppState;
+use crate::net::conn::ConnInfo;
+
+pub struct Who {
+    /// `spiffe://…` for an mTLS client with an SVID; else the sidecar's usual caller
+    /// identity (`sub:sha256:…`, `x509:sha256:…`, `authz:sha256:…`).
+    pub identity: Option<String>,
+    /// Kept so the document borrowed below stays the one this request decided with.
+    callers: Option<Arc<Callers>>,
+    pub claim: BTreeSet<String>,
+}
+
+impl Who {
+    /// The caller's identity document, when the callers file names it.
+    pub fn caller(&self) -> Option<&Caller> {
+        self.callers.as_deref()?.get(self.identity.as_deref()?)
+    }
+
+    /// Whether the caller may see every agent's contracts: `inspect:all`, granted and
+    /// claimed.
+    pub fn sees_all(&self) -> bool {
+        let all = palisade_policy::rcns::SCOPE_INSPECT_ALL;
+        self.caller().is_some_and(|c| c.scopes.contains(all)) && self.claim.contains(all)
+    }
+}
+
+pub fn resolve(state: &AppState, conn: &ConnInfo, parts: &http::request::Parts) -> Who {
+    let spiffe = conn
+        .client_cert
+        .as_deref()
+        .and_then(crate::net::identity::spiffe_id);
+    // A verified token names the caller before the certificate does, as everywhere else.
+    let token = parts
+        .extensions
+        .get::<crate::net::conn::TokenCaller>()
+        .is_some();
+    let identity = match spiffe {
+        Some(id) if !token => Some(id),
+        _ => conn.caller(parts),
+    };
+    let claim = claimed_scopes(
+        parts
+            .headers
+            .get(super::AUTHORITY_SCOPE)
+            .and_then(|v| v.to_str().ok()),
+    );
+    Who {
+        identity,
+        callers: state.rcns.as_ref().map(|r| r.callers.load_full()),
+        claim,
+    }
+}

@@ -1,0 +1,170 @@
+//! DISCOVER /patterns, DISCOVER /contracts, INSPECT target=contract and target=rcns-attempt
+//! (seed 000 §4.1, §4.2, §1.1).
+//!
+//! Patterns are public and answered even when RCNS is off (saying so); contracts and attempts
+//! are their agent's, and every agent's only under `inspect:all`.
+
+use http::Response;
+use palisade_policy::rcns::SynthesizedContract;
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::{json, Value};
+
+use super::answer::{json, refused};
+use super::identity::Who;
+use crate::context::{AppState, Enforcement, Outcome, WriteContext};
+use crate::net::body::ProxyBody;
+use crate::store::{RcnsKind, RcnsRecord};
+
+/// Most entries one DISCOVER /contracts lists.
+pub const MAX_LISTED: usize = 1000;
+
+pub fn patterns(state: &AppState) -> (Response<ProxyBody>, Outcome) {
+    let enabled = state.rcns.as_ref().is_some_and(|r| r.config.enabled);
+    let bundle = state.bundle.load();
+    let patterns: Vec<Value> = bundle
+        .as_deref()
+        .and_then(|b| b.recipes.as_deref())
+        .map(|set| set.recipes.iter().map(|r| r.pattern()).collect())
+        .unwrap_or_default();
+    let doc = json!({"rcns_enabled": enabled, "patterns": patterns});
+    (json(200, &doc), Outcome::Forwarded)
+}
+
+pub async fn contracts(
+    state: &AppState,
+    enf: &Enforcement,
+    who: &Who,
+    cx: WriteContext,
+) -> (Response<ProxyBody>, Outcome) {
+    let Some(agent) = agent(who) else {
+        return unidentified(state, enf, who, &cx).await;
+    };
+    let owner = (!who.sees_all()).then_some(agent.as_str());
+    match enf
+        .store
+        .rcns_list(RcnsKind::Contract, owner, MAX_LISTED)
+        .await
+    {
+        Ok(records) => {
+            let list: Vec<Value> = records
+                .iter()
+                .filter_map(|r| SynthesizedContract::from_record(&r.body))
+                .filter(|c| !c.revoked)
+                .map(|c| c.view())
+                .collect();
+            (json(200, &Value::Array(list)), Outcome::Forwarded)
+        }
+        Err(e) => store_down(state, enf, &cx, &e).await,
+    }
+}
+
+pub async fn contract(
+    state: &AppState,
+    enf: &Enforcement,
+    who: &Who,
+    id: &str,
+    cx: WriteContext,
+) -> (Response<ProxyBody>, Outcome) {
+    let found = match find(state, enf, who, RcnsKind::Contract, id, &cx).await {
+        Ok(r) => r,
+        Err(answer) => return answer,
+    };
+    match SynthesizedContract::from_record(&found.body) {
+        Some(c) => (json(200, &c.view()), Outcome::Forwarded),
+        None => {
+            let r = Refusal::new(ErrorCode::Internal, "the stored contract cannot be read");
+            refused(state, enf, &cx, r, Vec::new()).await
+        }
+    }
+}
+
+pub async fn attempt(
+    state: &AppState,
+    enf: &Enforcement,
+    who: &Who,
+    id: &str,
+    cx: WriteContext,
+) -> (Response<ProxyBody>, Outcome) {
+    match find(state, enf, who, RcnsKind::Attempt, id, &cx).await {
+        Ok(r) => (json(200, &r.body), Outcome::Forwarded),
+        Err(answer) => answer,
+    }
+}
+
+/// The record `id` of `kind`, if the caller may see it.
+async fn find(
+    state: &AppState,
+    enf: &Enforcement,
+    who: &Who,
+    kind: RcnsKind,
+    id: &str,
+    cx: &WriteContext,
+) -> Result<RcnsRecord, (Response<ProxyBody>, Outcome)> {
+    let Some(agent) = agent(who) else {
+        return Err(unidentified(state, enf, who, cx).await);
+    };
+    let what = match kind {
+        RcnsKind::Contract => "contract",
+        _ => "negotiation attempt",
+    };
+    let record = match enf.store.rcns_get(kind, id).await {
+        Ok(Some(r)) => r,
+        Ok(None) => {
+            let r = Refusal::new(
+                ErrorCode::NotFound,
+                format!("no live {what} with this id (it never was, or it expired)"),
+            );
+            return Err(refused(state, enf, cx, r, Vec::new()).await);
+        }
+        Err(e) => return Err(store_down(state, enf, cx, &e).await),
+    };
+    if record.owner != agent && !who.sees_all() {
+        let r = Refusal::new(
+            ErrorCode::RcnsRefused,
+            format!("the {what} belongs to another agent"),
+        )
+        .with_reason("contract-not-yours");
+        return Err(refused(state, enf, cx, r, Vec::new()).await);
+    }
+    Ok(record)
+}
+
+/// The caller's agent id; `None` when it has no identity document.
+pub fn agent(who: &Who) -> Option<String> {
+    who.caller().map(|c| c.agent_id.clone())
+}
+
+/// No identity, or one the callers file does not name.
+pub async fn unidentified(
+    state: &AppState,
+    enf: &Enforcement,
+    who: &Who,
+    cx: &WriteContext,
+) -> (Response<ProxyBody>, Outcome) {
+    let r = match who.identity {
+        None => Refusal::new(
+            ErrorCode::CallerUnidentified,
+            "contracts belong to agents: authenticate (bearer token or client certificate)",
+        ),
+        Some(_) => Refusal::new(
+            ErrorCode::RcnsRefused,
+            "the caller is not in rcns.callers: it has no contracts and may not negotiate",
+        )
+        .with_reason("rcns-disabled"),
+    };
+    refused(state, enf, cx, r, Vec::new()).await
+}
+
+pub async fn store_down(
+    state: &AppState,
+    enf: &Enforcement,
+    cx: &WriteContext,
+    e: &crate::store::StoreError,
+) -> (Response<ProxyBody>, Outcome) {
+    tracing::warn!(error = %e, "rcns: the store cannot be used");
+    let r = Refusal::new(
+        ErrorCode::StoreUnavailable,
+        "the state store cannot be used; nothing was changed",
+    );
+    refused(state, enf, cx, r, Vec::new()).await
+}

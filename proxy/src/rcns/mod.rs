@@ -1,0 +1,165 @@
+//! AGTP-RCNS over HTTP (seed 000; SPEC §13 `[rcns]`; issue 21): PROPOSE, the inventory
+//! (DISCOVER /patterns, DISCOVER /contracts, INSPECT), revocation's data-plane side, and
+//! unregistered pairs addressed directly. Deciding is `palisade_policy::rcns`; this layer
+//! reads the request, keeps the state in the store, and answers.
+//!
+//! ```text
+//! PROPOSE <any>            | POST /.well-known/agtp/propose         → propose
+//! DISCOVER /patterns       | GET  /.well-known/agtp/patterns        → inventory (even when off)
+//! DISCOVER /contracts      | GET  /.well-known/agtp/contracts       → inventory, the caller's
+//! INSPECT /contracts/{id}  | GET  /.well-known/agtp/contracts/{id}  → INSPECT target=contract
+//! INSPECT /rcns-attempts/{id} | GET /.well-known/agtp/rcns-attempts/{id} → target=rcns-attempt
+//! INSPECT <any>?target=contract&id=…  (and target=rcns-attempt)
+//! <pair a recipe matches, no binding serves> with Allow-RCNS: true → delivery (461 | 263)
+//! ```
+
+mod answer;
+mod identity;
+mod inventory;
+mod propose;
+
+use http::{Method, Response};
+use hyper::body::Incoming;
+
+use crate::context::{AppState, Enforcement, Outcome, WriteContext};
+use crate::net::body::ProxyBody;
+use crate::net::conn::ConnInfo;
+
+/// Most contracts the admin list shows.
+pub const MAX_ADMIN_LISTED: usize = 10_000;
+
+/// The sidecar's AGTP paths (SPEC §3 reserves the prefix).
+pub const WELL_KNOWN: &str = "/.well-known/agtp/";
+/// Request header: the agent consents to negotiation (lock 2 of the gate).
+pub const ALLOW_RCNS: &str = "allow-rcns";
+/// Request and response header naming a synthesized contract.
+pub const CONTRACT_SYNTHESIZED: &str = "contract-synthesized";
+/// The caller's claimed Authority-Scope tokens.
+pub const AUTHORITY_SCOPE: &str = "authority-scope";
+/// The session a session-scoped contract belongs to (ours: seed 000 §3.8 leaves the HTTP
+/// spelling open).
+pub const SESSION: &str = "session-id";
+
+/// What an RCNS request asks for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    Propose,
+    Patterns,
+    Contracts,
+    Contract(String),
+    Attempt(String),
+    /// An unregistered pair a recipe matches, addressed directly with `Allow-RCNS: true`.
+    Implicit,
+    /// An RCNS method or path that names nothing.
+    Unknown,
+}
+
+/// Which RCNS surface, if any, `parts` addresses. Costs one method comparison and one prefix
+/// test on every other request; the implicit route is looked at only when `Allow-RCNS` is
+/// sent and `[rcns]` is configured.
+pub fn route(state: &AppState, parts: &http::request::Parts, path: &str) -> Option<Route> {
+    let method = parts.method.as_str();
+    let query = parts.uri.query();
+    if method == "PROPOSE" {
+        return Some(Route::Propose);
+    }
+    let named = |rest: &str| -> Option<Route> {
+        Some(match rest.split('/').collect::<Vec<_>>().as_slice() {
+            ["patterns"] => Route::Patterns,
+            ["contracts"] => Route::Contracts,
+            ["contracts", id] if !id.is_empty() => Route::Contract((*id).to_owned()),
+            ["rcns-attempts", id] if !id.is_empty() => Route::Attempt((*id).to_owned()),
+            _ => return None,
+        })
+    };
+    if let Some(rest) = path.strip_prefix(WELL_KNOWN) {
+        return Some(match (&parts.method, rest) {
+            (&Method::POST, "propose") => Route::Propose,
+            (&Method::GET | &Method::HEAD, _) => named(rest).unwrap_or(Route::Unknown),
+            _ => Route::Unknown,
+        });
+    }
+    match method {
+        "DISCOVER" => {
+            let r = path.strip_prefix('/').and_then(named);
+            return Some(match r {
+                Some(r @ (Route::Patterns | Route::Contracts)) => r,
+                _ => Route::Unknown,
+            });
+        }
+        "INSPECT" => {
+            let by_query = inspect_query(query.unwrap_or(""));
+            let by_path = path.strip_prefix('/').and_then(named);
+            return Some(match (by_query, by_path) {
+                (Some(r), _) => r,
+                (None, Some(r @ (Route::Contract(_) | Route::Attempt(_)))) => r,
+                _ => Route::Unknown,
+            });
+        }
+        _ => {}
+    }
+    let rcns = state.rcns.as_ref()?;
+    let allow = parts.headers.get(ALLOW_RCNS)?;
+    if !rcns.config.enabled || !allowed(Some(allow)) {
+        return None;
+    }
+    let bundle = state.bundle.load();
+    let b = bundle.as_deref()?;
+    let recipes = b.recipes.as_deref()?;
+    (recipes.find(method, path).is_some() && b.route(method, path).is_none())
+        .then_some(Route::Implicit)
+}
+
+/// `target=contract&id=…` or `target=rcns-attempt&id=…`.
+fn inspect_query(query: &str) -> Option<Route> {
+    let (mut target, mut id) = (None, None);
+    // Our ids and the two targets need no percent-decoding; an encoded one names nothing.
+    for (k, v) in query.split('&').take(16).filter_map(|p| p.split_once('=')) {
+        match k {
+            "target" => target = Some(v.to_owned()),
+            "id" | "synthesis_id" | "attempt_id" => id = Some(v.to_owned()),
+            _ => {}
+        }
+    }
+    let id = id.filter(|i| !i.is_empty())?;
+    match target.as_deref()? {
+        "contract" => Some(Route::Contract(id)),
+        "rcns-attempt" => Some(Route::Attempt(id)),
+        _ => None,
+    }
+}
+
+/// `Allow-RCNS: true` (or the structured-field boolean `?1`).
+pub fn allowed(v: Option<&http::HeaderValue>) -> bool {
+    v.and_then(|v| v.to_str().ok())
+        .map(str::trim)
+        .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "?1")
+}
+
+/// Answers an RCNS request.
+pub async fn handle(
+    state: &AppState,
+    enf: &Enforcement,
+    route: Route,
+    parts: http::request::Parts,
+    body: Incoming,
+    conn: &ConnInfo,
+    cx: WriteContext,
+) -> (Response<ProxyBody>, Outcome) {
+    let who = identity::resolve(state, conn, &parts);
+    match route {
+        Route::Propose => propose::handle(state, enf, &parts, body, &who, cx).await,
+        Route::Implicit => propose::implicit(state, enf, &parts, &who, cx).await,
+        Route::Patterns => inventory::patterns(state),
+        Route::Contracts => inventory::contracts(state, enf, &who, cx).await,
+        Route::Contract(id) => inventory::contract(state, enf, &who, &id, cx).await,
+        Route::Attempt(id) => inventory::attempt(state, enf, &who, &id, cx).await,
+        Route::Unknown => {
+            let r = palisade_policy::Refusal::new(
+                palisade_policy::ErrorCode::NotFound,
+                "no AGTP endpoint here: PROPOSE, DISCOVER /patterns, DISCOVER /contracts, INSPECT /contracts/{id}, INSPECT /rcns-attempts/{id}, or their /.well-known/agtp/ paths",
+            );
+            answer::refused(state, enf, &cx, r, Vec::new()).await
+        }
+    }
+}

@@ -1,0 +1,488 @@
+//! PROPOSE (seed 000 §3.2–§3.8), and an unregistered pair addressed directly (§3.1's two
+//! delivery modes).
+//!
+//! ```text
+//! gate locks 1–3 (464) → rate per agent (429) → body (413, 400) → evaluate (seed order, lock 4)
+//!   → refused: attempt kept, (agent, task) rejections counted (escalate after 3)
+//!   → accepted: contract stored (Idempotency-Key: its id derives from the key) → 263
+//! ```
+
+use http::{header, HeaderValue, Response};
+use hyper::body::Incoming;
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::rcns::contract::{ORIGIN_GATE, ORIGIN_PROPOSE};
+use palisade_policy::rcns::evaluate::{self, Refused};
+use palisade_policy::rcns::{Caller, Matched, Proposal, SynthesizedContract};
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::{json, Value};
+
+use super::answer::{json, refused};
+use super::identity::Who;
+use super::inventory::store_down;
+use crate::context::{AppState, Enforcement, Outcome, RcnsState, WriteContext};
+use crate::net::body::{self, CollectError, ProxyBody};
+use crate::net::rate::Admit;
+use crate::store::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord};
+
+/// Largest PROPOSE body read (schemas included).
+const MAX_PROPOSAL: u64 = 256 * 1024;
+/// Rejections of one (agent, task) after which the answer says to escalate (seed 000 §3.3).
+const ESCALATE_AFTER: u64 = 3;
+/// Attempts kept per agent (older ones expire with the session TTL).
+const ATTEMPTS_PER_AGENT: u64 = 1000;
+
+type Answer = (Response<ProxyBody>, Outcome);
+
+/// What a PROPOSE or an implicit request is decided with.
+struct Ask<'a> {
+    state: &'a AppState,
+    enf: &'a Enforcement,
+    rcns: &'a RcnsState,
+    caller: Caller,
+    cx: WriteContext,
+    attempt_id: String,
+}
+
+pub async fn handle(
+    state: &AppState,
+    enf: &Enforcement,
+    parts: &http::request::Parts,
+    body: Incoming,
+    who: &Who,
+    cx: WriteContext,
+) -> Answer {
+    let mut ask = match open(state, enf, parts, who, cx).await {
+        Ok(a) => a,
+        Err(answer) => return answer,
+    };
+    let limit = MAX_PROPOSAL.min(state.config.max_body);
+    let bytes = match body::read_request_body(body, limit).await {
+        Ok(b) => b,
+        Err(CollectError::TooLarge(_)) => {
+            let r = Refusal::new(
+                ErrorCode::BodyTooLarge,
+                "a PROPOSE body is limited to 256 KiB",
+            );
+            return refused(state, enf, &ask.cx, r, Vec::new()).await;
+        }
+        Err(CollectError::Read(_)) => {
+            let r = Refusal::new(ErrorCode::BadRequest, "request body could not be read");
+            return refused(state, enf, &ask.cx, r, Vec::new()).await;
+        }
+    };
+    let proposal = match Proposal::parse(&bytes) {
+        Ok(p) => p,
+        Err(r) => return ask.refuse(None, Refused::Plain(r)).await,
+    };
+    let key = match idempotency_key(parts) {
+        Ok(k) => k,
+        Err(r) => return ask.refuse(Some(&proposal), Refused::Plain(r)).await,
+    };
+    let bundle = ask.state.bundle.load_full();
+    let recipes = bundle.as_deref().and_then(|b| b.recipes.as_deref());
+    let caller = ask.caller.clone();
+    match evaluate::evaluate(&proposal, &caller, &who.claim, recipes, bundle.as_deref()) {
+        Err(why) => ask.refuse(Some(&proposal), why).await,
+        Ok(m) => {
+            let fingerprint = key.as_ref().map(|_| Sha256Digest::of(&bytes).to_hex());
+            let made = Made {
+                origin: ORIGIN_PROPOSE,
+                key,
+                fingerprint,
+                session: session_of(parts),
+            };
+            ask.synthesize(&proposal, &m, made).await
+        }
+    }
+}
+
+/// An unregistered pair a recipe matches, addressed with `Allow-RCNS: true`: 461 under
+/// confirm-first; under optimistic, the contract is made at once (263) and the agent sends
+/// its request again under it. The request's body is not run either way.
+pub async fn implicit(
+    state: &AppState,
+    enf: &Enforcement,
+    parts: &http::request::Parts,
+    who: &Who,
+    cx: WriteContext,
+) -> Answer {
+    let mut ask = match open(state, enf, parts, who, cx).await {
+        Ok(a) => a,
+        Err(answer) => return answer,
+    };
+    let bundle = state.bundle.load_full();
+    let recipes = bundle.as_deref().and_then(|b| b.recipes.as_deref());
+    let (method, path) = (parts.method.as_str(), parts.uri.path());
+    let Some(recipe) = recipes.and_then(|r| r.find(method, path)) else {
+        // The bundle was swapped since routing: nothing matches any more.
+        let r = Refusal::new(
+            ErrorCode::NotFound,
+            "no recipe matches this method and path",
+        );
+        return refused(state, enf, &ask.cx, r, Vec::new()).await;
+    };
+    if ask.rcns.config.delivery == crate::config::Delivery::ConfirmFirst {
+        let r = Refusal::new(
+            ErrorCode::RcnsProposeFirst,
+            "this endpoint is not registered; PROPOSE it first (confirm-first delivery)",
+        );
+        let extra = vec![
+            ("patterns", Value::Array(vec![recipe.pattern()])),
+            ("propose", json!(format!("{}propose", super::WELL_KNOWN))),
+        ];
+        return refused(state, enf, &ask.cx, r, extra).await;
+    }
+    let semantic = recipe.source.get("semantic").cloned().unwrap_or_else(
+        || json!({"intent": recipe.description.clone().unwrap_or_else(|| recipe.name.clone())}),
+    );
+    let proposal = Proposal {
+        task_id: None,
+        name: None,
+        method: method.to_owned(),
+        path: path.to_owned(),
+        description: None,
+        semantic: Some(semantic),
+        input_schema: None,
+        output_schema: None,
+        persistent: false,
+        form: "implicit",
+    };
+    let caller = ask.caller.clone();
+    match evaluate::evaluate(&proposal, &caller, &who.claim, recipes, bundle.as_deref()) {
+        Err(why) => ask.refuse(Some(&proposal), why).await,
+        Ok(m) => {
+            let made = Made {
+                origin: ORIGIN_GATE,
+                key: None,
+                fingerprint: None,
+                session: session_of(parts),
+            };
+            ask.synthesize(&proposal, &m, made).await
+        }
+    }
+}
+
+/// Locks 1–3 of the gate and the per-agent rate.
+async fn open<'a>(
+    state: &'a AppState,
+    enf: &'a Enforcement,
+    parts: &http::request::Parts,
+    who: &Who,
+    mut cx: WriteContext,
+) -> Result<Ask<'a>, Answer> {
+    cx.caller = cx.caller.take().or_else(|| who.identity.clone());
+    let enabled = state.rcns.as_ref().is_some_and(|r| r.config.enabled);
+    let allow = super::allowed(parts.headers.get(super::ALLOW_RCNS));
+    if let Err(g) = evaluate::gate(enabled, allow, who.caller(), &who.claim) {
+        let extra = vec![("lock", json!(g.lock))];
+        return Err(refused(state, enf, &cx, g.refusal, extra).await);
+    }
+    let (Some(rcns), Some(caller)) = (state.rcns.as_ref(), who.caller()) else {
+        // The gate opened only with both; kept as a refusal rather than a panic.
+        let r = Refusal::new(ErrorCode::Internal, "negotiation state missing");
+        return Err(refused(state, enf, &cx, r, Vec::new()).await);
+    };
+    if let Admit::No {
+        retry_after,
+        receipt,
+    } = rcns.rate.check(caller.agent_id.clone(), enf.clock.now_ms())
+    {
+        let r = Refusal::new(
+            ErrorCode::RateLimited,
+            "too many PROPOSE requests from this agent (rcns.rate_limit)",
+        );
+        let mut resp = if receipt {
+            refused(state, enf, &cx, r, Vec::new()).await.0
+        } else {
+            // Past the first refusal of the window: counted, not receipted (a flood of
+            // PROPOSEs must not become a flood of durable writes).
+            state.metrics.refusal(r.code);
+            let id = uuid::Uuid::new_v4().to_string();
+            crate::net::problem::Problem::from_refusal(&r, &id, &cx.trace_id).into_response()
+        };
+        let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+        resp.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        return Err((resp, Outcome::Refused));
+    }
+    Ok(Ask {
+        state,
+        enf,
+        rcns,
+        caller: caller.clone(),
+        cx,
+        attempt_id: format!("att_{}", uuid::Uuid::now_v7().simple()),
+    })
+}
+
+/// How a contract is being made.
+struct Made {
+    origin: &'static str,
+    key: Option<String>,
+    fingerprint: Option<String>,
+    session: Option<String>,
+}
+
+impl Ask<'_> {
+    async fn refuse(&mut self, p: Option<&Proposal>, why: Refused) -> Answer {
+        let mut extra = vec![("rcns_attempt_id", json!(self.attempt_id))];
+        match &why {
+            Refused::Gate(g) => extra.push(("lock", json!(g.lock))),
+            Refused::Scopes(_, scopes) => extra.push(("required_scopes", json!(scopes))),
+            Refused::Impossible(_) => {
+                let similar = p.map(|p| self.similar(p)).unwrap_or_default();
+                extra.push(("similar", Value::Array(similar)));
+            }
+            Refused::Plain(_) => {}
+        }
+        let r = why.refusal().clone();
+        if r.code == ErrorCode::RcnsRejected {
+            if let Some(task) = p.and_then(|p| p.task_id.as_deref()) {
+                let n = self.count_rejection(task).await;
+                extra.push(("rejections", json!(n)));
+                if n >= ESCALATE_AFTER {
+                    // Seed 000 §3.3: after three rejections the agent MUST ESCALATE.
+                    extra.push(("escalate", json!(true)));
+                }
+            }
+        }
+        self.keep_attempt(p, &r, None).await;
+        refused(self.state, self.enf, &self.cx, r, extra).await
+    }
+
+    /// Patterns with the proposal's method or path (seed 000 §3.3: the answer SHOULD name
+    /// entries that satisfy a similar capability).
+    fn similar(&self, p: &Proposal) -> Vec<Value> {
+        let bundle = self.state.bundle.load();
+        let Some(set) = bundle.as_deref().and_then(|b| b.recipes.as_deref()) else {
+            return Vec::new();
+        };
+        set.recipes
+            .iter()
+            .filter(|r| r.method == p.method || r.path.matches(&p.path))
+            .take(5)
+            .map(|r| r.pattern())
+            .collect()
+    }
+
+    async fn synthesize(&mut self, p: &Proposal, m: &Matched, made: Made) -> Answer {
+        let cfg = &self.rcns.config;
+        let now = self.enf.clock.now_ms();
+        let persistent = p.persistent && cfg.persistent;
+        let ttl = if persistent {
+            cfg.persistent_ttl
+        } else {
+            cfg.session_ttl
+        };
+        let session = (!persistent).then(|| {
+            made.session
+                .clone()
+                .unwrap_or_else(|| format!("ses_{}", uuid::Uuid::new_v4().simple()))
+        });
+        let agent = self.caller.agent_id.clone();
+        let synthesis_id = match &made.key {
+            // The same key from the same agent names the same contract, on every replica.
+            Some(k) => {
+                let d = Sha256Digest::of(format!("{agent}\0{k}").as_bytes()).to_hex();
+                format!("syn_{}", &d[..32])
+            }
+            None => format!("syn_{}", uuid::Uuid::new_v4().simple()),
+        };
+        let recipe = &m.recipe;
+        let contract = SynthesizedContract {
+            synthesis_id: synthesis_id.clone(),
+            method: p.method.clone(),
+            path: p.path.clone(),
+            endpoint: recipe.endpoint(&p.method, &p.path),
+            recipe_name: recipe.name.clone(),
+            recipe_version: recipe.version.clone(),
+            recipe: recipe.source.clone(),
+            originating_agent_id: agent.clone(),
+            negotiation_origin: made.origin,
+            task_id: p.task_id.clone(),
+            persistent,
+            session,
+            issued_at_ms: now,
+            expires_at_ms: now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
+            revoked: false,
+            required_scopes: recipe.all_scopes.iter().cloned().collect(),
+            fingerprint: made.fingerprint.clone(),
+        };
+        let record = RcnsRecord {
+            kind: RcnsKind::Contract,
+            key: synthesis_id,
+            owner: agent,
+            body: contract.to_record(),
+            expires_ms: contract.expires_at_ms,
+        };
+        let mode = RcnsPutMode::Create {
+            per_owner: cfg.max_contracts_per_agent,
+            total: cfg.max_contracts,
+        };
+        let contract = match self.enf.store.rcns_put(record, mode).await {
+            Ok(RcnsPut::Stored) => contract,
+            Ok(RcnsPut::Exists(old)) => {
+                let old = SynthesizedContract::from_record(&old.body);
+                match old {
+                    Some(old) if old.fingerprint == made.fingerprint => {
+                        // The same PROPOSE again: the same synthesis, answered again.
+                        return (
+                            approved(&old, p.persistent && !old.persistent),
+                            Outcome::Forwarded,
+                        );
+                    }
+                    _ => {
+                        let r = Refusal::new(
+                            ErrorCode::IdempotencyKeyReused,
+                            "this Idempotency-Key was used for another PROPOSE",
+                        );
+                        return self.refuse(Some(p), Refused::Plain(r)).await;
+                    }
+                }
+            }
+            Ok(RcnsPut::OwnerFull | RcnsPut::Full) => {
+                let r = Refusal::new(
+                    ErrorCode::RcnsRejected,
+                    "the agent (rcns.max_contracts_per_agent) or the server (rcns.max_contracts) holds as many live contracts as policy allows",
+                )
+                .with_reason("policy-refused");
+                return self.refuse(Some(p), Refused::Plain(r)).await;
+            }
+            Err(e) => return store_down(self.state, self.enf, &self.cx, &e).await,
+        };
+        let hash = contract.contract_hash();
+        self.keep_attempt(
+            Some(p),
+            &Refusal::new(ErrorCode::Internal, ""),
+            Some(&contract),
+        )
+        .await;
+        self.enf.drift.lifecycle(json!({
+            "event": "rcns_contract_synthesized",
+            "eventId": uuid::Uuid::now_v7().to_string(),
+            "timestamp": self.enf.now_rfc3339(),
+            "traceId": self.cx.trace_id,
+            "synthesis_id": contract.synthesis_id,
+            "contract_hash": hash,
+            "negotiation_origin": contract.negotiation_origin,
+            "originating_agent_id": contract.originating_agent_id,
+            "recipe_lineage": {"recipe_name": contract.recipe_name, "recipe_version": contract.recipe_version},
+        }));
+        metrics::counter!("palisade_rcns_contracts_synthesized_total", "origin" => contract.negotiation_origin).increment(1);
+        (
+            approved(&contract, p.persistent && !persistent),
+            Outcome::Forwarded,
+        )
+    }
+
+    /// Keeps the attempt for INSPECT target=rcns-attempt. Best effort: an attempt that cannot
+    /// be kept does not change the answer.
+    async fn keep_attempt(
+        &self,
+        p: Option<&Proposal>,
+        r: &Refusal,
+        made: Option<&SynthesizedContract>,
+    ) {
+        let valid = p.filter(|p| {
+            palisade_policy::rcns::recipes::is_method(&p.method)
+                && palisade_policy::rcns::recipes::is_path(&p.path)
+        });
+        let body = json!({
+            "attempt_id": self.attempt_id,
+            "agent_id": self.caller.agent_id,
+            "task_id": p.and_then(|p| p.task_id.clone()),
+            "form": p.map(|p| p.form),
+            "method": valid.map(|p| p.method.clone()),
+            "path": valid.map(|p| p.path.clone()),
+            "status": made.map_or(r.status(), |_| 263),
+            "code": made.is_none().then(|| r.code.as_str()),
+            "reason": made.is_none().then_some(r.reason).flatten(),
+            "synthesis_id": made.map(|c| c.synthesis_id.clone()),
+            "at": self.enf.now_rfc3339(),
+        });
+        let ttl = i64::try_from(self.rcns.config.session_ttl.as_millis()).unwrap_or(i64::MAX);
+        let record = RcnsRecord {
+            kind: RcnsKind::Attempt,
+            key: self.attempt_id.clone(),
+            owner: self.caller.agent_id.clone(),
+            body,
+            expires_ms: self.enf.clock.now_ms().saturating_add(ttl),
+        };
+        let mode = RcnsPutMode::Create {
+            per_owner: ATTEMPTS_PER_AGENT,
+            total: self.rcns.config.max_contracts,
+        };
+        if let Err(e) = self.enf.store.rcns_put(record, mode).await {
+            tracing::warn!(error = %e, "rcns: an attempt could not be kept");
+        }
+    }
+
+    /// Counts one more rejection of (agent, task); the new count (0 if it cannot be kept).
+    async fn count_rejection(&self, task: &str) -> u64 {
+        let key = format!("{}\n{task}", self.caller.agent_id);
+        let store = &self.enf.store;
+        let before = match store.rcns_get(RcnsKind::Rejections, &key).await {
+            Ok(r) => r.and_then(|r| r.body["count"].as_u64()).unwrap_or(0),
+            Err(_) => return 0,
+        };
+        let n = before + 1;
+        let ttl = i64::try_from(self.rcns.config.session_ttl.as_millis()).unwrap_or(i64::MAX);
+        let record = RcnsRecord {
+            kind: RcnsKind::Rejections,
+            key,
+            owner: self.caller.agent_id.clone(),
+            body: json!({"count": n}),
+            expires_ms: self.enf.clock.now_ms().saturating_add(ttl),
+        };
+        match store.rcns_put(record, RcnsPutMode::Replace).await {
+            Ok(_) => n,
+            Err(_) => 0,
+        }
+    }
+}
+
+/// The 263 answer, with `Contract-Synthesized` and the session.
+fn approved(c: &SynthesizedContract, persistent_refused: bool) -> Response<ProxyBody> {
+    let mut resp = json(263, &c.approved(persistent_refused));
+    let h = resp.headers_mut();
+    if let Ok(v) = HeaderValue::from_str(&c.synthesis_id) {
+        h.insert(super::CONTRACT_SYNTHESIZED, v);
+    }
+    if let Some(v) = c
+        .session
+        .as_deref()
+        .and_then(|s| HeaderValue::from_str(s).ok())
+    {
+        h.insert(super::SESSION, v);
+    }
+    resp
+}
+
+/// The request's session id, when it names a valid one.
+fn session_of(parts: &http::request::Parts) -> Option<String> {
+    let v = parts.headers.get(super::SESSION)?.to_str().ok()?;
+    valid_token(v).then(|| v.to_owned())
+}
+
+fn valid_token(v: &str) -> bool {
+    (1..=128).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// `Idempotency-Key`, if sent: 1–255 visible ASCII characters.
+fn idempotency_key(parts: &http::request::Parts) -> Result<Option<String>, Refusal> {
+    let Some(v) = parts.headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    match v.to_str() {
+        Ok(k) if (1..=255).contains(&k.len()) && k.bytes().all(|b| (0x21..=0x7e).contains(&b)) => {
+            Ok(Some(k.to_owned()))
+        }
+        _ => Err(Refusal::new(
+            ErrorCode::RcnsProposal,
+            "Idempotency-Key must be 1 to 255 visible ASCII characters",
+        )
+        .with_reason("proposal-malformed")),
+    }
+}
