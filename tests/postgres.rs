@@ -291,6 +291,108 @@ async fn relay_expiry(url: &str) {
     assert_eq!(one.relay_page(&inbox, 0, 100).await.unwrap().len(), 1);
 }
 
+/// RCNS records (issue 21) on two stores sharing the database, as two replicas: a contract
+/// made through one is found, refused as a duplicate, revoked and listed through the other;
+/// the per-agent cap counts both; an expired record is gone and its key free again.
+async fn rcns_shared(url: &str) {
+    use palisade::store::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord};
+    let (one, two) = (open(url).await.unwrap(), open(url).await.unwrap());
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let record = |key: &str, owner: &str, expires_ms| RcnsRecord {
+        kind: RcnsKind::Contract,
+        key: key.into(),
+        owner: owner.into(),
+        body: json!({"synthesis_id": key, "revoked": false}),
+        expires_ms,
+    };
+    let create = RcnsPutMode::Create {
+        per_owner: 2,
+        total: 100,
+    };
+    let later = now_ms + 60_000;
+    assert_eq!(
+        one.rcns_put(record("syn_1", "a", later), create)
+            .await
+            .unwrap(),
+        RcnsPut::Stored
+    );
+    match two
+        .rcns_put(record("syn_1", "a", later), create)
+        .await
+        .unwrap()
+    {
+        RcnsPut::Exists(old) => assert_eq!(old.owner, "a"),
+        other => panic!("{other:?}"),
+    }
+    let got = two
+        .rcns_get(RcnsKind::Contract, "syn_1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.body["synthesis_id"], "syn_1");
+    assert_eq!(
+        two.rcns_put(record("syn_2", "a", now_ms + 300), create)
+            .await
+            .unwrap(),
+        RcnsPut::Stored
+    );
+    assert_eq!(
+        one.rcns_put(record("syn_3", "a", later), create)
+            .await
+            .unwrap(),
+        RcnsPut::OwnerFull
+    );
+    assert_eq!(
+        one.rcns_put(record("syn_4", "b", later), create)
+            .await
+            .unwrap(),
+        RcnsPut::Stored
+    );
+    let mut revoked = got.clone();
+    revoked.body["revoked"] = json!(true);
+    assert_eq!(
+        two.rcns_put(revoked, RcnsPutMode::Replace).await.unwrap(),
+        RcnsPut::Stored
+    );
+    let seen = one
+        .rcns_get(RcnsKind::Contract, "syn_1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(seen.body["revoked"], true);
+    let mine = one
+        .rcns_list(RcnsKind::Contract, Some("a"), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        mine.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+        ["syn_1", "syn_2"]
+    );
+    assert_eq!(
+        two.rcns_list(RcnsKind::Contract, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    assert!(two
+        .rcns_get(RcnsKind::Contract, "syn_2")
+        .await
+        .unwrap()
+        .is_none());
+    // The expired one no longer counts: agent a may hold another.
+    assert_eq!(
+        two.rcns_put(record("syn_3", "a", later), create)
+            .await
+            .unwrap(),
+        RcnsPut::Stored
+    );
+}
+
 async fn open(url: &str) -> Result<PostgresStore, StoreError> {
     PostgresStore::open(connect(url), Arc::new(KeyPair::from_seed(SIDECAR_SEED))).await
 }
@@ -826,6 +928,7 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     // an inbox misses nothing while posts commit on other replicas.
     relay_replicas(&[&a, &b, &c]);
     relay_expiry(&socket).await;
+    rcns_shared(&socket).await;
 
     // A replica killed (SIGKILL) under load, holding locks: the others carry on.
     let next = Arc::new(AtomicU64::new(1_000_000));

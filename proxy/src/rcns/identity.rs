@@ -49,7 +49,7 @@ pub fn resolve(state: &AppState, conn: &ConnInfo, parts: &http::request::Parts) 
     let claim = claimed_scopes(
         parts
             .headers
-            .get(super::AUTHORITY_SCOPE)
+            .get(super::headers::AUTHORITY_SCOPE)
             .and_then(|v| v.to_str().ok()),
     );
     Who {

@@ -14,6 +14,7 @@
 //! ```
 
 mod answer;
+mod headers;
 mod identity;
 mod inventory;
 mod propose;
@@ -21,24 +22,14 @@ mod propose;
 use http::{Method, Response};
 use hyper::body::Incoming;
 
+pub use headers::{
+    allowed, ALLOW_RCNS, AUTHORITY_SCOPE, CONTRACT_SYNTHESIZED, MAX_ADMIN_LISTED, SESSION,
+    WELL_KNOWN,
+};
+
 use crate::context::{AppState, Enforcement, Outcome, WriteContext};
 use crate::net::body::ProxyBody;
 use crate::net::conn::ConnInfo;
-
-/// Most contracts the admin list shows.
-pub const MAX_ADMIN_LISTED: usize = 10_000;
-
-/// The sidecar's AGTP paths (SPEC §3 reserves the prefix).
-pub const WELL_KNOWN: &str = "/.well-known/agtp/";
-/// Request header: the agent consents to negotiation (lock 2 of the gate).
-pub const ALLOW_RCNS: &str = "allow-rcns";
-/// Request and response header naming a synthesized contract.
-pub const CONTRACT_SYNTHESIZED: &str = "contract-synthesized";
-/// The caller's claimed Authority-Scope tokens.
-pub const AUTHORITY_SCOPE: &str = "authority-scope";
-/// The session a session-scoped contract belongs to (ours: seed 000 §3.8 leaves the HTTP
-/// spelling open).
-pub const SESSION: &str = "session-id";
 
 /// What an RCNS request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -127,13 +118,6 @@ fn inspect_query(query: &str) -> Option<Route> {
         "rcns-attempt" => Some(Route::Attempt(id)),
         _ => None,
     }
-}
-
-/// `Allow-RCNS: true` (or the structured-field boolean `?1`).
-pub fn allowed(v: Option<&http::HeaderValue>) -> bool {
-    v.and_then(|v| v.to_str().ok())
-        .map(str::trim)
-        .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "?1")
 }
 
 /// Answers an RCNS request.

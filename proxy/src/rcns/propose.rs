@@ -128,7 +128,10 @@ pub async fn implicit(
         );
         let extra = vec![
             ("patterns", Value::Array(vec![recipe.pattern()])),
-            ("propose", json!(format!("{}propose", super::WELL_KNOWN))),
+            (
+                "propose",
+                json!(format!("{}propose", super::headers::WELL_KNOWN)),
+            ),
         ];
         return refused(state, enf, &ask.cx, r, extra).await;
     }
@@ -172,7 +175,7 @@ async fn open<'a>(
 ) -> Result<Ask<'a>, Answer> {
     cx.caller = cx.caller.take().or_else(|| who.identity.clone());
     let enabled = state.rcns.as_ref().is_some_and(|r| r.config.enabled);
-    let allow = super::allowed(parts.headers.get(super::ALLOW_RCNS));
+    let allow = super::headers::allowed(parts.headers.get(super::headers::ALLOW_RCNS));
     if let Err(g) = evaluate::gate(enabled, allow, who.caller(), &who.claim) {
         let extra = vec![("lock", json!(g.lock))];
         return Err(refused(state, enf, &cx, g.refusal, extra).await);
@@ -446,21 +449,21 @@ fn approved(c: &SynthesizedContract, persistent_refused: bool) -> Response<Proxy
     let mut resp = json(263, &c.approved(persistent_refused));
     let h = resp.headers_mut();
     if let Ok(v) = HeaderValue::from_str(&c.synthesis_id) {
-        h.insert(super::CONTRACT_SYNTHESIZED, v);
+        h.insert(super::headers::CONTRACT_SYNTHESIZED, v);
     }
     if let Some(v) = c
         .session
         .as_deref()
         .and_then(|s| HeaderValue::from_str(s).ok())
     {
-        h.insert(super::SESSION, v);
+        h.insert(super::headers::SESSION, v);
     }
     resp
 }
 
 /// The request's session id, when it names a valid one.
 fn session_of(parts: &http::request::Parts) -> Option<String> {
-    let v = parts.headers.get(super::SESSION)?.to_str().ok()?;
+    let v = parts.headers.get(super::headers::SESSION)?.to_str().ok()?;
     valid_token(v).then(|| v.to_owned())
 }
 

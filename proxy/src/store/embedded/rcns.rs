@@ -84,6 +84,41 @@ fn remove(t: &mut Tables<'_>, kind: RcnsKind, key: &str) -> Result<(), StoreErro
     add(t, kind, -1)
 }
 
+/// `owner`'s unexpired records of `kind`, counted up to `cap`.
+fn live_of(
+    t: &Tables<'_>,
+    kind: RcnsKind,
+    owner: &str,
+    cap: u64,
+    now: i64,
+) -> Result<u64, StoreError> {
+    let prefix = owner_prefix(kind, owner);
+    let mut end = prefix.clone();
+    end.push(0xff);
+    let mut live = 0;
+    for row in t
+        .rcns
+        .range::<&[u8]>(prefix.as_slice()..end.as_slice())
+        .map_err(unavailable)?
+    {
+        let (k, _) = row.map_err(unavailable)?;
+        let key = String::from_utf8_lossy(k.value().get(prefix.len()..).unwrap_or_default());
+        let rec = t
+            .rcns
+            .get(record_key(kind, &key).as_slice())
+            .map_err(unavailable)?;
+        if let Some(v) = rec {
+            if parse(v.value())?.exp > now {
+                live += 1;
+                if live >= cap {
+                    break;
+                }
+            }
+        }
+    }
+    Ok(live)
+}
+
 /// Inside the writer's transaction.
 pub(super) fn store(
     t: &mut Tables<'_>,
@@ -96,22 +131,19 @@ pub(super) fn store(
         Some(v) => Some(parse(v.value())?),
         None => None,
     };
-    if let (RcnsPutMode::Create { per_owner, total }, live) = (mode, existing) {
-        if let Some(old) = live.filter(|o| o.exp > now) {
-            return Ok(RcnsPut::Exists(Box::new(old.record(r.kind, r.key.clone()))));
+    if let RcnsPutMode::Create { per_owner, total } = mode {
+        match existing {
+            Some(old) if old.exp > now => {
+                return Ok(RcnsPut::Exists(Box::new(old.record(r.kind, r.key.clone()))));
+            }
+            // Expired, not yet swept: it goes now, and frees its place under the caps.
+            Some(_) => remove(t, r.kind, &r.key)?,
+            None => {}
         }
-        let prefix = owner_prefix(r.kind, &r.owner);
-        let mut end = prefix.clone();
-        end.push(0xff);
-        let mine = t
-            .rcns
-            .range::<&[u8]>(prefix.as_slice()..end.as_slice())
-            .map_err(unavailable)?
-            .take(usize::try_from(per_owner).unwrap_or(usize::MAX))
-            .count() as u64;
-        if mine >= per_owner {
+        if live_of(t, r.kind, &r.owner, per_owner, now)? >= per_owner {
             return Ok(RcnsPut::OwnerFull);
         }
+        // The total counts records until they are swept (the sweep keeps pace with writes).
         if count(t, r.kind)? >= total {
             return Ok(RcnsPut::Full);
         }

@@ -491,3 +491,95 @@ async fn many_batches_share_a_commit_and_survive_reopening() {
         writer::COMMIT_BATCHES as u64 * 3 + 1
     );
 }
+
+#[tokio::test]
+async fn rcns_records_keep_their_caps_expire_and_survive_reopening() {
+    use crate::store::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("s.redb");
+    let now = now_ms() as i64;
+    let record = |key: &str, owner: &str, expires_ms| RcnsRecord {
+        kind: RcnsKind::Contract,
+        key: key.into(),
+        owner: owner.into(),
+        body: serde_json::json!({"synthesis_id": key}),
+        expires_ms,
+    };
+    let create = RcnsPutMode::Create {
+        per_owner: 2,
+        total: 3,
+    };
+    let later = now + 60_000;
+    {
+        let store = EmbeddedStore::open(&path, key()).unwrap();
+        let put = |r| store.rcns_put(r, create);
+        assert_eq!(
+            put(record("s1", "a", later)).await.unwrap(),
+            RcnsPut::Stored
+        );
+        assert!(matches!(
+            put(record("s1", "b", later)).await.unwrap(),
+            RcnsPut::Exists(old) if old.owner == "a"
+        ));
+        assert_eq!(
+            put(record("s2", "a", now + 200)).await.unwrap(),
+            RcnsPut::Stored
+        );
+        assert_eq!(
+            put(record("s3", "a", later)).await.unwrap(),
+            RcnsPut::OwnerFull
+        );
+        assert_eq!(
+            put(record("s4", "b", later)).await.unwrap(),
+            RcnsPut::Stored
+        );
+        assert_eq!(put(record("s5", "c", later)).await.unwrap(), RcnsPut::Full);
+        // Another kind is counted apart.
+        let mut attempt = record("t1", "a", later);
+        attempt.kind = RcnsKind::Attempt;
+        assert_eq!(
+            store.rcns_put(attempt, create).await.unwrap(),
+            RcnsPut::Stored
+        );
+        let mine = store
+            .rcns_list(RcnsKind::Contract, Some("a"), 10)
+            .await
+            .unwrap();
+        assert_eq!(
+            mine.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+            ["s1", "s2"]
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        assert!(store
+            .rcns_get(RcnsKind::Contract, "s2")
+            .await
+            .unwrap()
+            .is_none());
+        // Expired, not yet swept: its key and its place under the caps are free.
+        assert_eq!(
+            put(record("s2", "a", later)).await.unwrap(),
+            RcnsPut::Stored
+        );
+        let mut changed = record("s1", "a", later);
+        changed.body["revoked"] = true.into();
+        let replaced = store.rcns_put(changed, RcnsPutMode::Replace).await.unwrap();
+        assert_eq!(replaced, RcnsPut::Stored);
+    }
+    let store = EmbeddedStore::open(&path, key()).unwrap();
+    let s1 = store
+        .rcns_get(RcnsKind::Contract, "s1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s1.body["revoked"], true);
+    let all = store.rcns_list(RcnsKind::Contract, None, 10).await.unwrap();
+    assert_eq!(all.len(), 3);
+    assert_eq!(
+        store
+            .rcns_list(RcnsKind::Attempt, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+}

@@ -20,6 +20,7 @@ pub use connect::{url_from_config, Connect};
 mod keys;
 mod lock;
 mod rcns;
+mod reads;
 mod relay;
 mod schema;
 mod sweep;

@@ -118,32 +118,3 @@ pub(super) async fn set_lease_state(
     let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
     put_part(tx, lease_id, RECORD, NO_SEQ, &bytes).await
 }
-
-/// Reads of one row, shared by the trait's lookups.
-impl super::PostgresStore {
-    pub(super) async fn lease_part(
-        &self,
-        lease_id: &str,
-        part: i8,
-    ) -> Result<Option<Vec<u8>>, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_opt(
-                "SELECT value FROM lease_data WHERE lease_id = $1 AND part = $2 AND seq = $3",
-                &[&lease_id, &part, &NO_SEQ],
-            )
-            .await
-            .map_err(unavailable)?;
-        Ok(row.map(|r| r.get(0)))
-    }
-
-    pub(super) async fn json(
-        &self,
-        sql: &str,
-        key: &str,
-    ) -> Result<Option<serde_json::Value>, StoreError> {
-        let client = self.client().await?;
-        let row = client.query_opt(sql, &[&key]).await.map_err(unavailable)?;
-        Ok(row.and_then(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok()))
-    }
-}

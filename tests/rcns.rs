@@ -1,0 +1,869 @@
+//! AGTP-RCNS (seed 000; issue 21) through the real binary, with the example ERP bundle's
+//! recipe set (`RESERVE /stock-reservations`, composed of `items.put` and
+//! `legacy.allocations.put`) and a recording upstream that must see nothing of a
+//! negotiation. Callers are told apart by bearer token (`authz:sha256:…` in the callers file);
+//! `contract_hash` is recomputed by an independent JCS (`tests/rcns/contract_hash.py`).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+
+use http::{Method, Request, StatusCode};
+use palisade_policy::digest::Sha256Digest;
+use serde_json::{json, Value};
+use support::bundles::BundleFiles;
+use support::writes::*;
+use support::*;
+
+/// (token, agent id, scopes its identity document grants, trust tier).
+const AGENTS: &[(&str, &str, &[&str], u8)] = &[
+    ("tok-a", "agent-a", FULL, 1),
+    ("tok-b", "agent-b", FULL, 2),
+    ("tok-low", "agent-low", FULL, 3),
+    // Every scope of the first step and of the composition, not the second step's.
+    (
+        "tok-narrow",
+        "agent-narrow",
+        &["rcns:negotiate", "erp:stock:reserve", "erp:items:write"],
+        1,
+    ),
+    // Both steps' scopes, not the composition's.
+    (
+        "tok-steps",
+        "agent-steps",
+        &["rcns:negotiate", "erp:items:write", "erp:allocations:write"],
+        1,
+    ),
+    ("tok-mute", "agent-mute", &["erp:stock:reserve"], 1),
+    ("tok-ops", "operator", &["rcns:negotiate", "inspect:all"], 1),
+];
+
+const FULL: &[&str] = &[
+    "rcns:negotiate",
+    "erp:stock:reserve",
+    "erp:items:write",
+    "erp:allocations:write",
+];
+
+fn scopes_of(token: &str) -> &'static [&'static str] {
+    AGENTS.iter().find(|a| a.0 == token).unwrap().2
+}
+
+/// The callers file: each token's `authz:` identity, as the sidecar derives it.
+fn callers() -> Value {
+    let list: Vec<Value> = AGENTS
+        .iter()
+        .map(|(tok, agent, scopes, tier)| {
+            let id = Sha256Digest::of(format!("Bearer {tok}").as_bytes()).to_hex();
+            json!({"identity": format!("authz:sha256:{id}"), "agent_id": agent,
+                   "scopes": scopes, "trust_tier": tier})
+        })
+        .collect();
+    json!({ "callers": list })
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// `contract_hash` of a contract view or 263 body, by Python and `rfc8785`.
+fn independent_hash(doc: &Value) -> String {
+    use std::io::Write as _;
+    let mut child = std::process::Command::new(repo().join("target/pyenv/bin/python"))
+        .arg(repo().join("tests/rcns/contract_hash.py"))
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("the test venv (scripts/test.sh makes it)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(doc.to_string().as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success());
+    String::from_utf8(out.stdout).unwrap().trim().to_owned()
+}
+
+/// A sidecar with the example bundle and `[rcns]`, in front of a recording upstream.
+struct Rcns {
+    s: Setup,
+    b: BundleFiles,
+    _bundle: tempfile::TempDir,
+}
+
+fn config(b: &BundleFiles, dir: &Path, rcns_extra: &str) -> String {
+    let file = dir.join("callers.json");
+    std::fs::write(&file, callers().to_string()).unwrap();
+    format!(
+        "{}[rcns]\ncallers = \"{}\"\n{rcns_extra}",
+        b.rich_toml(""),
+        file.display()
+    )
+}
+
+impl Rcns {
+    async fn start(rcns_extra: &str) -> Rcns {
+        let bundle = tempfile::tempdir().unwrap();
+        palisade::cli::sample_bundle::write(bundle.path()).unwrap();
+        let b = BundleFiles::in_dir(bundle.path());
+        let dir = tempfile::tempdir().unwrap();
+        let extra = config(&b, dir.path(), rcns_extra);
+        let s = start_configured(Upstream::start().await, dir, "", &extra);
+        Rcns {
+            s,
+            b,
+            _bundle: bundle,
+        }
+    }
+
+    /// `method path` as `token` (none: anonymous), with `headers` and a JSON body.
+    async fn call(
+        &self,
+        method: &str,
+        path: &str,
+        token: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<&Value>,
+    ) -> (http::response::Parts, Value) {
+        let mut req = Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(self.s.p.url(path));
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let body = body.map(|b| b.to_string()).unwrap_or_default();
+        let req = req
+            .header("content-type", "application/json")
+            .body(full(body))
+            .unwrap();
+        let (parts, bytes) = send(&http1_client(), req).await;
+        (parts, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    /// PROPOSE `params` as `token`, consenting and claiming every scope it holds.
+    async fn propose(&self, token: &str, params: Value) -> (http::response::Parts, Value) {
+        let claim = scopes_of(token).join(" ");
+        let headers = [("allow-rcns", "true"), ("authority-scope", claim.as_str())];
+        let body = json!({"method": "PROPOSE", "task_id": "task-1", "parameters": params});
+        self.call("PROPOSE", "/", Some(token), &headers, Some(&body))
+            .await
+    }
+
+    /// As `token`, with its whole claim.
+    async fn get(&self, method: &str, path: &str, token: &str) -> (StatusCode, Value) {
+        let claim = scopes_of(token).join(" ");
+        let (parts, v) = self
+            .call(
+                method,
+                path,
+                Some(token),
+                &[("authority-scope", &claim)],
+                None,
+            )
+            .await;
+        (parts.status, v)
+    }
+}
+
+fn reserve(persistent: bool) -> Value {
+    json!({"endpoint": {"method": "RESERVE", "path": "/stock-reservations",
+                        "description": "reserve and allocate",
+                        "semantic": {"intent": "reserve stock for an order"},
+                        "input_schema": {"$schema": "https://json-schema.org/draft/2020-12/schema",
+                                         "type": "object"}},
+           "persistent": persistent})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_proposal_in_either_form_is_approved_and_listed_to_its_agent_only() {
+    let r = Rcns::start("").await;
+    let (parts, body) = r.propose("tok-a", reserve(false)).await;
+    assert_eq!(parts.status.as_u16(), 263, "{body}");
+    let id = body["synthesis_id"].as_str().unwrap().to_owned();
+    assert_eq!(parts.headers["contract-synthesized"], id.as_str());
+    let session = parts.headers["session-id"].to_str().unwrap().to_owned();
+    assert_eq!(body["session"], session.as_str());
+    assert_eq!(body["status"], 263);
+    assert_eq!(
+        (body["method"].as_str(), body["path"].as_str()),
+        (Some("RESERVE"), Some("/stock-reservations"))
+    );
+    assert_eq!(
+        body["recipe_lineage"],
+        json!({"recipe_name": "reserve-stock", "recipe_version": "1"})
+    );
+    assert_eq!(body["negotiation_origin"], "propose");
+    assert_eq!(body["originating_agent_id"], "agent-a");
+    assert_eq!(body["persistent"], false);
+    // The endpoint served is the recipe's, whatever schema the agent proposed.
+    assert_eq!(
+        body["endpoint"]["input_schema"]["required"],
+        json!(["sku", "qty", "warehouse", "order"])
+    );
+    assert_eq!(
+        body["contract_hash"].as_str().unwrap(),
+        independent_hash(&body)
+    );
+    assert!(body["expires_at"].as_str().unwrap().ends_with('Z'));
+
+    // The flat form, through the well-known path.
+    let claim = FULL.join(" ");
+    let flat = json!({"method": "PROPOSE", "parameters": {"name": "reserve", "method": "RESERVE",
+        "path": "/stock-reservations", "semantic": {"intent": "reserve"}}});
+    let (p2, b2) = r
+        .call(
+            "POST",
+            "/.well-known/agtp/propose",
+            Some("tok-a"),
+            &[("allow-rcns", "?1"), ("authority-scope", &claim)],
+            Some(&flat),
+        )
+        .await;
+    assert_eq!(p2.status.as_u16(), 263, "{b2}");
+    assert_ne!(b2["synthesis_id"], body["synthesis_id"]);
+    let (p3, b3) = r.propose("tok-b", reserve(true)).await;
+    assert_eq!(p3.status.as_u16(), 263, "{b3}");
+    assert_eq!(b3["persistent"], true);
+    assert!(p3.headers.get("session-id").is_none());
+
+    // DISCOVER /contracts, as the method and as the well-known path: each agent its own.
+    for (method, path) in [
+        ("DISCOVER", "/contracts"),
+        ("GET", "/.well-known/agtp/contracts"),
+    ] {
+        let (status, list) = r.get(method, path, "tok-a").await;
+        assert_eq!(status, StatusCode::OK);
+        let ids: Vec<&str> = list
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["synthesis_id"].as_str().unwrap())
+            .collect();
+        assert_eq!(ids.len(), 2, "{list}");
+        assert!(ids.contains(&id.as_str()));
+        for c in list.as_array().unwrap() {
+            for m in [
+                "synthesis_id",
+                "method",
+                "path",
+                "originating_agent_id",
+                "recipe_lineage",
+                "contract_hash",
+                "negotiation_origin",
+                "issued_at",
+                "expires_at",
+            ] {
+                assert!(c.get(m).is_some(), "{m} in {c}");
+            }
+            assert_eq!(c["contract_hash"].as_str().unwrap(), independent_hash(c));
+        }
+    }
+    let (_, list_b) = r.get("DISCOVER", "/contracts", "tok-b").await;
+    assert_eq!(list_b.as_array().unwrap().len(), 1);
+    assert_eq!(list_b[0]["originating_agent_id"], "agent-b");
+    // `inspect:all` sees every agent's; granted but not claimed, it sees only its own (none).
+    let (_, all) = r.get("DISCOVER", "/contracts", "tok-ops").await;
+    assert_eq!(all.as_array().unwrap().len(), 3);
+    let (_, unclaimed) = r
+        .call(
+            "DISCOVER",
+            "/contracts",
+            Some("tok-ops"),
+            &[("authority-scope", "rcns:negotiate")],
+            None,
+        )
+        .await;
+    assert_eq!(unclaimed, json!([]));
+
+    // INSPECT target=contract: the owner and the operator; another agent is told whose it is not.
+    let (s, view) = r.get("INSPECT", &format!("/contracts/{id}"), "tok-a").await;
+    assert_eq!(s, StatusCode::OK);
+    assert_eq!(view["contract_hash"], body["contract_hash"]);
+    assert_eq!(view["recipe_lineage"]["recipe_version"], "1");
+    let (s, _) = r
+        .get(
+            "GET",
+            &format!("/.well-known/agtp/contracts/{id}"),
+            "tok-ops",
+        )
+        .await;
+    assert_eq!(s, StatusCode::OK);
+    let (s, no) = r
+        .get("INSPECT", &format!("/?target=contract&id={id}"), "tok-b")
+        .await;
+    assert_eq!(
+        (s.as_u16(), no["reason"].as_str()),
+        (464, Some("contract-not-yours")),
+        "{no}"
+    );
+    let (s, _) = r.get("INSPECT", "/contracts/syn_nope", "tok-a").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    let (parts, _) = r.call("DISCOVER", "/contracts", None, &[], None).await;
+    assert_eq!(parts.status, StatusCode::UNAUTHORIZED);
+    // The negotiation reached no one.
+    assert!(r.s.upstream.requests().is_empty());
+}
+
+/// A refusal's answer, receipt and event; and that nothing reached the upstream.
+async fn assert_refused(
+    r: &Rcns,
+    answer: (http::response::Parts, Value),
+    status: u16,
+    code: &str,
+    reason: Option<&str>,
+) -> Value {
+    let (parts, body) = answer;
+    assert_eq!(parts.status.as_u16(), status, "{body}");
+    assert_eq!(body["code"], code, "{body}");
+    assert_eq!(body["reason"].as_str(), reason, "{body}");
+    assert_eq!(parts.headers["content-type"], "application/problem+json");
+    assert_receipt_verifies(&body["receipt"], "rejection");
+    assert_eq!(body["receipt"]["code"], code);
+    // 461 asks for a PROPOSE: nothing was violated, so no drift event (docs/decisions.md).
+    let category = match code {
+        "ERR_RCNS_PROPOSE_FIRST" => None,
+        "ERR_IDEMPOTENCY_KEY_REUSED" => Some("idempotency"),
+        _ => Some("negotiation"),
+    };
+    let events = drift_events(&r.s.p);
+    let event = events.iter().find(|e| e["traceId"] == body["trace_id"]);
+    match category {
+        Some(c) => {
+            let event = event.unwrap_or_else(|| panic!("no drift event for {body}"));
+            assert_eq!(event["code"], code);
+            assert_eq!(event["category"], c);
+        }
+        None => assert!(event.is_none(), "{event:?}"),
+    }
+    assert!(
+        r.s.upstream.requests().is_empty(),
+        "the upstream saw a request"
+    );
+    body
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_refusal_carries_the_seeds_status_and_reason_a_receipt_and_an_event() {
+    let r = Rcns::start("").await;
+    let good = reserve(false);
+    let with = |f: &dyn Fn(&mut Value)| {
+        let mut p = good.clone();
+        f(&mut p["endpoint"]);
+        p
+    };
+    // The gate, lock by lock.
+    let body = json!({"method": "PROPOSE", "parameters": good});
+    let claim = FULL.join(" ");
+    let no_consent = r
+        .call(
+            "PROPOSE",
+            "/",
+            Some("tok-a"),
+            &[("authority-scope", &claim)],
+            Some(&body),
+        )
+        .await;
+    let b = assert_refused(
+        &r,
+        no_consent,
+        464,
+        "ERR_RCNS_REFUSED",
+        Some("rcns-disabled"),
+    )
+    .await;
+    assert_eq!(b["lock"], 2);
+    let headers = [("allow-rcns", "true"), ("authority-scope", claim.as_str())];
+    let stranger = r
+        .call("PROPOSE", "/", Some("tok-unknown"), &headers, Some(&body))
+        .await;
+    assert_eq!(
+        assert_refused(&r, stranger, 464, "ERR_RCNS_REFUSED", Some("rcns-disabled")).await["lock"],
+        3
+    );
+    let mute = r.propose("tok-mute", good.clone()).await;
+    assert_eq!(
+        assert_refused(&r, mute, 464, "ERR_RCNS_REFUSED", Some("rcns-disabled")).await["lock"],
+        3
+    );
+    // rcns:negotiate granted, not claimed.
+    let unclaimed = r
+        .call(
+            "PROPOSE",
+            "/",
+            Some("tok-a"),
+            &[
+                ("allow-rcns", "true"),
+                ("authority-scope", "erp:stock:reserve"),
+            ],
+            Some(&body),
+        )
+        .await;
+    assert_eq!(
+        assert_refused(
+            &r,
+            unclaimed,
+            464,
+            "ERR_RCNS_REFUSED",
+            Some("rcns-disabled")
+        )
+        .await["lock"],
+        3
+    );
+    let low = r.propose("tok-low", good.clone()).await;
+    assert_eq!(
+        assert_refused(
+            &r,
+            low,
+            464,
+            "ERR_RCNS_REFUSED",
+            Some("trust-tier-insufficient")
+        )
+        .await["lock"],
+        4
+    );
+
+    // The evaluation, in the seed's order.
+    let cases: Vec<(Value, u16, &str, Option<&str>)> = vec![
+        (
+            with(&|e| e["method"] = json!("reserve")),
+            459,
+            "ERR_RCNS_METHOD",
+            None,
+        ),
+        (
+            with(&|e| e["method"] = json!("BOOK")),
+            459,
+            "ERR_RCNS_METHOD",
+            None,
+        ),
+        (
+            with(&|e| e["path"] = json!("/stock/../reservations")),
+            460,
+            "ERR_RCNS_PATH",
+            None,
+        ),
+        (
+            with(&|e| e["path"] = json!("/stock-reservations?x=1")),
+            460,
+            "ERR_RCNS_PATH",
+            None,
+        ),
+        (
+            with(&|e| {
+                e.as_object_mut().unwrap().remove("semantic");
+            }),
+            400,
+            "ERR_RCNS_PROPOSAL",
+            Some("semantic-invalid"),
+        ),
+        (
+            with(&|e| e["output_schema"] = json!({"type": "nonsense"})),
+            400,
+            "ERR_RCNS_PROPOSAL",
+            Some("schema-invalid"),
+        ),
+        (
+            with(&|e| e["path"] = json!("/stock-transfers")),
+            463,
+            "ERR_RCNS_REJECTED",
+            Some("composition-impossible"),
+        ),
+        (
+            json!({"endpoint": good["endpoint"], "method": "RESERVE"}),
+            400,
+            "ERR_RCNS_PROPOSAL",
+            Some("proposal-malformed"),
+        ),
+    ];
+    for (params, status, code, reason) in cases {
+        let answer = r.propose("tok-a", params).await;
+        let b = assert_refused(&r, answer, status, code, reason).await;
+        let attempt = b["rcns_attempt_id"].as_str().unwrap();
+        let (s, rec) = r
+            .get("INSPECT", &format!("/rcns-attempts/{attempt}"), "tok-a")
+            .await;
+        assert_eq!(s, StatusCode::OK);
+        assert_eq!(
+            (rec["status"].as_u64(), rec["code"].as_str()),
+            (Some(u64::from(status)), Some(code))
+        );
+    }
+    // Composition-impossible names the patterns that come close.
+    let b = assert_refused(
+        &r,
+        r.propose("tok-a", with(&|e| e["path"] = json!("/x"))).await,
+        463,
+        "ERR_RCNS_REJECTED",
+        Some("composition-impossible"),
+    )
+    .await;
+    assert_eq!(b["similar"][0]["recipe_name"], "reserve-stock");
+
+    // Authority through the composition (seed 000 §3.7, §6.1), before anything runs.
+    let narrow = assert_refused(
+        &r,
+        r.propose("tok-narrow", good.clone()).await,
+        455,
+        "ERR_RCNS_SCOPE_EXCEEDED",
+        Some("scope-exceeded"),
+    )
+    .await;
+    assert_eq!(narrow["required_scopes"], json!(["erp:allocations:write"]));
+    let steps = assert_refused(
+        &r,
+        r.propose("tok-steps", good.clone()).await,
+        455,
+        "ERR_RCNS_SCOPE_EXCEEDED",
+        Some("scope-exceeded"),
+    )
+    .await;
+    assert_eq!(steps["required_scopes"], json!(["erp:stock:reserve"]));
+    let partial = r
+        .call(
+            "PROPOSE",
+            "/",
+            Some("tok-a"),
+            &[
+                ("allow-rcns", "true"),
+                (
+                    "authority-scope",
+                    "rcns:negotiate erp:stock:reserve erp:items:write",
+                ),
+            ],
+            Some(&body),
+        )
+        .await;
+    let b = assert_refused(
+        &r,
+        partial,
+        262,
+        "ERR_RCNS_SCOPE_REQUIRED",
+        Some("scope-required"),
+    )
+    .await;
+    assert_eq!(b["required_scopes"], json!(["erp:allocations:write"]));
+    // None of it made a contract.
+    let (_, list) = r.get("DISCOVER", "/contracts", "tok-ops").await;
+    assert_eq!(list, json!([]));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_rejections_of_a_task_tell_the_agent_to_escalate() {
+    let r = Rcns::start("").await;
+    let mut impossible = reserve(false);
+    impossible["endpoint"]["path"] = json!("/nowhere");
+    for n in 1..=4u64 {
+        let (parts, b) = r.propose("tok-a", impossible.clone()).await;
+        assert_eq!(parts.status.as_u16(), 463);
+        assert_eq!(b["rejections"], n);
+        assert_eq!(b["escalate"].as_bool(), (n >= 3).then_some(true), "{b}");
+    }
+    // Another agent's count is its own.
+    let (_, b) = r.propose("tok-b", impossible).await;
+    assert_eq!(
+        (b["rejections"].as_u64(), b.get("escalate")),
+        (Some(1), None)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_idempotency_key_gives_the_same_synthesis_and_proposals_are_rate_limited() {
+    let r = Rcns::start("rate_limit = 6\nmax_contracts_per_agent = 3\n").await;
+    let claim = FULL.join(" ");
+    let body = json!({"method": "PROPOSE", "parameters": reserve(false)});
+    let keyed = |key: &'static str| {
+        vec![
+            ("allow-rcns", "true"),
+            ("authority-scope", claim.as_str()),
+            ("idempotency-key", key),
+        ]
+    };
+    let (p1, b1) = r
+        .call("PROPOSE", "/", Some("tok-a"), &keyed("k-1"), Some(&body))
+        .await;
+    let (p2, b2) = r
+        .call("PROPOSE", "/", Some("tok-a"), &keyed("k-1"), Some(&body))
+        .await;
+    assert_eq!((p1.status.as_u16(), p2.status.as_u16()), (263, 263));
+    assert_eq!(b1, b2, "the same synthesis, answered again");
+    assert_eq!(
+        p2.headers["contract-synthesized"],
+        b1["synthesis_id"].as_str().unwrap()
+    );
+    // The same key with another body is not a replay.
+    let other = json!({"method": "PROPOSE", "parameters": reserve(true)});
+    let reused = r
+        .call("PROPOSE", "/", Some("tok-a"), &keyed("k-1"), Some(&other))
+        .await;
+    assert_refused(&r, reused, 422, "ERR_IDEMPOTENCY_KEY_REUSED", None).await;
+    // Another agent's same key is another contract.
+    let (_, bb) = r
+        .call("PROPOSE", "/", Some("tok-b"), &keyed("k-1"), Some(&body))
+        .await;
+    assert_ne!(bb["synthesis_id"], b1["synthesis_id"]);
+    // agent-a holds one contract (k-1); two more reach max_contracts_per_agent = 3, and
+    // its sixth PROPOSE of the minute is refused by the cap.
+    for _ in 0..2 {
+        let (parts, b) = r.propose("tok-a", reserve(false)).await;
+        assert_eq!(parts.status.as_u16(), 263, "{b}");
+    }
+    let capped = r.propose("tok-a", reserve(false)).await;
+    assert_refused(&r, capped, 463, "ERR_RCNS_REJECTED", Some("policy-refused")).await;
+    // The seventh is over rcns.rate_limit = 6.
+    let (parts, b) = r.propose("tok-a", reserve(false)).await;
+    assert_eq!(parts.status.as_u16(), 429, "{b}");
+    assert_eq!(b["code"], "ERR_RATE_LIMITED");
+    let retry: u64 = parts.headers["retry-after"]
+        .to_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    assert!((1..=60).contains(&retry));
+    // agent-b is not limited by agent-a's rate; its own cap holds.
+    for _ in 0..2 {
+        let (parts, b) = r.propose("tok-b", reserve(false)).await;
+        assert_eq!(parts.status.as_u16(), 263, "{b}");
+    }
+    let capped = r.propose("tok-b", reserve(false)).await;
+    assert_refused(&r, capped, 463, "ERR_RCNS_REJECTED", Some("policy-refused")).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unregistered_pair_is_answered_by_the_delivery_mode() {
+    let claim = FULL.join(" ");
+    let input = json!({"sku": "BOLT-1", "qty": 3, "warehouse": "BER-1", "order": "SO-1234"});
+    let consent = [("allow-rcns", "true"), ("authority-scope", claim.as_str())];
+    let confirm = Rcns::start("").await;
+    let answer = confirm
+        .call(
+            "RESERVE",
+            "/stock-reservations",
+            Some("tok-a"),
+            &consent,
+            Some(&input),
+        )
+        .await;
+    let b = assert_refused(&confirm, answer, 461, "ERR_RCNS_PROPOSE_FIRST", None).await;
+    assert_eq!(b["patterns"][0]["recipe_name"], "reserve-stock");
+    assert_eq!(b["propose"], "/.well-known/agtp/propose");
+    // Without Allow-RCNS it is an ordinary request to a pair no binding serves.
+    let (parts, plain) = confirm
+        .call(
+            "RESERVE",
+            "/stock-reservations",
+            Some("tok-a"),
+            &[],
+            Some(&input),
+        )
+        .await;
+    assert_eq!(plain["code"], "ERR_UNBOUND_OPERATION", "{plain}");
+    assert_eq!(parts.status, StatusCode::NOT_FOUND);
+
+    let optimistic = Rcns::start("delivery = \"optimistic\"\n").await;
+    let (parts, b) = optimistic
+        .call(
+            "RESERVE",
+            "/stock-reservations",
+            Some("tok-a"),
+            &consent,
+            Some(&input),
+        )
+        .await;
+    assert_eq!(parts.status.as_u16(), 263, "{b}");
+    assert_eq!(
+        parts.headers["contract-synthesized"],
+        b["synthesis_id"].as_str().unwrap()
+    );
+    assert_eq!(b["negotiation_origin"], "rcns-gate");
+    assert_eq!(b["contract_hash"].as_str().unwrap(), independent_hash(&b));
+    // The gate holds for the implicit route too.
+    let low = optimistic
+        .call(
+            "RESERVE",
+            "/stock-reservations",
+            Some("tok-low"),
+            &consent,
+            Some(&input),
+        )
+        .await;
+    assert_refused(
+        &optimistic,
+        low,
+        464,
+        "ERR_RCNS_REFUSED",
+        Some("trust-tier-insufficient"),
+    )
+    .await;
+    assert!(optimistic.s.upstream.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn contracts_survive_a_restart_and_revocation_is_the_operators() {
+    let r = Rcns::start("").await;
+    let (_, kept) = r.propose("tok-a", reserve(true)).await;
+    let (_, other) = r.propose("tok-a", reserve(false)).await;
+    let id = kept["synthesis_id"].as_str().unwrap().to_owned();
+    // Restart on the same store (SIGKILL: nothing is flushed on the way out).
+    let Rcns { s, b, _bundle } = r;
+    let Setup { upstream, p } = s;
+    let dir = kill_and_keep_state(p);
+    let extra = config(&b, dir.path(), "");
+    let text = write_config(&upstream, dir.path(), "", &extra);
+    let r = Rcns {
+        s: Setup {
+            upstream,
+            p: Palisade::start_in(dir, &text),
+        },
+        b,
+        _bundle,
+    };
+    let (s, view) = r.get("INSPECT", &format!("/contracts/{id}"), "tok-a").await;
+    assert_eq!(s, StatusCode::OK, "{view}");
+    assert_eq!(view["contract_hash"], kept["contract_hash"]);
+
+    // Revocation: admin only, then 464 contract-revoked is what the agent learns on INSPECT's
+    // list (gone) and the view (marked).
+    let (status, _) = admin_post(
+        r.s.p.admin,
+        &format!("/admin/v1/rcns/contracts/{id}/revoke"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, view) = r.get("INSPECT", &format!("/contracts/{id}"), "tok-a").await;
+    assert_eq!(view["revoked"], true);
+    assert_eq!(
+        view["contract_hash"], kept["contract_hash"],
+        "revocation is state, not contract"
+    );
+    let (_, list) = r.get("DISCOVER", "/contracts", "tok-a").await;
+    let ids: Vec<&Value> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["synthesis_id"])
+        .collect();
+    assert_eq!(ids, vec![&other["synthesis_id"]]);
+    let (status, _) = admin_post(r.s.p.admin, "/admin/v1/rcns/contracts/syn_none/revoke").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    let (status, listed) = admin_get(r.s.p.admin, "/admin/v1/rcns/contracts").await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(listed.contains(&id));
+    // The lifecycle events, in the same sinks as drift events.
+    let events = drift_events(&r.s.p);
+    let revoked: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "rcns_contract_revoked")
+        .collect();
+    assert_eq!(revoked.len(), 1);
+    assert_eq!(revoked[0]["synthesis_id"], id.as_str());
+    assert!(r.s.upstream.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn persistence_is_the_operators_to_refuse() {
+    let r = Rcns::start("persistent = false\nsession_ttl = \"10m\"\n").await;
+    let (parts, b) = r.propose("tok-a", reserve(true)).await;
+    assert_eq!(parts.status.as_u16(), 263);
+    assert_eq!(
+        (b["persistent"].as_bool(), b["persistent_refused"].as_bool()),
+        (Some(false), Some(true))
+    );
+    assert!(parts.headers.get("session-id").is_some());
+    // A session the agent names is kept.
+    let claim = FULL.join(" ");
+    let body = json!({"method": "PROPOSE", "parameters": reserve(false)});
+    let (parts, b) = r
+        .call(
+            "PROPOSE",
+            "/",
+            Some("tok-a"),
+            &[
+                ("allow-rcns", "true"),
+                ("authority-scope", &claim),
+                ("session-id", "ses-agent-7"),
+            ],
+            Some(&body),
+        )
+        .await;
+    assert_eq!(parts.headers["session-id"], "ses-agent-7");
+    assert_eq!(b["session"], "ses-agent-7");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn patterns_are_listed_even_when_negotiation_is_off() {
+    let r = Rcns::start("enabled = false\n").await;
+    for (method, path) in [
+        ("DISCOVER", "/patterns"),
+        ("GET", "/.well-known/agtp/patterns"),
+    ] {
+        let (parts, doc) = r.call(method, path, None, &[], None).await;
+        assert_eq!(parts.status, StatusCode::OK);
+        assert_eq!(doc["rcns_enabled"], false);
+        let p = &doc["patterns"][0];
+        assert_eq!(
+            (p["recipe_name"].as_str(), p["recipe_version"].as_str()),
+            (Some("reserve-stock"), Some("1"))
+        );
+        assert_eq!(
+            (p["method"].as_str(), p["path_exact"].as_str()),
+            (Some("RESERVE"), Some("/stock-reservations"))
+        );
+        assert!(p.get("path_regex").is_none());
+    }
+    let b = assert_refused(
+        &r,
+        r.propose("tok-a", reserve(false)).await,
+        464,
+        "ERR_RCNS_REFUSED",
+        Some("rcns-disabled"),
+    )
+    .await;
+    assert_eq!(b["lock"], 1);
+    let (parts, _) = r.call("DISCOVER", "/nothing", None, &[], None).await;
+    assert_eq!(parts.status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recipe_edit_leaves_existing_contracts_on_their_captured_version() {
+    let r = Rcns::start("").await;
+    let (_, v1) = r.propose("tok-a", reserve(true)).await;
+    // The operator edits the recipe (a new version, another second step) and reloads.
+    let mut lock = r.b.lock();
+    let mut set = palisade::cli::sample_bundle::recipes();
+    set["recipes"][0]["version"] = json!("2");
+    set["recipes"][0]["description"] = json!("Sets an item's stock only.");
+    set["recipes"][0]["steps"]
+        .as_array_mut()
+        .unwrap()
+        .truncate(1);
+    set["recipes"][0]["output"] = json!("{item: steps[0], allocation: `null`}");
+    let hex = Sha256Digest::of_json(&set).to_hex();
+    std::fs::write(r.b.contracts.join(format!("{hex}.json")), set.to_string()).unwrap();
+    lock["rcns"]["recipesDigest"] = json!(format!("sha-256:{hex}"));
+    std::fs::write(&r.b.lockfile, lock.to_string()).unwrap();
+    let (status, doc) = admin_post(r.s.p.admin, "/admin/v1/reload").await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+
+    let (_, patterns) = r.call("DISCOVER", "/patterns", None, &[], None).await;
+    assert_eq!(patterns["patterns"][0]["recipe_version"], "2");
+    let (_, old) = r
+        .get(
+            "INSPECT",
+            &format!("/contracts/{}", v1["synthesis_id"].as_str().unwrap()),
+            "tok-a",
+        )
+        .await;
+    assert_eq!(old["recipe_lineage"]["recipe_version"], "1");
+    assert_eq!(old["contract_hash"], v1["contract_hash"]);
+    // A new proposal gets the new version, and a new contract.
+    let (_, v2) = r.propose("tok-a", reserve(true)).await;
+    assert_eq!(v2["recipe_lineage"]["recipe_version"], "2");
+    assert_eq!(v2["endpoint"]["description"], "Sets an item's stock only.");
+    assert_ne!(v2["synthesis_id"], v1["synthesis_id"]);
+}
