@@ -867,3 +867,275 @@ async fn a_recipe_edit_leaves_existing_contracts_on_their_captured_version() {
     assert_eq!(v2["endpoint"]["description"], "Sets an item's stock only.");
     assert_ne!(v2["synthesis_id"], v1["synthesis_id"]);
 }
+
+/// The sample SoR (a real HTTP app) behind a sidecar with the example bundle and `[rcns]`.
+struct WithSor {
+    p: Palisade,
+    sor: std::net::SocketAddr,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+impl WithSor {
+    async fn start(rcns_extra: &str) -> WithSor {
+        let sor_dir = tempfile::tempdir().unwrap();
+        let sor =
+            palisade::cli::sample_sor::SampleSor::open(&sor_dir.path().join("inventory.json"))
+                .unwrap();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        tokio::spawn(sor.serve(listener));
+        let bundle = tempfile::tempdir().unwrap();
+        palisade::cli::sample_bundle::write(bundle.path()).unwrap();
+        let b = BundleFiles::in_dir(bundle.path());
+        let dir = tempfile::tempdir().unwrap();
+        let extra = config(&b, dir.path(), rcns_extra);
+        let text = write_config_for(&format!("http://{addr}"), dir.path(), "", &extra);
+        WithSor {
+            p: Palisade::start_in(dir, &text),
+            sor: addr,
+            _dirs: [sor_dir, bundle],
+        }
+    }
+
+    async fn send(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &Value,
+    ) -> (http::response::Parts, Value) {
+        let mut req = Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(self.p.url(path))
+            .header("authorization", "Bearer tok-a")
+            .header("content-type", "application/json");
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        let (parts, bytes) = send(&http1_client(), req.body(full(body.to_string())).unwrap()).await;
+        (parts, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+    }
+
+    /// A contract for `RESERVE /stock-reservations`: (synthesis id, session, 263 body).
+    async fn contract(&self) -> (String, String, Value) {
+        let claim = FULL.join(" ");
+        let body = json!({"method": "PROPOSE", "parameters": reserve(false)});
+        let (parts, b) = self
+            .send(
+                "PROPOSE",
+                "/",
+                &[("allow-rcns", "true"), ("authority-scope", &claim)],
+                &body,
+            )
+            .await;
+        assert_eq!(parts.status.as_u16(), 263, "{b}");
+        let session = parts.headers["session-id"].to_str().unwrap().to_owned();
+        (b["synthesis_id"].as_str().unwrap().to_owned(), session, b)
+    }
+
+    async fn invoke(
+        &self,
+        id: &str,
+        session: &str,
+        claim: &str,
+        input: &Value,
+    ) -> (http::response::Parts, Value) {
+        let headers = [
+            ("contract-synthesized", id),
+            ("session-id", session),
+            ("authority-scope", claim),
+        ];
+        self.send("RESERVE", "/stock-reservations", &headers, input)
+            .await
+    }
+
+    /// A record as the SoR has it (not through the sidecar).
+    async fn sor_get(&self, path: &str) -> (StatusCode, Value) {
+        let req = Request::get(format!("http://{}{path}", self.sor))
+            .body(full(""))
+            .unwrap();
+        let (parts, body) = send(&http1_client(), req).await;
+        (
+            parts.status,
+            serde_json::from_slice(&body).unwrap_or(Value::Null),
+        )
+    }
+}
+
+fn step_receipts(parts: &http::response::Parts) -> Vec<Value> {
+    use base64::Engine as _;
+    let h = parts
+        .headers
+        .get("agent-commit-receipts")
+        .expect("the steps' receipts");
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(h.as_bytes())
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_synthesized_endpoint_runs_its_steps_as_enforced_writes() {
+    let r = WithSor::start("").await;
+    let (id, session, approved) = r.contract().await;
+    let claim = FULL.join(" ");
+    let input = json!({"sku": "BOLT-9", "qty": 40, "warehouse": "BER-1", "order": "SO-1234"});
+    let (parts, out) = r.invoke(&id, &session, &claim, &input).await;
+    assert_eq!(parts.status, StatusCode::OK, "{out}");
+    assert_eq!(parts.headers["contract-synthesized"], id.as_str());
+    // The answer is the recipe's output mapping over both steps' answers.
+    assert_eq!(
+        out["item"],
+        json!({"id": "BOLT-9", "sku": "BOLT-9", "qty": 40, "warehouse": "BER-1"})
+    );
+    assert_eq!(out["allocation"]["AllocationID"], "SO-1234");
+    assert_eq!(out["allocation"]["Quantity"], 40);
+    // The SoR has both records, written by the two bound operations.
+    let (s, item) = r.sor_get("/api/v2/items/BOLT-9").await;
+    assert_eq!((s, item["qty"].as_u64()), (StatusCode::OK, Some(40)));
+    let (s, alloc) = r.sor_get("/legacy/v1/allocations/SO-1234").await;
+    assert_eq!(
+        (s, alloc["ItemCode"].as_str()),
+        (StatusCode::OK, Some("BOLT-9"))
+    );
+    // Each step left a signed commit receipt of its own lease, attributed to the contract.
+    let receipts = step_receipts(&parts);
+    assert_eq!(receipts.len(), 2);
+    for (i, rec) in receipts.iter().enumerate() {
+        assert_receipt_verifies(rec, "commit");
+        assert_eq!(rec["synthesis_id"], id.as_str());
+        assert_eq!(rec["contract_hash"], approved["contract_hash"]);
+        assert_eq!(rec["negotiation_origin"], "propose");
+        assert_eq!(rec["rcns_step"], i);
+        assert_eq!(rec["method"], "PUT");
+    }
+    assert!(receipts[0]["sor_target_uri"]
+        .as_str()
+        .unwrap()
+        .ends_with("/api/v2/items/BOLT-9"));
+    assert!(receipts[1]["sor_target_uri"]
+        .as_str()
+        .unwrap()
+        .ends_with("/legacy/v1/allocations/SO-1234"));
+    // Both leases are the sidecar's, SNAPSHOT_RESTORE, for this caller.
+    let events = drift_events(&r.p);
+    let invoked: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["event"] == "rcns_contract_invoked")
+        .collect();
+    assert_eq!(
+        (invoked.len(), invoked[0]["outcome"].as_str()),
+        (1, Some("committed"))
+    );
+
+    // Under the contract: the input schema, the session, the agent, the method and path.
+    let bad = json!({"sku": "BOLT-9", "qty": -1, "warehouse": "BER-1", "order": "SO-1234"});
+    let (parts, b) = r.invoke(&id, &session, &claim, &bad).await;
+    assert_eq!(
+        (parts.status.as_u16(), b["code"].as_str()),
+        (422, Some("ERR_CONTRACT_INPUT")),
+        "{b}"
+    );
+    assert_eq!(b["violationLocation"], "/qty");
+    let (parts, b) = r.invoke(&id, "ses-other", &claim, &input).await;
+    assert_eq!(
+        (parts.status.as_u16(), b["reason"].as_str()),
+        (464, Some("contract-not-yours")),
+        "{b}"
+    );
+    let (parts, b) = r
+        .send(
+            "RESERVE",
+            "/stock-reservations",
+            &[
+                ("contract-synthesized", "syn_unknown"),
+                ("authority-scope", &claim),
+            ],
+            &input,
+        )
+        .await;
+    assert_eq!(parts.status, StatusCode::NOT_FOUND, "{b}");
+    // A scope dropped from the claim is refused before any step runs.
+    let (parts, b) = r
+        .invoke(
+            &id,
+            &session,
+            "rcns:negotiate erp:stock:reserve erp:items:write",
+            &input,
+        )
+        .await;
+    assert_eq!(
+        (parts.status.as_u16(), b["reason"].as_str()),
+        (262, Some("scope-required")),
+        "{b}"
+    );
+    // A revoked contract runs no more.
+    let (status, _) = admin_post(r.p.admin, &format!("/admin/v1/rcns/contracts/{id}/revoke")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (parts, b) = r.invoke(&id, &session, &claim, &input).await;
+    assert_eq!(
+        (parts.status.as_u16(), b["reason"].as_str()),
+        (464, Some("contract-revoked")),
+        "{b}"
+    );
+    assert_receipt_verifies(&b["receipt"], "rejection");
+    assert_eq!(b["receipt"]["synthesis_id"], id.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_composition_whose_second_step_fails_leaves_the_sor_as_it_was() {
+    let r = WithSor::start("").await;
+    let (id, session, _) = r.contract().await;
+    let claim = FULL.join(" ");
+    // BOLT-9 exists from an earlier reservation.
+    let first = json!({"sku": "BOLT-9", "qty": 40, "warehouse": "BER-1", "order": "SO-1234"});
+    assert_eq!(
+        r.invoke(&id, &session, &claim, &first).await.0.status,
+        StatusCode::OK
+    );
+    let (_, before) = r.sor_get("/api/v2/items/BOLT-9").await;
+    // Step 1 overwrites BOLT-9; step 2 is refused by the SoR (a closed order).
+    let closed = json!({"sku": "BOLT-9", "qty": 7, "warehouse": "HAM-2", "order": "SO-0000"});
+    let (parts, b) = r.invoke(&id, &session, &claim, &closed).await;
+    assert_eq!(parts.status, StatusCode::CONFLICT, "{b}");
+    assert_eq!(
+        (b["code"].as_str(), b["reason"].as_str()),
+        (Some("ERR_RCNS_STEP_FAILED"), Some("step-failed"))
+    );
+    assert_eq!(
+        (b["step"].as_u64(), b["step_status"].as_u64()),
+        (Some(1), Some(409))
+    );
+    assert_eq!(b["all_or_nothing"], true);
+    // The first step's write and its compensation, both receipted; the SoR as it was.
+    assert_eq!(b["receipts"].as_array().unwrap().len(), 1);
+    assert_receipt_verifies(&b["receipts"][0], "commit");
+    let comp = &b["compensated"][0];
+    assert_eq!(comp["lease_id"], b["receipts"][0]["lease_id"]);
+    assert_receipt_verifies(&comp["receipt"], "compensation");
+    assert_eq!(comp["receipt"]["lease_id"], b["receipts"][0]["lease_id"]);
+    let (_, after) = r.sor_get("/api/v2/items/BOLT-9").await;
+    assert_eq!(after, before);
+    let (s, _) = r.sor_get("/legacy/v1/allocations/SO-0000").await;
+    assert_eq!(s, StatusCode::NOT_FOUND);
+    assert_receipt_verifies(&b["receipt"], "rejection");
+    assert_eq!(b["receipt"]["synthesis_id"], id.as_str());
+
+    // A new item (absent before): compensation removes it again.
+    let fresh = json!({"sku": "NUT-3", "qty": 5, "warehouse": "BER-1", "order": "SO-0000"});
+    let (parts, b) = r.invoke(&id, &session, &claim, &fresh).await;
+    assert_eq!(parts.status, StatusCode::CONFLICT, "{b}");
+    let (s, _) = r.sor_get("/api/v2/items/NUT-3").await;
+    assert_eq!(
+        s,
+        StatusCode::NOT_FOUND,
+        "the first step's record was removed"
+    );
+    let events = drift_events(&r.p);
+    let outcomes: Vec<&str> = events
+        .iter()
+        .filter(|e| e["event"] == "rcns_contract_invoked")
+        .map(|e| e["outcome"].as_str().unwrap())
+        .collect();
+    assert_eq!(outcomes, ["committed", "compensated", "compensated"]);
+}

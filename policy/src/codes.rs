@@ -167,6 +167,9 @@ codes! {
     /// The four-lock gate, and a synthesized contract that cannot be used (`rcns-disabled`,
     /// `trust-tier-insufficient`, `contract-not-yours`, `contract-revoked`).
     RcnsRefused = "ERR_RCNS_REFUSED", 464, "Negotiation refused", Some(Negotiation);
+    /// A step of a synthesized endpoint could not be built or did not succeed; the steps
+    /// before it were compensated. 502; 422 when the step's request cannot be built.
+    RcnsStepFailed = "ERR_RCNS_STEP_FAILED", 502, "A composed step failed", None;
     /// Confirm-first delivery: an unregistered pair addressed implicitly (seed 000 §3.1).
     RcnsProposeFirst = "ERR_RCNS_PROPOSE_FIRST", 461, "Negotiation required", None;
 

@@ -9,11 +9,13 @@
 //! - [`callers`]: who may negotiate: identity → agent id, Authority-Scope grants, trust tier;
 //! - [`proposal`]: the PROPOSE body, both forms of seed §3.4;
 //! - [`evaluate`]: the four-lock gate and the evaluation order of seed §3.6;
-//! - [`contract`]: the synthesized contract, its `contract_hash`.
+//! - [`contract`]: the synthesized contract, its `contract_hash`;
+//! - [`compose`]: a step's request and the composed answer, from the recipe's mappings.
 //!
 //! The proxy's `rcns` layer does the I/O: the store, rate limits, receipts, answers.
 
 pub mod callers;
+pub mod compose;
 pub mod contract;
 pub mod evaluate;
 pub mod proposal;

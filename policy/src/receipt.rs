@@ -73,8 +73,24 @@ pub struct ReceiptBody {
     /// addressed, the one the SoR received, and the connectors between them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub connector: Option<ConnectorRef>,
+    /// The synthesized contract a write ran under (AGTP-RCNS, seed 000 §3.1: the
+    /// Attribution-Record's `synthesis_id`, `contract_hash`, `negotiation_origin`), as
+    /// top-level members.
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    pub attribution: Option<Attribution>,
     /// RFC 3339.
     pub at: String,
+}
+
+/// A receipt's RCNS attribution members.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Attribution {
+    pub synthesis_id: String,
+    pub contract_hash: String,
+    pub negotiation_origin: String,
+    /// Which step of the composition (0-based); absent on the invocation's own receipt.
+    #[serde(rename = "rcns_step", skip_serializing_if = "Option::is_none")]
+    pub step: Option<usize>,
 }
 
 /// A receipt's `connector` member.
@@ -107,6 +123,7 @@ impl ReceiptBody {
             trace_anchor_ref: None,
             caller: None,
             connector: None,
+            attribution: None,
             at,
         }
     }

@@ -206,7 +206,8 @@ impl RecipeSet {
         let mut exact = BTreeSet::new();
         for (i, r) in list.iter().enumerate() {
             let here = format!("{at}/recipes/{i}");
-            let Some(recipe) = compile_recipe(r, &here, capabilities, &scopes_of, &mut problems)
+            let Some(recipe) =
+                compile_recipe(r, &here, capabilities, Some(&scopes_of), &mut problems)
             else {
                 continue;
             };
@@ -241,7 +242,8 @@ pub fn compile_recipe(
     r: &Value,
     at: &str,
     capabilities: &[Capability],
-    scopes_of: &BTreeMap<&str, BTreeSet<String>>,
+    // `None` for a contract's captured recipe: its scopes were captured with it.
+    scopes_of: Option<&BTreeMap<&str, BTreeSet<String>>>,
     problems: &mut Vec<Problem>,
 ) -> Option<Recipe> {
     let before = problems.len();
@@ -363,9 +365,10 @@ pub fn compile_recipe(
                 let here = format!("{at}/steps/{i}");
                 if let Some(step) = compile_step(s, &here, capabilities, problems) {
                     let name = &capabilities[step.capability].name;
-                    match scopes_of.get(name.as_str()) {
-                        Some(scopes) => all_scopes.extend(scopes.iter().cloned()),
-                        None => problems.push(Problem::new(
+                    match scopes_of.map(|m| m.get(name.as_str())) {
+                        None => {}
+                        Some(Some(scopes)) => all_scopes.extend(scopes.iter().cloned()),
+                        Some(None) => problems.push(Problem::new(
                             format!("{here}/capability"),
                             "has no capabilityScopes entry: the scope a step needs is the operator's to name",
                         )),

@@ -67,8 +67,49 @@ pub(super) async fn grant(
         config.max_json_depth,
     )?;
 
+    let lease = Grant {
+        caller,
+        target_uri,
+        mode,
+        t_req,
+        trace_anchor,
+        inverse,
+    };
+    let (signed, lease_id) = issue(state, enf, parts, conn, lease).await?;
+    let mut resp = body::json_response(StatusCode::CREATED, &signed);
+    if let Ok(loc) = HeaderValue::from_str(&format!("{PREFIX}/{lease_id}")) {
+        resp.headers_mut().insert(header::LOCATION, loc);
+    }
+    Ok(resp)
+}
+
+/// What a lease is granted for.
+pub struct Grant<'a> {
+    /// The caller's identity (`ConnInfo::caller`): the lease's `agent_id`.
+    pub caller: String,
+    /// Absolute, behind this sidecar.
+    pub target_uri: &'a str,
+    pub mode: RecoveryMode,
+    pub t_req: u64,
+    pub trace_anchor: Option<Sha256Digest>,
+    pub inverse: inverse::InversePayload,
+}
+
+/// Grants a lease signed by the sidecar key and stages its inverse durably: the endpoint's
+/// work, and RCNS's for each write step of a composition (issue 21). `parts` is the request
+/// the grant is made for: its origin and the headers the pre-image GET carries. Returns the
+/// signed lease and its id.
+pub async fn issue(
+    state: &AppState,
+    enf: &Enforcement,
+    parts: &http::request::Parts,
+    conn: &ConnInfo,
+    g: Grant<'_>,
+) -> Result<(Value, String), Refusal> {
+    let config = &state.config;
+    let (caller, mode, t_req, inverse) = (g.caller, g.mode, g.t_req, g.inverse);
     // The target must be a resource behind this sidecar.
-    let normalized = target::normalize(target_uri)
+    let normalized = target::normalize(g.target_uri)
         .map_err(|_| bad("sor_target_uri must be an absolute http(s) URI"))?;
     let own = facts::origin(config, parts, conn)
         .and_then(|o| target::request_target(&o, "/").ok())
@@ -124,7 +165,7 @@ pub(super) async fn grant(
         "issued_at": lease::format_rfc3339_ms(now),
         "agent_id": caller,
     });
-    if let (Some(t), Some(obj)) = (trace_anchor, fields.as_object_mut()) {
+    if let (Some(t), Some(obj)) = (g.trace_anchor, fields.as_object_mut()) {
         obj.insert("trace_anchor_ref".into(), json!(t.to_string()));
     }
     let signed = lease::sign(fields.as_object().cloned().unwrap_or_default(), &enf.key);
@@ -145,11 +186,7 @@ pub(super) async fn grant(
         )
         .await
         .map_err(checks::store_refusal)?;
-    let mut resp = body::json_response(StatusCode::CREATED, &signed);
-    if let Ok(loc) = HeaderValue::from_str(&format!("{PREFIX}/{lease_id}")) {
-        resp.headers_mut().insert(header::LOCATION, loc);
-    }
-    Ok(resp)
+    Ok((signed, lease_id))
 }
 
 pub(super) async fn stage_inverse(

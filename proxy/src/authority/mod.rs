@@ -38,8 +38,21 @@ use crate::net::conn::ConnInfo;
 
 use compensate::compensate;
 use grant::{grant, stage_inverse};
+pub use grant::{issue, Grant};
 pub use lease_record::PREFIX;
 use lookup::lookup;
+
+/// Undoes the committed write of `lease_id` for the caller `parts` and `conn` name (SPEC
+/// §5.4): the endpoint's work, and RCNS's when a later step of a composition fails.
+pub async fn compensate_lease(
+    state: &AppState,
+    enf: &Enforcement,
+    parts: &http::request::Parts,
+    lease_id: &str,
+    conn: &ConnInfo,
+) -> Result<Response<ProxyBody>, Refusal> {
+    compensate(state, enf, parts, lease_id, conn).await
+}
 
 pub async fn handle(
     state: &AppState,

@@ -4,7 +4,8 @@
 //! Routes: `GET /api/v2/items`, `POST /api/v2/items`, and `GET|PUT|DELETE /api/v2/items/{id}`;
 //! and a legacy v1 allocation API with other field names, `GET|PUT|DELETE
 //! /legacy/v1/allocations/{id}` (`{"ItemCode", "Quantity", "Location", "SalesOrder"}`), which
-//! the demo's bundle serves to agents as `PUT /api/v2/allocations/{id}` through a connector.
+//! the demo's bundle serves to agents as `PUT /api/v2/allocations/{id}` through a connector;
+//! allocation `SO-0000` is a closed order, refused with 409.
 //! Every change is written to the data file (temp file + rename) before the response, so the
 //! demo's data survives restarts and can be inspected with `cat`.
 //!
@@ -27,6 +28,8 @@ use tokio::sync::Mutex;
 use crate::net::body::{self, ProxyBody};
 
 const MAX_BODY: u64 = 1 << 20;
+/// The legacy API refuses allocations to this sales order (409 `ORDER_CLOSED`).
+pub const CLOSED_ORDER: &str = "SO-0000";
 
 pub struct SampleSor {
     data_file: PathBuf,
@@ -233,6 +236,13 @@ fn legacy_allocation(
                 false,
             ),
         },
+        // A closed sales order takes no allocation: the demo's (and the RCNS tests') way to
+        // make the second step of a composition fail at the SoR.
+        Method::PUT if id == CLOSED_ORDER => (
+            StatusCode::CONFLICT,
+            json!({"Error": "ORDER_CLOSED"}),
+            false,
+        ),
         Method::PUT => match parse_object(body) {
             Some(record) => {
                 let record = Value::Object(record);

@@ -277,6 +277,12 @@ impl RawConfig {
                 "needs PTCL enforcement (ptcl.writes not empty) and a RICH bundle (rich.lockfile): recipes compose bound capabilities, contracts are kept in the store",
             );
         }
+        if rcns.is_some() && !pre_image_fetch {
+            c.push(
+                "rcns",
+                "needs ptcl.pre_image = \"fetch\": a composed write that fails half way is undone by putting back what its steps replaced",
+            );
+        }
 
         Config {
             aip2,

@@ -23,6 +23,8 @@ pub struct WriteContext {
     pub caller: Option<String>,
     /// The connection the request went through, when its binding has one (RICH §9).
     pub connector: Option<palisade_policy::receipt::ConnectorRef>,
+    /// The synthesized contract the request runs under (RCNS), for its receipts.
+    pub attribution: Option<palisade_policy::receipt::Attribution>,
 }
 
 impl WriteContext {
@@ -38,6 +40,7 @@ impl WriteContext {
             identity: None,
             caller: None,
             connector: None,
+            attribution: None,
         }
     }
 

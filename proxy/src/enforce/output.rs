@@ -241,6 +241,7 @@ pub(crate) async fn blocked_problem(
             lockfile_digest: cx.lockfile_digest.clone(),
             caller: cx.caller.clone(),
             connector: cx.connector.clone(),
+            attribution: cx.attribution.clone(),
             ..ReceiptBody::new(
                 format!("urn:uuid:{}", uuid::Uuid::new_v4()),
                 ReceiptKind::Rejection,

@@ -115,6 +115,7 @@ pub(crate) fn permit_receipt(
         lockfile_digest: cx.lockfile_digest.clone(),
         caller: cx.caller.clone(),
         connector: cx.connector.clone(),
+        attribution: cx.attribution.clone(),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             kind,
@@ -191,6 +192,7 @@ async fn refuse_as(
         lockfile_digest: cx.lockfile_digest.clone(),
         caller: cx.caller.clone(),
         connector: cx.connector.clone(),
+        attribution: cx.attribution.clone(),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             ReceiptKind::Rejection,

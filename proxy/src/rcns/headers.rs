@@ -15,6 +15,10 @@ pub const AUTHORITY_SCOPE: &str = "authority-scope";
 /// spelling open).
 pub const SESSION: &str = "session-id";
 
+/// Response header of a composed invocation: its steps' commit receipts, a base64url JSON
+/// array (ours: one `Agent-Commit-Receipt` cannot hold several).
+pub const STEP_RECEIPTS: &str = "agent-commit-receipts";
+
 /// `Allow-RCNS: true` (or the structured-field boolean `?1`).
 pub fn allowed(v: Option<&http::HeaderValue>) -> bool {
     v.and_then(|v| v.to_str().ok())

@@ -17,7 +17,11 @@ mod answer;
 mod headers;
 mod identity;
 mod inventory;
+mod invoke;
 mod propose;
+mod steps;
+
+use std::sync::Arc;
 
 use http::{Method, Response};
 use hyper::body::Incoming;
@@ -41,6 +45,8 @@ pub enum Route {
     Attempt(String),
     /// An unregistered pair a recipe matches, addressed directly with `Allow-RCNS: true`.
     Implicit,
+    /// A request under a synthesized contract (`Contract-Synthesized: <id>`).
+    Invoke(String),
     /// An RCNS method or path that names nothing.
     Unknown,
 }
@@ -90,6 +96,11 @@ pub fn route(state: &AppState, parts: &http::request::Parts, path: &str) -> Opti
         _ => {}
     }
     let rcns = state.rcns.as_ref()?;
+    if let Some(id) = parts.headers.get(CONTRACT_SYNTHESIZED) {
+        // Whatever it names, it is ours to answer: a contract id never reaches the SoR.
+        let id = id.to_str().unwrap_or_default().to_owned();
+        return Some(Route::Invoke(id));
+    }
     let allow = parts.headers.get(ALLOW_RCNS)?;
     if !rcns.config.enabled || !allowed(Some(allow)) {
         return None;
@@ -122,16 +133,17 @@ fn inspect_query(query: &str) -> Option<Route> {
 
 /// Answers an RCNS request.
 pub async fn handle(
-    state: &AppState,
-    enf: &Enforcement,
+    state: &Arc<AppState>,
+    enf: &Arc<Enforcement>,
     route: Route,
     parts: http::request::Parts,
     body: Incoming,
-    conn: &ConnInfo,
+    conn: &Arc<ConnInfo>,
     cx: WriteContext,
 ) -> (Response<ProxyBody>, Outcome) {
     let who = identity::resolve(state, conn, &parts);
     match route {
+        Route::Invoke(id) => invoke::handle(state, enf, parts, body, conn, &who, id, cx).await,
         Route::Propose => propose::handle(state, enf, &parts, body, &who, cx).await,
         Route::Implicit => propose::implicit(state, enf, &parts, &who, cx).await,
         Route::Patterns => inventory::patterns(state),

@@ -1,0 +1,229 @@
+//! Invoking a synthesized endpoint (seed 000 §3.7): `<METHOD> <path>` with
+//! `Contract-Synthesized: <synthesis_id>` (and the contract's `Session-Id`, when it is
+//! session-scoped). The contract's captured recipe runs step by step, every step an
+//! ordinary enforced write:
+//!
+//! ```text
+//! contract: live, the caller's, not revoked, this session, this method and path (464 / 404)
+//!   → authority again: every captured scope granted and claimed (455 / 262)
+//!   → the captured recipe compiled against the bundle in force (464 synthesis-error)
+//!   → input against the endpoint's input schema (422)
+//!   → [own task] for each step: its request from the mappings → a SNAPSHOT_RESTORE lease
+//!     granted by the sidecar's lease authority for the caller → enforce::write (checks 1–12,
+//!     fence, pre-image kept, receipt with the contract's attribution)
+//!   → a step that fails: the completed ones compensated, last first (their snapshots put
+//!     back) → 4xx/502 ERR_RCNS_STEP_FAILED naming the step, its receipts and the
+//!     compensations
+//!   → all done: the answer from the output mapping, checked against the output schema
+//! ```
+//! The composition runs in a task of its own, so a client that hangs up cannot leave it
+//! half done without its compensations.
+
+use std::sync::Arc;
+
+use http::Response;
+use hyper::body::Incoming;
+use palisade_policy::rcns::recipes::compile_recipe;
+use palisade_policy::rcns::SynthesizedContract;
+use palisade_policy::receipt::Attribution;
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::json;
+
+use super::answer::refused;
+use super::identity::Who;
+use super::inventory::{store_down, unidentified};
+use crate::context::{AppState, Enforcement, Outcome, WriteContext};
+use crate::net::body::{self, CollectError, ProxyBody};
+use crate::net::conn::ConnInfo;
+use crate::store::RcnsKind;
+
+type Answer = (Response<ProxyBody>, Outcome);
+
+#[allow(clippy::too_many_arguments)]
+pub async fn handle(
+    state: &Arc<AppState>,
+    enf: &Arc<Enforcement>,
+    parts: http::request::Parts,
+    body: Incoming,
+    conn: &Arc<ConnInfo>,
+    who: &Who,
+    id: String,
+    mut cx: WriteContext,
+) -> Answer {
+    cx.caller = cx.caller.take().or_else(|| who.identity.clone());
+    let refuse = |r: Refusal| Refusal::with_reason(r, "synthesis-error");
+    if !state.rcns.as_ref().is_some_and(|r| r.config.enabled) {
+        let r = Refusal::new(
+            ErrorCode::RcnsRefused,
+            "contract negotiation is disabled on this server",
+        )
+        .with_reason("rcns-disabled");
+        return refused(state, enf, &cx, r, vec![("lock", json!(1))]).await;
+    }
+    let Some(caller) = who.caller() else {
+        return unidentified(state, enf, who, &cx).await;
+    };
+    let contract = match enf.store.rcns_get(RcnsKind::Contract, &id).await {
+        Ok(Some(r)) => SynthesizedContract::from_record(&r.body),
+        Ok(None) => {
+            let r = Refusal::new(
+                ErrorCode::NotFound,
+                "no live contract with this synthesis_id (it never was, or it expired)",
+            );
+            return refused(state, enf, &cx, r, Vec::new()).await;
+        }
+        Err(e) => return store_down(state, enf, &cx, &e).await,
+    };
+    let Some(contract) = contract else {
+        let r = Refusal::new(ErrorCode::Internal, "the stored contract cannot be read");
+        return refused(state, enf, &cx, r, Vec::new()).await;
+    };
+    // Every receipt from here names the contract, refusals included.
+    cx.attribution = Some(Attribution {
+        synthesis_id: contract.synthesis_id.clone(),
+        contract_hash: contract.contract_hash(),
+        negotiation_origin: contract.negotiation_origin.to_owned(),
+        step: None,
+    });
+    let session = parts
+        .headers
+        .get(super::headers::SESSION)
+        .and_then(|v| v.to_str().ok());
+    let not_yours = if contract.originating_agent_id != caller.agent_id {
+        Some("the contract belongs to another agent")
+    } else if contract.session.is_some() && contract.session.as_deref() != session {
+        Some("the contract belongs to another session (send its Session-Id)")
+    } else {
+        None
+    };
+    if let Some(why) = not_yours {
+        let r = Refusal::new(ErrorCode::RcnsRefused, why).with_reason("contract-not-yours");
+        return refused(state, enf, &cx, r, Vec::new()).await;
+    }
+    if contract.revoked {
+        let r = Refusal::new(ErrorCode::RcnsRefused, "the operator revoked this contract")
+            .with_reason("contract-revoked");
+        return refused(state, enf, &cx, r, Vec::new()).await;
+    }
+    if parts.method.as_str() != contract.method || parts.uri.path() != contract.path {
+        let r = Refusal::new(
+            ErrorCode::NotFound,
+            "this contract serves another method and path (see INSPECT target=contract)",
+        );
+        return refused(state, enf, &cx, r, Vec::new()).await;
+    }
+    // The identity document may have lost a scope since the contract was made.
+    let needed = |have: &std::collections::BTreeSet<String>| -> Vec<String> {
+        contract
+            .required_scopes
+            .iter()
+            .filter(|s| !have.contains(*s))
+            .cloned()
+            .collect()
+    };
+    for (missing, code, reason) in [
+        (
+            needed(&caller.scopes),
+            ErrorCode::RcnsScopeExceeded,
+            "scope-exceeded",
+        ),
+        (
+            needed(&who.claim),
+            ErrorCode::RcnsScopeRequired,
+            "scope-required",
+        ),
+    ] {
+        if !missing.is_empty() {
+            let r = Refusal::new(
+                code,
+                "the contract's steps need authority the caller does not hold or claim",
+            )
+            .with_reason(reason);
+            return refused(
+                state,
+                enf,
+                &cx,
+                r,
+                vec![("required_scopes", json!(missing))],
+            )
+            .await;
+        }
+    }
+    if state.admission.as_ref().is_some_and(|a| a.config.required) {
+        // Steps are authorized by the contract's scopes, not by an access token naming each
+        // step's contract digest; with admission required that would be a way around it.
+        let r = refuse(Refusal::new(
+            ErrorCode::RcnsRefused,
+            "composed endpoints do not run where [admission] mode = \"required\"",
+        ));
+        return refused(state, enf, &cx, r, Vec::new()).await;
+    }
+    let bundle = state.bundle.load_full();
+    let caps = bundle
+        .as_deref()
+        .map(|b| b.capabilities.as_slice())
+        .unwrap_or_default();
+    let recipe = compile_recipe(&contract.recipe, "contract", caps, None, &mut Vec::new());
+    let Some(recipe) = recipe else {
+        let r = refuse(Refusal::new(ErrorCode::RcnsRefused, "the contract's recipe no longer runs against the bundle in force (a step's capability is gone)"));
+        return refused(state, enf, &cx, r, Vec::new()).await;
+    };
+    let bytes = match body::read_request_body(body, state.config.max_body).await {
+        Ok(b) => b,
+        Err(CollectError::TooLarge(_)) => {
+            let r = Refusal::new(
+                ErrorCode::BodyTooLarge,
+                "request body exceeds limits.max_body",
+            );
+            return refused(state, enf, &cx, r, Vec::new()).await;
+        }
+        Err(CollectError::Read(_)) => {
+            let r = Refusal::new(ErrorCode::BadRequest, "request body could not be read");
+            return refused(state, enf, &cx, r, Vec::new()).await;
+        }
+    };
+    let input = palisade_policy::json::parse(&bytes, state.config.max_json_depth)
+        .map_err(|_| {
+            Refusal::new(
+                ErrorCode::ContractInput,
+                "the body is not an I-JSON document",
+            )
+        })
+        .and_then(|v| {
+            recipe.input_schema.check(&v).map(|()| v).map_err(|viol| {
+                Refusal::new(
+                    ErrorCode::ContractInput,
+                    "the body violates the endpoint's input schema",
+                )
+                .with_location(viol.instance_location)
+            })
+        });
+    let input = match input {
+        Ok(v) => v,
+        Err(r) => return refused(state, enf, &cx, r, Vec::new()).await,
+    };
+    let run = super::steps::Run {
+        state: state.clone(),
+        enf: enf.clone(),
+        conn: conn.clone(),
+        parts,
+        cx,
+        recipe,
+        bundle,
+        invocation: uuid::Uuid::now_v7().simple().to_string(),
+    };
+    // Its own task: a composition is never left half done because the client went away.
+    match tokio::spawn(run.run(input, contract)).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            let r = Refusal::new(
+                ErrorCode::Internal,
+                "the composition could not be completed",
+            );
+            (
+                crate::net::problem::Problem::from_refusal(&r, "", "").into_response(),
+                Outcome::Refused,
+            )
+        }
+    }
+}

@@ -1,0 +1,345 @@
+//! The composition of one invocation (`invoke`): its steps run one after another as
+//! enforced writes under leases the sidecar grants the caller, and, when one fails, the
+//! completed ones compensated, last first.
+
+use std::sync::Arc;
+
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine as _;
+use bytes::Bytes;
+use http::{header, HeaderValue, Response};
+use palisade_policy::lease::RecoveryMode;
+use palisade_policy::rcns::compose::{self, StepRequest};
+use palisade_policy::rcns::recipes::Recipe;
+use palisade_policy::rcns::SynthesizedContract;
+use palisade_policy::receipt::Attribution;
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::{json, Value};
+
+use super::answer::{json, refused};
+use crate::context::{AppState, Enforcement, Outcome, WriteContext};
+use crate::net::body::{self, ProxyBody};
+use crate::net::conn::ConnInfo;
+use crate::net::headers;
+
+type Answer = (Response<ProxyBody>, Outcome);
+
+/// Headers of the invocation that do not travel to its steps: RCNS's own, the PTCL ones
+/// (each step gets the sidecar's lease), and what describes the invocation's body.
+const NOT_COPIED: &[&str] = &[
+    "allow-rcns",
+    "contract-synthesized",
+    "session-id",
+    "authority-scope",
+    "idempotency-key",
+    "content-length",
+    "content-type",
+    "agent-compensation-lease",
+    "agent-compensation-inverse",
+    "agent-fence-token",
+    "agent-commit-receipt",
+    "agent-dry-run",
+];
+
+/// One invocation's composition.
+pub(super) struct Run {
+    pub(super) state: Arc<AppState>,
+    pub(super) enf: Arc<Enforcement>,
+    pub(super) conn: Arc<ConnInfo>,
+    /// The invocation: its identity and headers go to every step and every compensation.
+    pub(super) parts: http::request::Parts,
+    pub(super) cx: WriteContext,
+    pub(super) recipe: Recipe,
+    pub(super) bundle: Option<Arc<palisade_policy::rich::Bundle>>,
+    pub(super) invocation: String,
+}
+
+/// A completed step: its lease and its commit receipt.
+struct Done {
+    lease_id: String,
+    receipt: Value,
+}
+
+impl Run {
+    pub(super) async fn run(self, input: Value, contract: SynthesizedContract) -> Answer {
+        let mut answers: Vec<Value> = Vec::with_capacity(self.recipe.steps.len());
+        let mut done: Vec<Done> = Vec::new();
+        for (i, step) in self.recipe.steps.iter().enumerate() {
+            let cxv = compose::context(&input, &answers);
+            let req = compose::step_request(i, step, &cxv).and_then(|r| canonical(i, r));
+            let req = match req {
+                Ok(r) => r,
+                Err(r) => return self.fail(i, r, Vec::new(), done).await,
+            };
+            match self.step(i, step.capability, req).await {
+                Ok((answer, d)) => {
+                    answers.push(answer);
+                    done.push(d);
+                }
+                Err((r, extra)) => return self.fail(i, r, extra, done).await,
+            }
+        }
+        let out = compose::output(&self.recipe, &compose::context(&input, &answers));
+        let out = match out {
+            Ok(o) => o,
+            Err(r) => {
+                let at = self.recipe.steps.len();
+                return self.fail(at, r, Vec::new(), done).await;
+            }
+        };
+        self.lifecycle(&contract, "committed", done.len());
+        metrics::counter!("palisade_rcns_invocations_total", "outcome" => "committed").increment(1);
+        let mut resp = json(200, &out);
+        let receipts: Vec<&Value> = done.iter().map(|d| &d.receipt).collect();
+        let h = resp.headers_mut();
+        if let Ok(v) = HeaderValue::from_str(&contract.synthesis_id) {
+            h.insert(super::headers::CONTRACT_SYNTHESIZED, v);
+        }
+        let encoded = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&receipts).unwrap_or_default());
+        if let Ok(v) = HeaderValue::from_str(&encoded) {
+            h.insert(super::headers::STEP_RECEIPTS, v);
+        }
+        (resp, Outcome::Forwarded)
+    }
+
+    /// Runs step `i`: grants its lease, sends it through the write path.
+    async fn step(
+        &self,
+        i: usize,
+        capability: usize,
+        req: StepRequest,
+    ) -> Result<(Value, Done), (Refusal, Vec<(&'static str, Value)>)> {
+        let (state, enf, conn) = (&self.state, &self.enf, &self.conn);
+        let plain = |r: Refusal| (r, Vec::new());
+        let caller = conn.caller(&self.parts).ok_or_else(|| {
+            plain(Refusal::new(
+                ErrorCode::CallerUnidentified,
+                "a composed write needs the caller's identity for its leases",
+            ))
+        })?;
+        let origin =
+            crate::enforce::facts::origin(&state.config, &self.parts, conn).ok_or_else(|| {
+                plain(Refusal::new(
+                    ErrorCode::BadRequest,
+                    "the request's origin cannot be formed (Host missing)",
+                ))
+            })?;
+        let target = palisade_policy::target::request_target(&origin, &req.path).map_err(|_| {
+            plain(Refusal::new(
+                ErrorCode::BadRequest,
+                "a step's target cannot be formed",
+            ))
+        })?;
+        // SNAPSHOT_RESTORE: the pre-image the write replaces is kept and put back on
+        // compensation. The staged inverse names the step's own request, so the lease says
+        // what it covers; it is not what compensation sends.
+        let nominal = json!({"method": req.method, "path": req.path});
+        let inverse =
+            palisade_policy::inverse::parse(nominal.to_string().as_bytes(), 8).map_err(plain)?;
+        let window = u64::try_from(state.config.max_grant.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(300_000);
+        let grant = crate::authority::Grant {
+            caller,
+            target_uri: &target,
+            mode: RecoveryMode::SnapshotRestore,
+            t_req: window,
+            trace_anchor: None,
+            inverse,
+        };
+        let (lease, lease_id) = crate::authority::issue(state, enf, &self.parts, conn, grant)
+            .await
+            .map_err(plain)?;
+        let mut sp = http::Request::builder()
+            .method(req.method.as_str())
+            .uri(req.path.as_str())
+            .body(())
+            .map_err(|_| {
+                plain(Refusal::new(
+                    ErrorCode::BadRequest,
+                    "a step's request cannot be built",
+                ))
+            })?
+            .into_parts()
+            .0;
+        for (name, value) in &self.parts.headers {
+            if !NOT_COPIED.contains(&name.as_str()) {
+                sp.headers.append(name.clone(), value.clone());
+            }
+        }
+        headers::strip_hop_by_hop(&mut sp.headers);
+        if let Some(c) = self.parts.extensions.get::<crate::net::conn::TokenCaller>() {
+            sp.extensions.insert(c.clone());
+        }
+        let lease_b64 = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&lease).unwrap_or_default());
+        if let Ok(v) = HeaderValue::from_str(&lease_b64) {
+            sp.headers.insert(headers::LEASE_HEADER, v);
+        }
+        let required = self
+            .bundle
+            .as_deref()
+            .and_then(|b| b.capabilities.get(capability))
+            .is_some_and(|c| {
+                c.contract.idempotency_key == palisade_policy::rich::IdempotencyKey::Required
+            });
+        if required {
+            if let Ok(v) = HeaderValue::from_str(&format!("rcns-{}-{i}", self.invocation)) {
+                sp.headers.insert("idempotency-key", v);
+            }
+        }
+        let bytes = match &req.body {
+            Some(b) => {
+                sp.headers.insert(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static("application/json"),
+                );
+                Bytes::from(serde_json::to_vec(b).unwrap_or_default())
+            }
+            None => Bytes::new(),
+        };
+        let mut scx = WriteContext::new(
+            sp.method.clone(),
+            self.cx.trace_id.clone(),
+            format!("{} {}", req.method, req.path),
+        );
+        scx.caller = self.cx.caller.clone();
+        scx.attribution = self
+            .cx
+            .attribution
+            .clone()
+            .map(|a| Attribution { step: Some(i), ..a });
+        let (resp, _) =
+            crate::enforce::write::handle(state, enf, conn, sp, bytes, scx, self.bundle.clone())
+                .await;
+        let status = resp.status();
+        let receipt = resp
+            .headers()
+            .get(headers::RECEIPT_HEADER)
+            .and_then(|h| URL_SAFE_NO_PAD.decode(h.as_bytes()).ok())
+            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+        let problem = resp
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .is_some_and(|c| c.as_bytes().starts_with(b"application/problem+json"));
+        let answer = body::collect_proxy(resp.into_body(), state.config.max_response)
+            .await
+            .unwrap_or_default();
+        let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
+        if status.is_success() {
+            let receipt = receipt.unwrap_or(Value::Null);
+            return Ok((answer, Done { lease_id, receipt }));
+        }
+        // A refusal of ours names its code and carries its receipt; an upstream's error
+        // body is the SoR's and stays out of the answer.
+        let mut extra = vec![("step_status", json!(status.as_u16()))];
+        if problem && answer.get("code").is_some() {
+            extra.push(("step_code", answer["code"].clone()));
+            extra.push(("step_receipt", answer["receipt"].clone()));
+        } else if let Some(r) = receipt {
+            extra.push(("step_receipt", r));
+        }
+        let code = if status.is_client_error() {
+            status.as_u16()
+        } else {
+            502
+        };
+        let r = Refusal::new(
+            ErrorCode::RcnsStepFailed,
+            "a step of the composition did not succeed; the steps before it were compensated",
+        )
+        .with_status(code)
+        .with_reason("step-failed");
+        Err((r, extra))
+    }
+
+    /// Compensates `done`, last first, and answers with the step's failure.
+    async fn fail(
+        &self,
+        at: usize,
+        r: Refusal,
+        mut extra: Vec<(&'static str, Value)>,
+        done: Vec<Done>,
+    ) -> Answer {
+        let mut compensated = Vec::with_capacity(done.len());
+        let mut whole = true;
+        for d in done.iter().rev() {
+            let c = crate::authority::compensate_lease(
+                &self.state,
+                &self.enf,
+                &self.parts,
+                &d.lease_id,
+                &self.conn,
+            )
+            .await;
+            let entry = match c {
+                Ok(resp) => {
+                    let ok = resp.status().is_success();
+                    let b = body::collect_proxy(resp.into_body(), 1 << 20)
+                        .await
+                        .unwrap_or_default();
+                    let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
+                    whole &= ok;
+                    json!({"lease_id": d.lease_id, "upstream_status": v["upstream_status"], "receipt": v["receipt"]})
+                }
+                Err(refusal) => {
+                    whole = false;
+                    json!({"lease_id": d.lease_id, "code": refusal.code.as_str()})
+                }
+            };
+            compensated.push(entry);
+        }
+        let receipts: Vec<Value> = done.iter().map(|d| d.receipt.clone()).collect();
+        extra.push(("step", json!(at)));
+        extra.push(("receipts", Value::Array(receipts)));
+        extra.push(("compensated", Value::Array(compensated)));
+        extra.push(("all_or_nothing", json!(whole)));
+        let outcome = if done.is_empty() {
+            "failed"
+        } else if whole {
+            "compensated"
+        } else {
+            "partial"
+        };
+        if let Some(a) = &self.cx.attribution {
+            self.enf.drift.lifecycle(json!({
+                "event": "rcns_contract_invoked",
+                "eventId": uuid::Uuid::now_v7().to_string(),
+                "timestamp": self.enf.now_rfc3339(),
+                "traceId": self.cx.trace_id,
+                "synthesis_id": a.synthesis_id,
+                "contract_hash": a.contract_hash,
+                "outcome": outcome,
+                "steps": done.len(),
+            }));
+        }
+        metrics::counter!("palisade_rcns_invocations_total", "outcome" => outcome).increment(1);
+        refused(&self.state, &self.enf, &self.cx, r, extra).await
+    }
+
+    fn lifecycle(&self, c: &SynthesizedContract, outcome: &str, steps: usize) {
+        self.enf.drift.lifecycle(json!({
+            "event": "rcns_contract_invoked",
+            "eventId": uuid::Uuid::now_v7().to_string(),
+            "timestamp": self.enf.now_rfc3339(),
+            "traceId": self.cx.trace_id,
+            "synthesis_id": c.synthesis_id,
+            "contract_hash": c.contract_hash(),
+            "outcome": outcome,
+            "steps": steps,
+        }));
+    }
+}
+
+/// A step's path must already be in the one form the sidecar decides on.
+fn canonical(i: usize, r: StepRequest) -> Result<StepRequest, Refusal> {
+    match palisade_policy::path::canonical_path(&r.path) {
+        Ok(p) if p == r.path => Ok(r),
+        _ => Err(Refusal::new(
+            ErrorCode::RcnsStepFailed,
+            "a step's path has no canonical form",
+        )
+        .with_status(422)
+        .with_reason("step-mapping-failed")
+        .with_location(format!("/steps/{i}"))),
+    }
+}
