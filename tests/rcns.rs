@@ -871,6 +871,7 @@ async fn a_recipe_edit_leaves_existing_contracts_on_their_captured_version() {
 /// The sample SoR (a real HTTP app) behind a sidecar with the example bundle and `[rcns]`.
 struct WithSor {
     p: Palisade,
+    b: BundleFiles,
     sor: std::net::SocketAddr,
     _dirs: [tempfile::TempDir; 2],
 }
@@ -892,6 +893,7 @@ impl WithSor {
         let text = write_config_for(&format!("http://{addr}"), dir.path(), "", &extra);
         WithSor {
             p: Palisade::start_in(dir, &text),
+            b,
             sor: addr,
             _dirs: [sor_dir, bundle],
         }
@@ -918,8 +920,12 @@ impl WithSor {
 
     /// A contract for `RESERVE /stock-reservations`: (synthesis id, session, 263 body).
     async fn contract(&self) -> (String, String, Value) {
+        self.contract_with(false).await
+    }
+
+    async fn contract_with(&self, persistent: bool) -> (String, String, Value) {
         let claim = FULL.join(" ");
-        let body = json!({"method": "PROPOSE", "parameters": reserve(false)});
+        let body = json!({"method": "PROPOSE", "parameters": reserve(persistent)});
         let (parts, b) = self
             .send(
                 "PROPOSE",
@@ -929,7 +935,11 @@ impl WithSor {
             )
             .await;
         assert_eq!(parts.status.as_u16(), 263, "{b}");
-        let session = parts.headers["session-id"].to_str().unwrap().to_owned();
+        let session = parts
+            .headers
+            .get("session-id")
+            .map_or("", |v| v.to_str().unwrap())
+            .to_owned();
         (b["synthesis_id"].as_str().unwrap().to_owned(), session, b)
     }
 
@@ -1138,4 +1148,115 @@ async fn a_composition_whose_second_step_fails_leaves_the_sor_as_it_was() {
         .map(|e| e["outcome"].as_str().unwrap())
         .collect();
     assert_eq!(outcomes, ["committed", "compensated", "compensated"]);
+}
+
+/// The example recipe, edited: version 2 sets the item only.
+fn edit_recipe(b: &BundleFiles) {
+    let mut lock = b.lock();
+    let mut set = palisade::cli::sample_bundle::recipes();
+    set["recipes"][0]["version"] = json!("2");
+    set["recipes"][0]["description"] = json!("Sets an item's stock only.");
+    set["recipes"][0]["steps"]
+        .as_array_mut()
+        .unwrap()
+        .truncate(1);
+    set["recipes"][0]["output"] = json!("{item: steps[0], allocation: `null`}");
+    let hex = Sha256Digest::of_json(&set).to_hex();
+    std::fs::write(b.contracts.join(format!("{hex}.json")), set.to_string()).unwrap();
+    lock["rcns"]["recipesDigest"] = json!(format!("sha-256:{hex}"));
+    std::fs::write(&b.lockfile, lock.to_string()).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_contract_runs_the_recipe_it_was_made_with_after_a_hot_swap() {
+    let r = WithSor::start("").await;
+    let (v1, _, _) = r.contract_with(true).await;
+    edit_recipe(&r.b);
+    let (status, doc) = admin_post(r.p.admin, "/admin/v1/reload").await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    let (v2, _, b2) = r.contract_with(true).await;
+    assert_eq!(b2["recipe_lineage"]["recipe_version"], "2");
+    let claim = FULL.join(" ");
+    let input =
+        |order: &str| json!({"sku": "BOLT-9", "qty": 40, "warehouse": "BER-1", "order": order});
+    // v1, made before the swap, still allocates; v2 sets the item only.
+    let (parts, out) = r.invoke(&v1, "", &claim, &input("SO-1111")).await;
+    assert_eq!(parts.status, StatusCode::OK, "{out}");
+    assert_eq!(step_receipts(&parts).len(), 2);
+    assert_eq!(
+        r.sor_get("/legacy/v1/allocations/SO-1111").await.0,
+        StatusCode::OK
+    );
+    let (parts, out) = r.invoke(&v2, "", &claim, &input("SO-2222")).await;
+    assert_eq!(parts.status, StatusCode::OK, "{out}");
+    assert_eq!(out["allocation"], Value::Null);
+    assert_eq!(step_receipts(&parts).len(), 1);
+    assert_eq!(
+        r.sor_get("/legacy/v1/allocations/SO-2222").await.0,
+        StatusCode::NOT_FOUND
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_whose_answer_is_refused_after_the_write_is_compensated_too() {
+    // The recording upstream answers `{"ok":true}` to everything: the legacy operation's
+    // output contract refuses that answer after the write was sent, so both steps are undone.
+    let r = Rcns::start("").await;
+    let (_, c) = r.propose("tok-a", reserve(true)).await;
+    let id = c["synthesis_id"].as_str().unwrap();
+    let claim = FULL.join(" ");
+    let input = json!({"sku": "BOLT-9", "qty": 40, "warehouse": "BER-1", "order": "SO-1234"});
+    let headers = [
+        ("contract-synthesized", id),
+        ("authority-scope", claim.as_str()),
+    ];
+    let (parts, b) = r
+        .call(
+            "RESERVE",
+            "/stock-reservations",
+            Some("tok-a"),
+            &headers,
+            Some(&input),
+        )
+        .await;
+    assert_eq!(parts.status, StatusCode::BAD_GATEWAY, "{b}");
+    assert_eq!(
+        (b["step"].as_u64(), b["step_code"].as_str()),
+        (Some(1), Some("ERR_CONTRACT_OUTPUT"))
+    );
+    let compensated: Vec<&str> = b["compensated"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["receipt"]["sor_target_uri"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        compensated,
+        [
+            "https://erp.example.com/legacy/v1/allocations/SO-1234",
+            "https://erp.example.com/api/v2/items/BOLT-9"
+        ],
+        "last first"
+    );
+    // What the upstream saw: the two writes, then the two snapshots put back, last first,
+    // each fenced with a newer epoch than the write it undoes.
+    let puts: Vec<(String, String)> =
+        r.s.upstream
+            .requests()
+            .into_iter()
+            .filter(|s| s.method == "PUT")
+            .map(|s| {
+                let fence = s.headers["agent-fence-token"].to_str().unwrap().to_owned();
+                (s.path_and_query, fence)
+            })
+            .collect();
+    assert_eq!(
+        puts,
+        [
+            ("/api/v2/items/BOLT-9".into(), "1".into()),
+            ("/legacy/v1/allocations/SO-1234".into(), "1".into()),
+            ("/legacy/v1/allocations/SO-1234".into(), "2".into()),
+            ("/api/v2/items/BOLT-9".into(), "2".into()),
+        ]
+    );
 }

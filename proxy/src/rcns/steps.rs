@@ -54,6 +54,13 @@ pub(super) struct Run {
     pub(super) invocation: String,
 }
 
+/// Why a step did not succeed, and its write if it was sent anyway.
+struct Failed {
+    refusal: Refusal,
+    extra: Vec<(&'static str, Value)>,
+    reached: Option<Done>,
+}
+
 /// A completed step: its lease and its commit receipt.
 struct Done {
     lease_id: String,
@@ -76,7 +83,10 @@ impl Run {
                     answers.push(answer);
                     done.push(d);
                 }
-                Err((r, extra)) => return self.fail(i, r, extra, done).await,
+                Err(f) => {
+                    done.extend(f.reached);
+                    return self.fail(i, f.refusal, f.extra, done).await;
+                }
             }
         }
         let out = compose::output(&self.recipe, &compose::context(&input, &answers));
@@ -108,9 +118,13 @@ impl Run {
         i: usize,
         capability: usize,
         req: StepRequest,
-    ) -> Result<(Value, Done), (Refusal, Vec<(&'static str, Value)>)> {
+    ) -> Result<(Value, Done), Failed> {
         let (state, enf, conn) = (&self.state, &self.enf, &self.conn);
-        let plain = |r: Refusal| (r, Vec::new());
+        let plain = |refusal: Refusal| Failed {
+            refusal,
+            extra: Vec::new(),
+            reached: None,
+        };
         let caller = conn.caller(&self.parts).ok_or_else(|| {
             plain(Refusal::new(
                 ErrorCode::CallerUnidentified,
@@ -235,21 +249,33 @@ impl Run {
         if problem && answer.get("code").is_some() {
             extra.push(("step_code", answer["code"].clone()));
             extra.push(("step_receipt", answer["receipt"].clone()));
-        } else if let Some(r) = receipt {
-            extra.push(("step_receipt", r));
+        } else if let Some(r) = &receipt {
+            extra.push(("step_receipt", r.clone()));
         }
+        // A commit receipt means the write was sent. The SoR's own 4xx did not apply it; a
+        // 5xx, a timeout or an answer the output contract refused may have: that step is
+        // compensated with the others.
+        let sent = receipt.filter(|r| r["kind"] == "commit");
+        let reached = match sent {
+            Some(receipt) if !status.is_client_error() => Some(Done { lease_id, receipt }),
+            _ => None,
+        };
         let code = if status.is_client_error() {
             status.as_u16()
         } else {
             502
         };
-        let r = Refusal::new(
+        let refusal = Refusal::new(
             ErrorCode::RcnsStepFailed,
-            "a step of the composition did not succeed; the steps before it were compensated",
+            "a step of the composition did not succeed; every step that reached the SoR was compensated",
         )
         .with_status(code)
         .with_reason("step-failed");
-        Err((r, extra))
+        Err(Failed {
+            refusal,
+            extra,
+            reached,
+        })
     }
 
     /// Compensates `done`, last first, and answers with the step's failure.
