@@ -1237,7 +1237,7 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     let printed =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{printed}");
-    assert!(printed.contains("schema version 4"), "{printed}");
+    assert!(printed.contains("schema version 5"), "{printed}");
     assert!(!printed.contains(PASSWORD));
     let bad = cfg(
         "bad",
@@ -1479,6 +1479,6 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     let out = run(Command::new(bin())
         .args(["store", "migrate", "--config"])
         .arg(&fresh));
-    assert_eq!(out.trim(), "ok: postgres schema version 4");
+    assert_eq!(out.trim(), "ok: postgres schema version 5");
     drop((a, b, c));
 }
