@@ -1037,6 +1037,14 @@ async fn a_synthesized_endpoint_runs_its_steps_as_enforced_writes() {
         (invoked.len(), invoked[0]["outcome"].as_str()),
         (1, Some("committed"))
     );
+    let (_, metrics) = admin_get(r.p.admin, "/metrics").await;
+    for line in [
+        "palisade_rcns_contracts_synthesized_total{origin=\"propose\"} 1",
+        "palisade_rcns_invocations_total{outcome=\"committed\"} 1",
+        "palisade_rcns_events_total{event=\"rcns_contract_invoked\"} 1",
+    ] {
+        assert!(metrics.contains(line), "{line} not in\n{metrics}");
+    }
 
     // Under the contract: the input schema, the session, the agent, the method and path.
     let bad = json!({"sku": "BOLT-9", "qty": -1, "warehouse": "BER-1", "order": "SO-1234"});
@@ -1259,4 +1267,69 @@ async fn a_step_whose_answer_is_refused_after_the_write_is_compensated_too() {
             ("/api/v2/items/BOLT-9".into(), "2".into()),
         ]
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mtls_caller_is_known_by_its_spiffe_id() {
+    const SPIFFE: &str = "spiffe://erp.example/ns/agents/sa/reserver";
+    let upstream = Upstream::start().await;
+    let bundle = tempfile::tempdir().unwrap();
+    palisade::cli::sample_bundle::write(bundle.path()).unwrap();
+    let b = BundleFiles::in_dir(bundle.path());
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    pki.write_server("palisade");
+    let callers = dir.path().join("spiffe-callers.json");
+    let doc = json!({"callers": [{"identity": SPIFFE, "agent_id": "agent-spiffe",
+                                  "scopes": FULL, "trust_tier": 1}]});
+    std::fs::write(&callers, doc.to_string()).unwrap();
+    let extra = format!(
+        "{}[rcns]\ncallers = \"{}\"\n",
+        b.rich_toml(""),
+        callers.display()
+    );
+    let text = write_config(&upstream, dir.path(), "", &extra).replacen(
+        "[listen]\naddr = \"127.0.0.1:0\"\n",
+        &format!(
+            "[listen]\naddr = \"127.0.0.1:0\"\ntls = {{ cert = \"{}\", key = \"{}\", client_ca = \"{}\" }}\n",
+            pki.path("server.crt").display(),
+            pki.path("server.key").display(),
+            pki.path("ca.pem").display()
+        ),
+        1,
+    );
+    let p = Palisade::start_in(dir, &text);
+    let propose = || {
+        Request::builder()
+            .method(Method::from_bytes(b"PROPOSE").unwrap())
+            .uri("/")
+            .header("allow-rcns", "true")
+            .header("authority-scope", FULL.join(" "))
+            .header("content-type", "application/json")
+            .body(full(
+                json!({"method": "PROPOSE", "parameters": reserve(false)}).to_string(),
+            ))
+            .unwrap()
+    };
+    let agent = pki.issue_client_spiffe(SPIFFE);
+    let mut c = TlsConn::connect(p.data, tls_client_config(&pki.ca_pem, Some(&agent)))
+        .await
+        .unwrap();
+    let (parts, body) = c.send(propose()).await.unwrap();
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(parts.status.as_u16(), 263, "{doc}");
+    assert_eq!(doc["originating_agent_id"], "agent-spiffe");
+    // A certificate from the same CA without that SPIFFE ID is another caller, unknown here.
+    let other = pki.issue_client_spiffe("spiffe://erp.example/ns/agents/sa/other");
+    let mut c = TlsConn::connect(p.data, tls_client_config(&pki.ca_pem, Some(&other)))
+        .await
+        .unwrap();
+    let (parts, body) = c.send(propose()).await.unwrap();
+    let doc: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (parts.status.as_u16(), doc["lock"].as_u64()),
+        (464, Some(3)),
+        "{doc}"
+    );
+    assert!(upstream.requests().is_empty());
 }
