@@ -502,7 +502,7 @@ fn the_demo_does_what_it_prints() {
         .collect();
     assert_eq!(
         statuses,
-        ["428", "200", "422", "409", "200", "201", "422"],
+        ["428", "200", "422", "409", "200", "201", "422", "263", "200", "409"],
         "{text}"
     );
     // The v2 allocation, mapped: the answer in v2 names, the SoR's record in v1 names.
@@ -517,6 +517,13 @@ fn the_demo_does_what_it_prints() {
         "{text}"
     );
     assert!(text.contains(r#""violationlocation":"/order""#), "{text}");
+    // RCNS: the composed endpoint ran, then a failing composition left the item at 25.
+    assert!(text.contains("err_rcns_step_failed"), "{text}");
+    assert!(text.contains(r#""all_or_nothing":true"#), "{text}");
+    assert!(
+        text.contains(r#"{"id":"bolt-m8","qty":25,"sku":"bolt-m8","warehouse":"ber-1"}"#),
+        "{text}"
+    );
     assert!(text.contains("err_contract_input"), "{text}");
     assert!(text.contains(r#""violationlocation":"/qty""#), "{text}");
     assert!(text.contains("err_lease_required"), "{text}");

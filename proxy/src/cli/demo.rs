@@ -46,6 +46,16 @@ pub fn run(port: u16) -> anyhow::Result<()> {
         )?;
         // The sample ERP bundle: writes need a lease *and* must meet their input contract.
         crate::cli::sample_bundle::write(&dir.join("bundle"))?;
+        // RCNS: the demo's caller (`Authorization: Bearer demo-agent`) may negotiate the
+        // bundle's recipe.
+        let demo_caller = palisade_policy::digest::Sha256Digest::of(b"Bearer demo-agent").to_hex();
+        std::fs::write(
+            dir.join("callers.json"),
+            serde_json::json!({"callers": [{"identity": format!("authz:sha256:{demo_caller}"),
+                "agent_id": "demo-agent", "trust_tier": 1,
+                "scopes": ["rcns:negotiate", "erp:stock:reserve", "erp:items:write", "erp:allocations:write"]}]})
+            .to_string(),
+        )?;
         let d = dir.display();
         let config_text = format!(
             "# written by `palisade demo`\n\
@@ -55,7 +65,8 @@ pub fn run(port: u16) -> anyhow::Result<()> {
              [signing]\nkey = \"{d}/signing.pem\"\n\
              [trust]\nissuers = \"{d}/issuers.json\"\n\
              [store]\npath = \"{d}/state.redb\"\n\
-             [rich]\nlockfile = \"{d}/bundle/lock.json\"\ncontracts = \"{d}/bundle/contracts\"\n"
+             [rich]\nlockfile = \"{d}/bundle/lock.json\"\ncontracts = \"{d}/bundle/contracts\"\n\
+             [rcns]\ncallers = \"{d}/callers.json\"\n"
         );
         let config_path = dir.join("palisade.toml");
         std::fs::write(&config_path, &config_text)?;
@@ -141,6 +152,27 @@ Try, in another shell:
   curl -si -X PUT http://{data}/api/v2/allocations/7 -H 'content-type: application/json' \
        -H 'authorization: Bearer demo-agent' -H "agent-compensation-lease: $LEASE" \
        -d '{{"sku":"BOLT-M8","qty":40,"warehouse":"BER-1","order":"1042"}}'
+
+  # RCNS: the SoR has no "reserve stock" operation. The agent PROPOSEs one; the sidecar
+  # composes it from two bound operations (the bundle's recipe) and answers 263 with a contract.
+  curl -si -X PROPOSE http://{data}/ -H 'authorization: Bearer demo-agent' -H 'allow-rcns: true' \
+       -H 'authority-scope: rcns:negotiate erp:stock:reserve erp:items:write erp:allocations:write' \
+       -d '{{"method":"PROPOSE","parameters":{{"endpoint":{{"method":"RESERVE","path":"/stock-reservations","semantic":{{"intent":"reserve stock"}}}},"persistent":true}}}}' \
+       | tee {d}/proposal.txt; echo
+  SYN=$(grep -i '^contract-synthesized:' {d}/proposal.txt | cut -d' ' -f2 | tr -d '\r')
+
+  # Invoke it: each step is an enforced write under a lease the sidecar grants; 200.
+  curl -si -X RESERVE http://{data}/stock-reservations -H "contract-synthesized: $SYN" \
+       -H 'authorization: Bearer demo-agent' -H 'content-type: application/json' \
+       -H 'authority-scope: rcns:negotiate erp:stock:reserve erp:items:write erp:allocations:write' \
+       -d '{{"sku":"BOLT-M8","qty":25,"warehouse":"BER-1","order":"SO-2001"}}'; echo
+
+  # Order SO-0000 is closed: the SoR refuses the second step (409), the first is undone.
+  curl -si -X RESERVE http://{data}/stock-reservations -H "contract-synthesized: $SYN" \
+       -H 'authorization: Bearer demo-agent' -H 'content-type: application/json' \
+       -H 'authority-scope: rcns:negotiate erp:stock:reserve erp:items:write erp:allocations:write' \
+       -d '{{"sku":"BOLT-M8","qty":5,"warehouse":"BER-1","order":"SO-0000"}}'; echo
+  curl -s http://{data}/api/v2/items/BOLT-M8; echo   # still 25
 
   # Agents with their own signing key use `{exe} lease sign` instead (trusted issuer:
   # {d}/agent.pem, listed in {d}/issuers.json).

@@ -63,7 +63,13 @@ pub async fn handle(
     let Some(caller) = who.caller() else {
         return unidentified(state, enf, who, &cx).await;
     };
-    let contract = match enf.store.rcns_get(RcnsKind::Contract, &id).await {
+    // Our ids are `syn_` and 32 hex; anything much longer names nothing worth a lookup.
+    let looked_up = if id.len() <= 128 {
+        enf.store.rcns_get(RcnsKind::Contract, &id).await
+    } else {
+        Ok(None)
+    };
+    let contract = match looked_up {
         Ok(Some(r)) => SynthesizedContract::from_record(&r.body),
         Ok(None) => {
             let r = Refusal::new(
