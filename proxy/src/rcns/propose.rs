@@ -78,22 +78,13 @@ pub async fn handle(
         Ok(k) => k,
         Err(r) => return ask.refuse(Some(&proposal), Refused::Plain(r)).await,
     };
-    let bundle = ask.state.bundle.load_full();
-    let recipes = bundle.as_deref().and_then(|b| b.recipes.as_deref());
-    let caller = ask.caller.clone();
-    match evaluate::evaluate(&proposal, &caller, &who.claim, recipes, bundle.as_deref()) {
-        Err(why) => ask.refuse(Some(&proposal), why).await,
-        Ok(m) => {
-            let fingerprint = key.as_ref().map(|_| Sha256Digest::of(&bytes).to_hex());
-            let made = Made {
-                origin: ORIGIN_PROPOSE,
-                key,
-                fingerprint,
-                session: session_of(parts),
-            };
-            ask.synthesize(&proposal, &m, made).await
-        }
-    }
+    let made = Made {
+        origin: ORIGIN_PROPOSE,
+        fingerprint: key.as_ref().map(|_| Sha256Digest::of(&bytes).to_hex()),
+        key,
+        session: session_of(parts),
+    };
+    ask.decide(&proposal, who, made).await
 }
 
 /// An unregistered pair a recipe matches, addressed with `Allow-RCNS: true`: 461 under
@@ -150,19 +141,13 @@ pub async fn implicit(
         persistent: false,
         form: "implicit",
     };
-    let caller = ask.caller.clone();
-    match evaluate::evaluate(&proposal, &caller, &who.claim, recipes, bundle.as_deref()) {
-        Err(why) => ask.refuse(Some(&proposal), why).await,
-        Ok(m) => {
-            let made = Made {
-                origin: ORIGIN_GATE,
-                key: None,
-                fingerprint: None,
-                session: session_of(parts),
-            };
-            ask.synthesize(&proposal, &m, made).await
-        }
-    }
+    let made = Made {
+        origin: ORIGIN_GATE,
+        key: None,
+        fingerprint: None,
+        session: session_of(parts),
+    };
+    ask.decide(&proposal, who, made).await
 }
 
 /// Locks 1–3 of the gate and the per-agent rate.
@@ -227,6 +212,17 @@ struct Made {
 }
 
 impl Ask<'_> {
+    /// Seed 000 §3.6 under the bundle in force, then the refusal or the contract.
+    async fn decide(&mut self, p: &Proposal, who: &Who, made: Made) -> Answer {
+        let bundle = self.state.bundle.load_full();
+        let recipes = bundle.as_deref().and_then(|b| b.recipes.as_deref());
+        let caller = self.caller.clone();
+        match evaluate::evaluate(p, &caller, &who.claim, recipes, bundle.as_deref()) {
+            Err(why) => self.refuse(Some(p), why).await,
+            Ok(m) => self.synthesize(p, &m, made).await,
+        }
+    }
+
     async fn refuse(&mut self, p: Option<&Proposal>, why: Refused) -> Answer {
         let mut extra = vec![("rcns_attempt_id", json!(self.attempt_id))];
         match &why {
