@@ -393,6 +393,65 @@ async fn rcns_shared(url: &str) {
     );
 }
 
+/// Two sidecars with the example bundle and `[rcns]` on the shared database: a contract
+/// PROPOSEd through one is listed and inspected through the other, revoked on the other's
+/// admin API, and seen revoked by the first.
+async fn rcns_replicas(upstream: &Upstream, url: &str) {
+    use http::Method;
+    let bundle = tempfile::tempdir().unwrap();
+    palisade::cli::sample_bundle::write(bundle.path()).unwrap();
+    let b = support::bundles::BundleFiles::in_dir(bundle.path());
+    let token = "Bearer tok-shared";
+    let identity = palisade_policy::digest::Sha256Digest::of(token.as_bytes()).to_hex();
+    let scopes = "rcns:negotiate erp:stock:reserve erp:items:write erp:allocations:write";
+    let replica = || {
+        let dir = tempfile::tempdir().unwrap();
+        let callers = dir.path().join("callers.json");
+        let doc = json!({"callers": [{"identity": format!("authz:sha256:{identity}"),
+            "agent_id": "agent-shared", "scopes": scopes.split(' ').collect::<Vec<_>>(),
+            "trust_tier": 1}]});
+        std::fs::write(&callers, doc.to_string()).unwrap();
+        let extra = format!(
+            "kind = \"postgres\"\nurl = \"{url}\"\n{}[rcns]\ncallers = \"{}\"\n",
+            b.rich_toml(""),
+            callers.display()
+        );
+        let text = write_config(upstream, dir.path(), "", &extra);
+        Palisade::start_in(dir, &text)
+    };
+    let (one, two) = (replica(), replica());
+    let call = |p: &Palisade, method: &str, path: &str, body: Option<Value>| {
+        let req = http::Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(p.url(path))
+            .header("authorization", token)
+            .header("allow-rcns", "true")
+            .header("authority-scope", scopes)
+            .body(full(body.map(|b| b.to_string()).unwrap_or_default()))
+            .unwrap();
+        async move {
+            let (parts, bytes) = send(&http1_client(), req).await;
+            (
+                parts.status,
+                serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
+            )
+        }
+    };
+    let proposal = json!({"method": "PROPOSE", "parameters": {"endpoint": {"method": "RESERVE",
+        "path": "/stock-reservations", "semantic": {"intent": "reserve"}}, "persistent": true}});
+    let (status, made) = call(&one, "PROPOSE", "/", Some(proposal)).await;
+    assert_eq!(status.as_u16(), 263, "{made}");
+    let id = made["synthesis_id"].as_str().unwrap().to_owned();
+    let (status, list) = call(&two, "DISCOVER", "/contracts", None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(list[0]["synthesis_id"], id.as_str(), "{list}");
+    let (status, _) = admin_post(two.admin, &format!("/admin/v1/rcns/contracts/{id}/revoke")).await;
+    assert_eq!(status, StatusCode::OK);
+    let (_, view) = call(&one, "INSPECT", &format!("/contracts/{id}"), None).await;
+    assert_eq!(view["revoked"], true, "{view}");
+    assert_eq!(view["contract_hash"], made["contract_hash"]);
+}
+
 async fn open(url: &str) -> Result<PostgresStore, StoreError> {
     PostgresStore::open(connect(url), Arc::new(KeyPair::from_seed(SIDECAR_SEED))).await
 }
@@ -929,6 +988,7 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     relay_replicas(&[&a, &b, &c]);
     relay_expiry(&socket).await;
     rcns_shared(&socket).await;
+    rcns_replicas(&upstream, &socket).await;
 
     // A replica killed (SIGKILL) under load, holding locks: the others carry on.
     let next = Arc::new(AtomicU64::new(1_000_000));
