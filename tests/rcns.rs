@@ -872,12 +872,24 @@ async fn a_recipe_edit_leaves_existing_contracts_on_their_captured_version() {
 struct WithSor {
     p: Palisade,
     b: BundleFiles,
+    /// `Authorization` sent with every request.
+    auth: String,
     sor: std::net::SocketAddr,
     _dirs: [tempfile::TempDir; 2],
 }
 
 impl WithSor {
     async fn start(rcns_extra: &str) -> WithSor {
+        Self::start_with(rcns_extra, "", None).await
+    }
+
+    /// With `more` config after `[rcns]`, the callers file replaced when `callers_doc` is
+    /// given, and `auth` sent with every request.
+    async fn start_with(
+        rcns_extra: &str,
+        more: &str,
+        callers_doc: Option<(&Value, &str)>,
+    ) -> WithSor {
         let sor_dir = tempfile::tempdir().unwrap();
         let sor =
             palisade::cli::sample_sor::SampleSor::open(&sor_dir.path().join("inventory.json"))
@@ -889,11 +901,19 @@ impl WithSor {
         palisade::cli::sample_bundle::write(bundle.path()).unwrap();
         let b = BundleFiles::in_dir(bundle.path());
         let dir = tempfile::tempdir().unwrap();
-        let extra = config(&b, dir.path(), rcns_extra);
+        let extra = config(&b, dir.path(), rcns_extra) + more;
+        let auth = match callers_doc {
+            Some((doc, auth)) => {
+                std::fs::write(dir.path().join("callers.json"), doc.to_string()).unwrap();
+                auth.to_owned()
+            }
+            None => "Bearer tok-a".to_owned(),
+        };
         let text = write_config_for(&format!("http://{addr}"), dir.path(), "", &extra);
         WithSor {
             p: Palisade::start_in(dir, &text),
             b,
+            auth,
             sor: addr,
             _dirs: [sor_dir, bundle],
         }
@@ -909,7 +929,7 @@ impl WithSor {
         let mut req = Request::builder()
             .method(Method::from_bytes(method.as_bytes()).unwrap())
             .uri(self.p.url(path))
-            .header("authorization", "Bearer tok-a")
+            .header("authorization", self.auth.as_str())
             .header("content-type", "application/json");
         for (k, v) in headers {
             req = req.header(*k, *v);
@@ -1332,4 +1352,98 @@ async fn an_mtls_caller_is_known_by_its_spiffe_id() {
         "{doc}"
     );
     assert!(upstream.requests().is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_required_admission_the_token_must_admit_every_step() {
+    use support::tokens::{admission_toml, mint, ISSUER};
+    let keys = tempfile::tempdir().unwrap();
+    let bundle = tempfile::tempdir().unwrap();
+    palisade::cli::sample_bundle::write(bundle.path()).unwrap();
+    let b = BundleFiles::in_dir(bundle.path());
+    let lock = b.lock();
+    let op = |name: &str, bound: Option<Value>| {
+        let c = &lock["capabilities"][name];
+        let mut o = json!({"operation": c["operation"], "contractDigest": c["contractDigest"]});
+        if let Some(bound) = bound {
+            o["bound"] = bound;
+        }
+        o
+    };
+    let grant = |ops: Vec<Value>| json!([{"type": "rich_binding", "bindingId": b.binding_id, "operations": ops}]);
+    let small =
+        json!({"type": "object", "properties": {"qty": {"type": "integer", "maximum": 10}}});
+    let custom = json!({
+        "both": grant(vec![op("items.put", None), op("legacy.allocations.put", None)]),
+        "first_only": grant(vec![op("items.put", None)]),
+        "small": grant(vec![op("items.put", Some(small)), op("legacy.allocations.put", None)]),
+    });
+    let spec = json!({"resource": BASE, "issuer": ISSUER, "bindingId": b.binding_id,
+                      "digests": {}, "custom": custom});
+    let tokens = mint(keys.path(), &spec);
+    // The token's subject is the caller (`sub:sha256:` of issuer and subject).
+    let sub = Sha256Digest::of(format!("{ISSUER}\0agent-7").as_bytes()).to_hex();
+    let doc = json!({"callers": [{"identity": format!("sub:sha256:{sub}"), "agent_id": "agent-7",
+                                  "scopes": FULL, "trust_tier": 1}]});
+    let token = |name: &str| format!("Bearer {}", tokens[name].as_str().unwrap());
+    let r = WithSor::start_with(
+        "",
+        &admission_toml("required", keys.path()),
+        Some((&doc, &token("both"))),
+    )
+    .await;
+    let (id, session, _) = r.contract().await;
+    let claim = FULL.join(" ");
+    let input =
+        |qty: u64| json!({"sku": "BOLT-9", "qty": qty, "warehouse": "BER-1", "order": "SO-1234"});
+    let invoke_as = |name: &str, qty: u64| {
+        let auth = token(name);
+        let (id, session, claim) = (id.clone(), session.clone(), claim.clone());
+        let (url, input) = (r.p.url("/stock-reservations"), input(qty));
+        async move {
+            let req = Request::builder()
+                .method(Method::from_bytes(b"RESERVE").unwrap())
+                .uri(url)
+                .header("authorization", auth)
+                .header("contract-synthesized", id)
+                .header("session-id", session)
+                .header("authority-scope", claim)
+                .header("content-type", "application/json")
+                .body(full(input.to_string()))
+                .unwrap();
+            let (parts, bytes) = send(&http1_client(), req).await;
+            (
+                parts.status,
+                serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
+            )
+        }
+    };
+    // A token naming only the first step's operation: refused before anything runs.
+    let (status, b1) = invoke_as("first_only", 5).await;
+    assert_eq!(
+        (status, b1["code"].as_str()),
+        (StatusCode::FORBIDDEN, Some("ERR_NOT_ADMITTED")),
+        "{b1}"
+    );
+    assert_eq!(
+        r.sor_get("/api/v2/items/BOLT-9").await.0,
+        StatusCode::NOT_FOUND
+    );
+    // A bound the first step's input exceeds: that step is refused, nothing was written.
+    let (status, b2) = invoke_as("small", 50).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{b2}");
+    assert_eq!(
+        (b2["step"].as_u64(), b2["step_code"].as_str()),
+        (Some(0), Some("ERR_NOT_ADMITTED"))
+    );
+    assert_eq!(
+        r.sor_get("/api/v2/items/BOLT-9").await.0,
+        StatusCode::NOT_FOUND
+    );
+    // Within the bound, and a token admitting both: the composition runs.
+    let (status, b3) = invoke_as("small", 5).await;
+    assert_eq!(status, StatusCode::OK, "{b3}");
+    let (status, b4) = invoke_as("both", 50).await;
+    assert_eq!(status, StatusCode::OK, "{b4}");
+    assert_eq!(r.sor_get("/api/v2/items/BOLT-9").await.1["qty"], 50);
 }

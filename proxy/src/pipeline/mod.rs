@@ -137,8 +137,17 @@ pub async fn handle(
     if let Some(enf) = &state.enforcement {
         if let Some(route) = crate::rcns::route(&state, &parts, &ex.path) {
             let cx = write_context(&ex);
-            let (resp, outcome) =
-                crate::rcns::handle(&state, enf, route, parts, body, &conn, cx).await;
+            let (resp, outcome) = crate::rcns::handle(
+                &state,
+                enf,
+                route,
+                parts,
+                body,
+                &conn,
+                presented.as_ref(),
+                cx,
+            )
+            .await;
             return Ok(finish(&state, resp, ex, outcome, inflight));
         }
     }

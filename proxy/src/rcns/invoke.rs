@@ -48,6 +48,7 @@ pub async fn handle(
     conn: &Arc<ConnInfo>,
     who: &Who,
     id: String,
+    presented: Option<&crate::admission::Presented>,
     mut cx: WriteContext,
 ) -> Answer {
     cx.caller = cx.caller.take().or_else(|| who.identity.clone());
@@ -155,15 +156,6 @@ pub async fn handle(
             .await;
         }
     }
-    if state.admission.as_ref().is_some_and(|a| a.config.required) {
-        // Steps are authorized by the contract's scopes, not by an access token naming each
-        // step's contract digest; with admission required that would be a way around it.
-        let r = refuse(Refusal::new(
-            ErrorCode::RcnsRefused,
-            "composed endpoints do not run where [admission] mode = \"required\"",
-        ));
-        return refused(state, enf, &cx, r, Vec::new()).await;
-    }
     let bundle = state.bundle.load_full();
     let caps = bundle
         .as_deref()
@@ -208,7 +200,32 @@ pub async fn handle(
         Ok(v) => v,
         Err(r) => return refused(state, enf, &cx, r, Vec::new()).await,
     };
+    // Admission (SPEC §13): where a step's binding requires it, the token must admit that
+    // step's operation and contract digest, all of them before the first step runs; each
+    // step's input is held to its granted bound when it is built.
+    let mut admitted = Vec::with_capacity(recipe.steps.len());
+    if let (Some(adm), Some(b)) = (&state.admission, bundle.as_deref()) {
+        let none = crate::admission::Presented::None;
+        let presented = presented.unwrap_or(&none);
+        for step in &recipe.steps {
+            let Some(cap) = b.capabilities.get(step.capability) else {
+                admitted.push(None);
+                continue;
+            };
+            if !crate::admission::required(adm, cap) {
+                admitted.push(None);
+                continue;
+            }
+            let mut scx = cx.clone();
+            scx.bind(Some(b), &crate::context::Binding::Bound(cap));
+            match crate::admission::gate(state, enf, adm, presented, b, cap, &scx).await {
+                Ok(a) => admitted.push(Some(a)),
+                Err(resp) => return (resp, Outcome::Refused),
+            }
+        }
+    }
     let run = super::steps::Run {
+        admitted,
         state: state.clone(),
         enf: enf.clone(),
         conn: conn.clone(),

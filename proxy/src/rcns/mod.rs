@@ -131,7 +131,8 @@ fn inspect_query(query: &str) -> Option<Route> {
     }
 }
 
-/// Answers an RCNS request.
+/// Answers an RCNS request. `presented`: the credential admission took off the request.
+#[allow(clippy::too_many_arguments)]
 pub async fn handle(
     state: &Arc<AppState>,
     enf: &Arc<Enforcement>,
@@ -139,11 +140,14 @@ pub async fn handle(
     parts: http::request::Parts,
     body: Incoming,
     conn: &Arc<ConnInfo>,
+    presented: Option<&crate::admission::Presented>,
     cx: WriteContext,
 ) -> (Response<ProxyBody>, Outcome) {
     let who = identity::resolve(state, conn, &parts);
     match route {
-        Route::Invoke(id) => invoke::handle(state, enf, parts, body, conn, &who, id, cx).await,
+        Route::Invoke(id) => {
+            invoke::handle(state, enf, parts, body, conn, &who, id, presented, cx).await
+        }
         Route::Propose => propose::handle(state, enf, &parts, body, &who, cx).await,
         Route::Implicit => propose::implicit(state, enf, &parts, &who, cx).await,
         Route::Patterns => inventory::patterns(state),

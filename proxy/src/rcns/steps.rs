@@ -43,6 +43,8 @@ const NOT_COPIED: &[&str] = &[
 
 /// One invocation's composition.
 pub(super) struct Run {
+    /// Per step: what admission granted it (`None`: its binding does not require admission).
+    pub(super) admitted: Vec<Option<crate::admission::Admission>>,
     pub(super) state: Arc<AppState>,
     pub(super) enf: Arc<Enforcement>,
     pub(super) conn: Arc<ConnInfo>,
@@ -222,9 +224,15 @@ impl Run {
             .attribution
             .clone()
             .map(|a| Attribution { step: Some(i), ..a });
-        let (resp, _) =
-            crate::enforce::write::handle(state, enf, conn, sp, bytes, scx, self.bundle.clone())
-                .await;
+        let resp = match self.admitted_input(i, req.body.as_ref(), &scx).await {
+            Err(refused) => refused,
+            Ok(()) => {
+                let bundle = self.bundle.clone();
+                crate::enforce::write::handle(state, enf, conn, sp, bytes, scx, bundle)
+                    .await
+                    .0
+            }
+        };
         let status = resp.status();
         let receipt = resp
             .headers()
@@ -276,6 +284,38 @@ impl Run {
             extra,
             reached,
         })
+    }
+
+    /// Step `i`'s input against the bound its token granted, if admission applies to it.
+    async fn admitted_input(
+        &self,
+        i: usize,
+        input: Option<&Value>,
+        cx: &WriteContext,
+    ) -> Result<(), Response<ProxyBody>> {
+        let (Some(Some(a)), Some(adm), Some(b)) = (
+            self.admitted.get(i),
+            &self.state.admission,
+            self.bundle.as_deref(),
+        ) else {
+            return Ok(());
+        };
+        let Some(cap) = self
+            .recipe
+            .steps
+            .get(i)
+            .and_then(|s| b.capabilities.get(s.capability))
+        else {
+            return Ok(());
+        };
+        let call = palisade_policy::admission::Call {
+            binding_id: &b.binding_id,
+            operation: &cap.operation,
+            contract_digest: &cap.contract.digest,
+        };
+        let mut cx = cx.clone();
+        cx.bind(Some(b), &crate::context::Binding::Bound(cap));
+        crate::admission::check_input(&self.state, &self.enf, adm, a, input, &cx, call).await
     }
 
     /// Compensates `done`, last first, and answers with the step's failure.
