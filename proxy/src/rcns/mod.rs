@@ -159,7 +159,11 @@ pub async fn handle(
                 palisade_policy::ErrorCode::NotFound,
                 "no AGTP endpoint here: PROPOSE, DISCOVER /patterns, DISCOVER /contracts, INSPECT /contracts/{id}, INSPECT /rcns-attempts/{id}, or their /.well-known/agtp/ paths",
             );
-            answer::refused(state, enf, &cx, r, Vec::new()).await
+            // As for any other reserved path that names nothing: answered, not receipted (a
+            // scan of made-up paths must not become durable writes).
+            let id = uuid::Uuid::new_v4().to_string();
+            let p = crate::net::problem::Problem::from_refusal(&r, &id, &cx.trace_id);
+            (p.into_response(), Outcome::Refused)
         }
     }
 }
