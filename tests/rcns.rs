@@ -8,6 +8,7 @@
 mod support;
 
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use http::{Method, Request, StatusCode};
 use palisade_policy::digest::Sha256Digest;
@@ -1446,4 +1447,31 @@ async fn under_required_admission_the_token_must_admit_every_step() {
     let (status, b4) = invoke_as("both", 50).await;
     assert_eq!(status, StatusCode::OK, "{b4}");
     assert_eq!(r.sor_get("/api/v2/items/BOLT-9").await.1["qty"], 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unused_session_contract_expires_after_its_idle_timeout() {
+    let r = WithSor::start("session_idle = \"1s\"\nsession_ttl = \"1h\"\n").await;
+    let (id, session, approved) = r.contract().await;
+    assert_eq!(approved["idle_timeout_s"], 1);
+    let claim = FULL.join(" ");
+    let input = json!({"sku": "BOLT-9", "qty": 40, "warehouse": "BER-1", "order": "SO-1234"});
+    // Used within the idle timeout, it lives on: each use moves the timeout.
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let (parts, out) = r.invoke(&id, &session, &claim, &input).await;
+        assert_eq!(parts.status, StatusCode::OK, "{out}");
+    }
+    let (_, view) = r
+        .send("INSPECT", &format!("/contracts/{id}"), &[], &json!(null))
+        .await;
+    assert!(view["idle_expires_at"].as_str().unwrap() < view["expires_at"].as_str().unwrap());
+    assert_eq!(
+        view["contract_hash"], approved["contract_hash"],
+        "use is state, not contract"
+    );
+    // Unused for longer, it is gone.
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let (parts, b) = r.invoke(&id, &session, &claim, &input).await;
+    assert_eq!(parts.status, StatusCode::NOT_FOUND, "{b}");
 }

@@ -100,6 +100,7 @@ fn bench(c: &mut Criterion) {
             session: Some("ses_1".into()),
             issued_at_ms: 1_800_000_000_000,
             expires_at_ms: 1_800_003_600_000,
+            idle_timeout_ms: Some(900_000),
             revoked: false,
             required_scopes: m.recipe.all_scopes.iter().cloned().collect(),
             fingerprint: None,

@@ -33,7 +33,11 @@ pub struct SynthesizedContract {
     /// The session it is scoped to; `None` when persistent.
     pub session: Option<String>,
     pub issued_at_ms: i64,
+    /// The latest it lives to (a session-scoped one goes sooner when unused for
+    /// `idle_timeout_ms`).
     pub expires_at_ms: i64,
+    /// A session-scoped contract's idle timeout; `None` when persistent.
+    pub idle_timeout_ms: Option<i64>,
     pub revoked: bool,
     /// Every Authority-Scope an invocation needs: the recipe's and its steps' (captured).
     pub required_scopes: Vec<String>,
@@ -62,7 +66,17 @@ impl SynthesizedContract {
             "session": self.session,
             "issued_at": rfc3339(self.issued_at_ms),
             "expires_at": rfc3339(self.expires_at_ms),
+            "idle_timeout_s": self.idle_timeout_ms.map(|ms| ms / 1000),
         })
+    }
+
+    /// When the contract is gone if it is not used again after `now` (Unix ms): its idle
+    /// timeout from now, never past `expires_at`.
+    pub fn idle_expiry(&self, now: i64) -> i64 {
+        match self.idle_timeout_ms {
+            Some(idle) => now.saturating_add(idle).min(self.expires_at_ms),
+            None => self.expires_at_ms,
+        }
     }
 
     /// `contract_hash`: 64 hex.
@@ -121,6 +135,10 @@ impl SynthesizedContract {
             session: s("session"),
             issued_at_ms: v.get("issued_at_ms")?.as_i64()?,
             expires_at_ms: v.get("expires_at_ms")?.as_i64()?,
+            idle_timeout_ms: v
+                .get("idle_timeout_s")
+                .and_then(Value::as_i64)
+                .map(|s| s * 1000),
             revoked: v.get("revoked").and_then(Value::as_bool).unwrap_or(false),
             required_scopes: v
                 .get("required_scopes")?

@@ -475,6 +475,7 @@ fn the_contract_hash_covers_the_captured_recipe_and_survives_storage() {
         session: Some("ses_1".into()),
         issued_at_ms: 1_800_000_000_000,
         expires_at_ms: 1_800_003_600_000,
+        idle_timeout_ms: Some(900_000),
         revoked: false,
         required_scopes: vec!["stock:reserve".into()],
         fingerprint: Some("ab".into()),

@@ -212,8 +212,10 @@ pub struct Rcns {
     pub callers: std::path::PathBuf,
     /// PROPOSE per minute per agent.
     pub rate_limit: u32,
-    /// How long a session-scoped contract lives.
+    /// The longest a session-scoped contract lives.
     pub session_ttl: Duration,
+    /// A session-scoped contract unused this long is gone.
+    pub session_idle: Duration,
     /// Whether `persistent: true` is honoured.
     pub persistent: bool,
     pub persistent_ttl: Duration,

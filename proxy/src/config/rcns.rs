@@ -17,6 +17,7 @@ pub struct RawRcns {
     pub rate_limit: Option<i64>,
     /// Ours (seed 000 §3.8 leaves them open; docs/decisions.md "RCNS").
     pub session_ttl: Option<String>,
+    pub session_idle: Option<String>,
     pub persistent: Option<bool>,
     pub persistent_ttl: Option<String>,
     pub max_contracts_per_agent: Option<i64>,
@@ -68,6 +69,17 @@ impl RawRcns {
             10_000_000,
         );
         let session_ttl = c.duration("rcns.session_ttl", &self.session_ttl, "1h");
+        // Unset, it is 15 minutes or the whole session_ttl if that is shorter.
+        let session_idle = match &self.session_idle {
+            None => session_ttl.min(Duration::from_secs(15 * 60)),
+            given => c.duration("rcns.session_idle", given, "15m"),
+        };
+        if session_idle.is_zero() || session_idle > session_ttl {
+            c.push(
+                "rcns.session_idle",
+                "must be longer than zero and at most rcns.session_ttl",
+            );
+        }
         let persistent_ttl = c.duration("rcns.persistent_ttl", &self.persistent_ttl, "24h");
         for (key, d) in [
             ("rcns.session_ttl", session_ttl),
@@ -83,6 +95,7 @@ impl RawRcns {
             callers,
             rate_limit,
             session_ttl,
+            session_idle,
             persistent: self.persistent.unwrap_or(true),
             persistent_ttl,
             max_contracts_per_agent,

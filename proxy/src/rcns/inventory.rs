@@ -48,9 +48,8 @@ pub async fn contracts(
         Ok(records) => {
             let list: Vec<Value> = records
                 .iter()
-                .filter_map(|r| SynthesizedContract::from_record(&r.body))
-                .filter(|c| !c.revoked)
-                .map(|c| c.view())
+                .filter_map(view_of)
+                .filter(|v| v.get("revoked").is_none())
                 .collect();
             (json(200, &Value::Array(list)), Outcome::Forwarded)
         }
@@ -69,8 +68,8 @@ pub async fn contract(
         Ok(r) => r,
         Err(answer) => return answer,
     };
-    match SynthesizedContract::from_record(&found.body) {
-        Some(c) => (json(200, &c.view()), Outcome::Forwarded),
+    match view_of(&found) {
+        Some(v) => (json(200, &v), Outcome::Forwarded),
         None => {
             let r = Refusal::new(ErrorCode::Internal, "the stored contract cannot be read");
             refused(state, enf, &cx, r, Vec::new()).await
@@ -89,6 +88,17 @@ pub async fn attempt(
         Ok(r) => (json(200, &r.body), Outcome::Forwarded),
         Err(answer) => answer,
     }
+}
+
+/// A contract's view, with when it goes if unused (`idle_expires_at`, session-scoped ones).
+fn view_of(r: &RcnsRecord) -> Option<Value> {
+    let c = SynthesizedContract::from_record(&r.body)?;
+    let mut v = c.view();
+    if let (Some(obj), Some(_)) = (v.as_object_mut(), c.idle_timeout_ms) {
+        let at = palisade_policy::rcns::contract::rfc3339(r.expires_ms);
+        obj.insert("idle_expires_at".into(), at.into());
+    }
+    Some(v)
 }
 
 /// The record `id` of `kind`, if the caller may see it.

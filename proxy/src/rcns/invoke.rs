@@ -156,6 +156,28 @@ pub async fn handle(
             .await;
         }
     }
+    // A use moves a session-scoped contract's idle timeout (never past its expires_at).
+    let touch = crate::store::RcnsRecord {
+        kind: RcnsKind::Contract,
+        key: contract.synthesis_id.clone(),
+        owner: contract.originating_agent_id.clone(),
+        body: serde_json::Value::Null,
+        expires_ms: contract.idle_expiry(enf.clock.now_ms()),
+    };
+    if contract.idle_timeout_ms.is_some() {
+        match enf
+            .store
+            .rcns_put(touch, crate::store::RcnsPutMode::Touch)
+            .await
+        {
+            Ok(crate::store::RcnsPut::Stored) => {}
+            Ok(_) => {
+                let r = Refusal::new(ErrorCode::NotFound, "the contract expired meanwhile");
+                return refused(state, enf, &cx, r, Vec::new()).await;
+            }
+            Err(e) => return store_down(state, enf, &cx, &e).await,
+        }
+    }
     let bundle = state.bundle.load_full();
     let caps = bundle
         .as_deref()

@@ -303,6 +303,7 @@ impl Ask<'_> {
             session,
             issued_at_ms: now,
             expires_at_ms: now.saturating_add(i64::try_from(ttl.as_millis()).unwrap_or(i64::MAX)),
+            idle_timeout_ms: (!persistent).then(|| ms(cfg.session_idle)),
             revoked: false,
             required_scopes: recipe.all_scopes.iter().cloned().collect(),
             fingerprint: made.fingerprint.clone(),
@@ -312,7 +313,7 @@ impl Ask<'_> {
             key: synthesis_id,
             owner: agent,
             body: contract.to_record(),
-            expires_ms: contract.expires_at_ms,
+            expires_ms: contract.idle_expiry(now),
         };
         let mode = RcnsPutMode::Create {
             per_owner: cfg.max_contracts_per_agent,
@@ -339,7 +340,7 @@ impl Ask<'_> {
                     }
                 }
             }
-            Ok(RcnsPut::OwnerFull | RcnsPut::Full) => {
+            Ok(RcnsPut::OwnerFull | RcnsPut::Full | RcnsPut::Missing) => {
                 let r = Refusal::new(
                     ErrorCode::RcnsRejected,
                     "the agent (rcns.max_contracts_per_agent) or the server (rcns.max_contracts) holds as many live contracts as policy allows",
@@ -484,4 +485,8 @@ fn idempotency_key(parts: &http::request::Parts) -> Result<Option<String>, Refus
         )
         .with_reason("proposal-malformed")),
     }
+}
+
+fn ms(d: std::time::Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

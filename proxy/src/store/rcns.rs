@@ -56,6 +56,10 @@ pub enum RcnsPutMode {
     Create { per_owner: u64, total: u64 },
     /// Whatever is there (a revocation, a counter).
     Replace,
+    /// Only the expiry of a live record, to `record.expires_ms` (its body and owner are
+    /// ignored): a session's idle timeout moved by use, never undoing a revocation made
+    /// meanwhile.
+    Touch,
 }
 
 /// The answer to [`super::Store::rcns_put`].
@@ -68,6 +72,8 @@ pub enum RcnsPut {
     OwnerFull,
     /// The store has `total` live records of the kind.
     Full,
+    /// No live record has the key (Touch only).
+    Missing,
 }
 
 /// The stored form (both backends): owner, expiry and body together.

@@ -131,6 +131,17 @@ pub(super) fn store(
         Some(v) => Some(parse(v.value())?),
         None => None,
     };
+    if mode == RcnsPutMode::Touch {
+        let Some(mut old) = existing.filter(|o| o.exp > now) else {
+            return Ok(RcnsPut::Missing);
+        };
+        delete(t, &due_key(old.exp, r.kind, &r.key))?;
+        old.exp = r.expires_ms;
+        let bytes = serde_json::to_vec(&old).map_err(unavailable)?;
+        put(t, &rk, &bytes)?;
+        put(t, &due_key(old.exp, r.kind, &r.key), &[])?;
+        return Ok(RcnsPut::Stored);
+    }
     if let RcnsPutMode::Create { per_owner, total } = mode {
         match existing {
             Some(old) if old.exp > now => {

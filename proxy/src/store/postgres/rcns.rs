@@ -30,6 +30,28 @@ pub(super) async fn put(
     let body = serde_json::to_vec(&Stored::of(r)).map_err(|_| unavailable_msg("rcns record"))?;
     let tx = client.transaction().await.map_err(unavailable)?;
     match mode {
+        RcnsPutMode::Touch => {
+            let row = tx
+                .query_opt(
+                    "SELECT record FROM rcns_records
+                     WHERE kind = $1 AND key = $2 AND expires_ms > $3 FOR UPDATE",
+                    &[&kind, &r.key, &now],
+                )
+                .await
+                .map_err(unavailable)?;
+            let Some(row) = row else {
+                return Ok(RcnsPut::Missing);
+            };
+            let mut old = stored(row.get::<_, &[u8]>(0))?;
+            old.exp = r.expires_ms;
+            let bytes = serde_json::to_vec(&old).map_err(|_| unavailable_msg("rcns record"))?;
+            tx.execute(
+                "UPDATE rcns_records SET record = $3, expires_ms = $4 WHERE kind = $1 AND key = $2",
+                &[&kind, &r.key, &bytes, &r.expires_ms],
+            )
+            .await
+            .map_err(unavailable)?;
+        }
         RcnsPutMode::Replace => {
             tx.execute(
                 "INSERT INTO rcns_records (kind, key, owner, record, expires_ms)
