@@ -1475,3 +1475,94 @@ async fn an_unused_session_contract_expires_after_its_idle_timeout() {
     let (parts, b) = r.invoke(&id, &session, &claim, &input).await;
     assert_eq!(parts.status, StatusCode::NOT_FOUND, "{b}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_step_feeds_the_next_one_and_needs_no_lease() {
+    let r = Rcns::start("").await;
+    // A recipe whose first step is a bound read (`allocations.search`, sideEffect read).
+    let mut set = palisade::cli::sample_bundle::recipes();
+    set["capabilityScopes"]["allocations.search"] = json!(["erp:allocations:read"]);
+    set["recipes"][0]["steps"] = json!([
+        {"capability": "allocations.search", "body": "{sku: input.sku, warehouse: input.warehouse}"},
+        {"capability": "items.put", "path": {"id": "input.sku"},
+         "body": "{sku: input.sku, qty: input.qty, warehouse: input.warehouse}"}
+    ]);
+    set["recipes"][0]["output"] = json!("{item: steps[1], allocation: steps[0]}");
+    let hex = Sha256Digest::of_json(&set).to_hex();
+    std::fs::write(r.b.contracts.join(format!("{hex}.json")), set.to_string()).unwrap();
+    let mut lock = r.b.lock();
+    lock["rcns"]["recipesDigest"] = json!(format!("sha-256:{hex}"));
+    std::fs::write(&r.b.lockfile, lock.to_string()).unwrap();
+    let (status, doc) = admin_post(r.s.p.admin, "/admin/v1/reload").await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    // Agent a lacks the read step's scope: refused before anything runs.
+    let (parts, b) = r.propose("tok-a", reserve(true)).await;
+    assert_eq!(parts.status.as_u16(), 455, "{b}");
+    assert_eq!(b["required_scopes"], json!(["erp:allocations:read"]));
+    // With it granted and claimed (the operator's file), the contract runs.
+    let mut callers = callers();
+    callers["callers"][0]["scopes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!("erp:allocations:read"));
+    std::fs::write(r.s.p.dir.path().join("callers.json"), callers.to_string()).unwrap();
+    let (status, _) = admin_post(r.s.p.admin, "/admin/v1/reload").await;
+    assert_eq!(status, StatusCode::OK);
+    let claim = format!("{} erp:allocations:read", FULL.join(" "));
+    let body = json!({"method": "PROPOSE", "parameters": reserve(true)});
+    let (parts, c) = r
+        .call(
+            "PROPOSE",
+            "/",
+            Some("tok-a"),
+            &[("allow-rcns", "true"), ("authority-scope", &claim)],
+            Some(&body),
+        )
+        .await;
+    assert_eq!(parts.status.as_u16(), 263, "{c}");
+    let id = c["synthesis_id"].as_str().unwrap();
+    let input = json!({"sku": "BOLT-9", "qty": 40, "warehouse": "BER-1", "order": "SO-1234"});
+    let headers = [
+        ("contract-synthesized", id),
+        ("authority-scope", claim.as_str()),
+    ];
+    let (parts, out) = r
+        .call(
+            "RESERVE",
+            "/stock-reservations",
+            Some("tok-a"),
+            &headers,
+            Some(&input),
+        )
+        .await;
+    assert_eq!(parts.status, StatusCode::OK, "{out}");
+    assert_eq!(
+        out["allocation"],
+        json!({"ok": true}),
+        "the read's answer, as the upstream gave it"
+    );
+    // The read went without a lease or a fence; the write with both; one receipt, the write's.
+    let seen: Vec<(String, String, bool)> =
+        r.s.upstream
+            .requests()
+            .into_iter()
+            .filter(|s| s.method != "GET")
+            .map(|s| {
+                (
+                    s.method,
+                    s.path_and_query,
+                    s.headers.contains_key("agent-fence-token"),
+                )
+            })
+            .collect();
+    assert_eq!(
+        seen,
+        [
+            ("POST".into(), "/api/v2/allocations/search".into(), false),
+            ("PUT".into(), "/api/v2/items/BOLT-9".into(), true),
+        ]
+    );
+    let receipts = step_receipts(&parts);
+    assert_eq!(receipts.len(), 1);
+    assert_eq!(receipts[0]["rcns_step"], 1);
+}

@@ -13,6 +13,7 @@ use palisade_policy::rcns::compose::{self, StepRequest};
 use palisade_policy::rcns::recipes::Recipe;
 use palisade_policy::rcns::SynthesizedContract;
 use palisade_policy::receipt::Attribution;
+use palisade_policy::rich::SideEffect;
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
 
@@ -83,7 +84,7 @@ impl Run {
             match self.step(i, step.capability, req).await {
                 Ok((answer, d)) => {
                     answers.push(answer);
-                    done.push(d);
+                    done.extend(d);
                 }
                 Err(f) => {
                     done.extend(f.reached);
@@ -120,52 +121,25 @@ impl Run {
         i: usize,
         capability: usize,
         req: StepRequest,
-    ) -> Result<(Value, Done), Failed> {
+    ) -> Result<(Value, Option<Done>), Failed> {
         let (state, enf, conn) = (&self.state, &self.enf, &self.conn);
         let plain = |refusal: Refusal| Failed {
             refusal,
             extra: Vec::new(),
             reached: None,
         };
-        let caller = conn.caller(&self.parts).ok_or_else(|| {
-            plain(Refusal::new(
-                ErrorCode::CallerUnidentified,
-                "a composed write needs the caller's identity for its leases",
-            ))
-        })?;
-        let origin =
-            crate::enforce::facts::origin(&state.config, &self.parts, conn).ok_or_else(|| {
-                plain(Refusal::new(
-                    ErrorCode::BadRequest,
-                    "the request's origin cannot be formed (Host missing)",
-                ))
-            })?;
-        let target = palisade_policy::target::request_target(&origin, &req.path).map_err(|_| {
-            plain(Refusal::new(
-                ErrorCode::BadRequest,
-                "a step's target cannot be formed",
-            ))
-        })?;
-        // SNAPSHOT_RESTORE: the pre-image the write replaces is kept and put back on
-        // compensation. The staged inverse names the step's own request, so the lease says
-        // what it covers; it is not what compensation sends.
-        let nominal = json!({"method": req.method, "path": req.path});
-        let inverse =
-            palisade_policy::inverse::parse(nominal.to_string().as_bytes(), 8).map_err(plain)?;
-        let window = u64::try_from(state.config.max_grant.as_millis())
-            .unwrap_or(u64::MAX)
-            .min(300_000);
-        let grant = crate::authority::Grant {
-            caller,
-            target_uri: &target,
-            mode: RecoveryMode::SnapshotRestore,
-            t_req: window,
-            trace_anchor: None,
-            inverse,
+        let cap = self
+            .bundle
+            .as_deref()
+            .and_then(|b| b.capabilities.get(capability));
+        // A step that only reads (its contract's sideEffect) needs no lease and has nothing to
+        // undo; its answer feeds the later steps' mappings.
+        let reads = cap.is_some_and(|c| c.contract.side_effect == SideEffect::Read);
+        let lease = if reads {
+            None
+        } else {
+            Some(self.lease_for(&req).await.map_err(plain)?)
         };
-        let (lease, lease_id) = crate::authority::issue(state, enf, &self.parts, conn, grant)
-            .await
-            .map_err(plain)?;
         let mut sp = http::Request::builder()
             .method(req.method.as_str())
             .uri(req.path.as_str())
@@ -187,17 +161,15 @@ impl Run {
         if let Some(c) = self.parts.extensions.get::<crate::net::conn::TokenCaller>() {
             sp.extensions.insert(c.clone());
         }
-        let lease_b64 = URL_SAFE_NO_PAD.encode(serde_json::to_vec(&lease).unwrap_or_default());
-        if let Ok(v) = HeaderValue::from_str(&lease_b64) {
-            sp.headers.insert(headers::LEASE_HEADER, v);
+        if let Some((lease, _)) = &lease {
+            let b64 = URL_SAFE_NO_PAD.encode(serde_json::to_vec(lease).unwrap_or_default());
+            if let Ok(v) = HeaderValue::from_str(&b64) {
+                sp.headers.insert(headers::LEASE_HEADER, v);
+            }
         }
-        let required = self
-            .bundle
-            .as_deref()
-            .and_then(|b| b.capabilities.get(capability))
-            .is_some_and(|c| {
-                c.contract.idempotency_key == palisade_policy::rich::IdempotencyKey::Required
-            });
+        let required = cap.is_some_and(|c| {
+            c.contract.idempotency_key == palisade_policy::rich::IdempotencyKey::Required
+        });
         if required {
             if let Ok(v) = HeaderValue::from_str(&format!("rcns-{}-{i}", self.invocation)) {
                 sp.headers.insert("idempotency-key", v);
@@ -249,7 +221,8 @@ impl Run {
         let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
         if status.is_success() {
             let receipt = receipt.unwrap_or(Value::Null);
-            return Ok((answer, Done { lease_id, receipt }));
+            let done = lease.map(|(_, lease_id)| Done { lease_id, receipt });
+            return Ok((answer, done));
         }
         // A refusal of ours names its code and carries its receipt; an upstream's error
         // body is the SoR's and stays out of the answer.
@@ -264,8 +237,10 @@ impl Run {
         // 5xx, a timeout or an answer the output contract refused may have: that step is
         // compensated with the others.
         let sent = receipt.filter(|r| r["kind"] == "commit");
-        let reached = match sent {
-            Some(receipt) if !status.is_client_error() => Some(Done { lease_id, receipt }),
+        let reached = match (sent, lease) {
+            (Some(receipt), Some((_, lease_id))) if !status.is_client_error() => {
+                Some(Done { lease_id, receipt })
+            }
             _ => None,
         };
         let code = if status.is_client_error() {
@@ -284,6 +259,40 @@ impl Run {
             extra,
             reached,
         })
+    }
+
+    /// A SNAPSHOT_RESTORE lease for a write step, granted by the sidecar's lease authority to
+    /// the caller: (the signed lease, its id).
+    async fn lease_for(&self, req: &StepRequest) -> Result<(Value, String), Refusal> {
+        let (state, enf, conn) = (&self.state, &self.enf, &self.conn);
+        let bad = |detail: &'static str| Refusal::new(ErrorCode::BadRequest, detail);
+        let caller = conn.caller(&self.parts).ok_or_else(|| {
+            Refusal::new(
+                ErrorCode::CallerUnidentified,
+                "a composed write needs the caller's identity for its leases",
+            )
+        })?;
+        let origin = crate::enforce::facts::origin(&state.config, &self.parts, conn)
+            .ok_or_else(|| bad("the request's origin cannot be formed (Host missing)"))?;
+        let target = palisade_policy::target::request_target(&origin, &req.path)
+            .map_err(|_| bad("a step's target cannot be formed"))?;
+        // SNAPSHOT_RESTORE: the pre-image the write replaces is kept and put back on
+        // compensation. The staged inverse names the step's own request, so the lease says
+        // what it covers; it is not what compensation sends.
+        let nominal = json!({"method": req.method, "path": req.path});
+        let inverse = palisade_policy::inverse::parse(nominal.to_string().as_bytes(), 8)?;
+        let window = u64::try_from(state.config.max_grant.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(300_000);
+        let grant = crate::authority::Grant {
+            caller,
+            target_uri: &target,
+            mode: RecoveryMode::SnapshotRestore,
+            t_req: window,
+            trace_anchor: None,
+            inverse,
+        };
+        crate::authority::issue(state, enf, &self.parts, conn, grant).await
     }
 
     /// Step `i`'s input against the bound its token granted, if admission applies to it.
