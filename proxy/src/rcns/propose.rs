@@ -245,7 +245,7 @@ impl Ask<'_> {
                 }
             }
         }
-        self.keep_attempt(p, &r, None).await;
+        self.keep_attempt(p, Err(&r)).await;
         refused(self.state, self.enf, &self.cx, r, extra).await
     }
 
@@ -351,12 +351,7 @@ impl Ask<'_> {
             Err(e) => return store_down(self.state, self.enf, &self.cx, &e).await,
         };
         let hash = contract.contract_hash();
-        self.keep_attempt(
-            Some(p),
-            &Refusal::new(ErrorCode::Internal, ""),
-            Some(&contract),
-        )
-        .await;
+        self.keep_attempt(Some(p), Ok(&contract)).await;
         self.enf.drift.lifecycle(json!({
             "event": "rcns_contract_synthesized",
             "eventId": uuid::Uuid::now_v7().to_string(),
@@ -380,9 +375,12 @@ impl Ask<'_> {
     async fn keep_attempt(
         &self,
         p: Option<&Proposal>,
-        r: &Refusal,
-        made: Option<&SynthesizedContract>,
+        outcome: Result<&SynthesizedContract, &Refusal>,
     ) {
+        let (status, code, reason, synthesis_id) = match outcome {
+            Ok(c) => (263, None, None, Some(c.synthesis_id.clone())),
+            Err(r) => (r.status(), Some(r.code.as_str()), r.reason, None),
+        };
         let valid = p.filter(|p| {
             palisade_policy::rcns::recipes::is_method(&p.method)
                 && palisade_policy::rcns::recipes::is_path(&p.path)
@@ -394,13 +392,13 @@ impl Ask<'_> {
             "form": p.map(|p| p.form),
             "method": valid.map(|p| p.method.clone()),
             "path": valid.map(|p| p.path.clone()),
-            "status": made.map_or(r.status(), |_| 263),
-            "code": made.is_none().then(|| r.code.as_str()),
-            "reason": made.is_none().then_some(r.reason).flatten(),
-            "synthesis_id": made.map(|c| c.synthesis_id.clone()),
+            "status": status,
+            "code": code,
+            "reason": reason,
+            "synthesis_id": synthesis_id,
             "at": self.enf.now_rfc3339(),
         });
-        let ttl = i64::try_from(self.rcns.config.session_ttl.as_millis()).unwrap_or(i64::MAX);
+        let ttl = ms(self.rcns.config.session_ttl);
         let record = RcnsRecord {
             kind: RcnsKind::Attempt,
             key: self.attempt_id.clone(),
@@ -426,7 +424,7 @@ impl Ask<'_> {
             Err(_) => return 0,
         };
         let n = before + 1;
-        let ttl = i64::try_from(self.rcns.config.session_ttl.as_millis()).unwrap_or(i64::MAX);
+        let ttl = ms(self.rcns.config.session_ttl);
         let record = RcnsRecord {
             kind: RcnsKind::Rejections,
             key,
