@@ -328,7 +328,7 @@ async fn assert_refused(
     assert_eq!(body["receipt"]["code"], code);
     // 461 asks for a PROPOSE: nothing was violated, so no drift event (docs/decisions.md).
     let category = match code {
-        "ERR_RCNS_PROPOSE_FIRST" => None,
+        "ERR_RCNS_PROPOSE_FIRST" | "ERR_BODY_TOO_LARGE" => None,
         "ERR_IDEMPOTENCY_KEY_REUSED" => Some("idempotency"),
         _ => Some("negotiation"),
     };
@@ -549,6 +549,13 @@ async fn every_refusal_carries_the_seeds_status_and_reason_a_receipt_and_an_even
     )
     .await;
     assert_eq!(b["required_scopes"], json!(["erp:allocations:write"]));
+    // A body over the PROPOSE limit (256 KiB) is refused unread (as agent b: agent a has
+    // used up its PROPOSE rate in this test).
+    let huge = json!({"method": "PROPOSE", "parameters": {"pad": "x".repeat(300 * 1024)}});
+    let big = r
+        .call("PROPOSE", "/", Some("tok-b"), &headers, Some(&huge))
+        .await;
+    assert_refused(&r, big, 413, "ERR_BODY_TOO_LARGE", None).await;
     // None of it made a contract.
     let (_, list) = r.get("DISCOVER", "/contracts", "tok-ops").await;
     assert_eq!(list, json!([]));

@@ -100,8 +100,7 @@ impl Run {
                 return self.fail(at, r, Vec::new(), done).await;
             }
         };
-        self.lifecycle(&contract, "committed", done.len());
-        metrics::counter!("palisade_rcns_invocations_total", "outcome" => "committed").increment(1);
+        self.invoked("committed", done.len());
         let mut resp = json(200, &out);
         let receipts: Vec<&Value> = done.iter().map(|d| &d.receipt).collect();
         let h = resp.headers_mut();
@@ -375,6 +374,13 @@ impl Run {
         } else {
             "partial"
         };
+        self.invoked(outcome, done.len());
+        refused(&self.state, &self.enf, &self.cx, r, extra).await
+    }
+
+    /// The `rcns_contract_invoked` event and metric, named by the contract's attribution
+    /// (its hash computed once, when the invocation began).
+    fn invoked(&self, outcome: &'static str, steps: usize) {
         if let Some(a) = &self.cx.attribution {
             self.enf.drift.lifecycle(json!({
                 "event": "rcns_contract_invoked",
@@ -384,24 +390,10 @@ impl Run {
                 "synthesis_id": a.synthesis_id,
                 "contract_hash": a.contract_hash,
                 "outcome": outcome,
-                "steps": done.len(),
+                "steps": steps,
             }));
         }
         metrics::counter!("palisade_rcns_invocations_total", "outcome" => outcome).increment(1);
-        refused(&self.state, &self.enf, &self.cx, r, extra).await
-    }
-
-    fn lifecycle(&self, c: &SynthesizedContract, outcome: &str, steps: usize) {
-        self.enf.drift.lifecycle(json!({
-            "event": "rcns_contract_invoked",
-            "eventId": uuid::Uuid::now_v7().to_string(),
-            "timestamp": self.enf.now_rfc3339(),
-            "traceId": self.cx.trace_id,
-            "synthesis_id": c.synthesis_id,
-            "contract_hash": c.contract_hash(),
-            "outcome": outcome,
-            "steps": steps,
-        }));
     }
 }
 
