@@ -22,6 +22,7 @@
 //!
 //! The query is not touched here: applications parse queries in too many ways to rewrite one.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 
 /// Why a path has no canonical form.
@@ -119,6 +120,43 @@ fn canonical_segment(seg: &[u8], out: &mut String) -> Result<(), PathError> {
 /// The canonical form of an origin-form path (no query). Canonicalising a canonical path
 /// gives it back unchanged.
 pub fn canonical_path(raw: &str) -> Result<String, PathError> {
+    canonical(raw).map(Cow::into_owned)
+}
+
+/// [`canonical_path`], borrowing `raw` when it is canonical already — what almost every
+/// request's path is, and what the data plane checks on every request (issue 19).
+pub fn canonical(raw: &str) -> Result<Cow<'_, str>, PathError> {
+    if is_plainly_canonical(raw) {
+        return Ok(Cow::Borrowed(raw));
+    }
+    rebuild(raw).map(Cow::Owned)
+}
+
+/// A path the rebuild would give back byte for byte, decided without allocating: it starts
+/// with `/`, fits [`MAX_PATH`], has only unreserved and other raw `pchar` bytes (so no escape,
+/// nothing to encode, no `\`, no control), no empty segment but a trailing one (`/a/` keeps
+/// its `/`), and no segment whose part before a `;` is `.` or `..`. Anything else takes the
+/// rebuild, which also owns every refusal.
+fn is_plainly_canonical(raw: &str) -> bool {
+    let Some(rest) = raw.strip_prefix('/') else {
+        return false;
+    };
+    if raw.len() > MAX_PATH {
+        return false;
+    }
+    if rest.is_empty() {
+        return true;
+    }
+    let last = rest.split('/').count() - 1;
+    rest.split('/').enumerate().all(|(i, seg)| {
+        let dot = seg.split(';').next().is_some_and(|d| d == "." || d == "..");
+        (!seg.is_empty() || i == last)
+            && !dot
+            && seg.bytes().all(|b| is_unreserved(b) || is_pchar_other(b))
+    })
+}
+
+fn rebuild(raw: &str) -> Result<String, PathError> {
     if raw.len() > MAX_PATH {
         return Err(PathError::TooLong);
     }

@@ -294,12 +294,12 @@ async fn serve_connection(
     };
     let result = match acceptor {
         None => {
-            let svc = serve(ConnInfo {
+            let svc = serve(ConnInfo::new(
                 peer,
-                tls: false,
-                client_cert: None,
-                upstream: Some(crate::net::bound::Bound::default()),
-            });
+                false,
+                None,
+                Some(crate::net::bound::Bound::default()),
+            ));
             watcher
                 .watch(
                     builder
@@ -329,12 +329,12 @@ async fn serve_connection(
                 .peer_certificates()
                 .and_then(|c| c.first())
                 .map(|leaf| leaf.as_ref().to_vec());
-            let svc = serve(ConnInfo {
+            let svc = serve(ConnInfo::new(
                 peer,
-                tls: true,
+                true,
                 client_cert,
-                upstream: Some(crate::net::bound::Bound::default()),
-            });
+                Some(crate::net::bound::Bound::default()),
+            ));
             watcher
                 .watch(
                     builder

@@ -110,3 +110,35 @@ proptest! {
         let _ = canonical_path(&raw);
     }
 }
+
+proptest! {
+    /// The borrowing fast path decides exactly as the rebuild: whenever it keeps a path, the
+    /// rebuild gives that path back byte for byte (issue 19 added the fast path).
+    #[test]
+    fn the_fast_path_agrees_with_the_rebuild(
+        segs in proptest::collection::vec(segment(), 0..8),
+        raw in "[/a.;%2eE~:]{0,24}",
+    ) {
+        for raw in [format!("/{}", segs.join("/")), raw] {
+            let fast = is_plainly_canonical(&raw);
+            let slow = rebuild(&raw);
+            if fast {
+                prop_assert_eq!(slow, Ok(raw.clone()));
+            }
+            prop_assert_eq!(canonical(&raw).map(|c| c.into_owned()), rebuild(&raw));
+        }
+    }
+}
+
+#[test]
+fn common_paths_take_the_fast_path() {
+    for p in ["/", "/api/v2/items/1", "/a/", "/items;v=1/x", "/~user/a.b"] {
+        assert!(
+            matches!(canonical(p), Ok(std::borrow::Cow::Borrowed(_))),
+            "{p}"
+        );
+    }
+    for p in ["//a", "/a/./b", "/a/..", "/%41", "/a b", "/..;x/a"] {
+        assert!(!is_plainly_canonical(p), "{p}");
+    }
+}

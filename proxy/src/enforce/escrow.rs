@@ -228,13 +228,13 @@ pub(crate) fn rebuild(
     }
     let (parts, ()) = b.body(()).ok()?.into_parts();
     let bytes = Bytes::from(STANDARD.decode(request["body_b64"].as_str()?).ok()?);
-    let conn = ConnInfo {
-        peer: request["peer"].as_str()?.parse::<SocketAddr>().ok()?,
-        tls: request["tls"].as_bool()?,
-        client_cert: None,
-        // A released escrow is sent on no downstream connection: through the pool.
-        upstream: None,
-    };
+    // A released escrow is sent on no downstream connection: through the pool.
+    let conn = ConnInfo::new(
+        request["peer"].as_str()?.parse::<SocketAddr>().ok()?,
+        request["tls"].as_bool()?,
+        None,
+        None,
+    );
     Some((parts, bytes, conn, Requester::default()))
 }
 

@@ -16,6 +16,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use http::uri::{Authority, PathAndQuery};
 use http::{header, HeaderValue, Request, Response, Uri};
 use hyper::body::Incoming;
 use hyper::client::conn::http1;
@@ -64,31 +65,35 @@ impl Bound {
         mut req: Request<ProxyBody>,
         connect_timeout: Duration,
     ) -> Result<Response<Incoming>, UpstreamError> {
+        if !req.headers().contains_key(header::HOST) {
+            if let Some(h) = req
+                .uri()
+                .authority()
+                .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+            {
+                req.headers_mut().insert(header::HOST, h);
+            }
+        }
         let authority = req
             .uri()
             .authority()
             .cloned()
             .ok_or_else(|| UpstreamError::Connect("upstream URI has no authority".into()))?;
-        // `[::1]` is the URI's spelling of an address, not a name to resolve.
-        let host = authority
-            .host()
-            .trim_start_matches('[')
-            .trim_end_matches(']');
-        let addr = (host.to_owned(), authority.port_u16().unwrap_or(80));
-        if !req.headers().contains_key(header::HOST) {
-            if let Ok(h) = HeaderValue::from_str(authority.as_str()) {
-                req.headers_mut().insert(header::HOST, h);
-            }
-        }
-        // HTTP/1 to an origin server: origin-form (the pool does the same).
-        let origin = req
-            .uri()
-            .path_and_query()
-            .map(|pq| pq.as_str())
-            .unwrap_or("/");
-        *req.uri_mut() = Uri::try_from(origin).map_err(|e| UpstreamError::Failed(e.to_string()))?;
+        // HTTP/1 to an origin server: origin-form (the pool does the same). The path-and-query
+        // is shared, not parsed again.
+        let mut origin = http::uri::Parts::default();
+        origin.path_and_query = Some(
+            req.uri()
+                .path_and_query()
+                .cloned()
+                .unwrap_or_else(|| PathAndQuery::from_static("/")),
+        );
+        *req.uri_mut() =
+            Uri::from_parts(origin).map_err(|e| UpstreamError::Failed(e.to_string()))?;
 
         let reused = match self.take() {
+            // Idle since its last answer: ready without waiting, and no timer armed for it.
+            Some(s) if s.is_ready() => Some(s),
             Some(mut s) if !s.is_closed() => {
                 match tokio::time::timeout(READY_WAIT, s.ready()).await {
                     Ok(Ok(())) => Some(s),
@@ -99,7 +104,7 @@ impl Bound {
         };
         let (mut sender, was_reused) = match reused {
             Some(s) => (s, true),
-            None => (connect(&addr, connect_timeout).await?, false),
+            None => (connect(&authority, connect_timeout).await?, false),
         };
         let req = match sender.try_send_request(req).await {
             Ok(resp) => {
@@ -113,7 +118,7 @@ impl Bound {
                 _ => return Err(UpstreamError::Failed(error_chain(e.error()))),
             },
         };
-        let mut sender = connect(&addr, connect_timeout).await?;
+        let mut sender = connect(&authority, connect_timeout).await?;
         match sender.try_send_request(req).await {
             Ok(resp) => {
                 self.put(sender);
@@ -148,10 +153,16 @@ pub(crate) async fn send_on(
 /// A new HTTP/1 connection to `authority`, its connection task spawned; the task ends when
 /// the sender is dropped and the last exchange is done.
 async fn connect(
-    (host, port): &(String, u16),
+    authority: &Authority,
     connect_timeout: Duration,
 ) -> Result<Sender, UpstreamError> {
-    let connecting = TcpStream::connect((host.as_str(), *port));
+    // `[::1]` is the URI's spelling of an address, not a name to resolve.
+    let host = authority
+        .host()
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let port = authority.port_u16().unwrap_or(80);
+    let connecting = TcpStream::connect((host, port));
     let stream = match tokio::time::timeout(connect_timeout, connecting).await {
         Ok(Ok(s)) => s,
         Ok(Err(e)) => return Err(UpstreamError::Connect(format!("{host}:{port}: {e}"))),

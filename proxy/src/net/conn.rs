@@ -2,6 +2,8 @@
 
 use std::net::SocketAddr;
 
+use crate::net::headers::PeerForwarding;
+
 /// What the connection knows about the downstream peer.
 #[derive(Debug, Clone)]
 pub struct ConnInfo {
@@ -12,6 +14,8 @@ pub struct ConnInfo {
     /// The connection's own upstream connection (HTTP/1 requests only); `None` outside a
     /// downstream connection.
     pub upstream: Option<crate::net::bound::Bound>,
+    /// The peer as the forwarding headers spell it, formatted once for the connection.
+    pub forwarding: PeerForwarding,
 }
 
 /// Who a verified access token names (`sub:sha256:…`), put in a request's extensions by
@@ -20,6 +24,21 @@ pub struct ConnInfo {
 pub struct TokenCaller(pub String);
 
 impl ConnInfo {
+    pub fn new(
+        peer: SocketAddr,
+        tls: bool,
+        client_cert: Option<Vec<u8>>,
+        upstream: Option<crate::net::bound::Bound>,
+    ) -> Self {
+        Self {
+            peer,
+            tls,
+            client_cert,
+            upstream,
+            forwarding: PeerForwarding::new(peer, if tls { "https" } else { "http" }),
+        }
+    }
+
     /// The upstream connection a request of `version` may use: the connection's own for
     /// HTTP/1, none (the pool) for HTTP/2, whose streams run concurrently.
     pub fn bound_for(&self, version: http::Version) -> Option<&crate::net::bound::Bound> {

@@ -21,37 +21,32 @@ pub(crate) fn build_upstream_request(
     conn: &ConnInfo,
     fence: Option<u64>,
 ) -> Result<Request<ProxyBody>, http::Error> {
-    let pq = parts
-        .uri
-        .path_and_query()
-        .map(|pq| pq.as_str())
-        .unwrap_or("/");
-    let uri = upstream.uri_for(pq)?;
+    let uri = match parts.uri.path_and_query() {
+        Some(pq) => upstream.uri_with(pq.clone())?,
+        None => upstream.uri_for("/")?,
+    };
+    // A clone of the value, not a copy of its bytes: kept apart because a `Connection`
+    // header may name `Host`, and the upstream must still get it.
     let host = parts
         .headers
         .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| parts.uri.authority().map(|a| a.to_string()));
+        .filter(|h| h.to_str().is_ok())
+        .cloned()
+        .or_else(|| {
+            let a = parts.uri.authority()?;
+            HeaderValue::from_str(a.as_str()).ok()
+        });
     headers::strip_hop_by_hop(&mut parts.headers);
-    for name in headers::PTCL_REQUEST_HEADERS
-        .iter()
-        .chain(headers::SIDECAR_OWNED.iter())
-    {
-        parts.headers.remove(*name);
-    }
+    headers::remove_named(&mut parts.headers, &headers::PTCL_REQUEST_HEADERS);
+    headers::remove_named(&mut parts.headers, &headers::SIDECAR_OWNED);
     if let Some(epoch) = fence {
         parts
             .headers
             .insert(headers::FENCE_HEADER, http::HeaderValue::from(epoch));
     }
-    headers::append_forwarded(
-        &mut parts.headers,
-        conn.peer,
-        if conn.tls { "https" } else { "http" },
-        host.as_deref(),
-    );
-    if let Some(h) = host.as_deref().and_then(|h| HeaderValue::from_str(h).ok()) {
+    let host_str = host.as_ref().and_then(|h| h.to_str().ok());
+    conn.forwarding.append(&mut parts.headers, host_str);
+    if let Some(h) = host {
         parts.headers.insert(header::HOST, h);
     }
     parts.uri = uri;

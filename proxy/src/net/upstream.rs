@@ -68,9 +68,7 @@ pub fn downstream(resp: Response<Incoming>) -> Response<ProxyBody> {
     crate::net::headers::strip_hop_by_hop(&mut parts.headers);
     // The upstream cannot speak for the sidecar: its receipt and fence headers are set (or
     // not) by the layer that decided the request.
-    for name in crate::net::headers::SIDECAR_OWNED {
-        parts.headers.remove(name);
-    }
+    crate::net::headers::remove_named(&mut parts.headers, &crate::net::headers::SIDECAR_OWNED);
     parts.version = http::Version::default();
     Response::from_parts(parts, crate::net::body::boxed(body))
 }
@@ -150,8 +148,14 @@ impl Upstream {
 
     /// The upstream URI for a downstream path-and-query.
     pub fn uri_for(&self, path_and_query: &str) -> Result<Uri, http::Error> {
+        self.uri_with(path_and_query.parse()?)
+    }
+
+    /// [`Upstream::uri_for`] with a path-and-query already parsed (a request's own: cloning
+    /// it shares its bytes, no parse again).
+    pub fn uri_with(&self, path_and_query: http::uri::PathAndQuery) -> Result<Uri, http::Error> {
         let mut parts = self.base.clone().into_parts();
-        parts.path_and_query = Some(path_and_query.parse()?);
+        parts.path_and_query = Some(path_and_query);
         Ok(Uri::from_parts(parts)?)
     }
 

@@ -204,7 +204,9 @@ pub async fn handle(
     let mut read_cx = None;
     if kind == Kind::Read {
         let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
-        let mut cx = write_context(&ex);
+        // The admission stage's context, now naming the caller (one fewer made per read).
+        let mut cx = cx;
+        cx.caller = caller.clone();
         cx.bind(bundle.as_deref(), &binding);
         // A bound read's path and query parameters (`structural.parameters`).
         if let Some(cap) = binding.capability() {
@@ -325,9 +327,11 @@ pub async fn handle(
 }
 
 fn write_context(ex: &Exchange) -> WriteContext {
-    WriteContext::new(
-        ex.method.clone(),
-        ex.trace_id.clone(),
-        format!("{} {}", ex.method, ex.path),
-    )
+    // `METHOD path`, without `format!`'s machinery: this runs on every request (issue 19).
+    let method = ex.method.as_str();
+    let mut operation = String::with_capacity(method.len() + 1 + ex.path.len());
+    operation.push_str(method);
+    operation.push(' ');
+    operation.push_str(&ex.path);
+    WriteContext::new(ex.method.clone(), ex.trace_id.clone(), operation)
 }

@@ -14,11 +14,12 @@
 use http::uri::{PathAndQuery, Uri};
 use http::{HeaderMap, Method};
 use palisade_policy::method::{self, MethodClass};
-use palisade_policy::path::canonical_path;
+use palisade_policy::path::canonical;
 use palisade_policy::{ErrorCode, Refusal};
+use std::borrow::Cow;
 
 use crate::config::Config;
-use crate::net::headers::SIDECAR_OWNED;
+use crate::net::headers::{remove_named, SIDECAR_OWNED};
 
 /// Checks the method and headers of a request and rewrites its target to the canonical
 /// path. `Err` is the refusal; the request is then answered and goes no further.
@@ -36,9 +37,7 @@ pub(super) fn prepare(
     }
     // Upstream, these are the sidecar's alone (SPEC §3): the fence token is inserted after
     // hop-by-hop stripping when a write is forwarded; a client's copy never travels on.
-    for name in SIDECAR_OWNED {
-        parts.headers.remove(name);
-    }
+    remove_named(&mut parts.headers, &SIDECAR_OWNED);
     Ok(class)
 }
 
@@ -52,13 +51,16 @@ pub(super) fn canonical_uri(method: &Method, uri: &Uri) -> Result<Uri, Refusal> 
     if path == "*" && method == Method::OPTIONS {
         return Ok(uri.clone());
     }
-    let canonical = canonical_path(path).map_err(|e| {
+    let canonical = canonical(path).map_err(|e| {
         tracing::debug!(error = %e, "request path refused");
         Refusal::new(ErrorCode::PathNotCanonical, e.to_string())
     })?;
-    if canonical == path {
-        return Ok(uri.clone());
-    }
+    let canonical = match canonical {
+        // Already canonical, the common case: the URI as it came, nothing allocated.
+        Cow::Borrowed(_) => return Ok(uri.clone()),
+        Cow::Owned(c) if c == path => return Ok(uri.clone()),
+        Cow::Owned(c) => c,
+    };
     let pq = match uri.query() {
         Some(q) => format!("{canonical}?{q}"),
         None => canonical,
@@ -82,6 +84,13 @@ pub(super) fn canonical_uri(method: &Method, uri: &Uri) -> Result<Uri, Refusal> 
 /// application might run the method it names instead of the one checked); on a read they are
 /// removed, so no read turns into a write behind the sidecar.
 fn strip_overrides(class: MethodClass, headers: &mut HeaderMap) -> Result<(), Refusal> {
+    // One scan of the names instead of a parsed lookup per override header (issue 19).
+    if !headers
+        .keys()
+        .any(|k| method::OVERRIDE_HEADERS.contains(&k.as_str()))
+    {
+        return Ok(());
+    }
     for name in method::OVERRIDE_HEADERS {
         if headers.contains_key(name) {
             if class == MethodClass::Write {

@@ -128,7 +128,7 @@ proptest! {
             &palisade_policy::target::request_target("https://erp.example.com", &pq).expect("target"),
         ).to_owned();
         let up = Upstream::with_base("http://127.0.0.1:9".parse().expect("uri"), c.upstream_connect_timeout, c.upstream_timeout, None).expect("upstream");
-        let conn = ConnInfo { peer: "127.0.0.1:1".parse().expect("addr"), tls: false, client_cert: None, upstream: None };
+        let conn = ConnInfo::new("127.0.0.1:1".parse().expect("addr"), false, None, None);
         let sent = build_upstream_request(&up, p, crate::net::body::empty(), &conn, None).expect("forwardable");
         let forwarded = sent.uri().path().to_owned();
         prop_assert_eq!(&forwarded, &routed_on);
@@ -138,7 +138,7 @@ proptest! {
         let z = b.route("PUT", &forwarded).map(|cap| cap.name.clone());
         prop_assert_eq!(a, z);
         // And the canonical value is a fixed point.
-        let again = canonical_path(&forwarded);
+        let again = palisade_policy::path::canonical_path(&forwarded);
         prop_assert_eq!(again.as_deref(), Ok(forwarded.as_str()));
     }
 }
