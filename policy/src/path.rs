@@ -138,22 +138,35 @@ pub fn canonical(raw: &str) -> Result<Cow<'_, str>, PathError> {
 /// its `/`), and no segment whose part before a `;` is `.` or `..`. Anything else takes the
 /// rebuild, which also owns every refusal.
 fn is_plainly_canonical(raw: &str) -> bool {
-    let Some(rest) = raw.strip_prefix('/') else {
-        return false;
-    };
-    if raw.len() > MAX_PATH {
+    let b = raw.as_bytes();
+    if b.first() != Some(&b'/') || b.len() > MAX_PATH {
         return false;
     }
-    if rest.is_empty() {
-        return true;
+    // One pass, segment by segment; `i` is at a segment's first byte.
+    let mut i = 1;
+    while i < b.len() {
+        let start = i;
+        let mut params = None;
+        while i < b.len() && b[i] != b'/' {
+            let c = b[i];
+            if !(is_unreserved(c) || is_pchar_other(c)) {
+                return false;
+            }
+            if c == b';' && params.is_none() {
+                params = Some(i);
+            }
+            i += 1;
+        }
+        // An empty segment before another `/` is a `//`; only the last one may be empty.
+        if i == start && i < b.len() {
+            return false;
+        }
+        if matches!(&b[start..params.unwrap_or(i)], b"." | b"..") {
+            return false;
+        }
+        i += 1;
     }
-    let last = rest.split('/').count() - 1;
-    rest.split('/').enumerate().all(|(i, seg)| {
-        let dot = seg.split(';').next().is_some_and(|d| d == "." || d == "..");
-        (!seg.is_empty() || i == last)
-            && !dot
-            && seg.bytes().all(|b| is_unreserved(b) || is_pchar_other(b))
-    })
+    true
 }
 
 fn rebuild(raw: &str) -> Result<String, PathError> {
