@@ -24,6 +24,9 @@ use crate::context::AppState;
 use crate::control::{admin_auth, escrow};
 use crate::net::body::{self, ProxyBody};
 
+/// How often histogram samples are folded into their buckets (see [`serve`]).
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_millis(250);
+
 pub async fn serve(
     listener: TcpListener,
     tls: Option<TlsAcceptor>,
@@ -31,11 +34,15 @@ pub async fn serve(
     metrics: PrometheusHandle,
     mut stop: watch::Receiver<bool>,
 ) {
-    // Histograms are kept in windows that need draining now and then.
+    // The exporter keeps every histogram sample until an upkeep folds them into buckets, so
+    // the time between upkeeps bounds the memory: every 5 s, a sidecar proxying 65k req/s
+    // held ≈ 10 MiB of samples (issue 19, most of its anonymous RSS); every 250 ms, ≈ 0.5 MiB.
+    // Folding costs the same per sample either way.
     let upkeep = {
         let metrics = metrics.clone();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(std::time::Duration::from_secs(5));
+            let mut tick = tokio::time::interval(UPKEEP_EVERY);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 tick.tick().await;
                 metrics.run_upkeep();
