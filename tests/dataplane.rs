@@ -780,3 +780,134 @@ async fn a_write_whose_upstream_connection_dies_mid_request_is_not_sent_again() 
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert_eq!(heads.load(std::sync::atomic::Ordering::SeqCst), 2);
 }
+
+/// One h2c connection to the sidecar (prior knowledge), its streams sent concurrently.
+async fn h2_conn(addr: std::net::SocketAddr) -> hyper::client::conn::http2::SendRequest<BoxBody> {
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let (sender, conn) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(stream),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+fn h2_request(method: Method, path: &str, body: Vec<u8>) -> Request<BoxBody> {
+    Request::builder()
+        .method(method)
+        .uri(format!("http://sor.test{path}"))
+        .body(full(body))
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_h2_connection_uses_its_upstream_connection_one_stream_at_a_time() {
+    use http_body_util::BodyExt as _;
+    let upstream = Upstream::start().await;
+    let p = Palisade::start(&config(&upstream, ""));
+    let mut h2 = h2_conn(p.data).await;
+
+    // Streams one after another: one upstream connection, as an HTTP/1 connection has.
+    for i in 0..5u64 {
+        let body = pattern(i, 500);
+        let resp = h2
+            .send_request(h2_request(
+                Method::POST,
+                &format!("/echo/{i}"),
+                body.clone(),
+            ))
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), StatusCode::OK);
+        let got = resp.into_body().collect().await.unwrap().to_bytes();
+        assert_eq!(got.as_ref(), body.as_slice(), "stream {i}: byte-exact");
+    }
+    assert_eq!(
+        upstream.connections(),
+        1,
+        "sequential streams, one connection"
+    );
+
+    // An answer whose body the client has not read holds that upstream connection: another
+    // stream goes through the pool at once rather than waiting for it.
+    let big = pattern(9, 2 << 20);
+    let held = h2
+        .send_request(h2_request(Method::POST, "/echo/held", big.clone()))
+        .await
+        .unwrap();
+    assert_eq!(held.status(), StatusCode::OK);
+    let started = Instant::now();
+    let resp = h2
+        .send_request(h2_request(Method::GET, "/x", Vec::new()))
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    assert!(
+        started.elapsed() < Duration::from_millis(500),
+        "no stream waits on another's body: {:?}",
+        started.elapsed()
+    );
+    let got = held.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(
+        sha256_hex(&got),
+        sha256_hex(&big),
+        "the held body arrives whole"
+    );
+
+    // Concurrent streams: a slow one holds the slot, the others are not queued behind it.
+    let slow = {
+        let mut h2 = h2.clone();
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let resp = h2
+                .send_request(h2_request(Method::GET, "/slow/800", Vec::new()))
+                .await
+                .unwrap();
+            (resp.status(), started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let fast: Vec<_> = (0..4u64)
+        .map(|i| {
+            let mut h2 = h2.clone();
+            tokio::spawn(async move {
+                let started = Instant::now();
+                let body = pattern(100 + i, 300);
+                let resp = h2
+                    .send_request(h2_request(
+                        Method::PUT,
+                        &format!("/echo/c{i}"),
+                        body.clone(),
+                    ))
+                    .await
+                    .unwrap();
+                let status = resp.status();
+                let got = resp.into_body().collect().await.unwrap().to_bytes();
+                assert_eq!(got.as_ref(), body.as_slice(), "concurrent stream {i}");
+                (status, started.elapsed())
+            })
+        })
+        .collect();
+    for f in fast {
+        let (status, took) = f.await.unwrap();
+        assert_eq!(status, StatusCode::OK);
+        assert!(
+            took < Duration::from_millis(500),
+            "not behind the slow stream: {took:?}"
+        );
+    }
+    let (status, took) = slow.await.unwrap();
+    assert_eq!(status, StatusCode::OK);
+    assert!(took >= Duration::from_millis(800));
+    // Each request reached the upstream exactly once.
+    let seen = upstream.requests();
+    for path in ["/echo/held", "/x", "/slow/800", "/echo/c0", "/echo/c3"] {
+        assert_eq!(
+            seen.iter().filter(|s| s.path_and_query == path).count(),
+            1,
+            "{path} sent once"
+        );
+    }
+}

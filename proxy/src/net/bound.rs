@@ -7,9 +7,9 @@
 //! connection of its own, handshaken on its first request and closed when it closes, as
 //! pingora and Envoy's per-connection pools do.
 //!
-//! Used only for plain-HTTP upstreams without a pinned identity and for HTTP/1 downstream
-//! requests; HTTPS, pinned identities and HTTP/2 downstream (concurrent streams) keep the
-//! pool. The rules of the pool stay: a request is sent again only when hyper hands it back
+//! Used only for plain-HTTP upstreams; HTTPS and pinned identities keep the pool. An HTTP/2
+//! downstream connection's streams run concurrently: one at a time uses the slot, the others
+//! the pool. The rules of the pool stay: a request is sent again only when hyper hands it back
 //! unsent from a *reused* connection (the upstream closed it while idle), never once it
 //! may have been written.
 
@@ -38,7 +38,14 @@ type Sender = http1::SendRequest<ProxyBody>;
 /// no downstream connection (released escrows, compensations) have no `Bound` at all
 /// (`ConnInfo::upstream` is `None`) and use the pool.
 #[derive(Clone, Default)]
-pub struct Bound(Arc<Mutex<Option<Sender>>>);
+pub struct Bound(Arc<Mutex<Slot>>);
+
+#[derive(Default)]
+struct Slot {
+    sender: Option<Sender>,
+    /// An HTTP/2 stream is using the slot; the connection's other streams take the pool.
+    claimed: bool,
+}
 
 impl std::fmt::Debug for Bound {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -46,15 +53,56 @@ impl std::fmt::Debug for Bound {
     }
 }
 
+/// How a request may use its downstream connection's [`Bound`] slot: an HTTP/1 connection
+/// sends one request at a time and owns it; an HTTP/2 connection's streams run concurrently,
+/// so one stream at a time uses it and the others go through the pool.
+#[derive(Debug, Clone, Copy)]
+pub struct BoundUse<'a> {
+    pub bound: &'a Bound,
+    pub shared: bool,
+}
+
+/// The slot held by one HTTP/2 stream; released when the exchange's head is back (or the
+/// request is dropped).
+struct Claim<'a>(&'a Bound);
+
+impl Drop for Claim<'_> {
+    fn drop(&mut self) {
+        self.0.lock().claimed = false;
+    }
+}
+
 impl Bound {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Slot> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn claim(&self) -> Option<Claim<'_>> {
+        let mut s = self.lock();
+        if s.claimed {
+            return None;
+        }
+        s.claimed = true;
+        Some(Claim(self))
+    }
+
+    /// Whether the slot's connection can take a request now (or there is none yet, or it
+    /// closed, and the next request opens one).
+    fn free(&self) -> bool {
+        self.lock()
+            .sender
+            .as_ref()
+            .is_none_or(|s| s.is_ready() || s.is_closed())
+    }
+
     fn take(&self) -> Option<Sender> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).take()
+        self.lock().sender.take()
     }
 
     fn put(&self, sender: Sender) {
-        let mut s = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if s.is_none() {
-            *s = Some(sender);
+        let mut s = self.lock();
+        if s.sender.is_none() {
+            s.sender = Some(sender);
         }
     }
 
@@ -130,18 +178,28 @@ impl Bound {
 }
 
 /// [`Upstream::send_as`] on the downstream connection's own upstream connection when it has
-/// one (`bound`: HTTP/1 downstream) and the upstream is plain HTTP (docs/decisions.md, "An
-/// upstream connection per downstream connection"); else through the pool.
+/// one and the upstream is plain HTTP (docs/decisions.md, "An upstream connection per
+/// downstream connection"); else through the pool. Of an HTTP/2 connection's concurrent
+/// streams, one at a time uses it, the others the pool.
 pub(crate) async fn send_on(
     upstream: &Upstream,
     req: Request<ProxyBody>,
     identity: Option<&str>,
-    bound: Option<&Bound>,
+    bound: Option<BoundUse<'_>>,
 ) -> Result<Response<Incoming>, UpstreamError> {
     match bound {
-        Some(b) if !upstream.is_https() => {
+        Some(BoundUse { bound: b, shared }) if !upstream.is_https() => {
+            // A stream takes the slot only when no other stream holds it and its connection
+            // is not still carrying an earlier stream's body: a stream never waits on another.
+            let claim = if shared { b.claim() } else { None };
+            if shared && !claim.as_ref().is_some_and(|_| b.free()) {
+                drop(claim);
+                return upstream.send_as(req, identity).await;
+            }
             let limit = upstream.timeout();
-            match tokio::time::timeout(limit, b.send(req, upstream.connect_timeout())).await {
+            let sent = tokio::time::timeout(limit, b.send(req, upstream.connect_timeout())).await;
+            drop(claim);
+            match sent {
                 Err(_) => Err(UpstreamError::Timeout(limit)),
                 Ok(r) => r,
             }

@@ -39,12 +39,15 @@ impl ConnInfo {
         }
     }
 
-    /// The upstream connection a request of `version` may use: the connection's own for
-    /// HTTP/1, none (the pool) for HTTP/2, whose streams run concurrently.
-    pub fn bound_for(&self, version: http::Version) -> Option<&crate::net::bound::Bound> {
+    /// How a request of `version` may use the connection's own upstream connection: owned by
+    /// an HTTP/1 request, shared one stream at a time by HTTP/2's concurrent streams.
+    pub fn bound_for(&self, version: http::Version) -> Option<crate::net::bound::BoundUse<'_>> {
         self.upstream
             .as_ref()
-            .filter(|_| version < http::Version::HTTP_2)
+            .map(|bound| crate::net::bound::BoundUse {
+                bound,
+                shared: version >= http::Version::HTTP_2,
+            })
     }
 
     /// The caller's identity (SPEC §5.6, §5.7, §13): the subject of a verified access token
