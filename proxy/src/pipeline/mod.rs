@@ -36,6 +36,11 @@ use crate::net::problem::Problem;
 use exchange::{finish, Exchange, InflightGuard, Kind};
 
 /// The data-plane service: never fails; every failure becomes a response.
+///
+/// Every branch but plain forwarding awaits its stage boxed (`Box::pin`): the future of this
+/// function is moved into hyper's per-request slot (HTTP/1) or a spawned task (HTTP/2) on every
+/// request, and unboxed it was as large as its largest branch (14 KB, the MCP relay); boxed, it
+/// is the size of the forwarding path, and a branch pays one allocation when it runs (issue 19).
 pub async fn handle(
     state: Arc<AppState>,
     conn: Arc<ConnInfo>,
@@ -95,7 +100,7 @@ pub async fn handle(
     if let (true, Some(enf)) = (state.config.authority, &state.enforcement) {
         if ex.path.starts_with(authority::PREFIX) {
             let cx = write_context(&ex);
-            let resp = authority::handle(&state, enf, parts, body, &conn, &cx).await;
+            let resp = Box::pin(authority::handle(&state, enf, parts, body, &conn, &cx)).await;
             let outcome = if resp.status().is_success() {
                 Outcome::Forwarded
             } else {
@@ -108,7 +113,7 @@ pub async fn handle(
     // Escrow status (SPEC §5.4), for the caller that submitted the write.
     if let (Some(enf), true) = (&state.enforcement, ex.path.starts_with(escrow::PREFIX)) {
         if parts.method == Method::GET {
-            let resp = escrow::lookup(enf, &ex.path, conn.caller(&parts)).await;
+            let resp = Box::pin(escrow::lookup(enf, &ex.path, conn.caller(&parts))).await;
             let outcome = if resp.status().is_success() {
                 Outcome::Forwarded
             } else {
@@ -122,13 +127,16 @@ pub async fn handle(
     if let (Some(qc), Some(enf)) = (&state.quote_channel, &state.enforcement) {
         if relay::is_relay(&state, &ex.path) {
             let cx = write_context(&ex);
-            let (resp, outcome) = relay::handle(&state, enf, qc, parts, body, &conn, cx).await;
+            let (resp, outcome) =
+                Box::pin(relay::handle(&state, enf, qc, parts, body, &conn, cx)).await;
             return Ok(finish(&state, resp, ex, outcome, inflight));
         }
         if quote_channel::is_channel(&state, &ex.path) {
             let cx = write_context(&ex);
-            let (resp, outcome) =
-                quote_channel::handle(&state, enf, qc, parts, body, &conn, cx).await;
+            let (resp, outcome) = Box::pin(quote_channel::handle(
+                &state, enf, qc, parts, body, &conn, cx,
+            ))
+            .await;
             return Ok(finish(&state, resp, ex, outcome, inflight));
         }
     }
@@ -137,7 +145,7 @@ pub async fn handle(
     if let Some(enf) = &state.enforcement {
         if let Some(route) = crate::rcns::route(&state, &parts, &ex.path) {
             let cx = write_context(&ex);
-            let (resp, outcome) = crate::rcns::handle(
+            let (resp, outcome) = Box::pin(crate::rcns::handle(
                 &state,
                 enf,
                 route,
@@ -146,7 +154,7 @@ pub async fn handle(
                 &conn,
                 presented.as_ref(),
                 cx,
-            )
+            ))
             .await;
             return Ok(finish(&state, resp, ex, outcome, inflight));
         }
@@ -170,7 +178,8 @@ pub async fn handle(
     // MCP (SPEC §11): classified by JSON-RPC method, not HTTP method.
     if state.config.mcp_path.as_deref() == Some(ex.path.as_str()) {
         let cx = write_context(&ex);
-        let (resp, outcome) = mcp::handle(&state, &conn, parts, body, cx, presented.as_ref()).await;
+        let handled = mcp::handle(&state, &conn, parts, body, cx, presented.as_ref());
+        let (resp, outcome) = Box::pin(handled).await;
         return Ok(finish(&state, resp, ex, outcome, inflight));
     }
 
@@ -242,7 +251,7 @@ pub async fn handle(
             let kept = output::copy_head(&parts);
             let (resp, outcome) =
                 forward_plain(&state, parts, body::full(bytes.clone()), &conn, &cx, None).await;
-            let resp = output::check(
+            let resp = Box::pin(output::check(
                 &state,
                 cap,
                 &cx,
@@ -252,7 +261,7 @@ pub async fn handle(
                     body: bytes,
                     conn: &conn,
                 }),
-            )
+            ))
             .await;
             return Ok(finish(&state, resp, ex, outcome, inflight));
         }
@@ -282,7 +291,7 @@ pub async fn handle(
                 let cx = write_context(&ex);
                 if let Some(a) = &admitted {
                     let held = admit::input(&state, a, bundle.as_ref(), &parts, &bytes, &cx);
-                    if let Err(resp) = held.await {
+                    if let Err(resp) = Box::pin(held).await {
                         return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
                     }
                 }
@@ -292,16 +301,18 @@ pub async fn handle(
                 let mut parts = parts;
                 let mapped =
                     connect::request(&state, enf, bundle.as_ref(), &mut parts, &bytes, &mut cx);
-                let (bytes, back) = match mapped.await {
+                let (bytes, back) = match Box::pin(mapped).await {
                     Ok(Some((mapped, back))) => (mapped, Some(back)),
                     Ok(None) => (bytes, None),
                     Err(resp) => return Ok(finish(&state, resp, ex, Outcome::Refused, inflight)),
                 };
                 let kept = back.as_ref().map(|_| cx.clone());
                 let (resp, outcome) =
-                    write::handle(&state, enf, &conn, parts, bytes, cx, bundle).await;
+                    Box::pin(write::handle(&state, enf, &conn, parts, bytes, cx, bundle)).await;
                 let resp = match (back, kept) {
-                    (Some(back), Some(cx)) => connect::response(&state, back, &cx, resp).await,
+                    (Some(back), Some(cx)) => {
+                        Box::pin(connect::response(&state, back, &cx, resp)).await
+                    }
                     _ => resp,
                 };
                 return Ok(finish(&state, resp, ex, outcome, inflight));
