@@ -73,6 +73,16 @@ async fn a_leased_write_is_forwarded_once_with_receipt_and_fence_token() {
     )
     .await;
     assert_eq!(parts.headers["agent-fence-token"], "1");
+    // Another spelling of the same resource (a query, an escaped unreserved character) names
+    // the same key, whichever way the key is computed (issue 19 added a fast way for reads).
+    for spelling in ["/items/1?view=full", "/items/%31", "/items//1"] {
+        let (parts, _) = send(
+            &http1_client(),
+            Request::get(s.p.url(spelling)).body(full("")).unwrap(),
+        )
+        .await;
+        assert_eq!(parts.headers["agent-fence-token"], "1", "{spelling}");
+    }
     let (parts, _) = send(
         &http1_client(),
         Request::get(s.p.url("/items/2?x=1"))

@@ -137,6 +137,12 @@ pub fn canonical(raw: &str) -> Result<Cow<'_, str>, PathError> {
 /// nothing to encode, no `\`, no control), no empty segment but a trailing one (`/a/` keeps
 /// its `/`), and no segment whose part before a `;` is `.` or `..`. Anything else takes the
 /// rebuild, which also owns every refusal.
+/// Whether `raw` is a canonical path (the fast test [`canonical`] uses; `false` for some
+/// canonical paths with escapes, which [`canonical_path`] then decides).
+pub fn is_canonical(raw: &str) -> bool {
+    is_plainly_canonical(raw)
+}
+
 fn is_plainly_canonical(raw: &str) -> bool {
     let b = raw.as_bytes();
     if b.first() != Some(&b'/') || b.len() > MAX_PATH {

@@ -59,6 +59,64 @@ pub fn request_target(origin: &str, path_and_query: &str) -> Result<String, Targ
     normalize(&format!("{}{path_and_query}", origin.trim_end_matches('/')))
 }
 
+/// The normalised origin [`request_target`] puts before a path (`scheme://host[:port]`, and a
+/// base path if the origin has one), without a trailing `/`.
+pub fn normalize_origin(origin: &str) -> Result<String, TargetError> {
+    let n = normalize(&format!("{}/", origin.trim_end_matches('/')))?;
+    match n.strip_suffix('/') {
+        Some(o) if !o.contains(['?', '#']) => Ok(o.to_owned()),
+        _ => Err(TargetError::NotAbsolute),
+    }
+}
+
+/// Whether `origin` is a plain `http(s)://host[:port]` (host of letters, digits, `.` and `-`,
+/// or a bracketed IPv6 address): one whose normalised form followed by a canonical path is the
+/// request's normalised target, so [`fast_resource_key`] may skip the URL parse.
+pub fn is_plain_origin(origin: &str) -> bool {
+    let Some(rest) = origin
+        .strip_prefix("http://")
+        .or_else(|| origin.strip_prefix("https://"))
+    else {
+        return false;
+    };
+    let (host, port) = match rest.strip_prefix('[') {
+        Some(v6) => match v6.split_once(']') {
+            Some((addr, port)) if addr.bytes().all(|b| b.is_ascii_hexdigit() || b == b':') => {
+                (addr, port)
+            }
+            _ => return false,
+        },
+        None => match rest.split_once(':') {
+            Some((host, port)) => (host, &rest[host.len()..][..port.len() + 1]),
+            None => (rest, ""),
+        },
+    };
+    let port_ok = port.is_empty()
+        || port.strip_prefix(':').is_some_and(|p| {
+            !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit())
+        });
+    !host.is_empty()
+        && port_ok
+        && host
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b':'))
+}
+
+/// `resource_key(&request_target(origin, path)?)` for a plain `origin` ([`is_plain_origin`])
+/// already normalised ([`normalize_origin`], done once and kept) and a path that is canonical
+/// already, as the data plane's are: no URL parse per request (issue 19: the parse was a sixth
+/// of a fenced read's instructions). `None` when either is not so; the caller then takes
+/// [`request_target`].
+pub fn fast_resource_key(normalized_origin: &str, path: &str) -> Option<String> {
+    if !crate::path::is_canonical(path) {
+        return None;
+    }
+    let mut key = String::with_capacity(normalized_origin.len() + path.len());
+    key.push_str(normalized_origin);
+    key.push_str(path);
+    Some(key)
+}
+
 /// The resource key of an HTTP write: its normalised target without the query (SPEC §4.3),
 /// so `/items/1?view=full` and `/items/%31` fence the same resource.
 pub fn resource_key(normalized_target: &str) -> &str {
@@ -177,5 +235,83 @@ mod tests {
         assert_eq!(normalize("/items/1"), Err(TargetError::NotAbsolute));
         assert_eq!(normalize("ftp://x/items"), Err(TargetError::Scheme));
         assert_eq!(normalize("mailto:a@b"), Err(TargetError::Scheme));
+    }
+
+    mod fast_key {
+        use super::*;
+        use proptest::prelude::*;
+
+        fn origin() -> impl Strategy<Value = String> {
+            let host = prop_oneof![
+                "[a-zA-Z][a-zA-Z0-9-]{0,8}(\\.[a-zA-Z0-9-]{1,6}){0,2}",
+                "(25[0-5]|1[0-9]{2}|[1-9]?[0-9])(\\.(25[0-5]|1[0-9]{2}|[1-9]?[0-9])){3}",
+                Just("[::1]".to_owned()),
+                Just("[2001:DB8:0:0::1]".to_owned()),
+                "[a-z0-9.:%@_-]{1,12}",
+            ];
+            let port = prop_oneof![
+                Just(String::new()),
+                Just(":80".to_owned()),
+                Just(":443".to_owned()),
+                "(:[0-9]{1,6})",
+            ];
+            (
+                prop_oneof![Just("http"), Just("https"), Just("HTTP")],
+                host,
+                port,
+            )
+                .prop_map(|(scheme, host, port)| format!("{scheme}://{host}{port}"))
+        }
+
+        proptest! {
+            /// The fast key is the key the full way gives, whenever it gives one: the write
+            /// path fences `resource_key(request_target(…))`, and a read must name the same.
+            #[test]
+            fn the_fast_key_is_the_full_key(
+                origin in origin(),
+                path in "(/[a-zA-Z0-9._~;=%-]{0,6}){1,4}/?",
+                query in proptest::option::of("[a-z=&%2F]{0,8}"),
+            ) {
+                let pq = match &query { Some(q) => format!("{path}?{q}"), None => path.clone() };
+                let full = request_target(&origin, &pq).map(|t| resource_key(&t).to_owned());
+                if is_plain_origin(&origin) {
+                    if let Ok(normalized) = normalize_origin(&origin) {
+                        if let Some(fast) = fast_resource_key(&normalized, &path) {
+                            prop_assert_eq!(Ok(fast), full);
+                        }
+                    }
+                }
+            }
+        }
+
+        #[test]
+        fn plain_origins_take_the_fast_way_and_others_do_not() {
+            for o in [
+                "http://sor.test",
+                "https://ERP.example.com:8443",
+                "http://[::1]:8080",
+                "http://10.0.0.1",
+            ] {
+                assert!(is_plain_origin(o), "{o}");
+            }
+            for o in [
+                "http://a@b",
+                "http://h/base",
+                "ftp://h",
+                "http://h:",
+                "http://h#x",
+                "http://[zz]",
+                "http://",
+            ] {
+                assert!(!is_plain_origin(o), "{o}");
+            }
+            let n = normalize_origin("HTTP://Sor.Test:80").unwrap();
+            assert_eq!(n, "http://sor.test");
+            assert_eq!(
+                fast_resource_key(&n, "/api/v2/items/1").as_deref(),
+                Some("http://sor.test/api/v2/items/1")
+            );
+            assert_eq!(fast_resource_key(&n, "/a//b"), None);
+        }
     }
 }

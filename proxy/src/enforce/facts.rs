@@ -105,6 +105,31 @@ impl Requester {
 }
 
 /// The origin agents name in `sor_target_uri`: `listen.public_base`, else the request's own.
+/// The resource key of a read (SPEC §5.3: a fenced read carries the resource's epoch): the
+/// write path's `resource_key(request_target(origin, path))`, computed from the connection's
+/// normalised origin and the canonical path when the origin is plain, so the common read
+/// pays no URL parse (issue 19).
+pub(crate) fn read_resource_key(
+    config: &Config,
+    parts: &http::request::Parts,
+    conn: &ConnInfo,
+) -> Option<String> {
+    use palisade_policy::target;
+    let origin = origin(config, parts, conn)?;
+    if target::is_plain_origin(&origin) {
+        let fast = conn
+            .normalized_origin(&origin)
+            .and_then(|o| target::fast_resource_key(&o, parts.uri.path()));
+        if fast.is_some() {
+            return fast;
+        }
+    }
+    let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    target::request_target(&origin, pq)
+        .ok()
+        .map(|t| target::resource_key(&t).to_owned())
+}
+
 pub(crate) fn origin(
     config: &Config,
     parts: &http::request::Parts,

@@ -16,6 +16,10 @@ pub struct ConnInfo {
     pub upstream: Option<crate::net::bound::Bound>,
     /// The peer as the forwarding headers spell it, formatted once for the connection.
     pub forwarding: PeerForwarding,
+    /// The last origin a request on this connection had, with its normalised form
+    /// (`palisade_policy::target::normalize_origin`): a fenced read's resource key is that
+    /// plus the canonical path, without a URL parse per request.
+    origin: std::sync::Arc<std::sync::Mutex<Option<(String, String)>>>,
 }
 
 /// Who a verified access token names (`sub:sha256:…`), put in a request's extensions by
@@ -36,7 +40,22 @@ impl ConnInfo {
             client_cert,
             upstream,
             forwarding: PeerForwarding::new(peer, if tls { "https" } else { "http" }),
+            origin: Default::default(),
         }
+    }
+
+    /// `origin` normalised, from the connection's one-entry cache when it is the origin the
+    /// last request had (a client rarely changes `Host` on a connection).
+    pub fn normalized_origin(&self, origin: &str) -> Option<String> {
+        let mut cached = self.origin.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some((raw, normalized)) = cached.as_ref() {
+            if raw == origin {
+                return Some(normalized.clone());
+            }
+        }
+        let normalized = palisade_policy::target::normalize_origin(origin).ok()?;
+        *cached = Some((origin.to_owned(), normalized.clone()));
+        Some(normalized)
     }
 
     /// How a request of `version` may use the connection's own upstream connection: owned by

@@ -324,12 +324,7 @@ pub async fn handle(
     // Reads of a fenced resource carry its epoch too (SPEC §5.3), so an agent can lease the
     // next write from what it read.
     let fenced_read = match (&state.enforcement, kind) {
-        (Some(_), Kind::Read) => facts::origin(&state.config, &parts, &conn).and_then(|o| {
-            let pq = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-            palisade_policy::target::request_target(&o, pq)
-                .ok()
-                .map(|t| palisade_policy::target::resource_key(&t).to_owned())
-        }),
+        (Some(_), Kind::Read) => facts::read_resource_key(&state.config, &parts, &conn),
         _ => None,
     };
     let cx = read_cx.unwrap_or_else(|| write_context(&ex));
