@@ -396,7 +396,9 @@ async fn rcns_shared(url: &str) {
 /// Two sidecars with the example bundle and `[rcns]` on the shared database: a contract
 /// PROPOSEd through one is listed and inspected through the other, revoked on the other's
 /// admin API, and seen revoked by the first.
-async fn rcns_replicas(upstream: &Upstream, url: &str) {
+/// Two RCNS replicas on the database, and the id of a persistent contract left in force, for
+/// the store-down phase ([`rcns_store_down`]).
+async fn rcns_replicas(upstream: &Upstream, url: &str) -> (Palisade, Palisade, String) {
     use http::Method;
     let bundle = tempfile::tempdir().unwrap();
     palisade::cli::sample_bundle::write(bundle.path()).unwrap();
@@ -450,6 +452,80 @@ async fn rcns_replicas(upstream: &Upstream, url: &str) {
     let (_, view) = call(&one, "INSPECT", &format!("/contracts/{id}"), None).await;
     assert_eq!(view["revoked"], true, "{view}");
     assert_eq!(view["contract_hash"], made["contract_hash"]);
+    let proposal = json!({"method": "PROPOSE", "parameters": {"endpoint": {"method": "RESERVE",
+        "path": "/stock-reservations", "semantic": {"intent": "reserve again"}},
+        "persistent": true}});
+    let (status, kept) = call(&two, "PROPOSE", "/", Some(proposal)).await;
+    assert_eq!(status.as_u16(), 263, "{kept}");
+    let kept = kept["synthesis_id"].as_str().unwrap().to_owned();
+    (one, two, kept)
+}
+
+/// RCNS while the database is down (issue 21's refusal path): a PROPOSE and an invocation of
+/// a contract in force are both 503 `ERR_STORE_UNAVAILABLE`, and the upstream sees nothing.
+async fn rcns_store_down(replicas: &(Palisade, Palisade, String), upstream: &Upstream) {
+    use http::Method;
+    let (one, two, id) = replicas;
+    let scopes = "rcns:negotiate erp:stock:reserve erp:items:write erp:allocations:write";
+    // The load running beside this phase sends `/items/load-*`; anything else is ours.
+    let ours = || {
+        upstream
+            .requests()
+            .iter()
+            .filter(|r| !r.path_and_query.starts_with("/items/load-"))
+            .count()
+    };
+    let before = ours();
+    let call = |p: &Palisade, method: &str, headers: Vec<(&str, String)>, body: Value| {
+        let mut req = http::Request::builder()
+            .method(Method::from_bytes(method.as_bytes()).unwrap())
+            .uri(p.url(if method == "PROPOSE" {
+                "/"
+            } else {
+                "/stock-reservations"
+            }))
+            .header("authorization", "Bearer tok-shared")
+            .header("allow-rcns", "true")
+            .header("authority-scope", scopes);
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        let req = req.body(full(body.to_string())).unwrap();
+        async move {
+            let (parts, bytes) = send(&http1_client(), req).await;
+            (
+                parts.status,
+                serde_json::from_slice::<Value>(&bytes).unwrap_or(Value::Null),
+            )
+        }
+    };
+    let proposal = json!({"method": "PROPOSE", "parameters": {"endpoint": {"method": "RESERVE",
+        "path": "/stock-reservations", "semantic": {"intent": "reserve while down"}}}});
+    let (status, body) = call(one, "PROPOSE", vec![], proposal).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE, "PROPOSE: {body}");
+    assert_eq!(body["code"], "ERR_STORE_UNAVAILABLE", "{body}");
+    let input = json!({"sku": "BOLT-9", "qty": 4, "warehouse": "BER-1", "order": "SO-1234"});
+    let headers = vec![("contract-synthesized", id.clone())];
+    let (status, body) = call(two, "RESERVE", headers, input).await;
+    assert_eq!(
+        status,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "invocation: {body}"
+    );
+    assert_eq!(body["code"], "ERR_STORE_UNAVAILABLE", "{body}");
+    assert_eq!(
+        ours(),
+        before,
+        "no RCNS step reached the upstream while the store was down"
+    );
+    for p in [one, two] {
+        assert!(
+            drift_events(p)
+                .iter()
+                .any(|e| e["code"] == "ERR_STORE_UNAVAILABLE"),
+            "no drift event for an RCNS request refused while the store was down"
+        );
+    }
 }
 
 async fn open(url: &str) -> Result<PostgresStore, StoreError> {
@@ -988,7 +1064,7 @@ async fn three_sidecars_on_one_database_behave_as_one() {
     relay_replicas(&[&a, &b, &c]);
     relay_expiry(&socket).await;
     rcns_shared(&socket).await;
-    rcns_replicas(&upstream, &socket).await;
+    let rcns = rcns_replicas(&upstream, &socket).await;
 
     // A replica killed (SIGKILL) under load, holding locks: the others carry on.
     let next = Arc::new(AtomicU64::new(1_000_000));
@@ -1084,6 +1160,7 @@ async fn three_sidecars_on_one_database_behave_as_one() {
             .any(|e| e["code"] == "ERR_STORE_UNAVAILABLE"),
         "no drift event for a write refused while the store was down"
     );
+    rcns_store_down(&rcns, &upstream).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(
         puts(),
