@@ -1,4 +1,4 @@
-//! An upstream connection bound to one downstream HTTP/1 connection (issue 19).
+//! An upstream connection bound to one downstream connection (issue 19).
 //!
 //! The pooled client pays, per request, a pool checkout and return under a lock and, when the
 //! answer has a body, a spawned task that puts the connection back once the body is done.

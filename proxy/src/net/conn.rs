@@ -11,7 +11,7 @@ pub struct ConnInfo {
     pub tls: bool,
     /// DER of the client's verified leaf certificate (mTLS only).
     pub client_cert: Option<Vec<u8>>,
-    /// The connection's own upstream connection (HTTP/1 requests only); `None` outside a
+    /// The connection's own upstream connection (see [`ConnInfo::bound_for`]); `None` outside a
     /// downstream connection.
     pub upstream: Option<crate::net::bound::Bound>,
     /// The peer as the forwarding headers spell it, formatted once for the connection.

@@ -8,7 +8,8 @@
 //! - [`conn`]: what a connection knows about the downstream peer;
 //! - [`tls`]: server and client TLS configuration, certificate reload;
 //! - [`upstream`]: the pooled client to the protected application, its errors;
-//! - [`bound`]: an upstream connection of a downstream HTTP/1 connection's own;
+//! - [`bound`]: an upstream connection of a downstream connection's own (HTTP/2: one stream
+//!   at a time);
 //! - [`identity`]: the upstream's SPIFFE identity, checked at the TLS handshake;
 //! - [`rewrite`]: a downstream request made into the upstream request;
 //! - [`problem`] and [`jsonrpc`]: refusals as RFC 9457 problem+json and as JSON-RPC errors.
