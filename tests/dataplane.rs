@@ -802,6 +802,22 @@ fn h2_request(method: Method, path: &str, body: Vec<u8>) -> Request<BoxBody> {
         .unwrap()
 }
 
+/// Sends `body` to `/echo/…` on one stream and reads the whole answer.
+async fn h2_echo(
+    h2: &mut hyper::client::conn::http2::SendRequest<BoxBody>,
+    method: Method,
+    path: &str,
+    body: Vec<u8>,
+) -> (StatusCode, bytes::Bytes) {
+    use http_body_util::BodyExt as _;
+    let resp = h2
+        .send_request(h2_request(method, path, body))
+        .await
+        .unwrap();
+    let status = resp.status();
+    (status, resp.into_body().collect().await.unwrap().to_bytes())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_h2_connection_uses_its_upstream_connection_one_stream_at_a_time() {
     use http_body_util::BodyExt as _;
@@ -812,16 +828,9 @@ async fn an_h2_connection_uses_its_upstream_connection_one_stream_at_a_time() {
     // Streams one after another: one upstream connection, as an HTTP/1 connection has.
     for i in 0..5u64 {
         let body = pattern(i, 500);
-        let resp = h2
-            .send_request(h2_request(
-                Method::POST,
-                &format!("/echo/{i}"),
-                body.clone(),
-            ))
-            .await
-            .unwrap();
-        assert_eq!(resp.status(), StatusCode::OK);
-        let got = resp.into_body().collect().await.unwrap().to_bytes();
+        let (status, got) =
+            h2_echo(&mut h2, Method::POST, &format!("/echo/{i}"), body.clone()).await;
+        assert_eq!(status, StatusCode::OK);
         assert_eq!(got.as_ref(), body.as_slice(), "stream {i}: byte-exact");
     }
     assert_eq!(
@@ -875,16 +884,8 @@ async fn an_h2_connection_uses_its_upstream_connection_one_stream_at_a_time() {
             tokio::spawn(async move {
                 let started = Instant::now();
                 let body = pattern(100 + i, 300);
-                let resp = h2
-                    .send_request(h2_request(
-                        Method::PUT,
-                        &format!("/echo/c{i}"),
-                        body.clone(),
-                    ))
-                    .await
-                    .unwrap();
-                let status = resp.status();
-                let got = resp.into_body().collect().await.unwrap().to_bytes();
+                let path = format!("/echo/c{i}");
+                let (status, got) = h2_echo(&mut h2, Method::PUT, &path, body.clone()).await;
                 assert_eq!(got.as_ref(), body.as_slice(), "concurrent stream {i}");
                 (status, started.elapsed())
             })

@@ -126,7 +126,7 @@ pub fn canonical_path(raw: &str) -> Result<String, PathError> {
 /// [`canonical_path`], borrowing `raw` when it is canonical already — what almost every
 /// request's path is, and what the data plane checks on every request (issue 19).
 pub fn canonical(raw: &str) -> Result<Cow<'_, str>, PathError> {
-    if is_plainly_canonical(raw) {
+    if is_canonical(raw) {
         return Ok(Cow::Borrowed(raw));
     }
     rebuild(raw).map(Cow::Owned)
@@ -136,14 +136,9 @@ pub fn canonical(raw: &str) -> Result<Cow<'_, str>, PathError> {
 /// with `/`, fits [`MAX_PATH`], has only unreserved and other raw `pchar` bytes (so no escape,
 /// nothing to encode, no `\`, no control), no empty segment but a trailing one (`/a/` keeps
 /// its `/`), and no segment whose part before a `;` is `.` or `..`. Anything else takes the
-/// rebuild, which also owns every refusal.
-/// Whether `raw` is a canonical path (the fast test [`canonical`] uses; `false` for some
-/// canonical paths with escapes, which [`canonical_path`] then decides).
+/// rebuild, which also owns every refusal. `false` for some canonical paths (those with
+/// escapes); [`canonical_path`] decides those.
 pub fn is_canonical(raw: &str) -> bool {
-    is_plainly_canonical(raw)
-}
-
-fn is_plainly_canonical(raw: &str) -> bool {
     let b = raw.as_bytes();
     if b.first() != Some(&b'/') || b.len() > MAX_PATH {
         return false;

@@ -86,10 +86,7 @@ pub fn is_plain_origin(origin: &str) -> bool {
             }
             _ => return false,
         },
-        None => match rest.split_once(':') {
-            Some((host, port)) => (host, &rest[host.len()..][..port.len() + 1]),
-            None => (rest, ""),
-        },
+        None => rest.find(':').map_or((rest, ""), |i| rest.split_at(i)),
     };
     let port_ok = port.is_empty()
         || port.strip_prefix(':').is_some_and(|p| {

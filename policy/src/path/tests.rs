@@ -120,7 +120,7 @@ proptest! {
         raw in "[/a.;%2eE~:]{0,24}",
     ) {
         for raw in [format!("/{}", segs.join("/")), raw] {
-            let fast = is_plainly_canonical(&raw);
+            let fast = is_canonical(&raw);
             let slow = rebuild(&raw);
             if fast {
                 prop_assert_eq!(slow, Ok(raw.clone()));
@@ -139,6 +139,6 @@ fn common_paths_take_the_fast_path() {
         );
     }
     for p in ["//a", "/a/./b", "/a/..", "/%41", "/a b", "/..;x/a"] {
-        assert!(!is_plainly_canonical(p), "{p}");
+        assert!(!is_canonical(p), "{p}");
     }
 }

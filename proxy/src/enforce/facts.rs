@@ -104,7 +104,6 @@ impl Requester {
     }
 }
 
-/// The origin agents name in `sor_target_uri`: `listen.public_base`, else the request's own.
 /// The resource key of a read (SPEC §5.3: a fenced read carries the resource's epoch): the
 /// write path's `resource_key(request_target(origin, path))`, computed from the connection's
 /// normalised origin and the canonical path when the origin is plain, so the common read
@@ -130,6 +129,7 @@ pub(crate) fn read_resource_key(
         .map(|t| target::resource_key(&t).to_owned())
 }
 
+/// The origin agents name in `sor_target_uri`: `listen.public_base`, else the request's own.
 pub(crate) fn origin(
     config: &Config,
     parts: &http::request::Parts,

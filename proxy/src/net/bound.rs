@@ -191,11 +191,14 @@ pub(crate) async fn send_on(
         Some(BoundUse { bound: b, shared }) if !upstream.is_https() => {
             // A stream takes the slot only when no other stream holds it and its connection
             // is not still carrying an earlier stream's body: a stream never waits on another.
-            let claim = if shared { b.claim() } else { None };
-            if shared && !claim.as_ref().is_some_and(|_| b.free()) {
-                drop(claim);
-                return upstream.send_as(req, identity).await;
-            }
+            let claim = if shared {
+                match b.claim() {
+                    Some(claim) if b.free() => Some(claim),
+                    _ => return upstream.send_as(req, identity).await,
+                }
+            } else {
+                None
+            };
             let limit = upstream.timeout();
             let sent = tokio::time::timeout(limit, b.send(req, upstream.connect_timeout())).await;
             drop(claim);

@@ -186,16 +186,6 @@ impl PeerForwarding {
 
 const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 
-/// Appends the downstream peer to `X-Forwarded-For` and `Forwarded`.
-pub fn append_forwarded(
-    headers: &mut HeaderMap,
-    peer: SocketAddr,
-    proto: &str,
-    host: Option<&str>,
-) {
-    PeerForwarding::new(peer, proto).append(headers, host);
-}
-
 /// Returns the trace id of a valid `traceparent`, or installs a new `traceparent` and returns
 /// its trace id.
 pub fn ensure_traceparent(headers: &mut HeaderMap) -> String {
@@ -358,19 +348,15 @@ mod tests {
     fn forwarded_headers_are_appended() {
         let mut h = HeaderMap::new();
         h.insert("x-forwarded-for", HeaderValue::from_static("10.0.0.1"));
-        append_forwarded(
-            &mut h,
-            "127.0.0.1:5000".parse().unwrap(),
-            "https",
-            Some("erp.example.com"),
-        );
+        PeerForwarding::new("127.0.0.1:5000".parse().unwrap(), "https")
+            .append(&mut h, Some("erp.example.com"));
         assert_eq!(h["x-forwarded-for"], "10.0.0.1, 127.0.0.1");
         assert_eq!(
             h["forwarded"],
             "for=127.0.0.1;proto=https;host=\"erp.example.com\""
         );
         let mut h = HeaderMap::new();
-        append_forwarded(&mut h, "[::1]:5000".parse().unwrap(), "http", None);
+        PeerForwarding::new("[::1]:5000".parse().unwrap(), "http").append(&mut h, None);
         assert_eq!(h["forwarded"], "for=\"[::1]\";proto=http");
     }
 
