@@ -912,3 +912,35 @@ async fn an_h2_connection_uses_its_upstream_connection_one_stream_at_a_time() {
         );
     }
 }
+
+/// The upstream timeout of a connection's own upstream connection is one timer per connection,
+/// moved only when it would fire too early or too late (issue 19): a request that hangs after
+/// others on the same connection is cut off no earlier than `upstream.timeout` after it was
+/// sent, and at most an eighth of it later, whether the timer was armed by an earlier request
+/// or moved for this one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_s_upstream_deadline_is_never_early_and_at_most_an_eighth_late() {
+    let upstream = Upstream::start().await;
+    let p = Palisade::start(&config(&upstream, "").replace("timeout = \"2s\"", "timeout = \"1s\""));
+    // 0 ms: the timer armed by the quick request still fits the hanging one; 400 ms: it would
+    // fire 400 ms early and is moved.
+    for gap in [0u64, 400] {
+        let mut c = OneConn::open(p.data).await;
+        let (status, _) = c.send(Method::GET, "/echo/quick", b"").await;
+        assert_eq!(status, StatusCode::OK);
+        tokio::time::sleep(Duration::from_millis(gap)).await;
+        let start = Instant::now();
+        let (status, body) = c.send(Method::GET, "/hang", b"").await;
+        let took = start.elapsed();
+        assert_eq!(status, StatusCode::GATEWAY_TIMEOUT, "gap {gap} ms");
+        let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(doc["code"], "ERR_UPSTREAM_TIMEOUT");
+        assert!(
+            took >= Duration::from_millis(1000) && took < Duration::from_millis(1125 + 300),
+            "gap {gap} ms: cut off after {took:?}"
+        );
+        // The connection carries on.
+        let (status, _) = c.send(Method::GET, "/echo/after", b"").await;
+        assert_eq!(status, StatusCode::OK, "gap {gap} ms");
+    }
+}

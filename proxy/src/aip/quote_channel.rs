@@ -212,7 +212,7 @@ async fn deliver(
         request_digest: Some(checked.digest_uri()),
         upstream_status: Some(resp.status().as_u16()),
         outcome: Some(checked.kind.wire().to_owned()),
-        trace_id: Some(cx.trace_id.clone()),
+        trace_id: Some(cx.trace_id.to_string()),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             ReceiptKind::Delivery,

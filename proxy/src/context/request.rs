@@ -6,7 +6,7 @@ use palisade_policy::rich::{Bundle, Capability};
 #[derive(Debug, Clone)]
 pub struct WriteContext {
     pub method: http::Method,
-    pub trace_id: String,
+    pub trace_id: std::sync::Arc<str>,
     /// `METHOD path` without the query.
     pub operation: String,
     /// The bundle in force (`sha-256:` of the lockfile), for receipts.
@@ -28,7 +28,7 @@ pub struct WriteContext {
 }
 
 impl WriteContext {
-    pub fn new(method: http::Method, trace_id: String, operation: String) -> Self {
+    pub fn new(method: http::Method, trace_id: std::sync::Arc<str>, operation: String) -> Self {
         Self {
             method,
             trace_id,

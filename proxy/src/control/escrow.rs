@@ -66,7 +66,7 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
     let mut cx = WriteContext::new(
         Method::from_bytes(rec["request"]["method"].as_str().unwrap_or("").as_bytes())
             .unwrap_or(Method::POST),
-        rec["trace_id"].as_str().unwrap_or_default().to_owned(),
+        rec["trace_id"].as_str().unwrap_or_default().into(),
         rec["operation"].as_str().unwrap_or_default().to_owned(),
     );
     let finish_refused = |code: &str, receipt: Value| {

@@ -25,7 +25,7 @@ pub(crate) async fn forward_plain(
     cx: &WriteContext,
     fenced_read: Option<String>,
 ) -> (Response<ProxyBody>, Outcome) {
-    let trace_id = cx.trace_id.as_str();
+    let trace_id = &*cx.trace_id;
     let problem = |code: ErrorCode, detail: &str| {
         let request_id = uuid::Uuid::new_v4().to_string();
         Problem::new(code, detail, &request_id, trace_id).into_response()

@@ -172,7 +172,7 @@ pub(crate) fn report(
         EventContext {
             event_id: uuid::Uuid::now_v7().to_string(),
             timestamp: enf.now_rfc3339(),
-            trace_id: cx.trace_id.clone(),
+            trace_id: cx.trace_id.to_string(),
             binding_id: cx.binding_id.clone(),
             observed_identifier: Some(observed.identifier.unwrap_or_else(|| cx.operation.clone())),
             expected_digest: observed.expected.or_else(|| cx.contract_digest.clone()),
@@ -237,7 +237,7 @@ pub(crate) async fn blocked_problem(
         let body = ReceiptBody {
             method: Some(cx.method.to_string()),
             code: Some(refusal.code.as_str().to_owned()),
-            trace_id: Some(cx.trace_id.clone()),
+            trace_id: Some(cx.trace_id.to_string()),
             lockfile_digest: cx.lockfile_digest.clone(),
             caller: cx.caller.clone(),
             connector: cx.connector.clone(),

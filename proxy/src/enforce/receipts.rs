@@ -110,7 +110,7 @@ pub(crate) fn permit_receipt(
         method: Some(cx.method.to_string()),
         request_digest: Some(permit.request_digest.to_string()),
         pre_image_state_hash: permit.pre_image.map(|d| d.to_string()),
-        trace_id: Some(cx.trace_id.clone()),
+        trace_id: Some(cx.trace_id.to_string()),
         trace_anchor_ref: l.trace_anchor_ref.map(|d| d.to_string()),
         lockfile_digest: cx.lockfile_digest.clone(),
         caller: cx.caller.clone(),
@@ -187,7 +187,7 @@ async fn refuse_as(
         lease_id: lease_id.clone(),
         method: Some(cx.method.to_string()),
         code: Some(refusal.code.as_str().to_owned()),
-        trace_id: Some(cx.trace_id.clone()),
+        trace_id: Some(cx.trace_id.to_string()),
         cas_fence_epoch: current_epoch,
         lockfile_digest: cx.lockfile_digest.clone(),
         caller: cx.caller.clone(),
@@ -224,7 +224,7 @@ async fn refuse_as(
         EventContext {
             event_id: uuid::Uuid::now_v7().to_string(),
             timestamp: enf.now_rfc3339(),
-            trace_id: cx.trace_id.clone(),
+            trace_id: cx.trace_id.to_string(),
             observed_identifier: Some(observed),
             binding_id: cx.binding_id.clone(),
             // A connector's refusal is about the connector the lockfile pinned.

@@ -67,27 +67,38 @@ where
     body.map_err(Into::into).boxed_unsync()
 }
 
+/// What a [`Counted`] body does once with its byte count.
+pub trait OnEnd {
+    fn on_end(self, bytes: u64);
+}
+
+impl<F: FnOnce(u64)> OnEnd for F {
+    fn on_end(self, bytes: u64) {
+        self(bytes)
+    }
+}
+
 pin_project_lite::pin_project! {
     /// Counts the bytes a body yields and calls `on_end` once with the total, when the body
     /// ends or is dropped (a client that hangs up mid-stream still gets its access-log line).
-    pub struct Counted<B, F: FnOnce(u64)> {
+    pub struct Counted<B, F: OnEnd> {
         #[pin]
         inner: B,
         bytes: u64,
         on_end: Option<F>,
     }
 
-    impl<B, F: FnOnce(u64)> PinnedDrop for Counted<B, F> {
+    impl<B, F: OnEnd> PinnedDrop for Counted<B, F> {
         fn drop(this: Pin<&mut Self>) {
             let this = this.project();
             if let Some(f) = this.on_end.take() {
-                f(*this.bytes);
+                f.on_end(*this.bytes);
             }
         }
     }
 }
 
-impl<B, F: FnOnce(u64)> Counted<B, F> {
+impl<B, F: OnEnd> Counted<B, F> {
     pub fn new(inner: B, on_end: F) -> Self {
         Self {
             inner,
@@ -97,7 +108,7 @@ impl<B, F: FnOnce(u64)> Counted<B, F> {
     }
 }
 
-impl<B: Body<Data = Bytes>, F: FnOnce(u64)> Body for Counted<B, F> {
+impl<B: Body<Data = Bytes>, F: OnEnd> Body for Counted<B, F> {
     type Data = Bytes;
     type Error = B::Error;
 
@@ -115,7 +126,7 @@ impl<B: Body<Data = Bytes>, F: FnOnce(u64)> Body for Counted<B, F> {
             }
             Poll::Ready(None) => {
                 if let Some(f) = this.on_end.take() {
-                    f(*this.bytes);
+                    f.on_end(*this.bytes);
                 }
             }
             _ => {}

@@ -8,7 +8,7 @@ use tokio::time::Instant;
 
 use crate::config::AccessLog;
 use crate::context::{AppState, Outcome};
-use crate::net::body::{self, Counted, ProxyBody};
+use crate::net::body::{Counted, OnEnd, ProxyBody};
 use crate::telemetry;
 
 /// Whether a request's body must be buffered before it may be forwarded.
@@ -31,7 +31,7 @@ impl Kind {
 }
 
 /// Keeps `palisade_inflight_requests` right whichever way a request ends.
-pub(super) struct InflightGuard(metrics::Gauge);
+pub struct InflightGuard(metrics::Gauge);
 
 impl InflightGuard {
     pub(super) fn new(gauge: &metrics::Gauge) -> Self {
@@ -47,13 +47,19 @@ impl Drop for InflightGuard {
 }
 
 /// Per-request facts the access log and metrics need once the response body ends.
-pub(super) struct Exchange {
+pub struct Exchange {
     pub(super) method: Method,
     pub(super) path: String,
     pub(super) kind: Kind,
-    pub(super) trace_id: String,
+    pub(super) trace_id: std::sync::Arc<str>,
     pub(super) start: Instant,
 }
+
+/// What the service answers with: the response body counted, the access-log line written
+/// when it has been sent. The body is not boxed again (it is a [`ProxyBody`] already: a
+/// second box cost a dynamic call and an error mapping per frame); the line is, so the
+/// response hyper moves about stays small (issue 19).
+pub type ExchangeBody = Counted<ProxyBody, Box<AccessLine>>;
 
 /// Records metrics now and writes the access-log line when the response body has been sent.
 pub(super) fn finish(
@@ -62,7 +68,7 @@ pub(super) fn finish(
     ex: Exchange,
     outcome: Outcome,
     inflight: InflightGuard,
-) -> Response<ProxyBody> {
+) -> Response<ExchangeBody> {
     let status = resp.status().as_u16();
     state
         .metrics
@@ -72,25 +78,44 @@ pub(super) fn finish(
         .request_duration
         .record(ex.start.elapsed().as_secs_f64());
     let log = should_log(state.config.access_log, status, outcome);
-    let outcome = telemetry::OUTCOMES[outcome.index()];
     let (parts, body) = resp.into_parts();
-    let counted = Counted::new(body, move |bytes| {
-        let _inflight = inflight;
-        if !log {
+    let line = Box::new(AccessLine {
+        ex,
+        status,
+        outcome: telemetry::OUTCOMES[outcome.index()],
+        log,
+        _inflight: inflight,
+    });
+    Response::from_parts(parts, Counted::new(body, line))
+}
+
+/// The exchange's access-log line, held until its response body has been sent; the request
+/// counts as in flight until then.
+pub struct AccessLine {
+    ex: Exchange,
+    status: u16,
+    outcome: &'static str,
+    log: bool,
+    _inflight: InflightGuard,
+}
+
+impl OnEnd for Box<AccessLine> {
+    fn on_end(self, bytes: u64) {
+        if !self.log {
             return;
         }
+        let ex = &self.ex;
         tracing::info!(
             target: "palisade::access",
             method = %ex.method,
             path = %ex.path,
-            status,
+            status = self.status,
             duration_ms = ex.start.elapsed().as_secs_f64() * 1000.0,
             bytes,
             trace_id = %ex.trace_id,
-            outcome,
+            outcome = self.outcome,
         );
-    });
-    Response::from_parts(parts, body::boxed(counted))
+    }
 }
 
 /// Successful requests seen under `log.access = "sampled"`, process-wide: one in `every` is

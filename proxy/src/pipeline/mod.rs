@@ -29,10 +29,11 @@ use crate::context::{AppState, Binding, Outcome, WriteContext};
 use crate::enforce::forward::forward_plain;
 use crate::enforce::{escrow, facts, output, receipts, write};
 use crate::mcp;
-use crate::net::body::{self, CollectError, ProxyBody};
+use crate::net::body::{self, CollectError};
 use crate::net::conn::ConnInfo;
 use crate::net::headers;
 use crate::net::problem::Problem;
+pub use exchange::ExchangeBody;
 use exchange::{finish, Exchange, InflightGuard, Kind};
 
 /// The data-plane service: never fails; every failure becomes a response.
@@ -45,7 +46,7 @@ pub async fn handle(
     state: Arc<AppState>,
     conn: Arc<ConnInfo>,
     req: Request<Incoming>,
-) -> Result<Response<ProxyBody>, Infallible> {
+) -> Result<Response<ExchangeBody>, Infallible> {
     let inflight = InflightGuard::new(&state.metrics.inflight);
     let start = Instant::now();
     let (mut parts, body) = req.into_parts();
