@@ -308,40 +308,46 @@ async fn serve_connection(
                 )
                 .await
         }
+        // Boxed: a TLS stream's state is large, and unboxed it would size the task of every
+        // plain connection too (issue 19: memory per connection).
         Some(acceptor) => {
-            // The handshake counts against header_timeout: a client that stalls in TLS is
-            // cut off like one that stalls in HTTP.
-            let tls = match tokio::time::timeout(header_timeout, acceptor.accept(stream)).await {
-                Ok(Ok(s)) => s,
-                Ok(Err(e)) => {
-                    tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                    return;
-                }
-                Err(_) => {
-                    tracing::debug!(%peer, "TLS handshake timed out");
-                    return;
-                }
-            };
-            // Under mTLS the verified leaf certificate is the caller's identity (SPEC §5.7).
-            let client_cert = tls
-                .get_ref()
-                .1
-                .peer_certificates()
-                .and_then(|c| c.first())
-                .map(|leaf| leaf.as_ref().to_vec());
-            let svc = serve(ConnInfo::new(
-                peer,
-                true,
-                client_cert,
-                Some(crate::net::bound::Bound::default()),
-            ));
-            watcher
-                .watch(
-                    builder
-                        .serve_connection(TokioIo::new(tls), svc)
-                        .into_owned(),
-                )
-                .await
+            Box::pin(async move {
+                // The handshake counts against header_timeout: a client that stalls in TLS is
+                // cut off like one that stalls in HTTP.
+                let accepting = tokio::time::timeout(header_timeout, acceptor.accept(stream));
+                let tls = match accepting.await {
+                    Ok(Ok(s)) => s,
+                    Ok(Err(e)) => {
+                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
+                        return Ok(());
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return Ok(());
+                    }
+                };
+                // Under mTLS the verified leaf certificate is the caller's identity (SPEC §5.7).
+                let client_cert = tls
+                    .get_ref()
+                    .1
+                    .peer_certificates()
+                    .and_then(|c| c.first())
+                    .map(|leaf| leaf.as_ref().to_vec());
+                let svc = serve(ConnInfo::new(
+                    peer,
+                    true,
+                    client_cert,
+                    Some(crate::net::bound::Bound::default()),
+                ));
+                watcher
+                    .watch(
+                        builder
+                            .serve_connection(TokioIo::new(tls), svc)
+                            .into_owned(),
+                    )
+                    .await
+            })
+            .await
         }
     };
     if let Err(e) = result {

@@ -171,7 +171,7 @@ impl Bound {
             // Idle since its last answer: ready without waiting, and no timer armed for it.
             Some(s) if s.is_ready() => Some(s),
             Some(mut s) if !s.is_closed() => {
-                match tokio::time::timeout(READY_WAIT, s.ready()).await {
+                match Box::pin(tokio::time::timeout(READY_WAIT, s.ready())).await {
                     Ok(Ok(())) => Some(s),
                     _ => None,
                 }
@@ -180,7 +180,9 @@ impl Bound {
         };
         let (mut sender, was_reused) = match reused {
             Some(s) => (s, true),
-            None => (connect(&authority, connect_timeout).await?, false),
+            // Boxed, as the wait above: rare, and their state would otherwise make every
+            // request's future (which hyper keeps per connection) larger.
+            None => (Box::pin(connect(&authority, connect_timeout)).await?, false),
         };
         let req = match sender.try_send_request(req).await {
             Ok(resp) => {
@@ -194,7 +196,7 @@ impl Bound {
                 _ => return Err(UpstreamError::Failed(error_chain(e.error()))),
             },
         };
-        let mut sender = connect(&authority, connect_timeout).await?;
+        let mut sender = Box::pin(connect(&authority, connect_timeout)).await?;
         match sender.try_send_request(req).await {
             Ok(resp) => {
                 self.put(sender);
