@@ -138,14 +138,19 @@ pub(crate) fn origin(
     if let Some(base) = &config.public_base {
         return Some(base.clone());
     }
-    let host = parts
+    let host = match parts
         .headers
         .get(header::HOST)
         .and_then(|h| h.to_str().ok())
-        .map(str::to_owned)
-        .or_else(|| parts.uri.authority().map(|a| a.to_string()))?;
-    Some(format!(
-        "{}://{host}",
-        if conn.tls { "https" } else { "http" }
-    ))
+    {
+        Some(h) => h,
+        None => parts.uri.authority()?.as_str(),
+    };
+    // Pushed, not `format!`ed: every fenced read takes this path (issue 19, ≈ 600
+    // instructions and an allocation fewer).
+    let scheme = if conn.tls { "https://" } else { "http://" };
+    let mut origin = String::with_capacity(scheme.len() + host.len());
+    origin.push_str(scheme);
+    origin.push_str(host);
+    Some(origin)
 }
