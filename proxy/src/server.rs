@@ -26,6 +26,7 @@ use tokio_rustls::TlsAcceptor;
 use crate::config::Config;
 use crate::context::AppState;
 use crate::control::admin;
+use crate::net::bound::Bound;
 use crate::net::conn::ConnInfo;
 use crate::net::tls::{self, ReloadingCert};
 use crate::net::upstream::Upstream;
@@ -287,26 +288,10 @@ async fn serve_connection(
     watcher: hyper_util::server::graceful::Watcher,
 ) {
     let header_timeout = state.config.header_timeout;
-    let serve = |info: ConnInfo| {
-        let info = Arc::new(info);
-        let state = state.clone();
-        service_fn(move |req| pipeline::handle(state.clone(), info.clone(), req))
-    };
     let result = match acceptor {
         None => {
-            let svc = serve(ConnInfo::new(
-                peer,
-                false,
-                None,
-                Some(crate::net::bound::Bound::default()),
-            ));
-            watcher
-                .watch(
-                    builder
-                        .serve_connection(TokioIo::new(stream), svc)
-                        .into_owned(),
-                )
-                .await
+            let info = ConnInfo::new(peer, false, None, Some(Bound::default()));
+            serve_http(stream, info, state, &builder, watcher).await
         }
         // Boxed: a TLS stream's state is large, and unboxed it would size the task of every
         // plain connection too (issue 19: memory per connection).
@@ -333,19 +318,8 @@ async fn serve_connection(
                     .peer_certificates()
                     .and_then(|c| c.first())
                     .map(|leaf| leaf.as_ref().to_vec());
-                let svc = serve(ConnInfo::new(
-                    peer,
-                    true,
-                    client_cert,
-                    Some(crate::net::bound::Bound::default()),
-                ));
-                watcher
-                    .watch(
-                        builder
-                            .serve_connection(TokioIo::new(tls), svc)
-                            .into_owned(),
-                    )
-                    .await
+                let info = ConnInfo::new(peer, true, client_cert, Some(Bound::default()));
+                serve_http(tls, info, state, &builder, watcher).await
             })
             .await
         }
@@ -353,6 +327,24 @@ async fn serve_connection(
     if let Err(e) = result {
         tracing::debug!(%peer, error = %e, "connection ended with an error");
     }
+}
+
+/// Serves HTTP/1.1 or HTTP/2 on one connection, plain or TLS, until it closes or the drain
+/// ends it.
+async fn serve_http<I>(
+    io: I,
+    info: ConnInfo,
+    state: Arc<AppState>,
+    builder: &auto::Builder<TokioExecutor>,
+    watcher: hyper_util::server::graceful::Watcher,
+) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let info = Arc::new(info);
+    let svc = service_fn(move |req| pipeline::handle(state.clone(), info.clone(), req));
+    let conn = builder.serve_connection(TokioIo::new(io), svc).into_owned();
+    watcher.watch(conn).await
 }
 
 /// Completes on SIGTERM or Ctrl-C (SIGINT).
