@@ -67,15 +67,9 @@ where
     body.map_err(Into::into).boxed_unsync()
 }
 
-/// What a [`Counted`] body does once with its byte count.
+/// What a [`Counted`] body does once with its byte count (the exchange's access line).
 pub trait OnEnd {
     fn on_end(self, bytes: u64);
-}
-
-impl<F: FnOnce(u64)> OnEnd for F {
-    fn on_end(self, bytes: u64) {
-        self(bytes)
-    }
 }
 
 pin_project_lite::pin_project! {

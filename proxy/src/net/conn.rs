@@ -3,6 +3,7 @@
 use std::net::SocketAddr;
 
 use crate::net::headers::PeerForwarding;
+use crate::net::memo::LastKey;
 
 /// What the connection knows about the downstream peer.
 #[derive(Debug, Clone)]
@@ -19,7 +20,7 @@ pub struct ConnInfo {
     /// The last origin a request on this connection had, with its normalised form
     /// (`palisade_policy::target::normalize_origin`): a fenced read's resource key is that
     /// plus the canonical path, without a URL parse per request.
-    origin: std::sync::Arc<std::sync::Mutex<Option<(String, String)>>>,
+    origin: LastKey<String>,
 }
 
 /// Who a verified access token names (`sub:sha256:…`), put in a request's extensions by
@@ -47,15 +48,9 @@ impl ConnInfo {
     /// `origin` normalised, from the connection's one-entry cache when it is the origin the
     /// last request had (a client rarely changes `Host` on a connection).
     pub fn normalized_origin(&self, origin: &str) -> Option<String> {
-        let mut cached = self.origin.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((raw, normalized)) = cached.as_ref() {
-            if raw == origin {
-                return Some(normalized.clone());
-            }
-        }
-        let normalized = palisade_policy::target::normalize_origin(origin).ok()?;
-        *cached = Some((origin.to_owned(), normalized.clone()));
-        Some(normalized)
+        self.origin.get_or(origin, || {
+            palisade_policy::target::normalize_origin(origin).ok()
+        })
     }
 
     /// How a request of `version` may use the connection's own upstream connection: owned by

@@ -126,7 +126,7 @@ fn is_hop_by_hop(name: &HeaderName) -> bool {
 
 /// What a downstream connection adds to each of its requests' `X-Forwarded-For` and
 /// `Forwarded`, formatted once per connection rather than once per request (issue 19).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PeerForwarding {
     /// The peer's address as `X-Forwarded-For` spells it.
     ip: HeaderValue,
@@ -134,17 +134,7 @@ pub struct PeerForwarding {
     element: String,
     /// The last `host` this connection's requests named, with the `Forwarded` value it gives
     /// when the request brings none: a client rarely changes `Host` on a connection.
-    last: std::sync::Mutex<Option<(String, HeaderValue)>>,
-}
-
-impl Clone for PeerForwarding {
-    fn clone(&self) -> Self {
-        Self {
-            ip: self.ip.clone(),
-            element: self.element.clone(),
-            last: Default::default(),
-        }
-    }
+    last: crate::net::memo::LastKey<HeaderValue>,
 }
 
 impl PeerForwarding {
@@ -203,16 +193,9 @@ impl PeerForwarding {
     /// The `Forwarded` value for a request that brought none: this connection's last one
     /// when `host` is the last host.
     fn forwarded_alone(&self, host: Option<&str>) -> Option<HeaderValue> {
-        let host_key = host.unwrap_or("");
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((h, v)) = last.as_ref() {
-            if h == host_key {
-                return Some(v.clone());
-            }
-        }
-        let v = HeaderValue::try_from(self.forwarded(None, host)).ok()?;
-        *last = Some((host_key.to_owned(), v.clone()));
-        Some(v)
+        self.last.get_or(host.unwrap_or(""), || {
+            HeaderValue::try_from(self.forwarded(None, host)).ok()
+        })
     }
 
     fn forwarded(&self, prev: Option<&str>, host: Option<&str>) -> String {

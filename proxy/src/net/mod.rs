@@ -6,6 +6,7 @@
 //! - [`body`]: the one body type, bounded collection, byte counting;
 //! - [`headers`]: hop-by-hop stripping, forwarding headers, trace context, the PTCL names;
 //! - [`conn`]: what a connection knows about the downstream peer;
+//! - [`memo`]: a one-entry cache for what a connection derives from its requests' `Host`;
 //! - [`tls`]: server and client TLS configuration, certificate reload;
 //! - [`upstream`]: the pooled client to the protected application, its errors;
 //! - [`bound`]: an upstream connection of a downstream connection's own (HTTP/2: one stream
@@ -22,6 +23,7 @@ pub mod db_tls;
 pub mod headers;
 pub mod identity;
 pub mod jsonrpc;
+pub mod memo;
 pub mod problem;
 pub mod rate;
 pub mod rewrite;

@@ -31,7 +31,7 @@ impl Kind {
 }
 
 /// Keeps `palisade_inflight_requests` right whichever way a request ends.
-pub struct InflightGuard(metrics::Gauge);
+pub(super) struct InflightGuard(metrics::Gauge);
 
 impl InflightGuard {
     pub(super) fn new(gauge: &metrics::Gauge) -> Self {
@@ -47,7 +47,7 @@ impl Drop for InflightGuard {
 }
 
 /// Per-request facts the access log and metrics need once the response body ends.
-pub struct Exchange {
+pub(super) struct Exchange {
     pub(super) method: Method,
     pub(super) path: String,
     pub(super) kind: Kind,
