@@ -561,6 +561,48 @@ async fn every_refusal_carries_the_seeds_status_and_reason_a_receipt_and_an_even
     assert_eq!(list, json!([]));
 }
 
+/// A `Session-Id` that is no session token (or two of them) is refused, not replaced by a
+/// new session the agent did not ask for (issue 44, docs/decisions.md).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_malformed_session_id_is_refused_not_replaced() {
+    let r = Rcns::start("").await;
+    let claim = scopes_of("tok-a").join(" ");
+    let body = json!({"method": "PROPOSE", "task_id": "task-1", "parameters": reserve(false)});
+    let long = "s".repeat(129);
+    for sessions in [
+        &["bad id!"][..],
+        &["a/b"],
+        &["ses-1", "ses-2"],
+        &[long.as_str()],
+    ] {
+        let mut headers = vec![("allow-rcns", "true"), ("authority-scope", claim.as_str())];
+        headers.extend(sessions.iter().map(|s| ("session-id", *s)));
+        let answer = r
+            .call("PROPOSE", "/", Some("tok-a"), &headers, Some(&body))
+            .await;
+        let b = assert_refused(
+            &r,
+            answer,
+            400,
+            "ERR_RCNS_PROPOSAL",
+            Some("proposal-malformed"),
+        )
+        .await;
+        assert!(
+            b["detail"].as_str().unwrap().contains("Session-Id"),
+            "{sessions:?}: {b}"
+        );
+    }
+    // A well-formed one names the session the contract belongs to.
+    let mut headers = vec![("allow-rcns", "true"), ("authority-scope", claim.as_str())];
+    headers.push(("session-id", "ses-mine"));
+    let (parts, b) = r
+        .call("PROPOSE", "/", Some("tok-a"), &headers, Some(&body))
+        .await;
+    assert_eq!(parts.status.as_u16(), 263, "{b}");
+    assert_eq!(parts.headers["session-id"], "ses-mine");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_rejections_of_a_task_tell_the_agent_to_escalate() {
     let r = Rcns::start("").await;

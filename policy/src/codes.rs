@@ -133,6 +133,16 @@ codes! {
     MethodNotCanonical = "ERR_METHOD_NOT_CANONICAL", 400, "Method is a case variant of a known method", Some(Representation);
     MethodNotAllowed = "ERR_METHOD_NOT_ALLOWED", 405, "Method not allowed through the sidecar", Some(Representation);
     MethodOverride = "ERR_METHOD_OVERRIDE", 400, "Method override headers are refused on writes", Some(Representation);
+    // Issue 44: a query a contract's parameters are checked on is read whole or refused,
+    // never checked on a prefix the upstream reads past.
+    QueryTooLong = "ERR_QUERY_TOO_LONG", 414, "Query string too long to check", Some(Representation);
+    QueryTooManyPairs = "ERR_QUERY_TOO_MANY_PAIRS", 400, "Query string has too many parameters to check", Some(Representation);
+    // Issue 44, RFC 9113 §8.3.1: `:authority` (or an absolute-form target) and `Host` name
+    // two hosts; the sidecar would decide on one and the upstream might read the other.
+    AuthorityMismatch = "ERR_AUTHORITY_MISMATCH", 400, "Host differs from the request's authority", Some(Representation);
+    // Issue 44, RFC 9700 §2.4.2 / RFC 6750 §2.3: with admission on, a bearer token is never
+    // taken from, or forwarded in, a URL.
+    TokenInQuery = "ERR_TOKEN_IN_QUERY", 400, "Access token in the query string", Some(Identity);
     // SPEC §9: a mutating admin call without the admin token. An operator's error, not drift.
     AdminUnauthorized = "ERR_ADMIN_UNAUTHORIZED", 401, "Admin credential required", None;
     // SPEC §10: the fence store is part of enforcement, so its loss is fence drift.

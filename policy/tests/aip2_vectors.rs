@@ -275,3 +275,86 @@ fn the_python_sdk_relay_form_of_a_quote_passes_on_the_relay_only() {
     let r = aip2::check_on(&body(&forged), Channel::Relay { tx: TX }, &rules(&v), at);
     assert_eq!(r.unwrap_err().code, ErrorCode::QuoteSignature);
 }
+
+/// `env` with its signature respelled: `v` as 0/1 instead of 27/28, and/or the hex in upper
+/// case (the schema's pattern allows both; `recover` accepts both `v` forms).
+fn respelled(env: &Value, low_v: bool, upper: bool) -> Value {
+    let mut e = env.clone();
+    let sig = e["message"]["signature"].as_str().unwrap().to_owned();
+    let (rs, v) = sig[2..].split_at(128);
+    let mut v = u8::from_str_radix(v, 16).unwrap();
+    if low_v {
+        v -= 27;
+    }
+    let hex = format!("{rs}{v:02x}");
+    e["message"]["signature"] = Value::String(format!(
+        "0x{}",
+        if upper { hex.to_uppercase() } else { hex }
+    ));
+    e
+}
+
+/// Issue 44: one signed message has one identity, however its signature, DIDs, txId or chain
+/// are spelled: the relay's dedup key (the signature), the nonce key (type, signer, nonce) and
+/// the fingerprint a repeat is recognised by are the same for every accepted spelling, and a
+/// spelling that would be another identity is refused instead.
+#[test]
+fn one_identity_per_signed_message_whatever_the_spelling() {
+    let v = vectors();
+    let at = v["at"].as_u64().unwrap();
+    let rules = rules(&v);
+    for env in v["messages"].as_array().unwrap() {
+        let first = aip2::check(&body(env), "84532", TX, &rules, at).unwrap();
+        assert!(first.signature.ends_with("1b") || first.signature.ends_with("1c"));
+        for (low_v, upper) in [(true, false), (false, true), (true, true)] {
+            let again = respelled(env, low_v, upper);
+            let c = aip2::check(&body(&again), "84532", TX, &rules, at)
+                .unwrap_or_else(|r| panic!("low_v {low_v} upper {upper}: {r}"));
+            assert_eq!(c.signature, first.signature, "low_v {low_v} upper {upper}");
+            assert_eq!(c.dedup_key(), first.dedup_key());
+            assert_eq!(
+                c.fingerprint, first.fingerprint,
+                "a repeat, not another message"
+            );
+            // The relay's form too.
+            let relay =
+                aip2::check_on(&body(&again), aip2::Channel::Relay { tx: TX }, &rules, at).unwrap();
+            assert_eq!(relay.signature, first.signature);
+        }
+        // The path's txId in upper case: the same transaction, the same message.
+        let upper_tx = TX.to_uppercase().replace("0X", "0x");
+        let c = aip2::check(&body(env), "84532", &upper_tx, &rules, at).unwrap();
+        assert_eq!((c.tx_id.as_str(), c.fingerprint), (TX, first.fingerprint));
+        // Other spellings of the chain: the path takes canonical decimal only.
+        for chain in ["084532", "+84532", "0x14a34", " 84532"] {
+            let r = aip2::check(&body(env), chain, TX, &rules, at).unwrap_err();
+            assert_eq!(r.code, ErrorCode::QuoteChannel, "{chain}");
+        }
+        // chainId as a float or a string in the message: not an integer, refused.
+        for spelled in [serde_json::json!(84532.0), serde_json::json!("84532")] {
+            let mut e = env.clone();
+            e["message"]["chainId"] = spelled.clone();
+            let r = aip2::check(&body(&e), "84532", TX, &rules, at).unwrap_err();
+            assert_eq!(r.code, ErrorCode::QuoteMalformed, "{spelled}");
+        }
+        // A nonce as a float: refused, never a second key for nonce 1.
+        let mut e = env.clone();
+        e["message"]["nonce"] = serde_json::json!(1.0);
+        assert!(aip2::check(&body(&e), "84532", TX, &rules, at).is_err());
+    }
+    // The signer's DID: every accepted spelling of one address is one signer (and so one
+    // nonce space). The DID is signed, so a respelling is checked with the parser directly.
+    let addr = v["provider_address"].as_str().unwrap();
+    let lower = addr.to_ascii_lowercase();
+    let spellings = [
+        format!("did:ethr:84532:{addr}"),
+        format!("did:ethr:84532:{lower}"),
+        format!("did:ethr:{addr}"),
+        format!("did:ethr:0x{}", lower[2..].to_uppercase()),
+    ];
+    for s in &spellings {
+        let (chain, a) = message::did_ethr(s).unwrap();
+        assert!(chain.is_none() || chain == Some(84532), "{s}");
+        assert_eq!(hex::encode(a), lower[2..], "{s}");
+    }
+}

@@ -140,6 +140,13 @@ def wire_and_dedup():
     check(r.status_code == 201 and r.json()["ok"] is True, f"201 ok: {r.status_code} {r.text}")
     r2 = post(tx, raw(env))  # the same message, another spelling: one signature
     check(r2.status_code == 200 and r2.json().get("duplicate") is True, f"200 duplicate: {r2.text}")
+    # The same signature spelled with v = 0/1, or in upper-case hex: still one message (issue 44).
+    for low_v, upper in [(True, False), (False, True), (True, True)]:
+        again = sdk.respell_signature(env, low_v=low_v, upper=upper)
+        check(again["message"]["signature"] != env["message"]["signature"], "a respelling")
+        r3 = post(tx, raw(again))
+        check(r3.status_code == 200 and r3.json().get("duplicate") is True,
+              f"v low {low_v}, upper {upper}: 200 duplicate: {r3.status_code} {r3.text}")
     lst = listing(tx)
     check(body in lst.content, "the envelope is listed byte for byte as first posted")
     msgs = lst.json()["messages"]

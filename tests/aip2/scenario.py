@@ -163,6 +163,15 @@ def refusals():
     second = sdk.sign("agirails.quote.v1", nonce=9, amount="8000000")
     check(post(raw(first)).status_code == 201, "first message under nonce 9")
     refused(post(raw(second)), 409, "ERR_QUOTE_NONCE_REUSED", "a replayed nonce with a changed body")
+    # The first message with its signature respelled (v = 0/1, upper-case hex) is a repeat of
+    # it: answered with the stored reply, not forwarded again, not a nonce conflict (issue 44).
+    n = len(effects())
+    stored = post(raw(first), client_ip="192.0.2.77")
+    for low_v, upper in [(True, False), (False, True)]:
+        r = post(raw(sdk.respell_signature(first, low_v=low_v, upper=upper)), client_ip="192.0.2.77")
+        check(r.status_code == stored.status_code == 200 and r.json() == stored.json(),
+              f"respelled signature (v low {low_v}, upper {upper}): {r.status_code} {r.text}")
+    check(len(effects()) == n, "a respelled signature was forwarded again")
     # The same signer's DID spelled without its chain is the same nonce space.
     respelled = json.loads(json.dumps(second))
     respelled["message"]["provider"] = "did:ethr:" + respelled["message"]["provider"].split(":")[-1].lower()

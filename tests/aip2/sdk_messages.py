@@ -41,6 +41,19 @@ def raw(envelope):
     return json.dumps(envelope, separators=(",", ":")).encode()
 
 
+def respell_signature(envelope, low_v=False, upper=False):
+    """The same signed message with its signature spelled another way: `v` as 0/1 instead of
+    27/28 (eth-account writes 27/28; ecrecover takes both), and/or the hex in upper case."""
+    e = json.loads(json.dumps(envelope))
+    sig = e["message"]["signature"]
+    rs, v = sig[2:130], int(sig[130:], 16)
+    if low_v:
+        v -= 27
+    hx = f"{rs}{v:02x}"
+    e["message"]["signature"] = "0x" + (hx.upper() if upper else hx)
+    return e
+
+
 def did(key, chain=84532):
     return f"did:ethr:{chain}:{Account.from_key(key).address}"
 

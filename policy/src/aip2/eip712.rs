@@ -165,6 +165,17 @@ pub fn recover(digest: &[u8; 32], signature: &[u8; 65]) -> Result<[u8; 20], Reco
     Ok(address_of(&key))
 }
 
+/// `signature` with its recovery byte as 27 or 28: the one spelling of a signature that
+/// [`recover`] accepts as 0/1 or 27/28 (with high-s refused, no other spelling of the same
+/// signature recovers). Other bytes of `v` are left as they are ([`recover`] refuses them).
+pub fn with_canonical_v(signature: &[u8; 65]) -> [u8; 65] {
+    let mut out = *signature;
+    if let v @ (0 | 1) = out[64] {
+        out[64] = v + 27;
+    }
+    out
+}
+
 /// The Ethereum address of a public key: the last 20 bytes of the keccak256 of its
 /// uncompressed point without the `0x04` prefix.
 pub fn address_of(key: &VerifyingKey) -> [u8; 20] {

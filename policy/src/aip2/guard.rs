@@ -69,7 +69,8 @@ pub struct Checked {
     pub tx_id: String,
     pub provider: Party,
     pub consumer: Party,
-    /// The 65-byte signature, as `0x` + lowercase hex: the relay's dedup key (seed §6.2).
+    /// The 65-byte signature, as `0x` + lowercase hex with `v` as 27 or 28: the relay's dedup
+    /// key (seed §6.2), one per signed message however its `v` and hex were spelled.
     pub signature: String,
     /// The signer, normalised: `did:ethr:{chainId}:{lowercase address}`, so one signer's
     /// spellings (`did:ethr:0xAB…`, `did:ethr:84532:0xab…`) share one nonce space.
@@ -77,8 +78,8 @@ pub struct Checked {
     pub nonce: u64,
     /// The EIP-712 digest the signer signed.
     pub digest: [u8; 32],
-    /// SHA-256 of the JCS of the whole envelope: equal for a repeat of the same message,
-    /// different for any other message under the same key.
+    /// SHA-256 of the JCS of the whole envelope, its signature in the form above: equal for a
+    /// repeat of the same message, different for any other message under the same key.
     pub fingerprint: Sha256Digest,
     /// Unix seconds after which a repeat is refused as expired anyway.
     pub expires_at: u64,
@@ -265,13 +266,21 @@ pub fn check_on(
         }));
     }
     let nonce = u64_of("nonce").ok_or_else(|| malformed("nonce must be an integer"))?;
+    let tx_id = str_of("txId").to_ascii_lowercase();
+    // One spelling per signature (issue 44): `v` as 27/28 and lowercase hex, so the relay's
+    // dedup key and the fingerprint of a repeat do not split on `v` = 0/1 or hex case.
+    let signature = format!("0x{}", hex::encode(eip712::with_canonical_v(&signature)));
+    let mut envelope = envelope;
+    if let Some(Value::Object(m)) = envelope.get_mut("message") {
+        m.insert("signature".into(), Value::String(signature.clone()));
+    }
     Ok(Checked {
         kind,
         chain_id,
-        tx_id: str_of("txId").to_ascii_lowercase(),
+        tx_id,
         provider,
         consumer,
-        signature: format!("0x{}", hex::encode(signature)),
+        signature,
         signer: format!("did:ethr:{chain_id}:0x{}", hex::encode(signer_address)),
         nonce,
         digest,

@@ -13,6 +13,11 @@
 //! is not the named type fails as the schema would fail the value. Query names the contract
 //! does not declare pass (OpenAPI does not close the query string); header and cookie
 //! parameters are not checked. Locations in refusals are `/path/<name>` and `/query/<name>`.
+//!
+//! The whole query is read or none of it: a query longer than [`MAX_QUERY_BYTES`] is refused
+//! 414 `ERR_QUERY_TOO_LONG`, one of more than [`MAX_QUERY_PAIRS`] pairs 400
+//! `ERR_QUERY_TOO_MANY_PAIRS`. A check that read only a prefix would pass a value the
+//! upstream's parser reads after it (issue 44: `?limit=5&<1,024 fillers>&limit=500`).
 
 use serde_json::Value;
 
@@ -20,8 +25,14 @@ use super::schema::Schema;
 use super::Problem;
 use crate::{ErrorCode, Refusal};
 
-/// Most declared parameters per contract, and most query pairs read from one request.
+/// Most declared parameters per contract.
 const MAX_PARAMETERS: usize = 256;
+
+/// Most `&`-separated pairs in a query a contract's parameters are checked against.
+pub const MAX_QUERY_PAIRS: usize = 1024;
+
+/// Longest query (raw, without `?`) a contract's parameters are checked against.
+pub const MAX_QUERY_BYTES: usize = 16 * 1024;
 
 #[derive(Debug)]
 struct Parameter {
@@ -167,11 +178,7 @@ impl Parameters {
         if self.query.is_empty() {
             return Ok(());
         }
-        let pairs: Vec<(String, String)> =
-            url::form_urlencoded::parse(query.unwrap_or("").as_bytes())
-                .take(MAX_PARAMETERS * 4)
-                .map(|(k, v)| (k.into_owned(), v.into_owned()))
-                .collect();
+        let pairs = query_pairs(query.unwrap_or(""))?;
         for p in &self.query {
             let values: Vec<&str> = pairs
                 .iter()
@@ -182,6 +189,29 @@ impl Parameters {
         }
         Ok(())
     }
+}
+
+/// Every pair of `query`, decoded as `application/x-www-form-urlencoded` (as the upstream's
+/// form parser reads it), or the refusal of a query too large to read whole. Never a prefix.
+fn query_pairs(query: &str) -> Result<Vec<(String, String)>, Refusal> {
+    if query.len() > MAX_QUERY_BYTES {
+        return Err(Refusal::new(
+            ErrorCode::QueryTooLong,
+            format!("the query string is longer than {MAX_QUERY_BYTES} bytes, the most a contract's parameters are checked on"),
+        ));
+    }
+    // Counted on the raw text first, so a refused query allocates nothing. The parser skips
+    // empty pieces (`a=1&&b=2`), so this count is an upper bound of what it yields.
+    let pieces = query.split('&').filter(|p| !p.is_empty()).count();
+    if pieces > MAX_QUERY_PAIRS {
+        return Err(Refusal::new(
+            ErrorCode::QueryTooManyPairs,
+            format!("the query string has more than {MAX_QUERY_PAIRS} parameters, the most a contract's parameters are checked on"),
+        ));
+    }
+    Ok(url::form_urlencoded::parse(query.as_bytes())
+        .map(|(k, v)| (k.into_owned(), v.into_owned()))
+        .collect())
 }
 
 impl Parameter {

@@ -95,7 +95,12 @@ pub async fn handle(
         return refused(resp);
     }
 
-    let client = client_addr(conn.peer.ip(), &parts.headers, &aip.trusted_proxies);
+    let client = client_addr(
+        conn.peer.ip(),
+        &parts.headers,
+        &aip.trusted_proxies,
+        aip.trusted_proxy_header,
+    );
     if let Some(resp) = over_rate(state, enf, &cx, &qc.rate, client, Members::QuoteChannel).await {
         return refused(resp);
     }

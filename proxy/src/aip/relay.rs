@@ -121,7 +121,12 @@ async fn post(
         let r = Refusal::new(ErrorCode::NotFound, "no relay is configured");
         return refused(refuse(state, enf, cx, r, Members::Relay).await);
     };
-    let client = client_addr(conn.peer.ip(), &parts.headers, &aip.trusted_proxies);
+    let client = client_addr(
+        conn.peer.ip(),
+        &parts.headers,
+        &aip.trusted_proxies,
+        aip.trusted_proxy_header,
+    );
     if let Some(resp) = over_rate(state, enf, cx, &qc.relay_rate, client, Members::Relay).await {
         return refused(resp);
     }

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use serde::Deserialize;
 
 use super::collector::Collector;
-use super::model::Aip2;
+use super::model::{Aip2, ProxyHeader};
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -17,6 +17,7 @@ pub struct RawAip2 {
     pub dedup_ttl: Option<String>,
     pub rate_limit: Option<i64>,
     pub trusted_proxies: Option<Vec<String>>,
+    pub trusted_proxy_header: Option<String>,
     pub relay: Option<bool>,
     pub relay_ttl: Option<String>,
     pub relay_max_per_tx: Option<i64>,
@@ -85,6 +86,18 @@ impl RawAip2 {
                 ),
             }
         }
+        let trusted_proxy_header = match self.trusted_proxy_header.as_deref() {
+            None => ProxyHeader::XForwardedFor,
+            Some(h) if h.eq_ignore_ascii_case("x-forwarded-for") => ProxyHeader::XForwardedFor,
+            Some(h) if h.eq_ignore_ascii_case("forwarded") => ProxyHeader::Forwarded,
+            Some(_) => {
+                c.push(
+                    "aip2.trusted_proxy_header",
+                    "expected \"x-forwarded-for\" or \"forwarded\": the one header the trusted proxies set",
+                );
+                ProxyHeader::XForwardedFor
+            }
+        };
         let relay_ttl = c.duration("aip2.relay_ttl", &self.relay_ttl, "24h");
         if relay_ttl.is_zero() {
             c.push("aip2.relay_ttl", "must be longer than zero");
@@ -125,6 +138,7 @@ impl RawAip2 {
             dedup_ttl,
             rate_limit,
             trusted_proxies,
+            trusted_proxy_header,
             relay: self.relay.unwrap_or(true),
             relay_ttl,
             relay_max_per_tx,

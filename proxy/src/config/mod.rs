@@ -22,8 +22,8 @@ use std::path::Path;
 pub use collector::parse_size;
 use collector::{section, Collector};
 pub use model::{
-    AccessLog, Admission, Aip2, Config, ConfigError, ConfigProblem, Delivery, ListenTls, Rcns,
-    Retention, Sink, StoreKind, UnboundWrites, DEFAULT_SIGNING_KEY,
+    AccessLog, Admission, Aip2, Config, ConfigError, ConfigProblem, Delivery, ListenTls,
+    ProxyHeader, Rcns, Retention, Sink, StoreKind, UnboundWrites, DEFAULT_SIGNING_KEY,
 };
 use raw::RawConfig;
 

@@ -169,11 +169,26 @@ pub struct Aip2 {
     /// window of the same size).
     pub rate_limit: u32,
     pub trusted_proxies: Vec<ipnet::IpNet>,
+    /// The one header the trusted proxies set (`aip2.trusted_proxy_header`).
+    pub trusted_proxy_header: ProxyHeader,
     /// Serve the negotiation relay (seed §6.3) at `/api/v1/negotiations/…`.
     pub relay: bool,
     pub relay_ttl: Duration,
     pub relay_max_per_tx: u64,
     pub relay_max_messages: u64,
+}
+
+/// The forwarding header a trusted proxy writes the client's address into. Only that one is
+/// read: a proxy passes the other through as the client sent it (nginx appends to
+/// `X-Forwarded-For` and forwards a client's `Forwarded` untouched), so believing it would let
+/// the client choose its own address (issue 44).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ProxyHeader {
+    /// `X-Forwarded-For` (nginx, Envoy, HAProxy, cloud load balancers): the default.
+    #[default]
+    XForwardedFor,
+    /// `Forwarded` (RFC 7239), its `for=` parameters.
+    Forwarded,
 }
 
 /// The admission settings, validated.

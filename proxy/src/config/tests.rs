@@ -195,14 +195,24 @@ fn aip2_defaults_and_problems() {
     assert_eq!(a.dedup_ttl, Duration::from_secs(25 * 3600));
     assert_eq!(a.kernels.len(), 1);
     assert_eq!(a.trusted_proxies.len(), 2);
+    assert_eq!(
+        a.trusted_proxy_header,
+        crate::config::ProxyHeader::XForwardedFor
+    );
     assert!(a.relay);
     assert_eq!(a.relay_ttl, Duration::from_secs(24 * 3600));
     assert_eq!((a.relay_max_per_tx, a.relay_max_messages), (50, 100_000));
     assert!(Config::parse(base, "t.toml").unwrap().aip2.is_none());
+    let fwd = format!("{ok}trusted_proxy_header = \"Forwarded\"\n");
+    let a = Config::parse(&fwd, "t.toml").unwrap().aip2.unwrap();
+    assert_eq!(
+        a.trusted_proxy_header,
+        crate::config::ProxyHeader::Forwarded
+    );
 
     let bad = format!(
         "{base}[ptcl]\nwrites = []\n[aip2]\nquote_channel = \"q/\"\nkernels = {{ x = \"0x1\", 1 = \"nope\" }}\n\
-         rate_limit = 0\ntrusted_proxies = [\"10.0.0.0/33\"]\nrelay_max_per_tx = 0\nrelay_ttl = \"x\"\ndedup_ttl = \"1h\"\nsurprise = 1\n"
+         rate_limit = 0\ntrusted_proxies = [\"10.0.0.0/33\"]\ntrusted_proxy_header = \"x-real-ip\"\nrelay_max_per_tx = 0\nrelay_ttl = \"x\"\ndedup_ttl = \"1h\"\nsurprise = 1\n"
     );
     let err = Config::parse(&bad, "t.toml").unwrap_err();
     let keys: Vec<&str> = err.0.iter().map(|p| p.key.as_str()).collect();
@@ -213,6 +223,7 @@ fn aip2_defaults_and_problems() {
         "aip2.kernels.1",
         "aip2.rate_limit",
         "aip2.trusted_proxies",
+        "aip2.trusted_proxy_header",
         "aip2.relay_max_per_tx",
         "aip2.relay_ttl",
         "aip2.dedup_ttl",

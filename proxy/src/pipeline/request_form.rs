@@ -5,14 +5,16 @@
 //! method → policy::method::classify      CONNECT/TRACE 405, case variants 400, else read|write
 //! path   → policy::path::canonical_path  rewritten in place, or 400 ERR_PATH_NOT_CANONICAL
 //! headers: method overrides refused on writes, removed on reads; the client's PTCL response
-//!          headers (Agent-Fence-Token, Agent-Commit-Receipt, Agent-Dry-Run) removed
+//!          headers (Agent-Fence-Token, Agent-Commit-Receipt, Agent-Dry-Run) removed;
+//!          several `cookie` fields joined into one `Cookie` (RFC 9113 §8.2.3)
+//! query  → with `[admission]`, an `access_token` parameter         400 ERR_TOKEN_IN_QUERY
 //! ```
 //! After this stage `parts.uri` holds the canonical path (and the query as sent), so routing,
 //! the lease's target match, the fence and pre-image keys, receipts and the request line sent
 //! upstream all read the same value; nothing downstream sees the client's spelling.
 
 use http::uri::{PathAndQuery, Uri};
-use http::{HeaderMap, Method};
+use http::{header, HeaderMap, HeaderValue, Method};
 use palisade_policy::method::{self, MethodClass};
 use palisade_policy::path::canonical;
 use palisade_policy::{ErrorCode, Refusal};
@@ -38,7 +40,73 @@ pub(super) fn prepare(
     // Upstream, these are the sidecar's alone (SPEC §3): the fence token is inserted after
     // hop-by-hop stripping when a write is forwarded; a client's copy never travels on.
     remove_named(&mut parts.headers, &SIDECAR_OWNED);
+    check_authority(&parts.uri, &parts.headers)?;
+    join_cookies(&mut parts.headers);
+    if config.admission.is_some()
+        && parts
+            .uri
+            .query()
+            .is_some_and(palisade_policy::admission::token_in_query)
+    {
+        return Err(Refusal::new(
+            ErrorCode::TokenInQuery,
+            "an access token is not accepted in the query string (RFC 9700 §2.4.2): send it as Authorization: Bearer",
+        ));
+    }
     Ok(class)
+}
+
+/// A request that names two hosts (HTTP/2 `:authority` and `host`, or an HTTP/1.1
+/// absolute-form target and `Host`) is refused: RFC 9113 §8.3.1 says a server SHOULD treat it
+/// as malformed, and the lease check, the fence key and the upstream must not be able to read
+/// two different hosts off one request (issue 44, docs/decisions.md). Compared without case
+/// and without the scheme's default port.
+fn check_authority(uri: &Uri, headers: &HeaderMap) -> Result<(), Refusal> {
+    let (Some(authority), Some(host)) = (uri.authority(), headers.get(header::HOST)) else {
+        return Ok(());
+    };
+    let default_port = match uri.scheme_str() {
+        Some("https") => ":443",
+        _ => ":80",
+    };
+    let bare = |h: &str| -> String {
+        let h = h.strip_suffix(default_port).unwrap_or(h);
+        h.to_ascii_lowercase()
+    };
+    let same = host
+        .to_str()
+        .is_ok_and(|h| bare(h.trim()) == bare(authority.as_str()));
+    if same {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        ErrorCode::AuthorityMismatch,
+        "the Host header names another host than the request target's authority",
+    ))
+}
+
+/// HTTP/2 lets a client split `cookie` into one field per cookie; before an HTTP/1.1 hop they
+/// MUST be joined with `; ` (RFC 9113 §8.2.3). Joined here, at the top, for every version
+/// (two `Cookie` lines on HTTP/1.1 break RFC 6265 §5.4 the same way): the pre-image fetch, the
+/// idempotency fingerprint and the upstream all see the one header a server that reads only the
+/// first `Cookie` line would see (issue 44).
+fn join_cookies(headers: &mut HeaderMap) {
+    let mut lines = headers.get_all(header::COOKIE).iter();
+    if lines.next().is_none() || lines.next().is_none() {
+        return;
+    }
+    let mut joined = Vec::new();
+    for line in headers.get_all(header::COOKIE) {
+        if !joined.is_empty() {
+            joined.extend_from_slice(b"; ");
+        }
+        joined.extend_from_slice(line.as_bytes());
+    }
+    // Field values joined by "; " are a field value: this cannot fail, and if it did the
+    // request would keep its lines as sent rather than lose a cookie.
+    if let Ok(v) = HeaderValue::from_bytes(&joined) {
+        headers.insert(header::COOKIE, v);
+    }
 }
 
 /// The request's URI with its path canonical; the query is kept as sent. `OPTIONS *` is the

@@ -78,11 +78,15 @@ pub async fn handle(
         Ok(k) => k,
         Err(r) => return ask.refuse(Some(&proposal), Refused::Plain(r)).await,
     };
+    let session = match session_of(parts) {
+        Ok(s) => s,
+        Err(r) => return ask.refuse(Some(&proposal), Refused::Plain(r)).await,
+    };
     let made = Made {
         origin: ORIGIN_PROPOSE,
         fingerprint: key.as_ref().map(|_| Sha256Digest::of(&bytes).to_hex()),
         key,
-        session: session_of(parts),
+        session,
     };
     ask.decide(&proposal, who, made).await
 }
@@ -141,11 +145,15 @@ pub async fn implicit(
         persistent: false,
         form: "implicit",
     };
+    let session = match session_of(parts) {
+        Ok(s) => s,
+        Err(r) => return ask.refuse(Some(&proposal), Refused::Plain(r)).await,
+    };
     let made = Made {
         origin: ORIGIN_GATE,
         key: None,
         fingerprint: None,
-        session: session_of(parts),
+        session,
     };
     ask.decide(&proposal, who, made).await
 }
@@ -457,9 +465,23 @@ fn approved(c: &SynthesizedContract, persistent_refused: bool) -> Response<Proxy
 }
 
 /// The request's session id, when it names a valid one.
-fn session_of(parts: &http::request::Parts) -> Option<String> {
-    let v = parts.headers.get(super::headers::SESSION)?.to_str().ok()?;
-    valid_token(v).then(|| v.to_owned())
+/// The `Session-Id` the agent names, if any. One that is not a session token is refused, not
+/// replaced by a new session: an agent that went on under the id it sent would find its
+/// contract "in another session" at its first call (issue 44, docs/decisions.md).
+fn session_of(parts: &http::request::Parts) -> Result<Option<String>, Refusal> {
+    let mut lines = parts.headers.get_all(super::headers::SESSION).iter();
+    let Some(v) = lines.next() else {
+        return Ok(None);
+    };
+    match v.to_str() {
+        Ok(v) if valid_token(v) && lines.next().is_none() => Ok(Some(v.to_owned())),
+        _ => Err(Refusal::new(
+            ErrorCode::RcnsProposal,
+            "Session-Id must be one header of 1 to 128 letters, digits, '.', '_', ':' or '-'",
+        )
+        .with_reason("proposal-malformed")
+        .with_location("/headers/session-id")),
+    }
 }
 
 fn valid_token(v: &str) -> bool {

@@ -95,3 +95,52 @@ fn path_values_follow_the_template() {
     );
     assert!(path_values("GET /projects", "/projects").is_empty());
 }
+
+/// `n` filler pairs (`f0=1&f1=1&…&`), each different, ending in `&`.
+fn filler(n: usize) -> String {
+    (0..n).map(|i| format!("f{i}=1&")).collect()
+}
+
+#[test]
+fn a_query_is_read_whole_or_refused_never_checked_on_a_prefix() {
+    let p = params();
+    let id = [("projectId", "b021e7ad-4ba0-4d38-9b0b-2f9d2f6c1b4e")];
+    // Issue 44: a value past the old 1,024-pair prefix was never read. At the bound it is.
+    let at = format!("contactID=c&{}pageSize=501", filler(MAX_QUERY_PAIRS - 2));
+    let r = refused(&p, &id, &at);
+    assert_eq!(r.code, ErrorCode::ContractInput);
+    assert_eq!(r.location.as_deref(), Some("/query/pageSize"));
+    // A name given twice, once before the filler and once after: still twice.
+    let twice = format!(
+        "contactID=c&pageSize=5&{}pageSize=501",
+        filler(MAX_QUERY_PAIRS - 3)
+    );
+    assert_eq!(
+        refused(&p, &id, &twice).location.as_deref(),
+        Some("/query/pageSize")
+    );
+    // One pair over the bound: refused as too many, whatever the values.
+    let over = format!("contactID=c&{}pageSize=5", filler(MAX_QUERY_PAIRS - 1));
+    let r = refused(&p, &id, &over);
+    assert_eq!(r.code, ErrorCode::QueryTooManyPairs);
+    assert_eq!(r.status(), 400);
+    // One under the bound, all values good: passes.
+    let under = format!("contactID=c&{}pageSize=5", filler(MAX_QUERY_PAIRS - 3));
+    p.check(&id, Some(&under)).unwrap();
+    // Empty pieces are not pairs (the form parser skips them, so does the count).
+    let empties = format!("contactID=c&{}pageSize=5", "&".repeat(4 * MAX_QUERY_PAIRS));
+    p.check(&id, Some(&empties)).unwrap();
+    // Length: at the bound read, one byte over refused 414.
+    let pad = |len: usize| {
+        let head = "contactID=c&pageSize=5&x=";
+        format!("{head}{}", "a".repeat(len - head.len()))
+    };
+    p.check(&id, Some(&pad(MAX_QUERY_BYTES))).unwrap();
+    let r = refused(&p, &id, &pad(MAX_QUERY_BYTES + 1));
+    assert_eq!(r.code, ErrorCode::QueryTooLong);
+    assert_eq!(r.status(), 414);
+    // A contract without query parameters does not read the query at all.
+    let none = compiled(json!({"path": {}}));
+    none.check(&[], Some(&filler(10 * MAX_QUERY_PAIRS)))
+        .unwrap();
+}

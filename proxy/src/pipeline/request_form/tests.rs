@@ -142,3 +142,54 @@ proptest! {
         prop_assert_eq!(again.as_deref(), Ok(forwarded.as_str()));
     }
 }
+
+#[test]
+fn host_and_authority_are_one_host_or_refused() {
+    let c = config();
+    let with_host = |target: &str, host: &str| {
+        let mut p = parts("GET", target);
+        p.headers
+            .insert(http::header::HOST, host.parse().expect("host"));
+        prepare(&c, &mut p, true).map_err(|r| r.code)
+    };
+    let mismatch = Err(ErrorCode::AuthorityMismatch);
+    assert_eq!(with_host("http://a.example/x", "b.example"), mismatch);
+    assert_eq!(with_host("http://a.example/x", "a.example.evil"), mismatch);
+    assert_eq!(with_host("http://a.example:8080/x", "a.example"), mismatch);
+    assert_eq!(with_host("https://a.example/x", "a.example:80"), mismatch);
+    assert_eq!(with_host("http://u@a.example/x", "a.example"), mismatch);
+    for (target, host) in [
+        ("http://a.example/x", "a.example"),
+        ("http://A.Example/x", "a.example"),
+        ("http://a.example:80/x", "a.example"),
+        ("http://a.example/x", "a.example:80"),
+        ("https://a.example:443/x", "a.example"),
+        ("http://[::1]:80/x", "[::1]"),
+        ("/x", "anything.example"),
+    ] {
+        assert_eq!(
+            with_host(target, host),
+            Ok(MethodClass::Read),
+            "{target} {host}"
+        );
+    }
+}
+
+#[test]
+fn cookie_lines_are_joined_into_one() {
+    let c = config();
+    let mut p = parts("GET", "/x");
+    for v in ["a=1", "b=2", "c=3"] {
+        p.headers
+            .append(http::header::COOKIE, v.parse().expect("cookie"));
+    }
+    prepare(&c, &mut p, true).expect("prepared");
+    let all: Vec<_> = p.headers.get_all(http::header::COOKIE).iter().collect();
+    assert_eq!(all, ["a=1; b=2; c=3"]);
+    // One line is left as it is.
+    let mut p = parts("GET", "/x");
+    p.headers
+        .insert(http::header::COOKIE, "a=1;b=2".parse().expect("cookie"));
+    prepare(&c, &mut p, true).expect("prepared");
+    assert_eq!(p.headers[http::header::COOKIE], "a=1;b=2");
+}
