@@ -1,4 +1,7 @@
-//! The names RCNS puts on the wire, and reading its consent header.
+//! The names RCNS puts on the wire, and reading the request headers it takes: consent,
+//! `Session-Id`, `Idempotency-Key`.
+
+use palisade_policy::{ErrorCode, Refusal};
 
 /// Most contracts the admin list shows.
 pub const MAX_ADMIN_LISTED: usize = 10_000;
@@ -24,4 +27,46 @@ pub fn allowed(v: Option<&http::HeaderValue>) -> bool {
     v.and_then(|v| v.to_str().ok())
         .map(str::trim)
         .is_some_and(|v| v.eq_ignore_ascii_case("true") || v == "?1")
+}
+
+/// The `Session-Id` the agent names, if any. One that is not a session token is refused, not
+/// replaced by a new session: an agent that went on under the id it sent would find its
+/// contract "in another session" at its first call (issue 44, docs/decisions.md).
+pub(super) fn session_of(parts: &http::request::Parts) -> Result<Option<String>, Refusal> {
+    let mut lines = parts.headers.get_all(SESSION).iter();
+    let Some(v) = lines.next() else {
+        return Ok(None);
+    };
+    match v.to_str() {
+        Ok(v) if valid_token(v) && lines.next().is_none() => Ok(Some(v.to_owned())),
+        _ => Err(Refusal::new(
+            ErrorCode::RcnsProposal,
+            "Session-Id must be one header of 1 to 128 letters, digits, '.', '_', ':' or '-'",
+        )
+        .with_reason("proposal-malformed")
+        .with_location("/headers/session-id")),
+    }
+}
+
+fn valid_token(v: &str) -> bool {
+    (1..=128).contains(&v.len())
+        && v.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
+}
+
+/// `Idempotency-Key`, if sent: 1–255 visible ASCII characters.
+pub(super) fn idempotency_key(parts: &http::request::Parts) -> Result<Option<String>, Refusal> {
+    let Some(v) = parts.headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    match v.to_str() {
+        Ok(k) if (1..=255).contains(&k.len()) && k.bytes().all(|b| (0x21..=0x7e).contains(&b)) => {
+            Ok(Some(k.to_owned()))
+        }
+        _ => Err(Refusal::new(
+            ErrorCode::RcnsProposal,
+            "Idempotency-Key must be 1 to 255 visible ASCII characters",
+        )
+        .with_reason("proposal-malformed")),
+    }
 }

@@ -74,11 +74,11 @@ pub async fn handle(
         Ok(p) => p,
         Err(r) => return ask.refuse(None, Refused::Plain(r)).await,
     };
-    let key = match idempotency_key(parts) {
+    let key = match super::headers::idempotency_key(parts) {
         Ok(k) => k,
         Err(r) => return ask.refuse(Some(&proposal), Refused::Plain(r)).await,
     };
-    let session = match session_of(parts) {
+    let session = match super::headers::session_of(parts) {
         Ok(s) => s,
         Err(r) => return ask.refuse(Some(&proposal), Refused::Plain(r)).await,
     };
@@ -145,7 +145,7 @@ pub async fn implicit(
         persistent: false,
         form: "implicit",
     };
-    let session = match session_of(parts) {
+    let session = match super::headers::session_of(parts) {
         Ok(s) => s,
         Err(r) => return ask.refuse(Some(&proposal), Refused::Plain(r)).await,
     };
@@ -465,47 +465,6 @@ fn approved(c: &SynthesizedContract, persistent_refused: bool) -> Response<Proxy
 }
 
 /// The request's session id, when it names a valid one.
-/// The `Session-Id` the agent names, if any. One that is not a session token is refused, not
-/// replaced by a new session: an agent that went on under the id it sent would find its
-/// contract "in another session" at its first call (issue 44, docs/decisions.md).
-fn session_of(parts: &http::request::Parts) -> Result<Option<String>, Refusal> {
-    let mut lines = parts.headers.get_all(super::headers::SESSION).iter();
-    let Some(v) = lines.next() else {
-        return Ok(None);
-    };
-    match v.to_str() {
-        Ok(v) if valid_token(v) && lines.next().is_none() => Ok(Some(v.to_owned())),
-        _ => Err(Refusal::new(
-            ErrorCode::RcnsProposal,
-            "Session-Id must be one header of 1 to 128 letters, digits, '.', '_', ':' or '-'",
-        )
-        .with_reason("proposal-malformed")
-        .with_location("/headers/session-id")),
-    }
-}
-
-fn valid_token(v: &str) -> bool {
-    (1..=128).contains(&v.len())
-        && v.bytes()
-            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b':' | b'-'))
-}
-
-/// `Idempotency-Key`, if sent: 1–255 visible ASCII characters.
-fn idempotency_key(parts: &http::request::Parts) -> Result<Option<String>, Refusal> {
-    let Some(v) = parts.headers.get("idempotency-key") else {
-        return Ok(None);
-    };
-    match v.to_str() {
-        Ok(k) if (1..=255).contains(&k.len()) && k.bytes().all(|b| (0x21..=0x7e).contains(&b)) => {
-            Ok(Some(k.to_owned()))
-        }
-        _ => Err(Refusal::new(
-            ErrorCode::RcnsProposal,
-            "Idempotency-Key must be 1 to 255 visible ASCII characters",
-        )
-        .with_reason("proposal-malformed")),
-    }
-}
 
 fn ms(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
