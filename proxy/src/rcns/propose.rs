@@ -464,8 +464,6 @@ fn approved(c: &SynthesizedContract, persistent_refused: bool) -> Response<Proxy
     resp
 }
 
-/// The request's session id, when it names a valid one.
-
 fn ms(d: std::time::Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
