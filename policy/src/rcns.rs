@@ -5,7 +5,8 @@
 //! bundle already binds, or refuses with the seed's reasoned status. This module is the
 //! pure part:
 //!
-//! - [`recipes`]: the recipe set (pinned in the bundle, compiled and hot-swapped with it);
+//! - [`recipes`]: the recipe set (pinned in the bundle, compiled and hot-swapped with it;
+//!   it lives in `rich`, with the bundle, and rcns decides over it);
 //! - [`callers`]: who may negotiate: identity → agent id, Authority-Scope grants, trust tier;
 //! - [`proposal`]: the PROPOSE body, both forms of seed §3.4;
 //! - [`evaluate`]: the four-lock gate and the evaluation order of seed §3.6;
@@ -19,38 +20,16 @@ pub mod compose;
 pub mod contract;
 pub mod evaluate;
 pub mod proposal;
-pub mod recipes;
+pub mod scopes;
+/// The recipe set lives with the bundle it is pinned in (`rich::recipes`); named here too.
+pub use crate::rich::recipes;
 
+pub use crate::rich::recipes::{is_scope_token, Recipe, RecipeSet};
 pub use callers::{Caller, Callers};
 pub use contract::SynthesizedContract;
 pub use evaluate::{Gate, Matched};
 pub use proposal::Proposal;
-pub use recipes::{Recipe, RecipeSet};
-
-/// The scope token that opens lock 3 of the gate (seed 000 §7.3).
-pub const SCOPE_NEGOTIATE: &str = "rcns:negotiate";
-/// The scope that lists every agent's contracts (seed 000 §4.2).
-pub const SCOPE_INSPECT_ALL: &str = "inspect:all";
-
-/// Whether `s` is a scope token: 1–128 visible ASCII characters, no space or quote (RFC 6749
-/// §3.3's `scope-token`, which Authority-Scope lists the same way).
-pub fn is_scope_token(s: &str) -> bool {
-    (1..=128).contains(&s.len())
-        && s.bytes()
-            .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
-}
-
-/// The scopes an `Authority-Scope` header claims: space-separated tokens; anything else in it
-/// claims nothing (at most 64 tokens are read).
-pub fn claimed_scopes(header: Option<&str>) -> std::collections::BTreeSet<String> {
-    header
-        .unwrap_or("")
-        .split([' ', ','])
-        .filter(|t| is_scope_token(t))
-        .take(64)
-        .map(str::to_owned)
-        .collect()
-}
+pub use scopes::{claimed_scopes, SCOPE_INSPECT_ALL, SCOPE_NEGOTIATE};
 
 #[cfg(test)]
 mod tests;

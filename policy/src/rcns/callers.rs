@@ -88,7 +88,10 @@ impl Callers {
             match entry.get("scopes").and_then(Value::as_array) {
                 Some(list) if list.len() <= MAX_SCOPES => {
                     for s in list {
-                        match s.as_str().filter(|s| super::is_scope_token(s)) {
+                        match s
+                            .as_str()
+                            .filter(|s| crate::rich::recipes::is_scope_token(s))
+                        {
                             Some(s) => {
                                 scopes.insert(s.to_owned());
                             }

@@ -7,7 +7,7 @@
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 
-use super::recipes::{Recipe, Step};
+use crate::rich::recipes::{Recipe, Step};
 use crate::{ErrorCode, Refusal};
 
 /// Everything but RFC 3986's unreserved characters is encoded in a path value.

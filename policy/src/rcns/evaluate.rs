@@ -20,7 +20,10 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use super::{Caller, Proposal, Recipe, RecipeSet, SCOPE_NEGOTIATE};
+use super::callers::Caller;
+use super::proposal::Proposal;
+use super::scopes::SCOPE_NEGOTIATE;
+use crate::rich::recipes::{Recipe, RecipeSet};
 use crate::rich::{Bundle, Schema};
 use crate::{ErrorCode, Refusal};
 
@@ -111,7 +114,7 @@ pub fn evaluate(
     let at = p.endpoint_pointer();
     let empty = RecipeSet::default();
     let recipes = recipes.unwrap_or(&empty);
-    if !super::recipes::is_method(&p.method) || !recipes.methods.contains(&p.method) {
+    if !crate::rich::recipes::is_method(&p.method) || !recipes.methods.contains(&p.method) {
         return Err(Refused::Plain(
             Refusal::new(
                 ErrorCode::RcnsMethod,
@@ -120,7 +123,7 @@ pub fn evaluate(
             .with_location(format!("{at}/method")),
         ));
     }
-    if !super::recipes::is_path(&p.path) {
+    if !crate::rich::recipes::is_path(&p.path) {
         return Err(Refused::Plain(
             Refusal::new(
                 ErrorCode::RcnsPath,
@@ -131,7 +134,7 @@ pub fn evaluate(
     }
     let semantic = match &p.semantic {
         None => Some("the endpoint needs a semantic block"),
-        Some(s) => super::proposal::semantic_problem(s),
+        Some(s) => crate::rich::recipes::semantic_problem(s),
     };
     if let Some(why) = semantic {
         return Err(Refused::Plain(

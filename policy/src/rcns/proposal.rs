@@ -148,17 +148,4 @@ impl Proposal {
     }
 }
 
-/// What is wrong with a semantic block, if anything (seed 000 §3.6 step 3). Our rule, as the
-/// seed defers to AGTP-METHODS: an object, with `intent` a non-empty string of at most 1024
-/// characters; other members are kept, unread.
-pub fn semantic_problem(s: &Value) -> Option<&'static str> {
-    let Value::Object(obj) = s else {
-        return Some("the semantic block must be an object");
-    };
-    match obj.get("intent") {
-        Some(Value::String(i)) if !i.trim().is_empty() && i.len() <= 1024 => None,
-        _ => {
-            Some("the semantic block needs `intent`: a non-empty string of at most 1024 characters")
-        }
-    }
-}
+pub use crate::rich::recipes::semantic_problem;

@@ -1,5 +1,7 @@
 #![allow(clippy::unwrap_used)]
 use super::*;
+use crate::lease::Reversibility;
+use crate::rich::{IdempotencyKey, SideEffect};
 use serde_json::json;
 
 const DIALECT: &str = super::super::schema::DIALECT_2020_12;

@@ -29,8 +29,33 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use crate::rich::connector::t1::{Limits, T1};
-use crate::rich::{Capability, Problem, Protocol, Schema};
+use super::capability::{Capability, Protocol};
+use super::connector::t1::{Limits, T1};
+use super::schema::Schema;
+use super::Problem;
+
+/// Whether `s` is a scope token: 1–128 visible ASCII characters, no space or quote (RFC 6749
+/// §3.3's `scope-token`, which Authority-Scope lists the same way).
+pub fn is_scope_token(s: &str) -> bool {
+    (1..=128).contains(&s.len())
+        && s.bytes()
+            .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
+}
+
+/// What is wrong with a semantic block, if anything (seed 000 §3.6 step 3). Our rule, as the
+/// seed defers to AGTP-METHODS: an object, with `intent` a non-empty string of at most 1024
+/// characters; other members are kept, unread. A recipe's and a proposal's alike.
+pub fn semantic_problem(s: &Value) -> Option<&'static str> {
+    let Value::Object(obj) = s else {
+        return Some("the semantic block must be an object");
+    };
+    match obj.get("intent") {
+        Some(Value::String(i)) if !i.trim().is_empty() && i.len() <= 1024 => None,
+        _ => {
+            Some("the semantic block needs `intent`: a non-empty string of at most 1024 characters")
+        }
+    }
+}
 
 const MAX_RECIPES: usize = 256;
 const MAX_STEPS: usize = 8;
@@ -323,7 +348,7 @@ pub fn compile_recipe(
         .and_then(Value::as_str)
         .map(str::to_owned);
     if let Some(s) = obj.get("semantic") {
-        if super::proposal::semantic_problem(s).is_some() {
+        if semantic_problem(s).is_some() {
             problems.push(Problem::new(
                 format!("{at}/semantic"),
                 "must be an object with a non-empty `intent` string",
@@ -491,7 +516,7 @@ fn scope_list(
     match v.and_then(Value::as_array) {
         Some(list) if list.len() <= 32 && (!non_empty || !list.is_empty()) => {
             for s in list {
-                match s.as_str().filter(|s| super::is_scope_token(s)) {
+                match s.as_str().filter(|s| is_scope_token(s)) {
                     Some(s) => {
                         out.insert(s.to_owned());
                     }
