@@ -81,8 +81,8 @@ cargo test --workspace --locked 2>&1 | tee "$test_log"
 # On one CPU the sidecar runs a current-thread runtime (cli/operate.rs); this machine has more,
 # so the data-plane, enforcement and admission tests run again in that shape.
 say "cargo test (current-thread runtime)"
-PALISADE_RUNTIME=current_thread cargo test --locked -p palisade --test dataplane --test enforce \
-  --test bypass --test admission 2>&1 | tee -a "$test_log"
+PALISADE_RUNTIME=current_thread cargo test --locked -p palisade --test it -- dataplane:: enforce:: \
+  bypass:: admission:: 2>&1 | tee -a "$test_log"
 
 fuzz_seconds="${PALISADE_FUZZ_SECONDS:-10}"
 if [ "$fuzz_seconds" != 0 ]; then

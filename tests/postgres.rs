@@ -6,6 +6,7 @@
 //! database restarted, both under load) run in one process.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::collections::{HashMap, HashSet};

@@ -3,6 +3,7 @@
 //! through the real binary against a real upstream.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+#[path = "it/support/mod.rs"]
 mod support;
 
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //!
 //! The deciding happens in `palisade-policy`; this crate gathers what the decisions need
 //! (headers, bodies, files, the upstream's answers), asks, and acts. Its folders are layers,
-//! each importing only the ones below it (docs/architecture.md; `tests/architecture.rs`
+//! each importing only the ones below it (docs/architecture.md; `tests/it/architecture.rs`
 //! fails on a cycle):
 //!
 //! ```text

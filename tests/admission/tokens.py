@@ -1,4 +1,4 @@
-"""Access tokens for tests/admission.rs, minted by an independent library: PyJWT with keys that
+"""Access tokens for tests/it/admission.rs, minted by an independent library: PyJWT with keys that
 pyca/cryptography generates (TEST ONLY keys, made fresh for each run, never written anywhere but
 the test's temporary directory).
 

@@ -1,4 +1,4 @@
-"""The negotiation relay (seed 001 §6.3) end to end (run by tests/aip2.rs): the agirails SDK's own
+"""The negotiation relay (seed 001 §6.3) end to end (run by tests/it/aip2.rs): the agirails SDK's own
 RelayChannel posts and polls through palisade, and verifies every message it is handed; httpx
 checks the wire: statuses, cursors, caps, dedup, inbox, byte-for-byte envelopes, refusals.
 

@@ -1,4 +1,4 @@
-"""The quote-channel guard end to end (run by tests/aip2.rs): messages signed by the agirails
+"""The quote-channel guard end to end (run by tests/it/aip2.rs): messages signed by the agirails
 SDK, sent with its own client and with httpx, through palisade to tests/aip2/agent.py.
 
     python scenario.py main|restart PALISADE_URL AGENT_URL ADMIN_URL STATE_FILE

@@ -3,7 +3,7 @@ checked with Helm's own engine (helm-python-sdk: Helm v4's Go SDK), the Kubernet
 schemas (kubernetes-validate, strict), and our own conventions; the config each shape's
 ConfigMap carries must pass `palisade config check`, its bundle `palisade lock check`.
 
-Run by tests/kubernetes.rs with PALISADE_BIN set; prints one line per check and exits 1 on the
+Run by tests/it/kubernetes.rs with PALISADE_BIN set; prints one line per check and exits 1 on the
 first failure. `--write` regenerates deploy/kubernetes/*.yaml from the chart instead.
 """
 
@@ -276,7 +276,7 @@ def refusals():
 
 def main():
     if "--pod" in sys.argv:
-        # For the pod run in tests/kubernetes.rs: the workload's pod spec and the config.
+        # For the pod run in tests/it/kubernetes.rs: the workload's pod spec and the config.
         shape = sys.argv[sys.argv.index("--pod") + 1]
         docs = render(values(shape))
         work = pod_of(docs, shape)
@@ -285,7 +285,7 @@ def main():
     if "--write" in sys.argv:
         RENDERED.mkdir(exist_ok=True)
         for shape in SHAPES:
-            head = f"# Rendered from deploy/helm/palisade with ci/{shape}-values.yaml (release erp, namespace erp)\n# by `python tests/k8s/check_chart.py --write`; tests/kubernetes.rs checks it is current.\n"
+            head = f"# Rendered from deploy/helm/palisade with ci/{shape}-values.yaml (release erp, namespace erp)\n# by `python tests/k8s/check_chart.py --write`; tests/it/kubernetes.rs checks it is current.\n"
             (RENDERED / f"{shape}.yaml").write_text(head + manifest_text(render(values(shape))))
         return
     palisade = os.environ["PALISADE_BIN"]

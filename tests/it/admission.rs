@@ -6,7 +6,7 @@
 //! a JWKS rotation is picked up live.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::process::Command;

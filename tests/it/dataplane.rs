@@ -1,7 +1,7 @@
 //! The data plane against a real upstream, through the real `palisade` binary (SPEC §3, §9).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! digest) and drift event, and that the upstream saw nothing; bundles that must not load.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::time::Duration;
 

@@ -5,7 +5,7 @@
 //! `contract_hash` is recomputed by an independent JCS (`tests/rcns/contract_hash.py`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -32,7 +32,7 @@ fn the_chart_renders_valid_manifests_for_both_shapes() {
     assert_eq!(stdout.lines().last(), Some(r#"{"ok": true}"#));
 }
 
-mod support;
+use crate::support;
 
 use std::collections::HashMap;
 use std::io::BufRead as _;

@@ -5,7 +5,7 @@
 //! independent validator (Python's `jsonschema`, `tests/openapi/examples.py`), never by us.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! left open, a non-loopback listener refused without one, slow headers cut. Approvals are made with curl, as an operator would.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::io::{Read as _, Write as _};
 use std::process::Command;

@@ -1,7 +1,7 @@
 //! `palisade replay` (SPEC §12) as a user runs it: the real binary, a HAR file, a real target.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::convert::Infallible;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! that `scripts/test.sh` makes (`target/pyenv`). A missing venv fails these tests.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::io::Write as _;
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! reached the upstream; the fence invariant under concurrency; epochs across a restart.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;

@@ -7,7 +7,7 @@
 //! messages for 2 s, the third holding at most 5), and checks the receipt chain at the end.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};

@@ -5,7 +5,7 @@
 //! records the bytes it receives, so each assertion is about what actually crossed the wire.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::io::{Read as _, Write as _};
 use std::net::{SocketAddr, TcpListener, TcpStream};

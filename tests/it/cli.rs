@@ -1,7 +1,7 @@
 //! The command line as SPEC §1 describes it, run as the real binary.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::io::Write as _;
 use std::path::Path;

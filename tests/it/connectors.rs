@@ -4,7 +4,7 @@
 //! naming both contracts and the connector, and its drift event, and reaches no one.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-mod support;
+use crate::support;
 
 use std::path::Path;
 use std::time::Duration;

@@ -1,0 +1,27 @@
+//! The integration tests, one binary (issue 35): `tests/it/support` compiles and links once,
+//! and libtest runs every area's tests together. Each module is one area, named as its tests
+//! are filtered (`cargo test --test it -- bypass::`).
+//!
+//! Two scenario suites keep a process of their own, since they load the machine or break
+//! things on purpose and their timings would pull on everything else's: `tests/postgres.rs`
+//! (a throw-away PostgreSQL cluster, crashed and stopped under load) and `tests/recovery.rs`
+//! (kill -9 under thousands of writes, a full disk).
+
+mod support;
+
+mod admin;
+mod admission;
+mod aip2;
+mod architecture;
+mod bypass;
+mod cli;
+mod connectors;
+mod contracts;
+mod dataplane;
+mod enforce;
+mod identity;
+mod kubernetes;
+mod mcp;
+mod openapi;
+mod rcns;
+mod replay;
