@@ -10,7 +10,7 @@ use palisade_policy::ErrorCode;
 use serde_json::Value;
 
 fn vectors() -> Value {
-    serde_json::from_str(include_str!("vectors/aip2_sdk.json")).unwrap()
+    serde_json::from_str(include_str!("aip2_sdk.json")).unwrap()
 }
 
 fn rules(v: &Value) -> Rules {
