@@ -44,6 +44,9 @@ pub struct Server {
     state: Arc<AppState>,
     tls: Option<(TlsAcceptor, Arc<ReloadingCert>)>,
     admin_tls: Option<(TlsAcceptor, Arc<ReloadingCert>)>,
+    /// The bundle files as they were just before the bundle in force was read: the watcher
+    /// starts from them, so a change made while the server starts is not missed.
+    watched: crate::control::reload::Fingerprint,
 }
 
 impl Server {
@@ -77,6 +80,8 @@ impl Server {
             )?),
             None => None,
         };
+        // Taken before the bundle is read: whatever changes after it is a change to load.
+        let watched = crate::control::reload::fingerprint(&config);
         let bundle = crate::control::bundle::from_config(&config)
             .map_err(|problems| anyhow::anyhow!("rich bundle refused:\n{}", problems.join("\n")))?;
         if let Some(b) = &bundle {
@@ -120,6 +125,7 @@ impl Server {
             admin,
             tls,
             admin_tls,
+            watched,
             state: Arc::new(AppState {
                 quote_channel: crate::context::QuoteChannelState::from_config(&config),
                 admission,
@@ -156,6 +162,7 @@ impl Server {
             state,
             tls,
             admin_tls,
+            watched,
         } = self;
         let metrics = telemetry::metrics_handle();
         let admin_addr = admin.local_addr()?;
@@ -174,7 +181,7 @@ impl Server {
         if let Some(b) = state.bundle.load_full() {
             metrics::gauge!(crate::telemetry::LOCKFILE_INFO, "digest" => b.digest.clone()).set(1.0);
         }
-        crate::control::reload::spawn_triggers(state.clone());
+        crate::control::reload::spawn_triggers(state.clone(), watched);
         crate::admission::jwks::spawn_watch(state.clone());
         let tls = tls.map(|(acceptor, resolver)| {
             tokio::spawn(resolver.clone().watch(CERT_POLL));

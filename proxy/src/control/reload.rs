@@ -104,8 +104,11 @@ pub async fn reload(state: &AppState) -> Result<Reloaded, Vec<String>> {
     }
 }
 
+/// The bundle files as they look at one moment: path, size, mtime, inode of each.
+pub type Fingerprint = Vec<(String, u64, i128, u64)>;
+
 /// The bundle files as they look now: changes when any is replaced, resized or touched.
-fn fingerprint(config: &crate::config::Config) -> Vec<(String, u64, i128, u64)> {
+pub fn fingerprint(config: &crate::config::Config) -> Fingerprint {
     use std::os::unix::fs::MetadataExt as _;
     let mut out = Vec::new();
     let mut add = |path: &std::path::Path| {
@@ -137,8 +140,11 @@ fn fingerprint(config: &crate::config::Config) -> Vec<(String, u64, i128, u64)> 
     out
 }
 
-/// Starts the SIGHUP listener and, with `rich.watch`, the file watcher.
-pub fn spawn_triggers(state: Arc<AppState>) {
+/// Starts the SIGHUP listener and, with `rich.watch`, the file watcher. `loaded`: the files
+/// as they were when the bundle in force was read. The watcher starts from it, not from the
+/// files as they are when its task first runs, which may be after a change it would then
+/// never see (a ConfigMap swapped while the sidecar starts).
+pub fn spawn_triggers(state: Arc<AppState>, loaded: Fingerprint) {
     if state.config.lockfile.is_none() {
         return;
     }
@@ -158,7 +164,7 @@ pub fn spawn_triggers(state: Arc<AppState>) {
     }
     if state.config.watch {
         tokio::spawn(async move {
-            let mut applied = fingerprint(&state.config);
+            let mut applied = loaded;
             let mut seen = applied.clone();
             let mut tick = tokio::time::interval(WATCH_INTERVAL);
             loop {
