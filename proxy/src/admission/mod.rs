@@ -20,14 +20,13 @@ pub mod metadata;
 
 use std::sync::Arc;
 
-use http::{header, HeaderValue, Response};
+use http::{header, HeaderValue};
 use palisade_policy::admission::{self, Call, Operation};
 use palisade_policy::rich::{Bundle, Capability};
 use palisade_policy::{ErrorCode, Refusal};
 
 use crate::context::{AdmissionState, Admitted, AppState, Enforcement, WriteContext};
-use crate::enforce::receipts;
-use crate::net::body::ProxyBody;
+use crate::enforce::receipts::{self, Refused};
 
 /// What a request was admitted with: the granted operation, its bound to check the input
 /// against.
@@ -87,7 +86,7 @@ pub async fn gate(
     bundle: &Bundle,
     cap: &Capability,
     cx: &WriteContext,
-) -> Result<Admission, Response<ProxyBody>> {
+) -> Result<Admission, Refused> {
     let call = Call {
         binding_id: &bundle.binding_id,
         operation: &cap.operation,
@@ -97,7 +96,7 @@ pub async fn gate(
         Ok(a) => a,
         Err(r) => {
             let shown = !matches!(presented, Presented::None);
-            return Err(refuse(state, enf, adm, cx, r, Some(call), shown).await);
+            return Err(refuse(state, adm, cx, r, Some(call), shown).await);
         }
     };
     let operation = match admission::admit(&admitted.grants, call) {
@@ -105,7 +104,7 @@ pub async fn gate(
         Err(r) => {
             let mut cx = cx.clone();
             cx.caller = Some(admitted.token.caller());
-            return Err(refuse(state, enf, adm, &cx, r, Some(call), true).await);
+            return Err(refuse(state, adm, &cx, r, Some(call), true).await);
         }
     };
     Ok(Admission {
@@ -122,13 +121,13 @@ pub async fn token_only(
     adm: &AdmissionState,
     presented: &Presented,
     cx: &WriteContext,
-) -> Result<Option<Arc<Admitted>>, Response<ProxyBody>> {
+) -> Result<Option<Arc<Admitted>>, Refused> {
     if matches!(presented, Presented::None) {
         return Ok(None);
     }
     match verified(adm, enf, presented) {
         Ok(a) => Ok(Some(a)),
-        Err(r) => Err(refuse(state, enf, adm, cx, r, None, true).await),
+        Err(r) => Err(refuse(state, adm, cx, r, None, true).await),
     }
 }
 
@@ -136,13 +135,12 @@ pub async fn token_only(
 /// JSON value.
 pub async fn check_input(
     state: &AppState,
-    enf: &Enforcement,
     adm: &AdmissionState,
     admission: &Admission,
     input: Option<&serde_json::Value>,
     cx: &WriteContext,
     call: Call<'_>,
-) -> Result<(), Response<ProxyBody>> {
+) -> Result<(), Refused> {
     if admission.operation.bound.is_none() {
         return Ok(());
     }
@@ -158,7 +156,7 @@ pub async fn check_input(
         Err(r) => {
             let mut cx = cx.clone();
             cx.caller = Some(admission.admitted.token.caller());
-            Err(refuse(state, enf, adm, &cx, r, Some(call), true).await)
+            Err(refuse(state, adm, &cx, r, Some(call), true).await)
         }
     }
 }
@@ -216,14 +214,12 @@ fn verified(
 /// (with what to ask for) for one that does not admit the call.
 async fn refuse(
     state: &AppState,
-    enf: &Enforcement,
     adm: &AdmissionState,
     cx: &WriteContext,
     r: Refusal,
     call: Option<Call<'_>>,
     presented: bool,
-) -> Response<ProxyBody> {
-    state.metrics.refusal(r.code);
+) -> Refused {
     let metadata = metadata::url(adm);
     let (extra, challenge) = if !presented {
         (
@@ -243,9 +239,10 @@ async fn refuse(
             format!("Bearer error=\"invalid_token\", resource_metadata=\"{metadata}\""),
         )
     };
-    let mut resp = receipts::refuse_with(enf, &r, cx, &extra).await;
-    if let Ok(v) = HeaderValue::from_str(&challenge) {
-        resp.headers_mut().insert(header::WWW_AUTHENTICATE, v);
+    let evidence = receipts::Evidence::with_extra(&extra);
+    let refused = receipts::record(state, r, cx, evidence).await;
+    match HeaderValue::from_str(&challenge) {
+        Ok(v) => refused.with_header(header::WWW_AUTHENTICATE, v),
+        Err(_) => refused,
     }
-    resp
 }

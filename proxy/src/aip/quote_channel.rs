@@ -71,25 +71,25 @@ pub async fn handle(
 ) -> (Response<ProxyBody>, Outcome) {
     let refused = |resp| (resp, Outcome::Refused);
     let Some(aip) = &state.config.aip2 else {
-        return refused(refuse(state, enf, &cx, not_found()).await);
+        return refused(refuse(state, &cx, not_found()).await);
     };
     let Some(rest) = parts.uri.path().strip_prefix(aip.quote_channel.as_str()) else {
         // Another letter case of the prefix.
-        return refused(refuse(state, enf, &cx, not_found()).await);
+        return refused(refuse(state, &cx, not_found()).await);
     };
     let mut segments = rest.trim_start_matches('/').split('/');
     let (Some(chain), Some(tx), None) = (segments.next(), segments.next(), segments.next()) else {
-        return refused(refuse(state, enf, &cx, not_found()).await);
+        return refused(refuse(state, &cx, not_found()).await);
     };
     if chain.is_empty() || tx.is_empty() {
-        return refused(refuse(state, enf, &cx, not_found()).await);
+        return refused(refuse(state, &cx, not_found()).await);
     }
     if parts.method != Method::POST {
         let r = Refusal::new(
             ErrorCode::MethodNotAllowed,
             "the quote channel accepts POST only",
         );
-        let mut resp = refuse(state, enf, &cx, r).await;
+        let mut resp = refuse(state, &cx, r).await;
         resp.headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return refused(resp);
@@ -113,17 +113,17 @@ pub async fn handle(
                 ErrorCode::BodyTooLarge,
                 "a quote-channel message is limited to 64 KiB",
             );
-            return refused(refuse(state, enf, &cx, r).await);
+            return refused(refuse(state, &cx, r).await);
         }
         Err(CollectError::Read(_)) => {
             let r = Refusal::new(ErrorCode::BadRequest, "request body could not be read");
-            return refused(refuse(state, enf, &cx, r).await);
+            return refused(refuse(state, &cx, r).await);
         }
     };
     let now_s = u64::try_from(enf.clock.now_ms() / 1000).unwrap_or(0);
     let checked = match aip2::check(&bytes, chain, tx, &qc.rules, now_s) {
         Ok(c) => c,
-        Err(r) => return refused(refuse(state, enf, &cx, r).await),
+        Err(r) => return refused(refuse(state, &cx, r).await),
     };
 
     // The nonce store: a scoped key, so it never meets an Idempotency-Key of a write.
@@ -141,7 +141,7 @@ pub async fn handle(
         let reservation =
             match idempotency::reserve(enf, key.clone(), fingerprint.clone(), times).await {
                 Ok(r) => r,
-                Err(r) => return refused(refuse(state, enf, &cx, r).await),
+                Err(r) => return refused(refuse(state, &cx, r).await),
             };
         match reservation {
             Reservation::Fresh(p) => break p,
@@ -151,9 +151,9 @@ pub async fn handle(
                 return (resp, Outcome::Forwarded);
             }
             Reservation::Running(Some(f)) if f != fingerprint => {
-                return refused(refuse(state, enf, &cx, reused()).await);
+                return refused(refuse(state, &cx, reused()).await);
             }
-            Reservation::Stored(_) => return refused(refuse(state, enf, &cx, reused()).await),
+            Reservation::Stored(_) => return refused(refuse(state, &cx, reused()).await),
             // The first copy is in flight: its reply is this one's.
             Reservation::Running(_) => {
                 if tokio::time::Instant::now() >= waited_until {
@@ -161,7 +161,7 @@ pub async fn handle(
                         ErrorCode::IdempotencyInFlight,
                         "the first copy of this message is still being delivered",
                     );
-                    return refused(refuse(state, enf, &cx, r).await);
+                    return refused(refuse(state, &cx, r).await);
                 }
                 tokio::time::sleep(POLL).await;
             }
@@ -259,11 +259,6 @@ fn reused() -> Refusal {
 }
 
 /// A receipted refusal with the SDK handler's members.
-async fn refuse(
-    state: &AppState,
-    enf: &Enforcement,
-    cx: &WriteContext,
-    r: Refusal,
-) -> Response<ProxyBody> {
-    super::refusal::refuse(state, enf, cx, r, Members::QuoteChannel).await
+async fn refuse(state: &AppState, cx: &WriteContext, r: Refusal) -> Response<ProxyBody> {
+    super::refusal::refuse(state, cx, r, Members::QuoteChannel).await
 }

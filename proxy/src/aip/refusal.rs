@@ -35,13 +35,14 @@ impl Members {
 /// A receipted refusal with the SDK's members.
 pub async fn refuse(
     state: &AppState,
-    enf: &Enforcement,
     cx: &WriteContext,
     r: Refusal,
     members: Members,
 ) -> Response<ProxyBody> {
-    state.metrics.refusal(r.code);
-    receipts::refuse_with(enf, &r, cx, &members.of(&r)).await
+    let evidence = receipts::Evidence::with_extra(&members.of(&r));
+    receipts::record(state, r, cx, evidence)
+        .await
+        .into_response()
 }
 
 /// `Some(429)` when `client` is over `rate`. The first refusal per address and window is
@@ -68,7 +69,7 @@ pub async fn over_rate(
     );
     let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
     let mut resp = if receipt {
-        refuse(state, enf, cx, r, members).await
+        refuse(state, cx, r, members).await
     } else {
         state.metrics.refusal(r.code);
         let request_id = uuid::Uuid::new_v4().to_string();

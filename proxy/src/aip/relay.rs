@@ -71,7 +71,7 @@ pub async fn handle(
                 ErrorCode::NotFound,
                 "the relay serves /api/v1/negotiations/{txId}/messages and /api/v1/negotiations/inbox/{did}",
             );
-            return refused(refuse(state, enf, &cx, r, Members::Relay).await);
+            return refused(refuse(state, &cx, r, Members::Relay).await);
         }
     };
     let allowed = matches!(
@@ -83,7 +83,7 @@ pub async fn handle(
             ErrorCode::MethodNotAllowed,
             "the relay's message list takes GET and POST, an inbox GET",
         );
-        let mut resp = refuse(state, enf, &cx, r, Members::Relay).await;
+        let mut resp = refuse(state, &cx, r, Members::Relay).await;
         let allow = match route {
             Route::Messages(_) => "GET, POST",
             Route::Inbox(_) => "GET",
@@ -101,7 +101,7 @@ pub async fn handle(
     };
     match result {
         Ok(resp) => (resp, Outcome::Forwarded),
-        Err(r) => refused(refuse(state, enf, &cx, r, Members::Relay).await),
+        Err(r) => refused(refuse(state, &cx, r, Members::Relay).await),
     }
 }
 
@@ -119,7 +119,7 @@ async fn post(
     let refused = |resp| (resp, Outcome::Refused);
     let Some(aip) = &state.config.aip2 else {
         let r = Refusal::new(ErrorCode::NotFound, "no relay is configured");
-        return refused(refuse(state, enf, cx, r, Members::Relay).await);
+        return refused(refuse(state, cx, r, Members::Relay).await);
     };
     let client = client_addr(
         conn.peer.ip(),
@@ -137,18 +137,18 @@ async fn post(
                 ErrorCode::BodyTooLarge,
                 "a relay message is limited to 64 KiB",
             );
-            return refused(refuse(state, enf, cx, r, Members::Relay).await);
+            return refused(refuse(state, cx, r, Members::Relay).await);
         }
         Err(CollectError::Read(_)) => {
             let r = Refusal::new(ErrorCode::BadRequest, "request body could not be read");
-            return refused(refuse(state, enf, cx, r, Members::Relay).await);
+            return refused(refuse(state, cx, r, Members::Relay).await);
         }
     };
     let now_ms = enf.clock.now_ms();
     let now_s = u64::try_from(now_ms / 1000).unwrap_or(0);
     let checked = match aip2::check_on(&bytes, Channel::Relay { tx }, &qc.rules, now_s) {
         Ok(c) => c,
-        Err(r) => return refused(refuse(state, enf, cx, r, Members::Relay).await),
+        Err(r) => return refused(refuse(state, cx, r, Members::Relay).await),
     };
     let ttl_ms = i64::try_from(aip.relay_ttl.as_millis()).unwrap_or(i64::MAX);
     let message = RelayMessage {
@@ -171,7 +171,7 @@ async fn post(
                 ErrorCode::StoreUnavailable,
                 "the relay's store is unavailable",
             );
-            return refused(refuse(state, enf, cx, r, Members::Relay).await);
+            return refused(refuse(state, cx, r, Members::Relay).await);
         }
     };
     let (status, body) = match posted {
@@ -188,14 +188,14 @@ async fn post(
                 ErrorCode::RelayTxFull,
                 "per-tx message cap reached (aip2.relay_max_per_tx)",
             );
-            return refused(refuse(state, enf, cx, r, Members::Relay).await);
+            return refused(refuse(state, cx, r, Members::Relay).await);
         }
         RelayPosted::Full => {
             let r = Refusal::new(
                 ErrorCode::RelayFull,
                 "the relay holds aip2.relay_max_messages messages; try again after some expire",
             );
-            let mut resp = refuse(state, enf, cx, r, Members::Relay).await;
+            let mut resp = refuse(state, cx, r, Members::Relay).await;
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
             return refused(resp);

@@ -91,8 +91,10 @@ pub async fn handle(
     match result {
         Ok(resp) => resp,
         Err(refusal) => {
-            state.metrics.refusal(refusal.code);
-            receipts::refuse(enf, &refusal, cx, None, None, None).await
+            let evidence = receipts::Evidence::default();
+            receipts::record(state, refusal, cx, evidence)
+                .await
+                .into_response()
         }
     }
 }

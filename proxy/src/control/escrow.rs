@@ -20,9 +20,7 @@ use crate::enforce::receipts;
 use crate::enforce::send;
 use crate::enforce::send::Keep;
 use crate::net::body::{self, ProxyBody};
-use crate::net::headers;
 use crate::store::{Attachments, EscrowUpdate};
-use base64::Engine as _;
 
 /// `POST /admin/v1/escrow/{id}/approve`: releases a held write; every check runs again.
 pub async fn approve(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
@@ -120,34 +118,16 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
                 send::forward(state, enf, permit, parts, bytes, &conn, &cx, keep, cap).await;
                 None
             }
-            Err(denied) => {
-                let code = denied.refusal.code;
-                Some((
-                    code,
-                    receipts::refuse_write(state, enf, &parts, denied, &cx, &bytes).await,
-                ))
-            }
+            Err(denied) => Some(receipts::refuse_write(state, &parts, denied, &cx, &bytes).await),
         }
     };
-    match refused {
-        None => {}
-        Some((code, resp)) => {
-            let receipt = resp
-                .headers()
-                .get(headers::RECEIPT_HEADER)
-                .and_then(|v| {
-                    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-                    URL_SAFE_NO_PAD.decode(v.as_bytes()).ok()
-                })
-                .and_then(|b| serde_json::from_slice(&b).ok())
-                .unwrap_or(Value::Null);
-            if let Err(e) = enf
-                .store
-                .escrow_put(finish_refused(code.as_str(), receipt))
-                .await
-            {
-                tracing::error!(error = %e, escrow_id = %id, "escrow refusal not recorded");
-            }
+    // A refused release records its code and rejection receipt in the escrow, from the
+    // refusal itself.
+    if let Some(r) = refused {
+        let receipt = r.receipt.unwrap_or(Value::Null);
+        let update = finish_refused(r.refusal.code.as_str(), receipt);
+        if let Err(e) = enf.store.escrow_put(update).await {
+            tracing::error!(error = %e, escrow_id = %id, "escrow refusal not recorded");
         }
     }
     match load(enf, id).await {

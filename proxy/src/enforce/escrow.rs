@@ -26,6 +26,7 @@ use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
 
+use crate::context::AppState;
 use crate::context::Enforcement;
 use crate::context::Outcome;
 use crate::context::WriteContext;
@@ -33,6 +34,7 @@ use crate::enforce::facts::Requester;
 use crate::enforce::idempotency::Pending;
 use crate::enforce::permit::Permit;
 use crate::enforce::receipts;
+use crate::enforce::written::Written;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
 use crate::net::headers;
@@ -91,6 +93,7 @@ pub(crate) enum Answer {
 /// escrow receipt.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn hold(
+    state: &AppState,
     enf: &Enforcement,
     permit: Permit,
     parts: http::request::Parts,
@@ -100,7 +103,7 @@ pub(crate) async fn hold(
     cx: &WriteContext,
     pending: Option<Pending>,
     answer: Answer,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Written {
     let id = uuid::Uuid::now_v7().to_string();
     let location = format!("{PREFIX}/{id}");
     let mut headers = parts.headers.clone();
@@ -174,7 +177,7 @@ pub(crate) async fn hold(
             }
             if let Answer::Mcp { .. } = answer {
                 // The tool result carries its receipt, as a committed call's does.
-                let msg = jsonrpc::with_receipt(doc, Some(sealed.value));
+                let msg = jsonrpc::with_receipt(doc, Some(sealed.value.clone()));
                 let mut with = body::json_response(status, &msg);
                 for name in [header::LOCATION.as_str(), headers::RECEIPT_HEADER] {
                     if let Some(v) = resp.headers().get(name) {
@@ -183,30 +186,32 @@ pub(crate) async fn hold(
                 }
                 resp = with;
             }
-            (resp, Outcome::Forwarded)
+            Written::with_receipt(resp, Outcome::Forwarded, Some(sealed.value))
         }
         Ok(None) | Err(_) => {
             let refusal = Refusal::new(
                 ErrorCode::StoreUnavailable,
                 "the state store cannot hold this write",
             );
+            let lease = match &answer {
+                Answer::Http => receipts::carried_lease(&parts.headers),
+                Answer::Mcp { lease, .. } => lease.clone(),
+            };
+            let evidence = receipts::Evidence {
+                lease: lease.as_deref(),
+                ..receipts::Evidence::default()
+            };
+            let refused = receipts::record(state, refusal, cx, evidence).await;
             match answer {
-                Answer::Http => {
-                    let lease = parts
-                        .headers
-                        .get(headers::LEASE_HEADER)
-                        .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
-                    let resp =
-                        receipts::refuse(enf, &refusal, cx, lease.as_deref(), None, None).await;
-                    (resp, Outcome::Refused)
-                }
-                Answer::Mcp { id, lease, .. } => {
-                    let resp =
-                        receipts::refuse(enf, &refusal, cx, lease.as_deref(), None, None).await;
-                    (
-                        jsonrpc::rewrap(resp, id, StatusCode::OK).await,
-                        Outcome::Refused,
-                    )
+                Answer::Http => Written::refused(refused),
+                Answer::Mcp { id, .. } => {
+                    let (code, receipt) = (refused.code(), refused.receipt.clone());
+                    Written {
+                        resp: refused.into_rpc(id, StatusCode::OK),
+                        outcome: Outcome::Refused,
+                        receipt,
+                        refused: Some(code),
+                    }
                 }
             }
         }

@@ -121,7 +121,11 @@ pub enum Begin {
     /// First use of the key: run the write, then store its outcome.
     Fresh(Pending),
     /// The key's stored outcome, to be sent as it is.
-    Replay(Response<ProxyBody>),
+    Replay {
+        resp: Response<ProxyBody>,
+        /// The receipt stored with the outcome (also in the answer's header).
+        receipt: Option<Value>,
+    },
 }
 
 /// What a request's key is judged by.
@@ -223,7 +227,11 @@ pub async fn begin(
             reused()
         }),
         KeyState::Stored(rec) if rec["fingerprint"] == fingerprint.as_str() => {
-            Ok(Some(Begin::Replay(replay(&rec))))
+            let receipt = Some(rec["receipt"].clone()).filter(Value::is_object);
+            Ok(Some(Begin::Replay {
+                resp: replay(&rec),
+                receipt,
+            }))
         }
         KeyState::Stored(_) => Err(reused()),
     }

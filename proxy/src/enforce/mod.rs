@@ -1,12 +1,14 @@
 //! Write enforcement (SPEC §5) and what a decided request leaves behind.
 //!
 //! ```text
-//! write::handle
+//! write::run → Written (the answer, its receipt, its code: typed, never read back)
 //!   → idempotency::begin           Idempotency-Key: replay, 409, 422, or reserve (§5.6)
 //!   → checks::check                checks 1–12 in SPEC order → Permit (facts, permit, preimage)
 //!   → send::forward | dry run | escrow::hold
 //!   → receipts::commit             commit receipt + key outcome, one durable transaction
-//! any refusal → receipts::refuse   problem+json, rejection receipt, drift event
+//! any refusal → receipts::record   the one refusal path: metric, rejection receipt, drift
+//!                                  event → Refused, which each surface renders once
+//!                                  (problem+json, JSON-RPC error, escrow record, RCNS step)
 //! ```
 //! Beside the write path: [`forward`] (a request sent as it is, for reads and unenforced
 //! writes), [`output`] (output contracts on answers), [`identity`] (a deployment-identity
@@ -26,3 +28,4 @@ pub mod preimage;
 pub mod receipts;
 pub mod send;
 pub mod write;
+pub mod written;

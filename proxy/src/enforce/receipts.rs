@@ -124,71 +124,177 @@ pub(crate) fn permit_receipt(
     }
 }
 
-/// A refused write: problem+json with the rejection receipt, and a drift event.
-pub async fn refuse(
-    enf: &Enforcement,
-    refusal: &Refusal,
-    cx: &WriteContext,
-    lease_raw: Option<&[u8]>,
-    evidence_body: Option<&[u8]>,
-    current_epoch: Option<u64>,
-) -> Response<ProxyBody> {
-    refuse_as(
-        enf,
-        refusal,
-        cx,
-        lease_raw,
-        evidence_body,
-        current_epoch,
-        None,
-        &[],
-    )
-    .await
+/// What a refusal is recorded with besides its code.
+#[derive(Default)]
+pub struct Evidence<'a> {
+    /// The lease the request carried (as a document): its `lease_id` goes into the receipt,
+    /// and it is the drift event's evidence unless something below is.
+    pub lease: Option<&'a [u8]>,
+    /// The request body: a contract or connector refusal's evidence.
+    pub body: Option<&'a [u8]>,
+    /// The resource's epoch, when the fence refused (checks 11–12): `current_epoch` and
+    /// `Agent-Fence-Token` on the answer, the receipt's epoch.
+    pub current_epoch: Option<u64>,
+    /// Check 12's GET met another deployment identity: the peer, for the drift event.
+    pub peer: Option<&'a Mismatch>,
+    /// Members a protocol adds to the problem beside ours (AIP-2.1's `accepted` and
+    /// `reason`, admission's `authorization_details`, RCNS's `lock`).
+    pub extra: Vec<(String, serde_json::Value)>,
 }
 
-/// [`refuse`] with members added to the problem body (a protocol's own fields beside ours,
-/// e.g. the AIP-2.1 handler's `accepted` and `reason`).
-pub async fn refuse_with(
-    enf: &Enforcement,
-    refusal: &Refusal,
-    cx: &WriteContext,
-    extra: &[(&str, serde_json::Value)],
-) -> Response<ProxyBody> {
-    refuse_as(enf, refusal, cx, None, None, None, None, extra).await
+impl<'a> Evidence<'a> {
+    /// The evidence of a denied check: its epoch and peer, with the lease and body given.
+    pub fn of_denied(denied: &'a Denied, lease: Option<&'a [u8]>, body: Option<&'a [u8]>) -> Self {
+        Self {
+            lease,
+            body,
+            current_epoch: denied.current_epoch,
+            peer: denied.peer.as_ref(),
+            extra: Vec::new(),
+        }
+    }
+
+    /// Only protocol members.
+    pub fn with_extra(extra: &[(&str, serde_json::Value)]) -> Self {
+        Self {
+            extra: extra
+                .iter()
+                .map(|(k, v)| ((*k).to_owned(), v.clone()))
+                .collect(),
+            ..Self::default()
+        }
+    }
 }
 
-/// [`refuse`] for a denied check: an identity mismatch at check 12 reports the peer (its
-/// SPIFFE ID observed, its certificate as evidence), as a refused read does.
-pub async fn refuse_denied(
-    enf: &Enforcement,
-    denied: &Denied,
-    cx: &WriteContext,
-    lease_raw: Option<&[u8]>,
-    evidence_body: Option<&[u8]>,
-) -> Response<ProxyBody> {
-    let (refusal, epoch, peer) = (&denied.refusal, denied.current_epoch, denied.peer.as_ref());
-    refuse_as(enf, refusal, cx, lease_raw, evidence_body, epoch, peer, &[]).await
+/// A refusal, recorded: counted in `palisade_refusals_total`, its rejection receipt in the
+/// chain (when enforcement keeps one and the store took it), its drift event emitted. What
+/// every surface renders once, in its own wire form: problem+json ([`Refused::into_response`]),
+/// a JSON-RPC error whose data is [`Refused::problem`], an escrow's refused record, an RCNS
+/// step's failure. Nothing reads a receipt back out of a rendered answer.
+#[derive(Debug)]
+pub struct Refused {
+    pub refusal: Refusal,
+    /// The rejection receipt's JSON, when it was stored.
+    pub receipt: Option<serde_json::Value>,
+    pub current_epoch: Option<u64>,
+    request_id: String,
+    trace_id: std::sync::Arc<str>,
+    extra: Vec<(String, serde_json::Value)>,
+    /// Headers a protocol adds to the answer (admission's `WWW-Authenticate`).
+    added: Vec<(http::HeaderName, HeaderValue)>,
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn refuse_as(
-    enf: &Enforcement,
-    refusal: &Refusal,
+impl Refused {
+    /// The refusal with `name: value` on its answer, in whatever form it is rendered.
+    pub fn with_header(mut self, name: http::HeaderName, value: HeaderValue) -> Self {
+        self.added.push((name, value));
+        self
+    }
+
+    /// The HTTP status its answer has.
+    pub fn status(&self) -> http::StatusCode {
+        http::StatusCode::from_u16(self.refusal.status())
+            .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR)
+    }
+
+    pub fn code(&self) -> ErrorCode {
+        self.refusal.code
+    }
+
+    /// The problem document: the refusal, its receipt, `current_epoch`, the protocol's members.
+    pub fn problem(&self) -> Problem {
+        let mut problem = Problem::from_refusal(&self.refusal, &self.request_id, &self.trace_id);
+        for (k, v) in &self.extra {
+            problem.extensions.insert(k.clone(), v.clone());
+        }
+        if let Some(epoch) = self.current_epoch {
+            problem
+                .extensions
+                .insert("current_epoch".into(), serde_json::json!(epoch));
+        }
+        if let Some(r) = &self.receipt {
+            problem.extensions.insert("receipt".into(), r.clone());
+        }
+        problem
+    }
+
+    /// The headers of a refusal's answer: its receipt and, from the fence, the epoch, and
+    /// those the protocol added.
+    pub fn headers(&self) -> Vec<(http::HeaderName, HeaderValue)> {
+        let mut out = self.added.clone();
+        if let Some(v) = self.receipt.as_ref().and_then(receipt_header_value) {
+            out.push((http::HeaderName::from_static(RECEIPT_HEADER), v));
+        }
+        if let Some(epoch) = self.current_epoch {
+            out.push((
+                http::HeaderName::from_static(FENCE_HEADER),
+                HeaderValue::from(epoch),
+            ));
+        }
+        out
+    }
+
+    /// A JSON-RPC error answering `id` whose data is the problem (SPEC §6), with the same
+    /// headers.
+    pub fn into_rpc(self, id: serde_json::Value, status: http::StatusCode) -> Response<ProxyBody> {
+        let headers = self.headers();
+        let mut resp = crate::net::jsonrpc::error_response(id, status, self.problem().to_json());
+        for (name, value) in headers {
+            resp.headers_mut().insert(name, value);
+        }
+        resp
+    }
+
+    /// problem+json, with `Agent-Commit-Receipt` and `Agent-Fence-Token`.
+    pub fn into_response(self) -> Response<ProxyBody> {
+        let headers = self.headers();
+        let mut resp = self.problem().into_response();
+        for (name, value) in headers {
+            resp.headers_mut().insert(name, value);
+        }
+        resp
+    }
+}
+
+/// The one refusal path: counts the refusal, stores its rejection receipt and emits its drift
+/// event (when enforcement is on), and gives the [`Refused`] each surface renders.
+pub async fn record(
+    state: &AppState,
+    refusal: Refusal,
     cx: &WriteContext,
-    lease_raw: Option<&[u8]>,
-    evidence_body: Option<&[u8]>,
-    current_epoch: Option<u64>,
-    peer: Option<&Mismatch>,
-    extra: &[(&str, serde_json::Value)],
-) -> Response<ProxyBody> {
+    evidence: Evidence<'_>,
+) -> Refused {
+    state.metrics.refusal(refusal.code);
     let request_id = uuid::Uuid::new_v4().to_string();
-    let lease_id = lease_raw.and_then(lease_id_hint);
+    let receipt = match &state.enforcement {
+        Some(enf) => keep(enf, &refusal, cx, &evidence).await,
+        None => None,
+    };
+    Refused {
+        refusal,
+        receipt,
+        current_epoch: evidence.current_epoch,
+        request_id,
+        trace_id: cx.trace_id.clone(),
+        extra: evidence.extra,
+        added: Vec::new(),
+    }
+}
+
+/// The rejection receipt (its JSON, if stored) and the drift event of a refusal.
+async fn keep(
+    enf: &Enforcement,
+    refusal: &Refusal,
+    cx: &WriteContext,
+    ev: &Evidence<'_>,
+) -> Option<serde_json::Value> {
+    let lease_id = ev.lease.and_then(lease_id_hint);
     let body = ReceiptBody {
-        lease_id: lease_id.clone(),
+        lease_id,
         method: Some(cx.method.to_string()),
         code: Some(refusal.code.as_str().to_owned()),
         trace_id: Some(cx.trace_id.to_string()),
-        cas_fence_epoch: current_epoch,
+        cas_fence_epoch: ev.current_epoch,
         lockfile_digest: cx.lockfile_digest.clone(),
         caller: cx.caller.clone(),
         connector: cx.connector.clone(),
@@ -200,13 +306,13 @@ async fn refuse_as(
         )
     };
     let sealed = enf.store.append_receipt(body).await;
-    let observed = match peer {
+    let observed = match ev.peer {
         Some(m) => m.observed.clone().unwrap_or_else(|| "none".into()),
         None => cx.operation.clone(),
     };
     // A contract refusal's offending payload is the body; a peer's, its certificate; any
     // other's, the lease.
-    let evidence = match peer {
+    let evidence = match ev.peer {
         Some(m) => Some(m.certificate.clone()),
         None if matches!(
             refusal.code,
@@ -215,9 +321,9 @@ async fn refuse_as(
                 | ErrorCode::ConnectorPostcondition
         ) =>
         {
-            evidence_body.map(<[u8]>::to_vec)
+            ev.body.map(<[u8]>::to_vec)
         }
-        None => lease_raw.map(<[u8]>::to_vec),
+        None => ev.lease.map(<[u8]>::to_vec),
     };
     if let Some(mut event) = DriftEvent::for_refusal(
         refusal,
@@ -238,7 +344,7 @@ async fn refuse_as(
             caller: cx.caller.clone(),
         },
     ) {
-        if let Some(m) = peer {
+        if let Some(m) = ev.peer {
             event
                 .diagnostics
                 .insert("expectedIdentity".into(), m.expected.clone().into());
@@ -248,51 +354,58 @@ async fn refuse_as(
         }
         enf.drift.emit(&event);
     }
-    let mut problem = Problem::from_refusal(refusal, &request_id, &cx.trace_id);
-    for (k, v) in extra {
-        problem.extensions.insert((*k).to_owned(), v.clone());
-    }
-    if let Some(epoch) = current_epoch {
-        problem
-            .extensions
-            .insert("current_epoch".into(), serde_json::json!(epoch));
-    }
-    let receipt_value = match &sealed {
-        Ok(r) => {
-            problem.extensions.insert("receipt".into(), r.value.clone());
-            receipt_header(r)
-        }
+    match sealed {
+        Ok(r) => Some(r.value),
         Err(e) => {
             tracing::error!(error = %e, "rejection receipt not stored");
             None
         }
-    };
-    let mut resp = problem.into_response();
-    if let Some(v) = receipt_value {
-        resp.headers_mut().insert(RECEIPT_HEADER, v);
     }
-    if let Some(epoch) = current_epoch {
-        resp.headers_mut()
-            .insert(FENCE_HEADER, HeaderValue::from(epoch));
-    }
-    resp
 }
 
-/// A refused write: problem+json, rejection receipt, drift event, refusal metric.
+/// The lease document an HTTP write carried in `Agent-Compensation-Lease`, for its refusal's
+/// receipt and evidence.
+pub(crate) fn carried_lease(headers: &http::HeaderMap) -> Option<Vec<u8>> {
+    headers
+        .get(headers::LEASE_HEADER)
+        .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok())
+        .map(std::borrow::Cow::into_owned)
+}
+
+/// A refused check, recorded ([`record`]) with the lease and body it came with.
+pub(crate) async fn refuse_denied(
+    state: &AppState,
+    denied: Denied,
+    cx: &WriteContext,
+    lease: Option<&[u8]>,
+    body: Option<&[u8]>,
+) -> Refused {
+    let Denied {
+        refusal,
+        current_epoch,
+        peer,
+    } = denied;
+    let evidence = Evidence {
+        lease,
+        body,
+        current_epoch,
+        peer: peer.as_ref(),
+        extra: Vec::new(),
+    };
+    record(state, refusal, cx, evidence).await
+}
+
+/// A refused HTTP write, recorded: the lease it carried in `Agent-Compensation-Lease` and its
+/// body are the evidence.
 pub(crate) async fn refuse_write(
     state: &AppState,
-    enf: &Enforcement,
     parts: &http::request::Parts,
     denied: Denied,
     cx: &WriteContext,
     body: &[u8],
-) -> Response<ProxyBody> {
-    state.metrics.refusal(denied.refusal.code);
-    let lease = parts
-        .headers
-        .get(headers::LEASE_HEADER)
-        .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
-    refuse_denied(enf, &denied, cx, lease.as_deref(), Some(body)).await
+) -> Refused {
+    let lease = carried_lease(&parts.headers);
+    refuse_denied(state, denied, cx, lease.as_deref(), Some(body)).await
 }
 
 /// The `lease_id` of a refused lease document (which may not verify), for its receipt.

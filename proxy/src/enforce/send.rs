@@ -17,6 +17,7 @@ use crate::enforce::idempotency::{self};
 use crate::enforce::identity;
 use crate::enforce::permit::Permit;
 use crate::enforce::receipts;
+use crate::enforce::written::Written;
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::conn::ConnInfo;
 use crate::net::problem::Problem;
@@ -71,7 +72,7 @@ pub(crate) async fn forward(
     cx: &WriteContext,
     keep: Keep,
     cap: Option<&Capability>,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Written {
     let dry_run = permit.is_dry_run();
     let target = match (&state.shadow, dry_run) {
         (Some(shadow), true) => Some(shadow),
@@ -106,8 +107,8 @@ pub(crate) async fn forward(
         }
         _ => resp,
     };
-    let (resp, _) = settle(state, enf, permit, cx, note, resp, keep).await;
-    (resp, outcome)
+    let (resp, receipt) = settle(state, enf, permit, cx, note, resp, keep).await;
+    Written::with_receipt(resp, outcome, receipt)
 }
 
 /// The upstream leg of a permitted write: the fence token on, the binding's identity and

@@ -13,7 +13,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::Response;
+
 use palisade_policy::ErrorCode;
 
 use crate::context::AppState;
@@ -28,15 +28,16 @@ use crate::enforce::facts::WriteFacts;
 use crate::enforce::forward::forward_plain;
 use crate::enforce::idempotency::{self, Begin};
 use crate::enforce::permit::Disposition;
-use crate::enforce::receipts::refuse_write as refuse;
+use crate::enforce::receipts;
 use crate::enforce::send::{forward, Keep};
-use crate::net::body::{self, ProxyBody};
+use crate::enforce::written::Written;
+use crate::net::body;
 use crate::net::conn::ConnInfo;
 use crate::net::problem::Problem;
 use palisade_policy::rich::{IdempotencyKey, SideEffect};
 
-/// An enforced write whose body has been read.
-pub(crate) async fn handle(
+/// An enforced write whose body has been read: what it came to ([`Written`]).
+pub(crate) async fn run(
     state: &Arc<AppState>,
     enf: &Arc<Enforcement>,
     conn: &Arc<ConnInfo>,
@@ -45,7 +46,7 @@ pub(crate) async fn handle(
     mut cx: WriteContext,
     // The bundle version the pipeline loaded: it decides this request from admission to end.
     bundle: Option<Arc<palisade_policy::rich::Bundle>>,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Written {
     let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
     cx.bind(bundle.as_deref(), &binding);
     if let Some(cap) = binding.capability() {
@@ -61,10 +62,11 @@ pub(crate) async fn handle(
                 palisade_policy::rich::check_parameters(cap, parts.uri.path(), parts.uri.query())
             });
             if let Err(refusal) = checked {
-                let resp = refuse(state, enf, &parts, refusal.into(), &cx, &bytes).await;
-                return (resp, Outcome::Refused);
+                return refuse(state, &parts, refusal.into(), &cx, &bytes).await;
             }
-            return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+            let (resp, outcome) =
+                forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+            return Written::plain(resp, outcome);
         }
         if cap.contract.idempotency_key == IdempotencyKey::Required
             && !parts.headers.contains_key(idempotency::KEY_HEADER)
@@ -73,8 +75,7 @@ pub(crate) async fn handle(
                 ErrorCode::IdempotencyKeyRequired,
                 "the operation's contract requires an Idempotency-Key",
             );
-            let resp = refuse(state, enf, &parts, refusal.into(), &cx, &bytes).await;
-            return (resp, Outcome::Refused);
+            return refuse(state, &parts, refusal.into(), &cx, &bytes).await;
         }
     }
     let who = Requester::of(&state.config, &parts, conn);
@@ -94,11 +95,10 @@ pub(crate) async fn handle(
     let keep = match idempotency::begin(enf, &key, times).await {
         Ok(None) => Keep::Nothing,
         Ok(Some(Begin::Fresh(pending))) => Keep::Key(pending),
-        Ok(Some(Begin::Replay(resp))) => return (resp, Outcome::Replayed),
-        Err(refusal) => {
-            let resp = refuse(state, enf, &parts, refusal.into(), &cx, &bytes).await;
-            return (resp, Outcome::Refused);
+        Ok(Some(Begin::Replay { resp, receipt })) => {
+            return Written::with_receipt(resp, Outcome::Replayed, receipt)
         }
+        Err(refusal) => return refuse(state, &parts, refusal.into(), &cx, &bytes).await,
     };
     let permit = match checks::check(
         &state.config,
@@ -114,8 +114,7 @@ pub(crate) async fn handle(
         Ok(p) => p,
         Err(denied) => {
             keep.release().await;
-            let resp = refuse(state, enf, &parts, denied, &cx, &bytes).await;
-            return (resp, Outcome::Refused);
+            return refuse(state, &parts, denied, &cx, &bytes).await;
         }
     };
     let trace_id = cx.trace_id.clone();
@@ -131,7 +130,7 @@ pub(crate) async fn handle(
                     };
                     let answer = escrow::Answer::Http;
                     escrow::hold(
-                        &enf, permit, parts, bytes, &conn, &who, &cx, pending, answer,
+                        &state, &enf, permit, parts, bytes, &conn, &who, &cx, pending, answer,
                     )
                     .await
                 }
@@ -150,7 +149,18 @@ pub(crate) async fn handle(
                 &trace_id,
             )
             .into_response();
-            (resp, Outcome::Error)
+            Written::plain(resp, Outcome::Error)
         }
     }
+}
+
+/// A refused HTTP write, recorded, as its client gets it: problem+json.
+async fn refuse(
+    state: &AppState,
+    parts: &http::request::Parts,
+    denied: crate::enforce::permit::Denied,
+    cx: &WriteContext,
+    body: &[u8],
+) -> Written {
+    Written::refused(receipts::refuse_write(state, parts, denied, cx, body).await)
 }

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 
-use http::{header, Response};
+use http::Response;
 use palisade_policy::admission::Call;
 use palisade_policy::rich::Bundle;
 use serde_json::Value;
@@ -14,8 +14,8 @@ use serde_json::Value;
 use super::call::ToolCall;
 use crate::admission::{self, Presented};
 use crate::context::{AppState, Binding, WriteContext};
+use crate::enforce::receipts::Refused;
 use crate::net::body::ProxyBody;
-use crate::net::jsonrpc::rewrap;
 
 /// Decides a tool call; `Ok` when admission does not apply or admits it, with who acted
 /// when a token says.
@@ -26,7 +26,7 @@ pub(super) async fn tool_call(
     binding: &Binding<'_>,
     call: &ToolCall,
     cx: &WriteContext,
-) -> Result<Option<String>, Response<ProxyBody>> {
+) -> Result<Option<String>, Refused> {
     let (Some(adm), Some(enf), Some(bundle), Some(presented), Binding::Bound(cap)) = (
         &state.admission,
         &state.enforcement,
@@ -45,7 +45,7 @@ pub(super) async fn tool_call(
         operation: &cap.operation,
         contract_digest: &cap.contract.digest,
     };
-    admission::check_input(state, enf, adm, &admitted, Some(&call.arguments), cx, named).await?;
+    admission::check_input(state, adm, &admitted, Some(&call.arguments), cx, named).await?;
     Ok(Some(admitted.caller()))
 }
 
@@ -55,7 +55,7 @@ pub(super) async fn listing(
     state: &AppState,
     presented: Option<&Presented>,
     cx: &WriteContext,
-) -> Result<Option<BTreeSet<String>>, Response<ProxyBody>> {
+) -> Result<Option<BTreeSet<String>>, Refused> {
     let (Some(adm), Some(enf), Some(presented)) = (&state.admission, &state.enforcement, presented)
     else {
         return Ok(None);
@@ -98,12 +98,7 @@ pub(super) fn only_granted(
 }
 
 /// An admission refusal as a JSON-RPC error, its HTTP status and challenge kept.
-pub(super) async fn as_rpc(resp: Response<ProxyBody>, id: Value) -> Response<ProxyBody> {
-    let status = resp.status();
-    let challenge = resp.headers().get(header::WWW_AUTHENTICATE).cloned();
-    let mut out = rewrap(resp, id, status).await;
-    if let Some(c) = challenge {
-        out.headers_mut().insert(header::WWW_AUTHENTICATE, c);
-    }
-    out
+pub(super) fn as_rpc(refused: Refused, id: Value) -> Response<ProxyBody> {
+    let status = refused.status();
+    refused.into_rpc(id, status)
 }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, Response};
+use http::header;
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::Value;
 
@@ -22,10 +22,10 @@ use crate::context::WriteContext;
 use crate::enforce::checks;
 use crate::enforce::facts::Requester;
 use crate::enforce::idempotency;
-use crate::enforce::permit;
+use crate::enforce::receipts::Refused;
 use crate::enforce::send;
 use crate::enforce::send::Keep;
-use crate::net::body::{self, ProxyBody};
+use crate::net::body;
 use crate::net::conn::ConnInfo;
 
 /// Releases a held tool call; a refusal comes back as its code and its problem response
@@ -40,11 +40,11 @@ pub(crate) async fn release(
     who: &Requester,
     cx: &mut WriteContext,
     keep: Keep,
-) -> Result<(), (ErrorCode, Response<ProxyBody>)> {
+) -> Result<(), Refused> {
     let msg = palisade_policy::json::parse(&bytes, state.config.max_json_depth).ok();
     let Some((msg, call)) = msg.and_then(|m| call::ToolCall::of(&m).map(|c| (m, c))) else {
         let refusal = Refusal::new(ErrorCode::Internal, "the held tool call cannot be read");
-        return Err(refused(state, cx, refusal.into(), None, &bytes).await);
+        return Err(super::refusal::record(state, cx, refusal.into(), None, &bytes).await);
     };
     let bundle = state.bundle.load_full();
     let binding = call.binding(bundle.as_deref());
@@ -63,7 +63,8 @@ pub(crate) async fn release(
     {
         Ok(p) => p,
         Err(denied) => {
-            return Err(refused(state, cx, denied, call.lease.as_deref(), &call.args).await)
+            let lease = call.lease.as_deref();
+            return Err(super::refusal::record(state, cx, denied, lease, &call.args).await);
         }
     };
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
@@ -88,16 +89,4 @@ pub(crate) async fn release(
     // Read to its end: a streamed answer is committed by its relay before the stream ends.
     let _ = body::collect_proxy(resp.into_body(), state.config.max_response).await;
     Ok(())
-}
-
-async fn refused(
-    state: &AppState,
-    cx: &WriteContext,
-    denied: permit::Denied,
-    lease: Option<&[u8]>,
-    evidence: &[u8],
-) -> (ErrorCode, Response<ProxyBody>) {
-    let code = denied.refusal.code;
-    let resp = super::refusal::refusal_problem(state, cx, denied, lease, evidence).await;
-    (code, resp)
 }

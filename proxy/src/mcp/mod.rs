@@ -18,8 +18,6 @@
 
 use std::sync::Arc;
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
 use bytes::Bytes;
 use http::{header, HeaderValue, Method, Response, StatusCode};
 use palisade_policy::rich::{IdempotencyKey, SideEffect};
@@ -42,7 +40,6 @@ use crate::enforce::send;
 use crate::enforce::send::Keep;
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::conn::ConnInfo;
-use crate::net::headers;
 use crate::net::jsonrpc::{self, rpc_error};
 use crate::net::problem::Problem;
 
@@ -202,7 +199,7 @@ async fn tool_call(
     // its arguments, before anything else is looked at.
     match admit::tool_call(state, presented, bundle.as_deref(), &binding, &call, &cx).await {
         Ok(caller) => cx.caller = caller,
-        Err(resp) => return (admit::as_rpc(resp, id).await, Outcome::Refused),
+        Err(refused) => return (admit::as_rpc(refused, id), Outcome::Refused),
     }
     // Every refusal from here names the call's lease (if any) and has its arguments as
     // evidence.
@@ -275,7 +272,9 @@ async fn tool_call(
     let keep = match idempotency::begin(&enf, &key_request, times).await {
         Ok(None) => Keep::Nothing,
         Ok(Some(Begin::Fresh(pending))) => Keep::Key(pending),
-        Ok(Some(Begin::Replay(resp))) => return (replayed(resp, id).await, Outcome::Replayed),
+        Ok(Some(Begin::Replay { resp, receipt })) => {
+            return (replayed(resp, receipt, id).await, Outcome::Replayed)
+        }
         Err(refusal) => return refused(refusal.into()).await,
     };
     let permit = match checks::check(
@@ -315,9 +314,10 @@ async fn tool_call(
                 let lease = call.lease;
                 let answer = escrow::Answer::Mcp { id, typed, lease };
                 return escrow::hold(
-                    &enf, permit, parts, bytes, &conn, &who, &cx, pending, answer,
+                    &state, &enf, permit, parts, bytes, &conn, &who, &cx, pending, answer,
                 )
-                .await;
+                .await
+                .into_pair();
             }
             let commit = results::Commit { enf, permit, keep };
             let upstream = match (commit.permit.is_dry_run(), &state.shadow) {
@@ -376,7 +376,11 @@ fn idempotency_headers(headers: &http::HeaderMap, meta_key: Option<&str>) -> htt
 }
 
 /// A stored answer sent again: as the answer to this request's id, its receipt in `_meta`.
-async fn replayed(resp: Response<ProxyBody>, id: Value) -> Response<ProxyBody> {
+async fn replayed(
+    resp: Response<ProxyBody>,
+    receipt: Option<Value>,
+    id: Value,
+) -> Response<ProxyBody> {
     let (mut parts, body) = resp.into_parts();
     // Stored by this process, bounded when it was stored.
     let bytes = body::collect_proxy(body, u64::MAX)
@@ -388,11 +392,6 @@ async fn replayed(resp: Response<ProxyBody>, id: Value) -> Response<ProxyBody> {
     if let Some(obj) = msg.as_object_mut() {
         obj.insert("id".into(), id);
     }
-    let receipt = parts
-        .headers
-        .get(headers::RECEIPT_HEADER)
-        .and_then(|v| URL_SAFE_NO_PAD.decode(v.as_bytes()).ok())
-        .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
     let msg = jsonrpc::with_receipt(msg, receipt);
     parts.headers.remove(header::CONTENT_LENGTH);
     let out = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
@@ -416,7 +415,7 @@ async fn list(
     // With a token, the listing shows only the bound tools it grants (SPEC §13).
     let granted = match admit::listing(state, presented, &cx).await {
         Ok(g) => g,
-        Err(resp) => return (admit::as_rpc(resp, id).await, Outcome::Refused),
+        Err(refused) => return (admit::as_rpc(refused, id), Outcome::Refused),
     };
     let (resp, outcome) = forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
     let Some(bundle) = bundle else {

@@ -6,7 +6,6 @@ use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::net::body::{self, ProxyBody};
-use crate::net::headers::{FENCE_HEADER, RECEIPT_HEADER};
 use crate::net::problem::Problem;
 
 /// JSON-RPC error code of a Palisade refusal (SPEC §6).
@@ -37,28 +36,6 @@ pub(crate) fn with_receipt(mut msg: Value, receipt: Option<Value>) -> Value {
         }
     }
     msg
-}
-
-/// A problem+json response re-cast as a JSON-RPC error, keeping its receipt headers.
-pub(crate) async fn rewrap(
-    resp: Response<ProxyBody>,
-    id: Value,
-    status: StatusCode,
-) -> Response<ProxyBody> {
-    let (parts, body) = resp.into_parts();
-    // The problem was made here, in memory; the bound is only a guard.
-    let problem: Value = body::collect_proxy(body, 1 << 20)
-        .await
-        .ok()
-        .and_then(|b| serde_json::from_slice(&b).ok())
-        .unwrap_or(Value::Null);
-    let mut out = error_response(id, status, problem);
-    for name in [RECEIPT_HEADER, FENCE_HEADER] {
-        if let Some(v) = parts.headers.get(name) {
-            out.headers_mut().insert(name, v.clone());
-        }
-    }
-    out
 }
 
 pub(crate) fn rpc_error(id: Value, status: StatusCode, p: &Problem) -> Response<ProxyBody> {

@@ -69,7 +69,11 @@ impl Problem {
         doc
     }
 
+    /// The response; its code also travels in the response's extensions (never on the
+    /// wire), so a stage that made it can tell the sidecar's problem from an upstream's
+    /// without reading the body back.
     pub fn into_response(self) -> Response<ProxyBody> {
+        let code = self.code;
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self.to_json()).unwrap_or_default();
         let mut resp = Response::new(body::full(body));
@@ -82,6 +86,7 @@ impl Problem {
             header::CACHE_CONTROL,
             header::HeaderValue::from_static("no-store"),
         );
+        resp.extensions_mut().insert(code);
         resp
     }
 }

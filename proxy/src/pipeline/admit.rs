@@ -3,6 +3,7 @@
 //! decided by `admission::gate` before its body is read; its input is held to the granted
 //! bound once it is.
 
+use crate::enforce::receipts::Refused;
 use std::sync::Arc;
 
 use http::Response;
@@ -37,6 +38,7 @@ pub async fn stage(
     admission::gate(state, enf, adm, presented, bundle, cap, &cx)
         .await
         .map(Some)
+        .map_err(Refused::into_response)
 }
 
 /// The body of an admitted write against the granted bound.
@@ -48,8 +50,7 @@ pub async fn input(
     bytes: &[u8],
     cx: &WriteContext,
 ) -> Result<(), Response<ProxyBody>> {
-    let (Some(adm), Some(enf), Some(bundle)) = (&state.admission, &state.enforcement, bundle)
-    else {
+    let (Some(adm), Some(_), Some(bundle)) = (&state.admission, &state.enforcement, bundle) else {
         return Ok(());
     };
     let Binding::Bound(cap) = Binding::of(Some(bundle), &parts.method, parts.uri.path()) else {
@@ -63,5 +64,7 @@ pub async fn input(
         contract_digest: &cap.contract.digest,
     };
     let input = palisade_policy::json::parse(bytes, state.config.max_json_depth).ok();
-    admission::check_input(state, enf, adm, admitted, input.as_ref(), &cx, call).await
+    admission::check_input(state, adm, admitted, input.as_ref(), &cx, call)
+        .await
+        .map_err(Refused::into_response)
 }

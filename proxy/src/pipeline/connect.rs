@@ -19,8 +19,6 @@
 
 use std::sync::Arc;
 
-use base64::engine::general_purpose::URL_SAFE_NO_PAD;
-use base64::Engine as _;
 use bytes::Bytes;
 use http::{HeaderValue, Method, Response};
 use palisade_policy::drift::Action;
@@ -29,11 +27,11 @@ use palisade_policy::rich::connector::ConnectorError;
 use palisade_policy::rich::{connections, Bundle, Capability, Connection, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
 
-use crate::context::{AppState, Binding, Enforcement, WriteContext};
+use crate::context::{AppState, Binding, WriteContext};
 use crate::enforce::output::{self, Observed};
 use crate::enforce::receipts;
+use crate::enforce::written::Written;
 use crate::net::body::{self, CollectError, ProxyBody};
-use crate::net::headers;
 
 /// Headers that describe the body as the agent sent it, and are wrong once it is mapped.
 const BODY_HEADERS: [&str; 4] = [
@@ -54,7 +52,6 @@ pub(super) struct Back {
 /// unchanged. `Ok(Some)`: `parts` now address the target and the returned bytes are its body.
 pub(super) async fn request(
     state: &AppState,
-    enf: &Enforcement,
     bundle: Option<&Arc<Bundle>>,
     parts: &mut http::request::Parts,
     bytes: &Bytes,
@@ -81,13 +78,14 @@ pub(super) async fn request(
     let (path, mapped) = match mapped {
         Ok(m) => m,
         Err(refusal) => {
-            state.metrics.refusal(refusal.code);
-            let lease = parts
-                .headers
-                .get(headers::LEASE_HEADER)
-                .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok());
-            let resp = receipts::refuse(enf, &refusal, cx, lease.as_deref(), Some(bytes), None);
-            return Err(resp.await);
+            let lease = receipts::carried_lease(&parts.headers);
+            let evidence = receipts::Evidence {
+                lease: lease.as_deref(),
+                body: Some(bytes),
+                ..receipts::Evidence::default()
+            };
+            let refused = receipts::record(state, refusal, cx, evidence).await;
+            return Err(refused.into_response());
         }
     };
     readdress(parts, &target.operation, &path, mapped.len());
@@ -185,8 +183,9 @@ pub(super) async fn response(
     state: &AppState,
     back: Back,
     cx: &WriteContext,
-    resp: Response<ProxyBody>,
+    written: Written,
 ) -> Response<ProxyBody> {
+    let Written { resp, receipt, .. } = written;
     let bundle = &back.bundle;
     let Some(conn) = bundle.connection_of(back.source) else {
         return resp;
@@ -196,11 +195,8 @@ pub(super) async fn response(
     };
     // Only the SoR's own answer is mapped: a dry run's or an escrow hold's 2xx is the
     // sidecar's (its receipt says which), and an idempotent replay carries the commit's.
-    let commit = resp
-        .headers()
-        .get(headers::RECEIPT_HEADER)
-        .and_then(decode_receipt)
-        .filter(|r| r.get("kind").and_then(serde_json::Value::as_str) == Some("commit"));
+    let commit =
+        receipt.filter(|r| r.get("kind").and_then(serde_json::Value::as_str) == Some("commit"));
     let Some(commit) = commit else {
         return resp;
     };
@@ -267,11 +263,6 @@ pub(super) async fn response(
         .insert("upstream_status".into(), head.status.as_u16().into());
     p.extensions.insert("commit_receipt".into(), commit);
     output::with_receipt_header(p)
-}
-
-fn decode_receipt(h: &HeaderValue) -> Option<serde_json::Value> {
-    let bytes = URL_SAFE_NO_PAD.decode(h.as_bytes()).ok()?;
-    serde_json::from_slice(&bytes).ok()
 }
 
 /// The mapped answer against the source contract's `structural.output`.

@@ -27,7 +27,8 @@ use crate::aip::{quote_channel, relay};
 use crate::authority;
 use crate::context::{AppState, Binding, Outcome, WriteContext};
 use crate::enforce::forward::forward_plain;
-use crate::enforce::{escrow, facts, output, receipts, write};
+use crate::enforce::receipts::{self, Evidence};
+use crate::enforce::{escrow, facts, output, write};
 use crate::mcp;
 use crate::net::body::{self, CollectError};
 use crate::net::conn::ConnInfo;
@@ -77,7 +78,6 @@ pub async fn handle(
     if let Err(refusal) = prepared {
         // Nothing of it has reached anyone: refused with a receipt and a drift event, as any
         // other refusal, when enforcement keeps receipts.
-        state.metrics.refusal(refusal.code);
         // The spelling refused is the client's, not an operation: events and receipts name
         // the method only, so no client-chosen text reaches an operator's tools.
         let cx = WriteContext::new(
@@ -85,10 +85,8 @@ pub async fn handle(
             ex.trace_id.clone(),
             format!("{} <refused request form>", ex.method),
         );
-        let resp = match &state.enforcement {
-            Some(enf) => receipts::refuse(enf, &refusal, &cx, None, None, None).await,
-            None => refuse(refusal.code, &refusal.detail),
-        };
+        let refused = receipts::record(&state, refusal, &cx, Evidence::default());
+        let resp = Box::pin(refused).await.into_response();
         return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
     }
 
@@ -222,18 +220,13 @@ pub async fn handle(
         if let Some(cap) = binding.capability() {
             let (path, query) = (parts.uri.path(), parts.uri.query());
             if let Err(refusal) = palisade_policy::rich::check_parameters(cap, path, query) {
-                state.metrics.refusal(refusal.code);
                 let pq = parts.uri.path_and_query().map_or("", |p| p.as_str());
-                let resp = match &state.enforcement {
-                    Some(enf) => {
-                        let evidence = Some(pq.as_bytes());
-                        receipts::refuse(enf, &refusal, &cx, None, evidence, None).await
-                    }
-                    None => {
-                        let id = uuid::Uuid::new_v4().to_string();
-                        Problem::from_refusal(&refusal, &id, &trace_id).into_response()
-                    }
+                let evidence = Evidence {
+                    body: Some(pq.as_bytes()),
+                    ..Evidence::default()
                 };
+                let refused = receipts::record(&state, refusal, &cx, evidence);
+                let resp = Box::pin(refused).await.into_response();
                 return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
             }
         }
@@ -300,21 +293,22 @@ pub async fn handle(
                 // everything after it decides on the request the SoR will receive.
                 let mut cx = cx;
                 let mut parts = parts;
-                let mapped =
-                    connect::request(&state, enf, bundle.as_ref(), &mut parts, &bytes, &mut cx);
+                let mapped = connect::request(&state, bundle.as_ref(), &mut parts, &bytes, &mut cx);
                 let (bytes, back) = match Box::pin(mapped).await {
                     Ok(Some((mapped, back))) => (mapped, Some(back)),
                     Ok(None) => (bytes, None),
                     Err(resp) => return Ok(finish(&state, resp, ex, Outcome::Refused, inflight)),
                 };
                 let kept = back.as_ref().map(|_| cx.clone());
-                let (resp, outcome) =
-                    Box::pin(write::handle(&state, enf, &conn, parts, bytes, cx, bundle)).await;
+                let written =
+                    Box::pin(write::run(&state, enf, &conn, parts, bytes, cx, bundle)).await;
+                let outcome = written.outcome;
                 let resp = match (back, kept) {
                     (Some(back), Some(cx)) => {
-                        Box::pin(connect::response(&state, back, &cx, resp)).await
+                        let mapped = connect::response(&state, back, &cx, written);
+                        Box::pin(mapped).await
                     }
-                    _ => resp,
+                    _ => written.resp,
                 };
                 return Ok(finish(&state, resp, ex, outcome, inflight));
             }

@@ -5,20 +5,21 @@ use http::{Response, StatusCode};
 use palisade_policy::Refusal;
 use serde_json::Value;
 
-use crate::context::{AppState, Enforcement, Outcome, WriteContext};
+use crate::context::{AppState, Outcome, WriteContext};
 use crate::enforce::receipts;
 use crate::net::body::{self, ProxyBody};
 
 /// A receipted refusal with `extra` members.
 pub async fn refused(
     state: &AppState,
-    enf: &Enforcement,
     cx: &WriteContext,
     r: Refusal,
     extra: Vec<(&'static str, Value)>,
 ) -> (Response<ProxyBody>, Outcome) {
-    state.metrics.refusal(r.code);
-    let resp = receipts::refuse_with(enf, &r, cx, &extra).await;
+    let evidence = receipts::Evidence::with_extra(&extra);
+    let resp = receipts::record(state, r, cx, evidence)
+        .await
+        .into_response();
     (resp, Outcome::Refused)
 }
 

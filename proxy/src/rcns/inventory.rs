@@ -37,7 +37,7 @@ pub async fn contracts(
     cx: WriteContext,
 ) -> (Response<ProxyBody>, Outcome) {
     let Some(agent) = agent(who) else {
-        return unidentified(state, enf, who, &cx).await;
+        return unidentified(state, who, &cx).await;
     };
     let owner = (!who.sees_all()).then_some(agent.as_str());
     match enf
@@ -53,7 +53,7 @@ pub async fn contracts(
                 .collect();
             (json(200, &Value::Array(list)), Outcome::Forwarded)
         }
-        Err(e) => store_down(state, enf, &cx, &e).await,
+        Err(e) => store_down(state, &cx, &e).await,
     }
 }
 
@@ -72,7 +72,7 @@ pub async fn contract(
         Some(v) => (json(200, &v), Outcome::Forwarded),
         None => {
             let r = Refusal::new(ErrorCode::Internal, "the stored contract cannot be read");
-            refused(state, enf, &cx, r, Vec::new()).await
+            refused(state, &cx, r, Vec::new()).await
         }
     }
 }
@@ -111,7 +111,7 @@ async fn find(
     cx: &WriteContext,
 ) -> Result<RcnsRecord, (Response<ProxyBody>, Outcome)> {
     let Some(agent) = agent(who) else {
-        return Err(unidentified(state, enf, who, cx).await);
+        return Err(unidentified(state, who, cx).await);
     };
     let what = match kind {
         RcnsKind::Contract => "contract",
@@ -124,9 +124,9 @@ async fn find(
                 ErrorCode::NotFound,
                 format!("no live {what} with this id (it never was, or it expired)"),
             );
-            return Err(refused(state, enf, cx, r, Vec::new()).await);
+            return Err(refused(state, cx, r, Vec::new()).await);
         }
-        Err(e) => return Err(store_down(state, enf, cx, &e).await),
+        Err(e) => return Err(store_down(state, cx, &e).await),
     };
     if record.owner != agent && !who.sees_all() {
         let r = Refusal::new(
@@ -134,7 +134,7 @@ async fn find(
             format!("the {what} belongs to another agent"),
         )
         .with_reason("contract-not-yours");
-        return Err(refused(state, enf, cx, r, Vec::new()).await);
+        return Err(refused(state, cx, r, Vec::new()).await);
     }
     Ok(record)
 }
@@ -147,7 +147,6 @@ pub fn agent(who: &Who) -> Option<String> {
 /// No identity, or one the callers file does not name.
 pub async fn unidentified(
     state: &AppState,
-    enf: &Enforcement,
     who: &Who,
     cx: &WriteContext,
 ) -> (Response<ProxyBody>, Outcome) {
@@ -162,12 +161,11 @@ pub async fn unidentified(
         )
         .with_reason("rcns-disabled"),
     };
-    refused(state, enf, cx, r, Vec::new()).await
+    refused(state, cx, r, Vec::new()).await
 }
 
 pub async fn store_down(
     state: &AppState,
-    enf: &Enforcement,
     cx: &WriteContext,
     e: &crate::store::StoreError,
 ) -> (Response<ProxyBody>, Outcome) {
@@ -176,5 +174,5 @@ pub async fn store_down(
         ErrorCode::StoreUnavailable,
         "the state store cannot be used; nothing was changed",
     );
-    refused(state, enf, cx, r, Vec::new()).await
+    refused(state, cx, r, Vec::new()).await
 }

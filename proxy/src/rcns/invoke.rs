@@ -59,10 +59,10 @@ pub async fn handle(
             "contract negotiation is disabled on this server",
         )
         .with_reason("rcns-disabled");
-        return refused(state, enf, &cx, r, vec![("lock", json!(1))]).await;
+        return refused(state, &cx, r, vec![("lock", json!(1))]).await;
     }
     let Some(caller) = who.caller() else {
-        return unidentified(state, enf, who, &cx).await;
+        return unidentified(state, who, &cx).await;
     };
     // Our ids are `syn_` and 32 hex; anything much longer names nothing worth a lookup.
     let looked_up = if id.len() <= 128 {
@@ -77,13 +77,13 @@ pub async fn handle(
                 ErrorCode::NotFound,
                 "no live contract with this synthesis_id (it never was, or it expired)",
             );
-            return refused(state, enf, &cx, r, Vec::new()).await;
+            return refused(state, &cx, r, Vec::new()).await;
         }
-        Err(e) => return store_down(state, enf, &cx, &e).await,
+        Err(e) => return store_down(state, &cx, &e).await,
     };
     let Some(contract) = contract else {
         let r = Refusal::new(ErrorCode::Internal, "the stored contract cannot be read");
-        return refused(state, enf, &cx, r, Vec::new()).await;
+        return refused(state, &cx, r, Vec::new()).await;
     };
     // Every receipt from here names the contract, refusals included.
     cx.attribution = Some(Attribution {
@@ -105,19 +105,19 @@ pub async fn handle(
     };
     if let Some(why) = not_yours {
         let r = Refusal::new(ErrorCode::RcnsRefused, why).with_reason("contract-not-yours");
-        return refused(state, enf, &cx, r, Vec::new()).await;
+        return refused(state, &cx, r, Vec::new()).await;
     }
     if contract.revoked {
         let r = Refusal::new(ErrorCode::RcnsRefused, "the operator revoked this contract")
             .with_reason("contract-revoked");
-        return refused(state, enf, &cx, r, Vec::new()).await;
+        return refused(state, &cx, r, Vec::new()).await;
     }
     if parts.method.as_str() != contract.method || parts.uri.path() != contract.path {
         let r = Refusal::new(
             ErrorCode::NotFound,
             "this contract serves another method and path (see INSPECT target=contract)",
         );
-        return refused(state, enf, &cx, r, Vec::new()).await;
+        return refused(state, &cx, r, Vec::new()).await;
     }
     // The identity document may have lost a scope since the contract was made.
     let needed = |have: &std::collections::BTreeSet<String>| -> Vec<String> {
@@ -146,14 +146,7 @@ pub async fn handle(
                 "the contract's steps need authority the caller does not hold or claim",
             )
             .with_reason(reason);
-            return refused(
-                state,
-                enf,
-                &cx,
-                r,
-                vec![("required_scopes", json!(missing))],
-            )
-            .await;
+            return refused(state, &cx, r, vec![("required_scopes", json!(missing))]).await;
         }
     }
     // A use moves a session-scoped contract's idle timeout (never past its expires_at).
@@ -173,9 +166,9 @@ pub async fn handle(
             Ok(crate::store::RcnsPut::Stored) => {}
             Ok(_) => {
                 let r = Refusal::new(ErrorCode::NotFound, "the contract expired meanwhile");
-                return refused(state, enf, &cx, r, Vec::new()).await;
+                return refused(state, &cx, r, Vec::new()).await;
             }
-            Err(e) => return store_down(state, enf, &cx, &e).await,
+            Err(e) => return store_down(state, &cx, &e).await,
         }
     }
     let bundle = state.bundle.load_full();
@@ -186,7 +179,7 @@ pub async fn handle(
     let recipe = compile_recipe(&contract.recipe, "contract", caps, None, &mut Vec::new());
     let Some(recipe) = recipe else {
         let r = refuse(Refusal::new(ErrorCode::RcnsRefused, "the contract's recipe no longer runs against the bundle in force (a step's capability is gone)"));
-        return refused(state, enf, &cx, r, Vec::new()).await;
+        return refused(state, &cx, r, Vec::new()).await;
     };
     let bytes = match body::read_request_body(body, state.config.max_body).await {
         Ok(b) => b,
@@ -195,11 +188,11 @@ pub async fn handle(
                 ErrorCode::BodyTooLarge,
                 "request body exceeds limits.max_body",
             );
-            return refused(state, enf, &cx, r, Vec::new()).await;
+            return refused(state, &cx, r, Vec::new()).await;
         }
         Err(CollectError::Read(_)) => {
             let r = Refusal::new(ErrorCode::BadRequest, "request body could not be read");
-            return refused(state, enf, &cx, r, Vec::new()).await;
+            return refused(state, &cx, r, Vec::new()).await;
         }
     };
     let input = palisade_policy::json::parse(&bytes, state.config.max_json_depth)
@@ -220,7 +213,7 @@ pub async fn handle(
         });
     let input = match input {
         Ok(v) => v,
-        Err(r) => return refused(state, enf, &cx, r, Vec::new()).await,
+        Err(r) => return refused(state, &cx, r, Vec::new()).await,
     };
     // Admission (SPEC §13): where a step's binding requires it, the token must admit that
     // step's operation and contract digest, all of them before the first step runs; each
@@ -242,7 +235,7 @@ pub async fn handle(
             scx.bind(Some(b), &crate::context::Binding::Bound(cap));
             match crate::admission::gate(state, enf, adm, presented, b, cap, &scx).await {
                 Ok(a) => admitted.push(Some(a)),
-                Err(resp) => return (resp, Outcome::Refused),
+                Err(refused) => return (refused.into_response(), Outcome::Refused),
             }
         }
     }

@@ -63,11 +63,11 @@ pub async fn handle(
                 ErrorCode::BodyTooLarge,
                 "a PROPOSE body is limited to 256 KiB",
             );
-            return refused(state, enf, &ask.cx, r, Vec::new()).await;
+            return refused(state, &ask.cx, r, Vec::new()).await;
         }
         Err(CollectError::Read(_)) => {
             let r = Refusal::new(ErrorCode::BadRequest, "request body could not be read");
-            return refused(state, enf, &ask.cx, r, Vec::new()).await;
+            return refused(state, &ask.cx, r, Vec::new()).await;
         }
     };
     let proposal = match Proposal::parse(&bytes) {
@@ -114,7 +114,7 @@ pub async fn implicit(
             ErrorCode::NotFound,
             "no recipe matches this method and path",
         );
-        return refused(state, enf, &ask.cx, r, Vec::new()).await;
+        return refused(state, &ask.cx, r, Vec::new()).await;
     };
     if ask.rcns.config.delivery == crate::config::Delivery::ConfirmFirst {
         let r = Refusal::new(
@@ -128,7 +128,7 @@ pub async fn implicit(
                 json!(format!("{}propose", super::headers::WELL_KNOWN)),
             ),
         ];
-        return refused(state, enf, &ask.cx, r, extra).await;
+        return refused(state, &ask.cx, r, extra).await;
     }
     let semantic = recipe.source.get("semantic").cloned().unwrap_or_else(
         || json!({"intent": recipe.description.clone().unwrap_or_else(|| recipe.name.clone())}),
@@ -171,12 +171,12 @@ async fn open<'a>(
     let allow = super::headers::allowed(parts.headers.get(super::headers::ALLOW_RCNS));
     if let Err(g) = evaluate::gate(enabled, allow, who.caller(), &who.claim) {
         let extra = vec![("lock", json!(g.lock))];
-        return Err(refused(state, enf, &cx, g.refusal, extra).await);
+        return Err(refused(state, &cx, g.refusal, extra).await);
     }
     let (Some(rcns), Some(caller)) = (state.rcns.as_ref(), who.caller()) else {
         // The gate opened only with both; kept as a refusal rather than a panic.
         let r = Refusal::new(ErrorCode::Internal, "negotiation state missing");
-        return Err(refused(state, enf, &cx, r, Vec::new()).await);
+        return Err(refused(state, &cx, r, Vec::new()).await);
     };
     if let Admit::No {
         retry_after,
@@ -188,7 +188,7 @@ async fn open<'a>(
             "too many PROPOSE requests from this agent (rcns.rate_limit)",
         );
         let mut resp = if receipt {
-            refused(state, enf, &cx, r, Vec::new()).await.0
+            refused(state, &cx, r, Vec::new()).await.0
         } else {
             // Past the first refusal of the window: counted, not receipted (a flood of
             // PROPOSEs must not become a flood of durable writes).
@@ -254,7 +254,7 @@ impl Ask<'_> {
             }
         }
         self.keep_attempt(p, Err(&r)).await;
-        refused(self.state, self.enf, &self.cx, r, extra).await
+        refused(self.state, &self.cx, r, extra).await
     }
 
     /// Patterns with the proposal's method or path (seed 000 §3.3: the answer SHOULD name
@@ -356,7 +356,7 @@ impl Ask<'_> {
                 .with_reason("policy-refused");
                 return self.refuse(Some(p), Refused::Plain(r)).await;
             }
-            Err(e) => return store_down(self.state, self.enf, &self.cx, &e).await,
+            Err(e) => return store_down(self.state, &self.cx, &e).await,
         };
         let hash = contract.contract_hash();
         self.keep_attempt(Some(p), Ok(&contract)).await;

@@ -19,6 +19,8 @@ use serde_json::{json, Value};
 
 use super::answer::{json, refused};
 use crate::context::{AppState, Enforcement, Outcome, WriteContext};
+use crate::enforce::receipts::Refused;
+use crate::enforce::written::Written;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
 use crate::net::headers;
@@ -195,26 +197,17 @@ impl Run {
             .attribution
             .clone()
             .map(|a| Attribution { step: Some(i), ..a });
-        let resp = match self.admitted_input(i, req.body.as_ref(), &scx).await {
-            Err(refused) => refused,
+        let written = match self.admitted_input(i, req.body.as_ref(), &scx).await {
+            Err(refused) => Written::refused(refused),
             Ok(()) => {
                 let bundle = self.bundle.clone();
-                crate::enforce::write::handle(state, enf, conn, sp, bytes, scx, bundle)
-                    .await
-                    .0
+                crate::enforce::write::run(state, enf, conn, sp, bytes, scx, bundle).await
             }
         };
-        let status = resp.status();
-        let receipt = resp
-            .headers()
-            .get(headers::RECEIPT_HEADER)
-            .and_then(|h| URL_SAFE_NO_PAD.decode(h.as_bytes()).ok())
-            .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-        let problem = resp
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .is_some_and(|c| c.as_bytes().starts_with(b"application/problem+json"));
-        let answer = body::collect_proxy(resp.into_body(), state.config.max_response)
+        let status = written.resp.status();
+        let code = written.code();
+        let receipt = written.receipt;
+        let answer = body::collect_proxy(written.resp.into_body(), state.config.max_response)
             .await
             .unwrap_or_default();
         let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
@@ -223,13 +216,14 @@ impl Run {
             let done = lease.map(|(_, lease_id)| Done { lease_id, receipt });
             return Ok((answer, done));
         }
-        // A refusal of ours names its code and carries its receipt; an upstream's error
-        // body is the SoR's and stays out of the answer.
+        // A refusal or failure of ours names its code and the step's receipt (its rejection,
+        // or the commit of a write that was sent); an upstream's error body is the SoR's and
+        // stays out of the answer.
         let mut extra = vec![("step_status", json!(status.as_u16()))];
-        if problem && answer.get("code").is_some() {
-            extra.push(("step_code", answer["code"].clone()));
-            extra.push(("step_receipt", answer["receipt"].clone()));
-        } else if let Some(r) = &receipt {
+        if let Some(code) = code {
+            extra.push(("step_code", json!(code.as_str())));
+        }
+        if let Some(r) = &receipt {
             extra.push(("step_receipt", r.clone()));
         }
         // A commit receipt means the write was sent. The SoR's own 4xx did not apply it; a
@@ -300,7 +294,7 @@ impl Run {
         i: usize,
         input: Option<&Value>,
         cx: &WriteContext,
-    ) -> Result<(), Response<ProxyBody>> {
+    ) -> Result<(), Refused> {
         let (Some(Some(a)), Some(adm), Some(b)) = (
             self.admitted.get(i),
             &self.state.admission,
@@ -323,7 +317,7 @@ impl Run {
         };
         let mut cx = cx.clone();
         cx.bind(Some(b), &crate::context::Binding::Bound(cap));
-        crate::admission::check_input(&self.state, &self.enf, adm, a, input, &cx, call).await
+        crate::admission::check_input(&self.state, adm, a, input, &cx, call).await
     }
 
     /// Compensates `done`, last first, and answers with the step's failure.
@@ -375,7 +369,7 @@ impl Run {
             "partial"
         };
         self.invoked(outcome, done.len());
-        refused(&self.state, &self.enf, &self.cx, r, extra).await
+        refused(&self.state, &self.cx, r, extra).await
     }
 
     /// The `rcns_contract_invoked` event and metric, named by the contract's attribution
