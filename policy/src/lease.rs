@@ -274,6 +274,47 @@ pub fn verify(
     })
 }
 
+/// A lease this sidecar grants in process (an RCNS step, issue 35): signed with `key` like
+/// any lease it grants, and known valid without verifying that signature again, since it was
+/// made here from `unsigned`. Its form is checked as check 2 does, and its recovery mode
+/// against the operation's `reversibility` as check 8 does; it expires `t_granted_ms` after
+/// its `issued_at`. The digest is that of the signed document, so a receipt names a lease
+/// anyone can verify with the sidecar's public key.
+pub fn grant(
+    unsigned: Map<String, Value>,
+    key: &KeyPair,
+    reversibility: Option<Reversibility>,
+) -> Result<VerifiedLease, Refusal> {
+    let Value::Object(signed) = sign(unsigned, key) else {
+        return Err(malformed("a granted lease must be a JSON object"));
+    };
+    let (lease, _) = parse_form(&signed)?;
+    if lease.t_req_ms > lease.t_granted_ms {
+        return Err(Refusal::new(
+            ErrorCode::RecoveryWindow,
+            "t_req_ms exceeds t_granted_ms",
+        ));
+    }
+    let issued = lease
+        .issued_at_ms
+        .ok_or_else(|| malformed_field("issued_at", "is required of a granted lease"))?;
+    if let Some(rev) = reversibility {
+        if !rev.allows(lease.recovery_mode) {
+            return Err(Refusal::new(
+                ErrorCode::RecoveryMode,
+                "recovery_mode is not allowed for an operation of this reversibility",
+            ));
+        }
+    }
+    let digest = Sha256Digest::of(&canon::to_vec(&Value::Object(signed)));
+    Ok(VerifiedLease {
+        expires_at_ms: issued.saturating_add(lease.t_granted_ms as i64),
+        lease,
+        digest,
+        _proof: (),
+    })
+}
+
 fn str_field<'a>(o: &'a Map<String, Value>, name: &'static str) -> Result<&'a str, Refusal> {
     match o.get(name) {
         Some(Value::String(s)) => Ok(s),

@@ -434,3 +434,21 @@ proptest! {
         fuzz_decode_and_verify(&bytes);
     }
 }
+
+#[test]
+fn a_lease_granted_in_process_is_the_lease_verify_would_accept() {
+    let granted = grant(fields(), &issuer(), Some(Reversibility::Compensable)).unwrap();
+    let verified = verify(&signed(fields()), &trust(), &cx(facts(None))).unwrap();
+    assert_eq!(granted.digest(), verified.digest());
+    assert_eq!(granted.lease(), verified.lease());
+    assert_eq!(granted.expires_at_ms(), verified.expires_at_ms());
+    // Check 8 holds for a grant too; and a grant names when it was issued.
+    let mut snapshot = fields();
+    snapshot.insert("recovery_mode".into(), json!("SNAPSHOT_RESTORE"));
+    let refused = grant(snapshot, &issuer(), Some(Reversibility::Irreversible)).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::RecoveryMode);
+    let mut undated = fields();
+    undated.remove("issued_at");
+    let refused = grant(undated, &issuer(), None).unwrap_err();
+    assert_eq!(refused.code, ErrorCode::LeaseMalformed);
+}

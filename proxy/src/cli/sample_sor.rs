@@ -34,6 +34,10 @@ pub const CLOSED_ORDER: &str = "SO-0000";
 pub struct SampleSor {
     data_file: PathBuf,
     state: Mutex<Inventory>,
+    /// Requests answered, by method: what a test or benchmark can count a sidecar's calls by
+    /// (its pre-image GETs, its writes).
+    gets: std::sync::atomic::AtomicU64,
+    others: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Default, serde::Serialize, serde::Deserialize)]
@@ -73,8 +77,16 @@ impl SampleSor {
         let sor = Arc::new(Self {
             data_file: data_file.to_owned(),
             state: Mutex::new(inv),
+            gets: Default::default(),
+            others: Default::default(),
         });
         Ok(sor)
+    }
+
+    /// Requests answered so far: (GETs, all others).
+    pub fn requests(&self) -> (u64, u64) {
+        use std::sync::atomic::Ordering::Relaxed;
+        (self.gets.load(Relaxed), self.others.load(Relaxed))
     }
 
     /// Serves on `listener` forever.
@@ -106,6 +118,12 @@ impl SampleSor {
     async fn respond(&self, req: Request<Incoming>) -> Response<ProxyBody> {
         let path = req.uri().path().to_owned();
         let method = req.method().clone();
+        let counter = if method == Method::GET {
+            &self.gets
+        } else {
+            &self.others
+        };
+        counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = path
             .strip_prefix("/api/v2/items/")
             .filter(|id| !id.is_empty() && !id.contains('/'))

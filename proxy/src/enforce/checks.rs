@@ -21,11 +21,11 @@ use palisade_policy::{fence, inverse, target, ErrorCode, Refusal};
 
 use crate::config::{Config, UnboundWrites};
 use crate::context::{Binding, Enforcement};
-use crate::enforce::facts::{Requester, WriteFacts};
+use crate::enforce::facts::{InProcessGrant, Requester, WriteFacts};
 use crate::enforce::permit::{Denied, Permit};
 use crate::enforce::preimage::fetch_state;
 use crate::net::upstream::Upstream;
-use crate::store::{Advance, StoreError, WriteIntent};
+use crate::store::{Advance, ResourceGuard, StoreError, WriteIntent};
 
 /// Runs checks in SPEC order; `Ok` means the write may go on as its [`Permit::disposition`]
 /// says. `releasing`: an escrowed write being released (it is forwarded, not held again).
@@ -46,6 +46,9 @@ pub async fn check(
             "no lockfile binding for this operation and rich.unbound_writes is deny",
         )
         .into());
+    }
+    if let Some(grant) = &facts.granted {
+        return granted(config, enf, upstream, &facts, grant, binding).await;
     }
     // Check 1.
     let carried = facts.lease.as_ref().ok_or_else(|| {
@@ -160,7 +163,56 @@ pub async fn check(
         (lease::RecoveryMode::SnapshotRestore, Some(state)) => Some(state.snapshot()),
         _ => None,
     };
+    let pre_image = pre_image.map(|s| s.digest);
+    settle_fence(
+        enf,
+        Fenced {
+            guard,
+            verified,
+            target,
+            resource,
+            path: pq,
+            body,
+            pre_image,
+            inverse: staged.map(|s| s.jcs),
+            snapshot,
+            releasing,
+        },
+    )
+    .await
+}
 
+/// A write whose lease and checks 1–12 are settled, under its resource's lock.
+struct Fenced<'a> {
+    guard: ResourceGuard,
+    verified: lease::VerifiedLease,
+    target: String,
+    resource: String,
+    path: &'a str,
+    body: &'a [u8],
+    pre_image: Option<Sha256Digest>,
+    inverse: Option<Vec<u8>>,
+    snapshot: Option<Vec<u8>>,
+    releasing: bool,
+}
+
+/// The durable part of a permit: the epoch advanced (with the lease record, its inverse and
+/// snapshot) before the write leaves, unless the write moves nothing yet (a dry run, an
+/// escrow's first pass).
+async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied> {
+    let Fenced {
+        guard,
+        verified,
+        target,
+        resource,
+        path,
+        body,
+        pre_image,
+        inverse,
+        snapshot,
+        releasing,
+    } = f;
+    let l = verified.lease();
     // A dry run passes every check the real write would, but moves nothing; so does an
     // escrowed write until it is released (SPEC §5.4).
     let moves = match l.recovery_mode {
@@ -173,7 +225,7 @@ pub async fn check(
             _lock: guard,
             target,
             request_digest: Sha256Digest::of(body),
-            pre_image: pre_image.map(|s| s.digest),
+            pre_image,
             lease: verified,
             released: releasing,
         });
@@ -186,7 +238,7 @@ pub async fn check(
         "recovery_mode": l.recovery_mode.as_str(),
         "expires_at_ms": verified.expires_at_ms(),
         "resource": resource,
-        "path": pq,
+        "path": path,
         "epoch": l.cas_fence_epoch,
         "state": "committed",
         "agent_id": l.agent_id,
@@ -197,7 +249,7 @@ pub async fn check(
         lease_id: l.lease_id.clone(),
         expires_at_ms: verified.expires_at_ms(),
         lease_record: serde_json::to_vec(&record).unwrap_or_default(),
-        inverse: staged.map(|s| s.jcs),
+        inverse,
         snapshot,
     };
     let waited = tokio::time::Instant::now();
@@ -226,10 +278,104 @@ pub async fn check(
         _lock: guard,
         target,
         request_digest: Sha256Digest::of(body),
-        pre_image: pre_image.map(|s| s.digest),
+        pre_image,
         lease: verified,
         released: releasing,
     })
+}
+
+/// A write under a lease the sidecar grants it here (an RCNS step): the contract checks, then
+/// under the resource's lock the epoch read and the pre-image fetched once; the lease is made
+/// from them (the next epoch, that pre-image, SNAPSHOT_RESTORE keeping it), signed with the
+/// sidecar's key, and the write goes on as any permitted one. Checks 1–8 and 10–12 are the
+/// grant's own making: there is no lease to verify, and the pre-image it names is the one read.
+async fn granted(
+    config: &Config,
+    enf: &Enforcement,
+    upstream: &Upstream,
+    facts: &WriteFacts<'_>,
+    g: &InProcessGrant,
+    binding: Binding<'_>,
+) -> Result<Permit, Denied> {
+    let target = facts.target.clone().ok_or_else(|| {
+        Refusal::new(
+            ErrorCode::TargetMismatch,
+            "the request's target cannot be formed (Host missing or invalid)",
+        )
+    })?;
+    // Check 9, as for any write.
+    if let Some(cap) = binding.capability() {
+        palisade_policy::rich::check_input(&cap.contract, facts.input, config.max_json_depth)?;
+        let (path, query) = facts
+            .path
+            .split_once('?')
+            .map_or((facts.path, None), |(p, q)| (p, Some(q)));
+        palisade_policy::rich::check_parameters(cap, path, query)?;
+    }
+    let resource = facts
+        .resource
+        .clone()
+        .unwrap_or_else(|| target::resource_key(&target).to_owned());
+    let (guard, current) = enf
+        .store
+        .lock_and_epoch(&resource)
+        .await
+        .map_err(store_refusal)?;
+    let pre_image = if let (true, Some(headers)) = (config.pre_image_fetch, facts.headers) {
+        let identity = binding
+            .capability()
+            .and_then(|c| c.deployment_identity.as_deref());
+        let state = fetch_state(config, upstream, facts.path, headers, identity)
+            .await
+            .map_err(|d| Denied {
+                current_epoch: Some(current),
+                ..d
+            })?;
+        Some(state)
+    } else {
+        None
+    };
+    let fields = serde_json::json!({
+        "ptcl_version": "1.0",
+        "lease_id": g.lease_id,
+        "sor_target_uri": target,
+        "recovery_mode": g.mode.as_str(),
+        "t_req_ms": g.window_ms,
+        "t_granted_ms": g.window_ms.max(1),
+        "cas_fence_epoch": current + 1,
+        "pre_image_state_hash": pre_image
+            .as_ref()
+            .map_or_else(Sha256Digest::empty, |s| s.digest)
+            .to_string(),
+        "inverse_payload_jcs_hash": g.inverse.digest.to_string(),
+        "issued_at": lease::format_rfc3339_ms(enf.clock.now_ms()),
+        "agent_id": g.caller,
+    });
+    let serde_json::Value::Object(fields) = fields else {
+        return Err(Refusal::new(ErrorCode::Internal, "a lease could not be granted").into());
+    };
+    let reversibility = binding.capability().map(|c| c.contract.reversibility);
+    let verified = lease::grant(fields, &enf.key, reversibility)?;
+    let snapshot = match (g.mode, &pre_image) {
+        (lease::RecoveryMode::SnapshotRestore, Some(state)) => Some(state.snapshot()),
+        _ => None,
+    };
+    settle_fence(
+        enf,
+        Fenced {
+            guard,
+            verified,
+            target,
+            resource,
+            path: facts.path,
+            body: facts.body,
+            pre_image: pre_image.map(|s| s.digest),
+            inverse: Some(g.inverse.jcs.clone()),
+            snapshot,
+            releasing: false,
+        },
+    )
+    .await
 }
 
 pub(crate) fn store_refusal(e: StoreError) -> Refusal {

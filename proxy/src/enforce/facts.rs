@@ -64,6 +64,22 @@ pub struct WriteFacts<'a> {
     /// The request's headers, for check 12's GET; `None` skips check 12 (an MCP tool call
     /// has no representation to fetch, SPEC §5.2).
     pub headers: Option<&'a http::HeaderMap>,
+    /// A lease the sidecar grants this write itself, at check time (an RCNS step); then
+    /// `lease` and `inverse` are not read.
+    pub granted: Option<InProcessGrant>,
+}
+
+/// A lease the sidecar grants in process, at check time (an RCNS step, issue 35): to whom,
+/// in which mode, for how long, naming which inverse. Its epoch and pre-image are read under
+/// the resource's lock with the write's own, so the grant costs no fetch, no signature check
+/// and no store job of its own.
+#[derive(Debug, Clone)]
+pub struct InProcessGrant {
+    pub lease_id: String,
+    pub caller: String,
+    pub mode: lease::RecoveryMode,
+    pub window_ms: u64,
+    pub inverse: palisade_policy::inverse::InversePayload,
 }
 
 impl<'a> WriteFacts<'a> {
@@ -82,6 +98,7 @@ impl<'a> WriteFacts<'a> {
             body,
             path,
             headers: Some(&parts.headers),
+            granted: None,
         }
     }
 }

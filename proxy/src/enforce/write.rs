@@ -23,8 +23,8 @@ use crate::context::Outcome;
 use crate::context::WriteContext;
 use crate::enforce::checks;
 use crate::enforce::escrow;
-use crate::enforce::facts::Requester;
 use crate::enforce::facts::WriteFacts;
+use crate::enforce::facts::{InProcessGrant, Requester};
 use crate::enforce::forward::forward_plain;
 use crate::enforce::idempotency::{self, Begin};
 use crate::enforce::permit::Disposition;
@@ -36,17 +36,33 @@ use crate::net::conn::ConnInfo;
 use crate::net::problem::Problem;
 use palisade_policy::rich::{IdempotencyKey, SideEffect};
 
+/// An enforced HTTP write whose body has been read.
+pub(crate) struct WriteRequest {
+    /// The request in its canonical form: what is checked and what the SoR receives.
+    pub parts: http::request::Parts,
+    pub body: Bytes,
+    pub cx: WriteContext,
+    /// The bundle version the pipeline loaded: it decides this request from admission to end.
+    pub bundle: Option<Arc<palisade_policy::rich::Bundle>>,
+    /// A lease the sidecar grants the write itself (an RCNS step); `None`: the write carries
+    /// its own in `Agent-Compensation-Lease`.
+    pub grant: Option<InProcessGrant>,
+}
+
 /// An enforced write whose body has been read: what it came to ([`Written`]).
 pub(crate) async fn run(
     state: &Arc<AppState>,
     enf: &Arc<Enforcement>,
     conn: &Arc<ConnInfo>,
-    parts: http::request::Parts,
-    bytes: Bytes,
-    mut cx: WriteContext,
-    // The bundle version the pipeline loaded: it decides this request from admission to end.
-    bundle: Option<Arc<palisade_policy::rich::Bundle>>,
+    req: WriteRequest,
 ) -> Written {
+    let WriteRequest {
+        parts,
+        body: bytes,
+        mut cx,
+        bundle,
+        grant,
+    } = req;
     let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
     cx.bind(bundle.as_deref(), &binding);
     if let Some(cap) = binding.capability() {
@@ -100,11 +116,15 @@ pub(crate) async fn run(
         }
         Err(refusal) => return refuse(state, &parts, refusal.into(), &cx, &bytes).await,
     };
+    let facts = WriteFacts {
+        granted: grant,
+        ..WriteFacts::http(&parts, &bytes, &who)
+    };
     let permit = match checks::check(
         &state.config,
         enf,
         &state.upstream,
-        WriteFacts::http(&parts, &bytes, &who),
+        facts,
         &who,
         binding,
         false,

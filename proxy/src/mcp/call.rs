@@ -118,6 +118,7 @@ impl ToolCall {
             body,
             path: &self.path,
             headers: None,
+            granted: None,
         }
     }
 }

@@ -300,8 +300,14 @@ pub async fn handle(
                     Err(resp) => return Ok(finish(&state, resp, ex, Outcome::Refused, inflight)),
                 };
                 let kept = back.as_ref().map(|_| cx.clone());
-                let written =
-                    Box::pin(write::run(&state, enf, &conn, parts, bytes, cx, bundle)).await;
+                let req = write::WriteRequest {
+                    parts,
+                    body: bytes,
+                    cx,
+                    bundle,
+                    grant: None,
+                };
+                let written = Box::pin(write::run(&state, enf, &conn, req)).await;
                 let outcome = written.outcome;
                 let resp = match (back, kept) {
                     (Some(back), Some(cx)) => {

@@ -19,7 +19,9 @@ use serde_json::{json, Value};
 
 use super::answer::{json, refused};
 use crate::context::{AppState, Enforcement, Outcome, WriteContext};
+use crate::enforce::facts::InProcessGrant;
 use crate::enforce::receipts::Refused;
+use crate::enforce::write::WriteRequest;
 use crate::enforce::written::Written;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
@@ -136,11 +138,12 @@ impl Run {
         // A step that only reads (its contract's sideEffect) needs no lease and has nothing to
         // undo; its answer feeds the later steps' mappings.
         let reads = cap.is_some_and(|c| c.contract.side_effect == SideEffect::Read);
-        let lease = if reads {
+        let grant = if reads {
             None
         } else {
-            Some(self.lease_for(&req).await.map_err(plain)?)
+            Some(self.grant_for(&req).map_err(plain)?)
         };
+        let lease_id = grant.as_ref().map(|g| g.lease_id.clone());
         let mut sp = http::Request::builder()
             .method(req.method.as_str())
             .uri(req.path.as_str())
@@ -161,12 +164,6 @@ impl Run {
         headers::strip_hop_by_hop(&mut sp.headers);
         if let Some(c) = self.parts.extensions.get::<crate::net::conn::TokenCaller>() {
             sp.extensions.insert(c.clone());
-        }
-        if let Some((lease, _)) = &lease {
-            let b64 = URL_SAFE_NO_PAD.encode(serde_json::to_vec(lease).unwrap_or_default());
-            if let Ok(v) = HeaderValue::from_str(&b64) {
-                sp.headers.insert(headers::LEASE_HEADER, v);
-            }
         }
         let required = cap.is_some_and(|c| {
             c.contract.idempotency_key == palisade_policy::rich::IdempotencyKey::Required
@@ -200,8 +197,14 @@ impl Run {
         let written = match self.admitted_input(i, req.body.as_ref(), &scx).await {
             Err(refused) => Written::refused(refused),
             Ok(()) => {
-                let bundle = self.bundle.clone();
-                crate::enforce::write::run(state, enf, conn, sp, bytes, scx, bundle).await
+                let req = WriteRequest {
+                    parts: sp,
+                    body: bytes,
+                    cx: scx,
+                    bundle: self.bundle.clone(),
+                    grant,
+                };
+                crate::enforce::write::run(state, enf, conn, req).await
             }
         };
         let status = written.resp.status();
@@ -213,7 +216,7 @@ impl Run {
         let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
         if status.is_success() {
             let receipt = receipt.unwrap_or(Value::Null);
-            let done = lease.map(|(_, lease_id)| Done { lease_id, receipt });
+            let done = lease_id.map(|lease_id| Done { lease_id, receipt });
             return Ok((answer, done));
         }
         // A refusal or failure of ours names its code and the step's receipt (its rejection,
@@ -230,8 +233,8 @@ impl Run {
         // 5xx, a timeout or an answer the output contract refused may have: that step is
         // compensated with the others.
         let sent = receipt.filter(|r| r["kind"] == "commit");
-        let reached = match (sent, lease) {
-            (Some(receipt), Some((_, lease_id))) if !status.is_client_error() => {
+        let reached = match (sent, lease_id) {
+            (Some(receipt), Some(lease_id)) if !status.is_client_error() => {
                 Some(Done { lease_id, receipt })
             }
             _ => None,
@@ -254,38 +257,32 @@ impl Run {
         })
     }
 
-    /// A SNAPSHOT_RESTORE lease for a write step, granted by the sidecar's lease authority to
-    /// the caller: (the signed lease, its id).
-    async fn lease_for(&self, req: &StepRequest) -> Result<(Value, String), Refusal> {
-        let (state, enf, conn) = (&self.state, &self.enf, &self.conn);
-        let bad = |detail: &'static str| Refusal::new(ErrorCode::BadRequest, detail);
-        let caller = conn.caller(&self.parts).ok_or_else(|| {
+    /// The lease a write step runs under: SNAPSHOT_RESTORE, granted to the caller in process
+    /// when the step is checked, its epoch and pre-image read then, under the resource's lock
+    /// (issue 35: no lease signed to be verified a moment later, one pre-image fetch, the
+    /// store work of one plain enforced write).
+    fn grant_for(&self, req: &StepRequest) -> Result<InProcessGrant, Refusal> {
+        let caller = self.conn.caller(&self.parts).ok_or_else(|| {
             Refusal::new(
                 ErrorCode::CallerUnidentified,
                 "a composed write needs the caller's identity for its leases",
             )
         })?;
-        let origin = crate::enforce::facts::origin(&state.config, &self.parts, conn)
-            .ok_or_else(|| bad("the request's origin cannot be formed (Host missing)"))?;
-        let target = palisade_policy::target::request_target(&origin, &req.path)
-            .map_err(|_| bad("a step's target cannot be formed"))?;
         // SNAPSHOT_RESTORE: the pre-image the write replaces is kept and put back on
-        // compensation. The staged inverse names the step's own request, so the lease says
-        // what it covers; it is not what compensation sends.
+        // compensation. The inverse names the step's own request, so the lease says what it
+        // covers; it is not what compensation sends.
         let nominal = json!({"method": req.method, "path": req.path});
         let inverse = palisade_policy::inverse::parse(nominal.to_string().as_bytes(), 8)?;
-        let window = u64::try_from(state.config.max_grant.as_millis())
+        let window = u64::try_from(self.state.config.max_grant.as_millis())
             .unwrap_or(u64::MAX)
             .min(300_000);
-        let grant = crate::authority::Grant {
+        Ok(InProcessGrant {
+            lease_id: format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             caller,
-            target_uri: &target,
             mode: RecoveryMode::SnapshotRestore,
-            t_req: window,
-            trace_anchor: None,
+            window_ms: window,
             inverse,
-        };
-        crate::authority::issue(state, enf, &self.parts, conn, grant).await
+        })
     }
 
     /// Step `i`'s input against the bound its token granted, if admission applies to it.
