@@ -10,15 +10,16 @@ use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 use palisade_policy::ErrorCode;
 use serde_json::{json, Value};
 
-use crate::context::{AppState, Binding, Enforcement, WriteContext};
-use crate::enforce::checks;
+use crate::context::{AppState, Enforcement, WriteContext};
+use crate::enforce::engine;
 use crate::enforce::escrow::{
     load, not_held, problem, rebuild, status_doc, without_request, LIST_SCAN,
 };
-use crate::enforce::facts::WriteFacts;
 use crate::enforce::receipts;
-use crate::enforce::send;
 use crate::enforce::send::Keep;
+use crate::enforce::write::HttpLeg;
+use crate::enforce::written::Written;
+use crate::mcp::leg::McpLeg;
 use crate::net::body::{self, ProxyBody};
 use crate::store::{Attachments, EscrowUpdate};
 
@@ -61,7 +62,7 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
         }
     }
     let decided = without_request(&releasing);
-    let mut cx = WriteContext::new(
+    let cx = WriteContext::new(
         Method::from_bytes(rec["request"]["method"].as_str().unwrap_or("").as_bytes())
             .unwrap_or(Method::POST),
         rec["trace_id"].as_str().unwrap_or_default().into(),
@@ -93,39 +94,49 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
         id: id.to_owned(),
         record: decided.clone(),
     };
-    // Released under the bundle in force now: its contract is what the write must meet.
-    let refused = if rec["request"]["protocol"] == "mcp" {
-        crate::mcp::held::release(state, enf, parts, bytes, &conn, &who, &mut cx, keep)
-            .await
-            .err()
-    } else {
-        let bundle = state.bundle.load_full();
-        let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
-        cx.bind(bundle.as_deref(), &binding);
-        match checks::check(
-            &state.config,
-            enf,
-            &state.upstream,
-            WriteFacts::http(&parts, &bytes, &who),
-            &who,
-            binding,
-            true,
-        )
-        .await
-        {
-            Ok(permit) => {
-                let cap = binding.capability();
-                send::forward(state, enf, permit, parts, bytes, &conn, &cx, keep, cap).await;
-                None
+    // Released under the bundle in force now: its contract is what the write must meet. The
+    // held request is judged again as the protocol that carried it.
+    let bundle = state.bundle.load_full();
+    let conn = Arc::new(conn);
+    let written = if rec["request"]["protocol"] == "mcp" {
+        match McpLeg::held(&bytes, &parts.headers, state.config.max_json_depth) {
+            Ok(leg) => {
+                let w = engine::Write {
+                    parts,
+                    body: bytes,
+                    cx,
+                    bundle,
+                    grant: None,
+                    leg,
+                };
+                engine::release(state, enf, conn, w, &who, keep).await
             }
-            Err(denied) => Some(receipts::refuse_write(state, &parts, denied, &cx, &bytes).await),
+            Err(refusal) => {
+                let evidence = receipts::Evidence {
+                    body: Some(&bytes),
+                    ..receipts::Evidence::default()
+                };
+                Written::refused(receipts::record(state, refusal, &cx, evidence).await)
+            }
         }
+    } else {
+        let w = engine::Write {
+            parts,
+            body: bytes,
+            cx,
+            bundle,
+            grant: None,
+            leg: HttpLeg,
+        };
+        engine::release(state, enf, conn, w, &who, keep).await
     };
+    let (refused, receipt) = (written.refused, written.receipt);
+    // Read to its end: a streamed answer is committed by its relay before the stream ends.
+    let _ = body::collect_proxy(written.resp.into_body(), state.config.max_response).await;
     // A refused release records its code and rejection receipt in the escrow, from the
     // refusal itself.
-    if let Some(r) = refused {
-        let receipt = r.receipt.unwrap_or(Value::Null);
-        let update = finish_refused(r.refusal.code.as_str(), receipt);
+    if let Some(code) = refused {
+        let update = finish_refused(code.as_str(), receipt.unwrap_or(Value::Null));
         if let Err(e) = enf.store.escrow_put(update).await {
             tracing::error!(error = %e, escrow_id = %id, "escrow refusal not recorded");
         }

@@ -19,34 +19,29 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{header, HeaderValue, Method, Response, StatusCode};
-use palisade_policy::rich::{IdempotencyKey, SideEffect};
+use http::{header, Method, Response, StatusCode};
+use palisade_policy::rich::SideEffect;
 use palisade_policy::{ErrorCode, Refusal};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::admission::Presented;
 use crate::context::AppState;
 use crate::context::Binding;
 use crate::context::Outcome;
 use crate::context::WriteContext;
-use crate::enforce::checks;
-use crate::enforce::escrow;
-use crate::enforce::facts::Requester;
+use crate::enforce::engine;
 use crate::enforce::forward::forward_plain;
-use crate::enforce::idempotency::{self, Begin};
 use crate::enforce::permit::Denied;
-use crate::enforce::permit::Disposition;
 use crate::enforce::send;
-use crate::enforce::send::Keep;
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::conn::ConnInfo;
-use crate::net::jsonrpc::{self, rpc_error};
+use crate::net::jsonrpc::rpc_error;
 use crate::net::problem::Problem;
 
 mod admit;
 mod call;
-pub mod held;
 pub mod inverse;
+pub(crate) mod leg;
 pub mod pin;
 pub mod pinning;
 pub mod refusal;
@@ -166,7 +161,7 @@ pub(crate) async fn handle(
 async fn tool_call(
     state: &Arc<AppState>,
     conn: &Arc<ConnInfo>,
-    mut parts: http::request::Parts,
+    parts: http::request::Parts,
     bytes: Bytes,
     msg: Value,
     id: Value,
@@ -237,7 +232,6 @@ async fn tool_call(
         }
     }
 
-    let who = Requester::of(&state.config, &parts, conn);
     if call.inverse_carried_twice(&parts.headers) {
         let refusal = Refusal::new(
             ErrorCode::BadRequest,
@@ -245,157 +239,21 @@ async fn tool_call(
         );
         return refused(refusal.into()).await;
     }
-    // Idempotency (SPEC §5.6): the key from the header or from `_meta`, the request judged
-    // by tool and arguments, not by JSON-RPC id or lease, which differ on a retry.
-    let key_headers = idempotency_headers(&parts.headers, call.key.as_deref());
-    if let Some(cap) = binding.capability() {
-        if cap.contract.idempotency_key == IdempotencyKey::Required
-            && !key_headers.contains_key(idempotency::KEY_HEADER)
-        {
-            let refusal = Refusal::new(
-                ErrorCode::IdempotencyKeyRequired,
-                "the tool's contract requires an idempotency key",
-            );
-            return refused(refusal.into()).await;
-        }
-    }
-    let fingerprinted =
-        palisade_policy::canon::to_vec(&json!({"name": name, "arguments": call.arguments}));
-    let key_request = idempotency::Request {
-        headers: &key_headers,
-        method: &Method::POST,
-        target: &call.path,
-        body: &fingerprinted,
-        caller: who.caller.as_deref(),
+    let Some(leg) = leg::McpLeg::of(msg, &parts.headers) else {
+        let refusal = Refusal::new(ErrorCode::BadRequest, "tools/call needs params.name");
+        return refused(refusal.into()).await;
     };
-    let times = idempotency::KeyTimes::from_config(&state.config);
-    let keep = match idempotency::begin(&enf, &key_request, times).await {
-        Ok(None) => Keep::Nothing,
-        Ok(Some(Begin::Fresh(pending))) => Keep::Key(pending),
-        Ok(Some(Begin::Replay { resp, receipt })) => {
-            return (replayed(resp, receipt, id).await, Outcome::Replayed)
-        }
-        Err(refusal) => return refused(refusal.into()).await,
+    let w = engine::Write {
+        parts,
+        body: bytes,
+        cx,
+        bundle,
+        grant: None,
+        leg,
     };
-    let permit = match checks::check(
-        &state.config,
-        &enf,
-        &state.upstream,
-        call.facts(&binding, &who, &bytes, &parts.headers),
-        &who,
-        binding,
-        false,
-    )
-    .await
-    {
-        Ok(p) => p,
-        Err(denied) => {
-            keep.release().await;
-            return refused(denied).await;
-        }
-    };
-    // Protocol revisions are dates: 2026-07-28 introduced `resultType`.
-    let typed = parts
-        .headers
-        .get(PROTOCOL_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v >= "2026-07-28");
-    let trace_id = cx.trace_id.clone();
-    // From here the epoch may be durable: the call finishes in its own task (see write.rs),
-    // and so does the relay of a streamed answer (results.rs).
-    let task = {
-        let (state, conn, id) = (state.clone(), conn.clone(), id.clone());
-        tokio::spawn(async move {
-            if permit.disposition() == Disposition::Hold {
-                let pending = match keep {
-                    Keep::Key(p) => Some(p),
-                    _ => None,
-                };
-                let lease = call.lease;
-                let answer = escrow::Answer::Mcp { id, typed, lease };
-                return escrow::hold(
-                    &state, &enf, permit, parts, bytes, &conn, &who, &cx, pending, answer,
-                )
-                .await
-                .into_pair();
-            }
-            let commit = results::Commit { enf, permit, keep };
-            let upstream = match (commit.permit.is_dry_run(), &state.shadow) {
-                (false, _) => &state.upstream,
-                (true, Some(shadow)) => shadow,
-                // DRY_RUN_SHADOW with no shadow deployment: the sidecar answers.
-                (true, None) => {
-                    let resp = results::dry_run(&state, &cx, id, typed, commit).await;
-                    return (resp, Outcome::Forwarded);
-                }
-            };
-            parts.headers.remove(header::CONTENT_LENGTH);
-            parts.headers.remove(idempotency::KEY_HEADER);
-            let forwarded = call::without_ptcl(msg);
-            let sent = send::send(
-                &state,
-                upstream,
-                &commit.permit,
-                parts,
-                forwarded,
-                &conn,
-                &cx,
-            )
-            .await;
-            let outcome = sent.outcome;
-            let resp = relay::relay(&state, &cx, rule, id, sent, Some(commit)).await;
-            (resp, outcome)
-        })
-    };
-    match task.await {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::error!(error = %e, "tool call task failed");
-            let p = Problem::new(
-                ErrorCode::Internal,
-                "the tool call could not be completed",
-                &uuid::Uuid::new_v4().to_string(),
-                &trace_id,
-            );
-            (rpc_error(id, StatusCode::OK, &p), Outcome::Error)
-        }
-    }
-}
-
-/// The headers an idempotency key is read from: the request's, or `_meta.idempotencyKey`
-/// when the request has no `Idempotency-Key` (an MCP client sets `_meta` per call, headers
-/// per connection).
-fn idempotency_headers(headers: &http::HeaderMap, meta_key: Option<&str>) -> http::HeaderMap {
-    let mut out = http::HeaderMap::new();
-    if let Some(v) = headers.get(idempotency::KEY_HEADER) {
-        out.insert(idempotency::KEY_HEADER, v.clone());
-    } else if let Some(v) = meta_key.and_then(|k| HeaderValue::from_str(&format!("\"{k}\"")).ok()) {
-        out.insert(idempotency::KEY_HEADER, v);
-    }
-    out
-}
-
-/// A stored answer sent again: as the answer to this request's id, its receipt in `_meta`.
-async fn replayed(
-    resp: Response<ProxyBody>,
-    receipt: Option<Value>,
-    id: Value,
-) -> Response<ProxyBody> {
-    let (mut parts, body) = resp.into_parts();
-    // Stored by this process, bounded when it was stored.
-    let bytes = body::collect_proxy(body, u64::MAX)
+    Box::pin(engine::run(state, &enf, conn, w))
         .await
-        .unwrap_or_default();
-    let Ok(mut msg) = serde_json::from_slice::<Value>(&bytes) else {
-        return Response::from_parts(parts, body::full(bytes));
-    };
-    if let Some(obj) = msg.as_object_mut() {
-        obj.insert("id".into(), id);
-    }
-    let msg = jsonrpc::with_receipt(msg, receipt);
-    parts.headers.remove(header::CONTENT_LENGTH);
-    let out = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
-    Response::from_parts(parts, body::full(out))
+        .into_pair()
 }
 
 /// A `tools/list`: forwarded, and its result filtered against the pins on the way back,

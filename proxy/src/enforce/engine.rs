@@ -1,0 +1,296 @@
+//! One write engine (issue 35): the skeleton every enforced write runs, whatever surface
+//! carried it (an HTTP write, an MCP tool call, an RCNS step, an escrow release of either).
+//!
+//! ```text
+//! run:      the contract's idempotencyKey: required → Idempotency-Key (replay / 409 / 422 /
+//!           reserve) → checks::check → [own task] hold in escrow | the leg delivers
+//! release:  checks::check (releasing) → the leg delivers, its answer kept in the escrow
+//! ```
+//! What differs by surface is a [`Leg`]: which binding a write names, where the checks read its
+//! lease, inverse and target, what its idempotency key is judged by, how a refusal and a
+//! replay are rendered, how a held write is answered, how a permitted one is sent and
+//! committed. The decisions, the store work and the receipts are the engine's, in one place:
+//! what the next rules (budgets, freezes, the receipt log) change, they change here.
+//!
+//! Once a permit exists the write's epoch may already be durable, so the rest runs in a task
+//! of its own: a client that hangs up cannot cut the write between forwarding and its
+//! receipt, and an idempotency key's outcome is stored whatever the client does.
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http::{HeaderMap, Method, Response, StatusCode};
+use palisade_policy::rich::{Bundle, IdempotencyKey};
+use palisade_policy::{ErrorCode, Refusal};
+use serde_json::Value;
+
+use crate::context::{AppState, Binding, Enforcement, Outcome, WriteContext};
+use crate::enforce::checks;
+use crate::enforce::escrow;
+use crate::enforce::facts::{InProcessGrant, Requester, WriteFacts};
+use crate::enforce::idempotency::{self, Begin};
+use crate::enforce::permit::{Denied, Disposition, Permit};
+use crate::enforce::send::Keep;
+use crate::enforce::written::Written;
+use crate::net::body::ProxyBody;
+use crate::net::conn::ConnInfo;
+use crate::net::problem::Problem;
+
+/// What an idempotency key is read from (`headers`) and what the request is judged by.
+pub(crate) struct KeyRequest<'a> {
+    pub headers: Cow<'a, HeaderMap>,
+    pub method: Method,
+    pub target: Cow<'a, str>,
+    pub body: Cow<'a, [u8]>,
+}
+
+/// A permitted write on its way to the SoR, for a [`Leg`] to send and commit.
+pub(crate) struct Delivery {
+    pub permit: Permit,
+    pub parts: http::request::Parts,
+    pub body: Bytes,
+    pub conn: Arc<ConnInfo>,
+    pub cx: WriteContext,
+    /// What is stored with the commit receipt (an idempotency key's outcome, an escrow's).
+    pub keep: Keep,
+    pub bundle: Option<Arc<Bundle>>,
+}
+
+/// How one surface carries a write and answers it.
+pub(crate) trait Leg: Send + Sync + Sized + 'static {
+    /// The capability the write names in `bundle`.
+    fn binding<'b>(&self, bundle: Option<&'b Bundle>, parts: &http::request::Parts) -> Binding<'b>;
+
+    /// The facts checks 1–12 read.
+    fn facts<'a>(
+        &'a self,
+        parts: &'a http::request::Parts,
+        body: &'a [u8],
+        binding: &Binding<'_>,
+        who: &Requester,
+    ) -> WriteFacts<'a>;
+
+    /// What the write's idempotency key is read from and judged by.
+    fn key<'a>(&'a self, parts: &'a http::request::Parts, body: &'a [u8]) -> KeyRequest<'a>;
+
+    /// A refusal, recorded, as this surface answers it.
+    fn refuse(
+        &self,
+        state: &AppState,
+        denied: Denied,
+        cx: &WriteContext,
+        parts: &http::request::Parts,
+        body: &[u8],
+    ) -> impl Future<Output = Written> + Send;
+
+    /// A stored outcome, replayed as this surface answers it.
+    fn replay(
+        &self,
+        resp: Response<ProxyBody>,
+        receipt: Option<Value>,
+    ) -> impl Future<Output = Written> + Send;
+
+    /// How a held write is answered.
+    fn hold_answer(&self) -> escrow::Answer;
+
+    /// Sends a permitted write and commits it.
+    fn deliver(
+        self,
+        state: Arc<AppState>,
+        enf: Arc<Enforcement>,
+        d: Delivery,
+    ) -> impl Future<Output = Written> + Send;
+}
+
+/// A write as the engine takes it.
+pub(crate) struct Write<L> {
+    /// The request as the SoR will receive it (before the leg strips what is the sidecar's).
+    pub parts: http::request::Parts,
+    pub body: Bytes,
+    pub cx: WriteContext,
+    /// The bundle version that decides this write from start to end.
+    pub bundle: Option<Arc<Bundle>>,
+    /// A lease the sidecar grants the write itself (an RCNS step).
+    pub grant: Option<InProcessGrant>,
+    pub leg: L,
+}
+
+/// Runs a write: its key rule and idempotency key, checks 1–12, then hold or delivery.
+pub(crate) async fn run<L: Leg>(
+    state: &Arc<AppState>,
+    enf: &Arc<Enforcement>,
+    conn: &Arc<ConnInfo>,
+    w: Write<L>,
+) -> Written {
+    let Write {
+        parts,
+        body,
+        mut cx,
+        bundle,
+        grant,
+        leg,
+    } = w;
+    let binding = leg.binding(bundle.as_deref(), &parts);
+    cx.bind(bundle.as_deref(), &binding);
+    let who = Requester::of(&state.config, &parts, conn);
+    let keep = {
+        let key = leg.key(&parts, &body);
+        let required = binding
+            .capability()
+            .is_some_and(|c| c.contract.idempotency_key == IdempotencyKey::Required);
+        if required && !key.headers.contains_key(idempotency::KEY_HEADER) {
+            let refusal = Refusal::new(
+                ErrorCode::IdempotencyKeyRequired,
+                "the operation's contract requires an idempotency key",
+            );
+            return leg.refuse(state, refusal.into(), &cx, &parts, &body).await;
+        }
+        let request = idempotency::Request {
+            headers: &key.headers,
+            method: &key.method,
+            target: &key.target,
+            body: &key.body,
+            caller: who.caller.as_deref(),
+        };
+        let times = idempotency::KeyTimes::from_config(&state.config);
+        match idempotency::begin(enf, &request, times).await {
+            Ok(None) => Keep::Nothing,
+            Ok(Some(Begin::Fresh(pending))) => Keep::Key(pending),
+            Ok(Some(Begin::Replay { resp, receipt })) => return leg.replay(resp, receipt).await,
+            Err(refusal) => return leg.refuse(state, refusal.into(), &cx, &parts, &body).await,
+        }
+    };
+    let facts = WriteFacts {
+        granted: grant,
+        ..leg.facts(&parts, &body, &binding, &who)
+    };
+    let checked = checks::check(
+        &state.config,
+        enf,
+        &state.upstream,
+        facts,
+        &who,
+        binding,
+        false,
+    );
+    let permit = match checked.await {
+        Ok(p) => p,
+        Err(denied) => {
+            keep.release().await;
+            return leg.refuse(state, denied, &cx, &parts, &body).await;
+        }
+    };
+    let answer = leg.hold_answer();
+    let failure = Failure::of(&answer);
+    let trace_id = cx.trace_id.clone();
+    let task = {
+        let (state, enf, conn) = (state.clone(), enf.clone(), conn.clone());
+        tokio::spawn(async move {
+            if permit.disposition() == Disposition::Hold {
+                let pending = match keep {
+                    Keep::Key(p) => Some(p),
+                    _ => None,
+                };
+                return escrow::hold(
+                    &state, &enf, permit, parts, body, &conn, &who, &cx, pending, answer,
+                )
+                .await;
+            }
+            let d = Delivery {
+                permit,
+                parts,
+                body,
+                conn,
+                cx,
+                keep,
+                bundle,
+            };
+            leg.deliver(state, enf, d).await
+        })
+    };
+    match task.await {
+        Ok(w) => w,
+        Err(e) => {
+            tracing::error!(error = %e, "write task failed");
+            let p = Problem::new(
+                ErrorCode::Internal,
+                "the write could not be completed",
+                &uuid::Uuid::new_v4().to_string(),
+                &trace_id,
+            );
+            Written::plain(failure.render(&p), Outcome::Error)
+        }
+    }
+}
+
+/// Releases a held write (SPEC §5.4): every check again under the bundle in force now, then
+/// the leg delivers it and `keep` (the escrow's final record) is stored with its receipt. A
+/// refusal comes back as a [`Written`] with its code and rejection receipt.
+pub(crate) async fn release<L: Leg>(
+    state: &Arc<AppState>,
+    enf: &Arc<Enforcement>,
+    conn: Arc<ConnInfo>,
+    w: Write<L>,
+    who: &Requester,
+    keep: Keep,
+) -> Written {
+    let Write {
+        parts,
+        body,
+        mut cx,
+        bundle,
+        leg,
+        ..
+    } = w;
+    let binding = leg.binding(bundle.as_deref(), &parts);
+    cx.bind(bundle.as_deref(), &binding);
+    let facts = leg.facts(&parts, &body, &binding, who);
+    let checked = checks::check(
+        &state.config,
+        enf,
+        &state.upstream,
+        facts,
+        who,
+        binding,
+        true,
+    );
+    match checked.await {
+        Ok(permit) => {
+            let d = Delivery {
+                permit,
+                parts,
+                body,
+                conn,
+                cx,
+                keep,
+                bundle,
+            };
+            leg.deliver(state.clone(), enf.clone(), d).await
+        }
+        Err(denied) => leg.refuse(state, denied, &cx, &parts, &body).await,
+    }
+}
+
+/// How a write that failed inside the engine is answered: the form its surface speaks.
+enum Failure {
+    Problem,
+    Rpc(Value),
+}
+
+impl Failure {
+    fn of(answer: &escrow::Answer) -> Self {
+        match answer {
+            escrow::Answer::Http => Failure::Problem,
+            escrow::Answer::Mcp { id, .. } => Failure::Rpc(id.clone()),
+        }
+    }
+
+    fn render(self, p: &Problem) -> Response<ProxyBody> {
+        match self {
+            Failure::Problem => p.clone().into_response(),
+            Failure::Rpc(id) => crate::net::jsonrpc::rpc_error(id, StatusCode::OK, p),
+        }
+    }
+}
