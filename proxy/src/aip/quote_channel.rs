@@ -167,21 +167,21 @@ pub async fn handle(
             }
         }
     };
-    deliver(state, enf, parts, bytes, conn, &cx, pending, &checked).await
+    let req = http::Request::from_parts(parts, bytes);
+    deliver(state, enf, req, conn, &cx, pending, &checked).await
 }
 
 /// Forwards the first copy and stores its reply with a delivery receipt.
-#[allow(clippy::too_many_arguments)]
 async fn deliver(
     state: &AppState,
     enf: &Enforcement,
-    parts: http::request::Parts,
-    bytes: Bytes,
+    req: http::Request<Bytes>,
     conn: &ConnInfo,
     cx: &WriteContext,
     pending: Pending,
     checked: &aip2::Checked,
 ) -> (Response<ProxyBody>, Outcome) {
+    let (parts, bytes) = req.into_parts();
     let (resp, outcome) = forward_plain(state, parts, body::full(bytes), conn, cx, None).await;
     if !matches!(outcome, Outcome::Forwarded) || resp.status().is_server_error() {
         // Not delivered (or the agent failed): the sender may send it again.

@@ -26,7 +26,7 @@ use hyper::body::Incoming;
 use palisade_policy::aip2::{self, message, Channel};
 use palisade_policy::{ErrorCode, Refusal};
 
-use crate::context::{AppState, Enforcement, Outcome, QuoteChannelState, WriteContext};
+use crate::context::{AppState, Enforcement, Outcome, WriteContext};
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::client_addr::client_addr;
 use crate::net::conn::ConnInfo;
@@ -55,7 +55,6 @@ enum Route {
 pub async fn handle(
     state: &AppState,
     enf: &Enforcement,
-    qc: &QuoteChannelState,
     parts: http::request::Parts,
     body: Incoming,
     conn: &ConnInfo,
@@ -93,9 +92,7 @@ pub async fn handle(
         return refused(resp);
     }
     let result = match (route, parts.method == Method::POST) {
-        (Route::Messages(tx), true) => {
-            return post(state, enf, qc, &parts, body, conn, &cx, &tx).await
-        }
+        (Route::Messages(tx), true) => return post(state, enf, &parts, body, conn, &cx, &tx).await,
         (Route::Messages(tx), false) => list(enf, &parts, RelayTarget::Tx(tx)).await,
         (Route::Inbox(did), _) => list(enf, &parts, RelayTarget::Inbox(did)).await,
     };
@@ -105,11 +102,9 @@ pub async fn handle(
     }
 }
 
-#[allow(clippy::too_many_arguments)]
 async fn post(
     state: &AppState,
     enf: &Enforcement,
-    qc: &QuoteChannelState,
     parts: &http::request::Parts,
     body: Incoming,
     conn: &ConnInfo,
@@ -117,7 +112,7 @@ async fn post(
     tx: &str,
 ) -> (Response<ProxyBody>, Outcome) {
     let refused = |resp| (resp, Outcome::Refused);
-    let Some(aip) = &state.config.aip2 else {
+    let (Some(aip), Some(qc)) = (&state.config.aip2, &state.quote_channel) else {
         let r = Refusal::new(ErrorCode::NotFound, "no relay is configured");
         return refused(refuse(state, cx, r, Members::Relay).await);
     };

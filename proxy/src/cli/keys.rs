@@ -49,17 +49,29 @@ pub(super) fn read_trust(path: &Path) -> Result<TrustStore, Failure> {
     Ok(trust)
 }
 
-#[allow(clippy::too_many_arguments)]
-pub(super) fn lease_sign(
-    key: &Path,
-    target: &str,
-    epoch: u64,
-    pre_image: &str,
-    inverse: &Path,
-    mode: &str,
-    t_req: u64,
-    t_granted: u64,
-) -> Result<(), Failure> {
+/// What `palisade lease sign` is given.
+pub(super) struct LeaseSign<'a> {
+    pub key: &'a Path,
+    pub target: &'a str,
+    pub epoch: u64,
+    pub pre_image: &'a str,
+    pub inverse: &'a Path,
+    pub mode: &'a str,
+    pub t_req: u64,
+    pub t_granted: u64,
+}
+
+pub(super) fn lease_sign(args: LeaseSign<'_>) -> Result<(), Failure> {
+    let LeaseSign {
+        key,
+        target,
+        epoch,
+        pre_image,
+        inverse,
+        mode,
+        t_req,
+        t_granted,
+    } = args;
     let key = read_key(key)?;
     let mode = RecoveryMode::parse(mode).ok_or_else(|| {
         Failure::usage(

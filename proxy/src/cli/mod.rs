@@ -269,9 +269,16 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             mode,
             t_req,
             t_granted,
-        }) => lease_sign(
-            &key, &target, epoch, &pre_image, &inverse, &mode, t_req, t_granted,
-        ),
+        }) => lease_sign(keys::LeaseSign {
+            key: &key,
+            target: &target,
+            epoch,
+            pre_image: &pre_image,
+            inverse: &inverse,
+            mode: &mode,
+            t_req,
+            t_granted,
+        }),
         Command::Lease(LeaseCommand::Verify {
             trust,
             max_clock_skew,

@@ -11,12 +11,12 @@ use palisade_policy::ErrorCode;
 use serde_json::{json, Value};
 
 use crate::context::{AppState, Enforcement, WriteContext};
+use crate::enforce::delivery::Keep;
 use crate::enforce::engine;
 use crate::enforce::escrow::{
     load, not_held, problem, rebuild, status_doc, without_request, LIST_SCAN,
 };
 use crate::enforce::receipts;
-use crate::enforce::send::Keep;
 use crate::enforce::write::HttpLeg;
 use crate::enforce::written::Written;
 use crate::mcp::leg::McpLeg;

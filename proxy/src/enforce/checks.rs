@@ -29,7 +29,6 @@ use crate::store::{Advance, ResourceGuard, StoreError, WriteIntent};
 
 /// Runs checks in SPEC order; `Ok` means the write may go on as its [`Permit::disposition`]
 /// says. `releasing`: an escrowed write being released (it is forwarded, not held again).
-#[allow(clippy::too_many_arguments)] // each is a distinct input of the checks; none travel together elsewhere
 pub async fn check(
     config: &Config,
     enf: &Enforcement,

@@ -28,11 +28,11 @@ use serde_json::Value;
 
 use crate::context::{AppState, Binding, Enforcement, Outcome, WriteContext};
 use crate::enforce::checks;
+use crate::enforce::delivery::{Delivery, Keep};
 use crate::enforce::escrow;
 use crate::enforce::facts::{InProcessGrant, Requester, WriteFacts};
 use crate::enforce::idempotency::{self, Begin};
-use crate::enforce::permit::{Denied, Disposition, Permit};
-use crate::enforce::send::Keep;
+use crate::enforce::permit::{Denied, Disposition};
 use crate::enforce::written::Written;
 use crate::net::body::ProxyBody;
 use crate::net::conn::ConnInfo;
@@ -44,18 +44,6 @@ pub(crate) struct KeyRequest<'a> {
     pub method: Method,
     pub target: Cow<'a, str>,
     pub body: Cow<'a, [u8]>,
-}
-
-/// A permitted write on its way to the SoR, for a [`Leg`] to send and commit.
-pub(crate) struct Delivery {
-    pub permit: Permit,
-    pub parts: http::request::Parts,
-    pub body: Bytes,
-    pub conn: Arc<ConnInfo>,
-    pub cx: WriteContext,
-    /// What is stored with the commit receipt (an idempotency key's outcome, an escrow's).
-    pub keep: Keep,
-    pub bundle: Option<Arc<Bundle>>,
 }
 
 /// How one surface carries a write and answers it.
@@ -188,16 +176,7 @@ pub(crate) async fn run<L: Leg>(
     let task = {
         let (state, enf, conn) = (state.clone(), enf.clone(), conn.clone());
         tokio::spawn(async move {
-            if permit.disposition() == Disposition::Hold {
-                let pending = match keep {
-                    Keep::Key(p) => Some(p),
-                    _ => None,
-                };
-                return escrow::hold(
-                    &state, &enf, permit, parts, body, &conn, &who, &cx, pending, answer,
-                )
-                .await;
-            }
+            let hold = permit.disposition() == Disposition::Hold;
             let d = Delivery {
                 permit,
                 parts,
@@ -207,6 +186,9 @@ pub(crate) async fn run<L: Leg>(
                 keep,
                 bundle,
             };
+            if hold {
+                return escrow::hold(&state, &enf, d, &who, answer).await;
+            }
             leg.deliver(state, enf, d).await
         })
     };

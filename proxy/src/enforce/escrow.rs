@@ -29,10 +29,8 @@ use serde_json::{json, Value};
 use crate::context::AppState;
 use crate::context::Enforcement;
 use crate::context::Outcome;
-use crate::context::WriteContext;
+use crate::enforce::delivery::{Delivery, Keep};
 use crate::enforce::facts::Requester;
-use crate::enforce::idempotency::Pending;
-use crate::enforce::permit::Permit;
 use crate::enforce::receipts;
 use crate::enforce::written::Written;
 use crate::net::body::{self, ProxyBody};
@@ -91,19 +89,28 @@ pub(crate) enum Answer {
 
 /// Holds a permitted HUMAN_ESCROW write: 202 (or a tool result) with its Location and an
 /// escrow receipt.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn hold(
     state: &AppState,
     enf: &Enforcement,
-    permit: Permit,
-    parts: http::request::Parts,
-    bytes: Bytes,
-    conn: &ConnInfo,
+    d: Delivery,
     who: &Requester,
-    cx: &WriteContext,
-    pending: Option<Pending>,
     answer: Answer,
 ) -> Written {
+    let Delivery {
+        permit,
+        parts,
+        body: bytes,
+        conn,
+        cx,
+        keep,
+        ..
+    } = d;
+    let (conn, cx) = (&*conn, &cx);
+    // The key's outcome (if the write has one) is stored with the hold's receipt.
+    let pending = match keep {
+        Keep::Key(p) => Some(p),
+        _ => None,
+    };
     let id = uuid::Uuid::now_v7().to_string();
     let location = format!("{PREFIX}/{id}");
     let mut headers = parts.headers.clone();

@@ -17,6 +17,7 @@
 //! below it, never `mcp`, `authority`, `pipeline` or `control`.
 
 pub mod checks;
+pub mod delivery;
 pub mod engine;
 pub mod escrow;
 pub mod facts;

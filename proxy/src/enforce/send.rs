@@ -13,7 +13,7 @@ use crate::context::AppState;
 use crate::context::Enforcement;
 use crate::context::Outcome;
 use crate::context::WriteContext;
-use crate::enforce::idempotency::{self};
+use crate::enforce::delivery::{Delivery, Keep};
 use crate::enforce::identity;
 use crate::enforce::permit::Permit;
 use crate::enforce::receipts;
@@ -25,29 +25,6 @@ use crate::net::rewrite::build_upstream_request;
 use crate::net::upstream::UpstreamError;
 use crate::store::{Attachments, EscrowUpdate};
 use palisade_policy::rich::Capability;
-
-/// What must be stored with a forwarded write's receipt. Anything but `Nothing` buffers the
-/// response body (≤ `limits.max_response`), since it is stored.
-pub(crate) enum Keep {
-    Nothing,
-    /// The idempotency key's outcome (SPEC §5.6).
-    Key(idempotency::Pending),
-    /// A released escrow: its final record (the held record without the request).
-    Escrow {
-        id: String,
-        record: Value,
-    },
-}
-
-impl Keep {
-    /// For a write refused before forwarding: its key, if any, is free again before the
-    /// refusal is answered.
-    pub(crate) async fn release(self) {
-        if let Keep::Key(pending) = self {
-            pending.release().await;
-        }
-    }
-}
 
 /// A permitted write as it came back from its upstream leg.
 pub(crate) struct Sent {
@@ -61,18 +38,22 @@ pub(crate) struct Sent {
 /// the receipt and what `keep` asks to store with it. The upstream's failure is the write's
 /// outcome too: its epoch stays advanced (the write may have landed) and its receipt says
 /// what the client saw.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn forward(
     state: &AppState,
     enf: &Enforcement,
-    permit: Permit,
-    parts: http::request::Parts,
-    bytes: Bytes,
-    conn: &ConnInfo,
-    cx: &WriteContext,
-    keep: Keep,
+    d: Delivery,
     cap: Option<&Capability>,
 ) -> Written {
+    let Delivery {
+        permit,
+        parts,
+        body: bytes,
+        conn,
+        cx,
+        keep,
+        ..
+    } = d;
+    let (conn, cx) = (&*conn, &cx);
     let dry_run = permit.is_dry_run();
     let target = match (&state.shadow, dry_run) {
         (Some(shadow), true) => Some(shadow),

@@ -16,7 +16,8 @@ use http::Response;
 use serde_json::Value;
 
 use crate::context::{AppState, Binding, Enforcement, Outcome, WriteContext};
-use crate::enforce::engine::{self, Delivery, KeyRequest, Leg, Write};
+use crate::enforce::delivery::Delivery;
+use crate::enforce::engine::{self, KeyRequest, Leg, Write};
 use crate::enforce::escrow;
 use crate::enforce::facts::{InProcessGrant, Requester, WriteFacts};
 use crate::enforce::forward::forward_plain;
@@ -137,19 +138,8 @@ impl Leg for HttpLeg {
     }
 
     async fn deliver(self, state: Arc<AppState>, enf: Arc<Enforcement>, d: Delivery) -> Written {
-        let cap = Binding::of(d.bundle.as_deref(), &d.parts.method, d.parts.uri.path());
-        let (parts, conn, cx) = (d.parts, d.conn, d.cx);
-        send::forward(
-            &state,
-            &enf,
-            d.permit,
-            parts,
-            d.body,
-            &conn,
-            &cx,
-            d.keep,
-            cap.capability(),
-        )
-        .await
+        let bundle = d.bundle.clone();
+        let cap = Binding::of(bundle.as_deref(), &d.parts.method, d.parts.uri.path());
+        send::forward(&state, &enf, d, cap.capability()).await
     }
 }

@@ -153,21 +153,20 @@ pub(crate) async fn handle(
         Some("tools/list") => return list(state, conn, parts, bytes, cx, presented, id).await,
         _ => return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await,
     }
-    tool_call(state, conn, parts, bytes, msg, id, cx, presented).await
+    tool_call(state, conn, parts, bytes, msg, cx, presented).await
 }
 
 /// A `tools/call`: bound by tool name, enforced like an HTTP write when it writes.
-#[allow(clippy::too_many_arguments)]
 async fn tool_call(
     state: &Arc<AppState>,
     conn: &Arc<ConnInfo>,
     parts: http::request::Parts,
     bytes: Bytes,
     msg: Value,
-    id: Value,
     mut cx: WriteContext,
     presented: Option<&Presented>,
 ) -> (Response<ProxyBody>, Outcome) {
+    let id = msg.get("id").cloned().unwrap_or(Value::Null);
     let Some(call) = call::ToolCall::of(&msg) else {
         let refusal = Refusal::new(ErrorCode::BadRequest, "tools/call needs params.name");
         return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK).await;

@@ -11,7 +11,6 @@ use crate::enforce::receipts::{self, Refused};
 use crate::net::body::ProxyBody;
 
 /// A refusal as a JSON-RPC error answering `id`.
-#[allow(clippy::too_many_arguments)]
 pub(crate) async fn refuse(
     state: &AppState,
     cx: &WriteContext,

@@ -127,7 +127,7 @@ pub async fn handle(
         if relay::is_relay(&state, &ex.path) {
             let cx = write_context(&ex);
             let (resp, outcome) =
-                Box::pin(relay::handle(&state, enf, qc, parts, body, &conn, cx)).await;
+                Box::pin(relay::handle(&state, enf, parts, body, &conn, cx)).await;
             return Ok(finish(&state, resp, ex, outcome, inflight));
         }
         if quote_channel::is_channel(&state, &ex.path) {
@@ -144,17 +144,10 @@ pub async fn handle(
     if let Some(enf) = &state.enforcement {
         if let Some(route) = crate::rcns::route(&state, &parts, &ex.path) {
             let cx = write_context(&ex);
-            let (resp, outcome) = Box::pin(crate::rcns::handle(
-                &state,
-                enf,
-                route,
-                parts,
-                body,
-                &conn,
-                presented.as_ref(),
-                cx,
-            ))
-            .await;
+            let req = Request::from_parts(parts, body);
+            let presented = presented.as_ref();
+            let answered = crate::rcns::handle(&state, enf, route, req, &conn, presented, cx);
+            let (resp, outcome) = Box::pin(answered).await;
             return Ok(finish(&state, resp, ex, outcome, inflight));
         }
     }

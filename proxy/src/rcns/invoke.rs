@@ -39,18 +39,24 @@ use crate::store::RcnsKind;
 
 type Answer = (Response<ProxyBody>, Outcome);
 
-#[allow(clippy::too_many_arguments)]
+/// Which contract a request invokes (`Contract-Synthesized`), who invokes it, and the
+/// credential admission took off the request.
+pub struct Invocation<'a> {
+    pub id: String,
+    pub who: &'a Who,
+    pub presented: Option<&'a crate::admission::Presented>,
+}
+
 pub async fn handle(
     state: &Arc<AppState>,
     enf: &Arc<Enforcement>,
-    parts: http::request::Parts,
-    body: Incoming,
+    req: http::Request<Incoming>,
     conn: &Arc<ConnInfo>,
-    who: &Who,
-    id: String,
-    presented: Option<&crate::admission::Presented>,
+    inv: Invocation<'_>,
     mut cx: WriteContext,
 ) -> Answer {
+    let (parts, body) = req.into_parts();
+    let Invocation { id, who, presented } = inv;
     cx.caller = cx.caller.take().or_else(|| who.identity.clone());
     let refuse = |r: Refusal| Refusal::with_reason(r, "synthesis-error");
     if !state.rcns.as_ref().is_some_and(|r| r.config.enabled) {

@@ -132,21 +132,26 @@ fn inspect_query(query: &str) -> Option<Route> {
 }
 
 /// Answers an RCNS request. `presented`: the credential admission took off the request.
-#[allow(clippy::too_many_arguments)]
 pub async fn handle(
     state: &Arc<AppState>,
     enf: &Arc<Enforcement>,
     route: Route,
-    parts: http::request::Parts,
-    body: Incoming,
+    req: http::Request<Incoming>,
     conn: &Arc<ConnInfo>,
     presented: Option<&crate::admission::Presented>,
     cx: WriteContext,
 ) -> (Response<ProxyBody>, Outcome) {
+    let (parts, body) = req.into_parts();
     let who = identity::resolve(state, conn, &parts);
     match route {
         Route::Invoke(id) => {
-            invoke::handle(state, enf, parts, body, conn, &who, id, presented, cx).await
+            let inv = invoke::Invocation {
+                id,
+                who: &who,
+                presented,
+            };
+            let req = http::Request::from_parts(parts, body);
+            invoke::handle(state, enf, req, conn, inv, cx).await
         }
         Route::Propose => propose::handle(state, enf, &parts, body, &who, cx).await,
         Route::Implicit => propose::implicit(state, enf, &parts, &who, cx).await,
