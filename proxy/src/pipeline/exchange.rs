@@ -55,6 +55,20 @@ pub(super) struct Exchange {
     pub(super) start: Instant,
 }
 
+impl Exchange {
+    /// The context of a write (or any request that may be refused with a receipt): its
+    /// method, trace and `METHOD path` as the operation.
+    pub(super) fn write_context(&self) -> crate::context::WriteContext {
+        // `METHOD path`, without `format!`'s machinery: this runs on every request (issue 19).
+        let method = self.method.as_str();
+        let mut operation = String::with_capacity(method.len() + 1 + self.path.len());
+        operation.push_str(method);
+        operation.push(' ');
+        operation.push_str(&self.path);
+        crate::context::WriteContext::new(self.method.clone(), self.trace_id.clone(), operation)
+    }
+}
+
 /// What the service answers with: the response body counted, the access-log line written
 /// when it has been sent. The body is not boxed again (it is a [`ProxyBody`] already: a
 /// second box cost a dynamic call and an error mapping per frame); the line is, so the

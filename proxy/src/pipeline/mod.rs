@@ -1,18 +1,21 @@
-//! One request, start to end (docs/architecture.md, "One request"). The order of the
-//! stages is this one function, [`handle`], read top to bottom.
+//! One request, start to end (docs/architecture.md, "One request"): a route, then one stage,
+//! then one place that finishes the exchange, as pingora's ordered phases.
 //!
 //! ```text
-//! head → trace context → reserved paths (lease authority, escrow status) → classify
-//!   → reads: stream to upstream and back (fence token on fenced resources)
-//!   → writes: read body (≤ max_body, else 413) → write::handle (idempotency, checks,
-//!     forward | dry-run | escrow, receipt) — or straight to the upstream without enforcement
-//!   → response: strip hop-by-hop, count bytes, access log, metrics
+//! head → trace context → request form (request_form: canonical, or refused)
+//!   → admission takes the bearer token off → route_of: the sidecar's own surfaces in order
+//!     (lease authority, escrow status, AIP-2.1 relay and quote channel, RCNS, reserved
+//!     prefixes, admission metadata, MCP), else the SoR
+//!   → own(...) | sor::answer(...): reads stream (fence token on fenced resources, output
+//!     contracts buffered); writes read their body (≤ max_body) and go to the write engine
+//!   → exchange::finish: strip hop-by-hop, count bytes, access log, metrics
 //! ```
 
 mod admit;
 mod connect;
 mod exchange;
 mod request_form;
+mod sor;
 
 use std::convert::Infallible;
 use std::sync::Arc;
@@ -25,24 +28,49 @@ use tokio::time::Instant;
 
 use crate::aip::{quote_channel, relay};
 use crate::authority;
-use crate::context::{AppState, Binding, Outcome, WriteContext};
-use crate::enforce::forward::forward_plain;
+use crate::context::{AppState, Outcome, WriteContext};
+use crate::enforce::escrow;
 use crate::enforce::receipts::{self, Evidence};
-use crate::enforce::{escrow, facts, output, write};
 use crate::mcp;
-use crate::net::body::{self, CollectError};
+use crate::net::body::ProxyBody;
 use crate::net::conn::ConnInfo;
 use crate::net::headers;
 use crate::net::problem::Problem;
 pub use exchange::ExchangeBody;
 use exchange::{finish, Exchange, InflightGuard, Kind};
 
+/// Where a request goes, decided once from its head: the sidecar's own surfaces first (in
+/// this order), then the SoR. The idea of pingora's phases: route, then one stage.
+enum Route {
+    /// Its form was refused (`request_form::prepare`).
+    Refused(palisade_policy::Refusal),
+    /// The lease authority (SPEC §5.7), under the reserved PTCL prefix.
+    Authority,
+    /// `GET` of an escrow's status (SPEC §5.4), for the caller that submitted the write.
+    EscrowStatus,
+    /// The AIP-2.1 negotiation relay, which the sidecar serves itself.
+    Relay,
+    /// The AIP-2.1 quote channel (SPEC §13): guarded by its own rules instead of PTCL.
+    QuoteChannel,
+    /// AGTP-RCNS (seed 000): PROPOSE, the inventory, unregistered pairs with Allow-RCNS.
+    Rcns(crate::rcns::Route),
+    /// Another reserved prefix (SPEC §3): the sidecar's own, never the upstream's.
+    Reserved,
+    /// RICH admission's protected-resource metadata (RFC 9728).
+    Metadata,
+    /// MCP (SPEC §11): classified by JSON-RPC method, not HTTP method.
+    Mcp,
+    /// Everything else: a read or a write for the SoR.
+    Sor,
+}
+
 /// The data-plane service: never fails; every failure becomes a response.
 ///
-/// Every branch but plain forwarding awaits its stage boxed (`Box::pin`): the future of this
-/// function is moved into hyper's per-request slot (HTTP/1) or a spawned task (HTTP/2) on every
-/// request, and unboxed it was as large as its largest branch (14 KB, the MCP relay); boxed, it
-/// is the size of the forwarding path, and a branch pays one allocation when it runs (issue 19).
+/// Every route but the SoR's awaits its stage boxed (`Box::pin`), and so do the SoR stage's
+/// own branches but plain forwarding: the future of this function is moved into hyper's
+/// per-request slot (HTTP/1) or a spawned task (HTTP/2) on every request, and unboxed it was
+/// as large as its largest branch (14 KB, the MCP relay); boxed, it is the size of the
+/// forwarding path, and a branch pays one allocation when it runs (issue 19).
 pub async fn handle(
     state: Arc<AppState>,
     conn: Arc<ConnInfo>,
@@ -66,272 +94,161 @@ pub async fn handle(
         // The path only: a query string may carry secrets.
         path: parts.uri.path().to_owned(),
         kind,
-        trace_id: trace_id.clone(),
+        trace_id,
         start,
     };
-    // The request id (`instance`) is made only for problem responses: the happy path has no
-    // use for it, and randomness costs a syscall.
-    let refuse = |code: ErrorCode, detail: &str| {
-        let request_id = uuid::Uuid::new_v4().to_string();
-        Problem::new(code, detail, &request_id, &trace_id).into_response()
-    };
-    if let Err(refusal) = prepared {
-        // Nothing of it has reached anyone: refused with a receipt and a drift event, as any
-        // other refusal, when enforcement keeps receipts.
-        // The spelling refused is the client's, not an operation: events and receipts name
-        // the method only, so no client-chosen text reaches an operator's tools.
-        let cx = WriteContext::new(
-            ex.method.clone(),
-            ex.trace_id.clone(),
-            format!("{} <refused request form>", ex.method),
-        );
-        let refused = receipts::record(&state, refusal, &cx, Evidence::default());
-        let resp = Box::pin(refused).await.into_response();
-        return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
-    }
-
     // RICH admission (SPEC §13): the bearer token is taken off the request here, whatever
     // the request; its subject becomes the caller every later stage binds to; each surface
-    // below decides with what was presented.
-    let presented = crate::admission::take(&state, &mut parts);
-
-    // The lease authority (SPEC §5.7) lives under the reserved PTCL prefix.
-    if let (true, Some(enf)) = (state.config.authority, &state.enforcement) {
-        if ex.path.starts_with(authority::PREFIX) {
-            let cx = write_context(&ex);
-            let resp = Box::pin(authority::handle(&state, enf, parts, body, &conn, &cx)).await;
-            let outcome = if resp.status().is_success() {
-                Outcome::Forwarded
-            } else {
-                Outcome::Refused
-            };
-            return Ok(finish(&state, resp, ex, outcome, inflight));
-        }
-    }
-
-    // Escrow status (SPEC §5.4), for the caller that submitted the write.
-    if let (Some(enf), true) = (&state.enforcement, ex.path.starts_with(escrow::PREFIX)) {
-        if parts.method == Method::GET {
-            let resp = Box::pin(escrow::lookup(enf, &ex.path, conn.caller(&parts))).await;
-            let outcome = if resp.status().is_success() {
-                Outcome::Forwarded
-            } else {
-                Outcome::Refused
-            };
-            return Ok(finish(&state, resp, ex, outcome, inflight));
-        }
-    }
-    // The AIP-2.1 quote channel (SPEC §13): guarded by its own rules instead of PTCL; and
-    // the negotiation relay, which the sidecar serves itself.
-    if let (Some(qc), Some(enf)) = (&state.quote_channel, &state.enforcement) {
-        if relay::is_relay(&state, &ex.path) {
-            let cx = write_context(&ex);
-            let (resp, outcome) =
-                Box::pin(relay::handle(&state, enf, parts, body, &conn, cx)).await;
-            return Ok(finish(&state, resp, ex, outcome, inflight));
-        }
-        if quote_channel::is_channel(&state, &ex.path) {
-            let cx = write_context(&ex);
-            let (resp, outcome) = Box::pin(quote_channel::handle(
-                &state, enf, qc, parts, body, &conn, cx,
-            ))
-            .await;
-            return Ok(finish(&state, resp, ex, outcome, inflight));
-        }
-    }
-
-    // AGTP-RCNS (seed 000): PROPOSE, the inventory, unregistered pairs sent with Allow-RCNS.
-    if let Some(enf) = &state.enforcement {
-        if let Some(route) = crate::rcns::route(&state, &parts, &ex.path) {
-            let cx = write_context(&ex);
-            let req = Request::from_parts(parts, body);
-            let presented = presented.as_ref();
-            let answered = crate::rcns::handle(&state, enf, route, req, &conn, presented, cx);
-            let (resp, outcome) = Box::pin(answered).await;
-            return Ok(finish(&state, resp, ex, outcome, inflight));
-        }
-    }
-
-    // Reserved prefixes (SPEC §3) are the sidecar's own and never reach the upstream.
-    if ex.path.starts_with("/.well-known/ptcl/") || ex.path.starts_with("/.well-known/agtp/") {
-        let resp = refuse(ErrorCode::NotFound, "no sidecar endpoint at this path");
-        return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
-    }
-
-    // RICH admission's protected-resource metadata (RFC 9728): the sidecar's own.
-    if let Some(adm) = &state.admission {
-        if crate::admission::metadata::is_metadata(&ex.path) && parts.method == Method::GET {
-            let bundle = state.bundle.load_full();
-            let resp = crate::admission::metadata::response(adm, bundle.as_deref());
-            return Ok(finish(&state, resp, ex, Outcome::Forwarded, inflight));
-        }
-    }
-
-    // MCP (SPEC §11): classified by JSON-RPC method, not HTTP method.
-    if state.config.mcp_path.as_deref() == Some(ex.path.as_str()) {
-        let cx = write_context(&ex);
-        let handled = mcp::handle(&state, &conn, parts, body, cx, presented.as_ref());
-        let (resp, outcome) = Box::pin(handled).await;
-        return Ok(finish(&state, resp, ex, outcome, inflight));
-    }
-
-    // One bundle version decides this request from here to its end.
-    let bundle = state.bundle.load_full();
-
-    // RICH admission (SPEC §13): a bound operation needs a token that admits it, before its
-    // body is read or any lease is looked at.
-    let cx = write_context(&ex);
-    let staged = admit::stage(&state, presented.as_ref(), &parts, bundle.as_deref(), &cx);
-    let admitted = match staged.await {
-        Ok(a) => a,
-        Err(resp) => return Ok(finish(&state, resp, ex, Outcome::Refused, inflight)),
-    };
-    // From here every receipt and drift event names who acted, when a verified token says
-    // (admitted here, or only presented where admission is not required).
-    let caller = parts
-        .extensions
-        .get::<crate::net::conn::TokenCaller>()
-        .map(|c| c.0.clone())
-        .or_else(|| admitted.as_ref().map(crate::admission::Admission::caller));
-    let write_context = |ex: &Exchange| {
-        let mut cx = write_context(ex);
-        cx.caller = caller.clone();
-        cx
-    };
-
-    // A read is decided by the bundle in force: its binding names the upstream identity, and
-    // a contract with an output schema has its answer buffered and checked (SPEC §7), its
-    // request kept so a qualified fallback can send it again.
-    let mut read_cx = None;
-    if kind == Kind::Read {
-        let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
-        // The admission stage's context, now naming the caller (one fewer made per read).
-        let mut cx = cx;
-        cx.caller = caller.clone();
-        cx.bind(bundle.as_deref(), &binding);
-        // A bound read's path and query parameters (`structural.parameters`).
-        if let Some(cap) = binding.capability() {
-            let (path, query) = (parts.uri.path(), parts.uri.query());
-            if let Err(refusal) = palisade_policy::rich::check_parameters(cap, path, query) {
-                let pq = parts.uri.path_and_query().map_or("", |p| p.as_str());
-                let evidence = Evidence {
-                    body: Some(pq.as_bytes()),
-                    ..Evidence::default()
-                };
-                let refused = receipts::record(&state, refusal, &cx, evidence);
-                let resp = Box::pin(refused).await.into_response();
-                return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
-            }
-        }
-        let checked = binding.capability().filter(|c| c.contract.output.is_some());
-        if let Some(cap) = checked {
-            let bytes = match body::read_request_body(body, state.config.max_body).await {
-                Ok(b) => b,
-                Err(_) => {
-                    let resp = refuse(
-                        ErrorCode::BodyTooLarge,
-                        "request body exceeds limits.max_body",
-                    );
-                    return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
-                }
-            };
-            let kept = output::copy_head(&parts);
-            let (resp, outcome) =
-                forward_plain(&state, parts, body::full(bytes.clone()), &conn, &cx, None).await;
-            let resp = Box::pin(output::check(
-                &state,
-                cap,
-                &cx,
-                resp,
-                kept.map(|parts| output::Retry {
-                    parts,
-                    body: bytes,
-                    conn: &conn,
-                }),
-            ))
-            .await;
-            return Ok(finish(&state, resp, ex, outcome, inflight));
-        }
-        read_cx = Some(cx);
-    }
-
-    let body = match kind {
-        Kind::Read => body::boxed(body),
-        Kind::Write => {
-            let bytes = match body::read_request_body(body, state.config.max_body).await {
-                Ok(bytes) => bytes,
-                Err(CollectError::TooLarge(limit)) => {
-                    state.metrics.refusal(ErrorCode::BodyTooLarge);
-                    let resp = refuse(
-                        ErrorCode::BodyTooLarge,
-                        &format!("request body exceeds limits.max_body ({limit} bytes)"),
-                    );
-                    return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
-                }
-                Err(CollectError::Read(e)) => {
-                    tracing::debug!(error = %e, "request body read failed");
-                    let resp = refuse(ErrorCode::BadRequest, "request body could not be read");
-                    return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
-                }
-            };
-            if let Some(enf) = &state.enforcement {
-                let cx = write_context(&ex);
-                if let Some(a) = &admitted {
-                    let held = admit::input(&state, a, bundle.as_ref(), &parts, &bytes, &cx);
-                    if let Err(resp) = Box::pin(held).await {
-                        return Ok(finish(&state, resp, ex, Outcome::Refused, inflight));
-                    }
-                }
-                // A connection (RICH §9) maps the request onto the operation the SoR serves;
-                // everything after it decides on the request the SoR will receive.
-                let mut cx = cx;
-                let mut parts = parts;
-                let mapped = connect::request(&state, bundle.as_ref(), &mut parts, &bytes, &mut cx);
-                let (bytes, back) = match Box::pin(mapped).await {
-                    Ok(Some((mapped, back))) => (mapped, Some(back)),
-                    Ok(None) => (bytes, None),
-                    Err(resp) => return Ok(finish(&state, resp, ex, Outcome::Refused, inflight)),
-                };
-                let kept = back.as_ref().map(|_| cx.clone());
-                let req = write::WriteRequest {
-                    parts,
-                    body: bytes,
-                    cx,
-                    bundle,
-                    grant: None,
-                };
-                let written = Box::pin(write::run(&state, enf, &conn, req)).await;
-                let outcome = written.outcome;
-                let resp = match (back, kept) {
-                    (Some(back), Some(cx)) => {
-                        let mapped = connect::response(&state, back, &cx, written);
-                        Box::pin(mapped).await
-                    }
-                    _ => written.resp,
-                };
-                return Ok(finish(&state, resp, ex, outcome, inflight));
-            }
-            body::full(bytes)
+    // decides with what was presented.
+    let (route, presented) = match prepared {
+        Err(refusal) => (Route::Refused(refusal), None),
+        Ok(_) => {
+            let presented = crate::admission::take(&state, &mut parts);
+            (route_of(&state, &parts, &ex), presented)
         }
     };
-
-    // Reads of a fenced resource carry its epoch too (SPEC §5.3), so an agent can lease the
-    // next write from what it read.
-    let fenced_read = match (&state.enforcement, kind) {
-        (Some(_), Kind::Read) => facts::read_resource_key(&state.config, &parts, &conn),
-        _ => None,
+    let presented = presented.as_ref();
+    let req = Request::from_parts(parts, body);
+    let (resp, outcome) = match route {
+        Route::Sor => sor::answer(&state, &conn, req, &ex, presented).await,
+        route => Box::pin(own(&state, &conn, route, req, &ex, presented)).await,
     };
-    let cx = read_cx.unwrap_or_else(|| write_context(&ex));
-    let (resp, outcome) = forward_plain(&state, parts, body, &conn, &cx, fenced_read).await;
     Ok(finish(&state, resp, ex, outcome, inflight))
 }
 
-fn write_context(ex: &Exchange) -> WriteContext {
-    // `METHOD path`, without `format!`'s machinery: this runs on every request (issue 19).
-    let method = ex.method.as_str();
-    let mut operation = String::with_capacity(method.len() + 1 + ex.path.len());
-    operation.push_str(method);
-    operation.push(' ');
-    operation.push_str(&ex.path);
-    WriteContext::new(ex.method.clone(), ex.trace_id.clone(), operation)
+/// The route of a request whose form was accepted.
+fn route_of(state: &AppState, parts: &http::request::Parts, ex: &Exchange) -> Route {
+    let path = ex.path.as_str();
+    let Some(_) = &state.enforcement else {
+        return match &state.admission {
+            _ if is_reserved(path) => Route::Reserved,
+            Some(_) if is_metadata(parts, path) => Route::Metadata,
+            _ if state.config.mcp_path.as_deref() == Some(path) => Route::Mcp,
+            _ => Route::Sor,
+        };
+    };
+    if state.config.authority && path.starts_with(authority::PREFIX) {
+        return Route::Authority;
+    }
+    if path.starts_with(escrow::PREFIX) && parts.method == Method::GET {
+        return Route::EscrowStatus;
+    }
+    if state.quote_channel.is_some() {
+        if relay::is_relay(state, path) {
+            return Route::Relay;
+        }
+        if quote_channel::is_channel(state, path) {
+            return Route::QuoteChannel;
+        }
+    }
+    if let Some(r) = crate::rcns::route(state, parts, path) {
+        return Route::Rcns(r);
+    }
+    if is_reserved(path) {
+        return Route::Reserved;
+    }
+    if state.admission.is_some() && is_metadata(parts, path) {
+        return Route::Metadata;
+    }
+    if state.config.mcp_path.as_deref() == Some(path) {
+        return Route::Mcp;
+    }
+    Route::Sor
+}
+
+fn is_reserved(path: &str) -> bool {
+    path.starts_with("/.well-known/ptcl/") || path.starts_with("/.well-known/agtp/")
+}
+
+fn is_metadata(parts: &http::request::Parts, path: &str) -> bool {
+    crate::admission::metadata::is_metadata(path) && parts.method == Method::GET
+}
+
+/// One of the sidecar's own surfaces.
+async fn own(
+    state: &Arc<AppState>,
+    conn: &Arc<ConnInfo>,
+    route: Route,
+    req: Request<Incoming>,
+    ex: &Exchange,
+    presented: Option<&crate::admission::Presented>,
+) -> (Response<ProxyBody>, Outcome) {
+    let by_status = |resp: Response<ProxyBody>| {
+        let outcome = if resp.status().is_success() {
+            Outcome::Forwarded
+        } else {
+            Outcome::Refused
+        };
+        (resp, outcome)
+    };
+    let (parts, body) = req.into_parts();
+    let cx = ex.write_context();
+    let Some(enf) = &state.enforcement else {
+        return match route {
+            Route::Mcp => mcp::handle(state, conn, parts, body, cx, presented).await,
+            Route::Metadata => metadata(state, ex),
+            Route::Refused(refusal) => refused_form(state, ex, refusal).await,
+            _ => reserved(ex),
+        };
+    };
+    match route {
+        Route::Refused(refusal) => refused_form(state, ex, refusal).await,
+        Route::Authority => by_status(authority::handle(state, enf, parts, body, conn, &cx).await),
+        Route::EscrowStatus => by_status(escrow::lookup(enf, &ex.path, conn.caller(&parts)).await),
+        Route::Relay => relay::handle(state, enf, parts, body, conn, cx).await,
+        Route::QuoteChannel => match &state.quote_channel {
+            Some(qc) => quote_channel::handle(state, enf, qc, parts, body, conn, cx).await,
+            None => reserved(ex),
+        },
+        Route::Rcns(r) => {
+            let req = Request::from_parts(parts, body);
+            crate::rcns::handle(state, enf, r, req, conn, presented, cx).await
+        }
+        Route::Reserved => reserved(ex),
+        Route::Metadata => metadata(state, ex),
+        Route::Mcp => mcp::handle(state, conn, parts, body, cx, presented).await,
+        Route::Sor => {
+            sor::answer(state, conn, Request::from_parts(parts, body), ex, presented).await
+        }
+    }
+}
+
+/// A request whose form was refused: nothing of it has reached anyone. Refused with a receipt
+/// and a drift event, as any other refusal, when enforcement keeps receipts; they name the
+/// method only (the spelling refused is the client's, not an operation), so no client-chosen
+/// text reaches an operator's tools.
+async fn refused_form(
+    state: &AppState,
+    ex: &Exchange,
+    refusal: palisade_policy::Refusal,
+) -> (Response<ProxyBody>, Outcome) {
+    let cx = WriteContext::new(
+        ex.method.clone(),
+        ex.trace_id.clone(),
+        format!("{} <refused request form>", ex.method),
+    );
+    let refused = receipts::record(state, refusal, &cx, Evidence::default()).await;
+    (refused.into_response(), Outcome::Refused)
+}
+
+/// A reserved prefix that names no endpoint of the sidecar's.
+fn reserved(ex: &Exchange) -> (Response<ProxyBody>, Outcome) {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let p = Problem::new(
+        ErrorCode::NotFound,
+        "no sidecar endpoint at this path",
+        &request_id,
+        &ex.trace_id,
+    );
+    (p.into_response(), Outcome::Refused)
+}
+
+/// RICH admission's protected-resource metadata (RFC 9728): the sidecar's own.
+fn metadata(state: &AppState, ex: &Exchange) -> (Response<ProxyBody>, Outcome) {
+    let Some(adm) = &state.admission else {
+        return reserved(ex);
+    };
+    let bundle = state.bundle.load_full();
+    let resp = crate::admission::metadata::response(adm, bundle.as_deref());
+    (resp, Outcome::Forwarded)
 }

@@ -1,0 +1,213 @@
+//! The SoR stage: a request that is none of the sidecar's own surfaces goes to the System of
+//! Record, decided by one bundle version from its admission to its end.
+//!
+//! ```text
+//! admission (a bound operation needs a token that admits it, before its body is read)
+//!   → read:  bound parameters; an output contract buffers and checks the answer
+//!            (SPEC §7, a qualified fallback may send it again); else streamed, fenced
+//!            resources answered with their epoch
+//!   → write: body read (≤ max_body); the admitted bound; a connection maps it (RICH §9);
+//!            the write engine (enforce::write::run); the answer mapped back
+//!   → with enforcement off: every method streams
+//! ```
+//! Plain forwarding is awaited in place (it is the common path, and the future hyper keeps
+//! per request is its size); every other branch is boxed (issue 19).
+
+use std::sync::Arc;
+
+use http::Response;
+use hyper::body::Incoming;
+use palisade_policy::ErrorCode;
+
+use super::admit;
+use super::connect;
+use super::exchange::{Exchange, Kind};
+use crate::admission::Presented;
+use crate::context::{AppState, Binding, Outcome, WriteContext};
+use crate::enforce::forward::forward_plain;
+use crate::enforce::receipts::{self, Evidence};
+use crate::enforce::{facts, output, write};
+use crate::net::body::{self, CollectError, ProxyBody};
+use crate::net::conn::ConnInfo;
+use crate::net::problem::Problem;
+
+type Answer = (Response<ProxyBody>, Outcome);
+
+/// A read or write for the SoR.
+pub(super) async fn answer(
+    state: &Arc<AppState>,
+    conn: &Arc<ConnInfo>,
+    req: http::Request<Incoming>,
+    ex: &Exchange,
+    presented: Option<&Presented>,
+) -> Answer {
+    let (parts, body) = req.into_parts();
+    // One bundle version decides this request from here to its end.
+    let bundle = state.bundle.load_full();
+
+    // RICH admission (SPEC §13): a bound operation needs a token that admits it, before its
+    // body is read or any lease is looked at.
+    let mut cx = ex.write_context();
+    let staged = admit::stage(state, presented, &parts, bundle.as_deref(), &cx);
+    let admitted = match staged.await {
+        Ok(a) => a,
+        Err(resp) => return (resp, Outcome::Refused),
+    };
+    // From here every receipt and drift event names who acted, when a verified token says
+    // (admitted here, or only presented where admission is not required).
+    cx.caller = parts
+        .extensions
+        .get::<crate::net::conn::TokenCaller>()
+        .map(|c| c.0.clone())
+        .or_else(|| admitted.as_ref().map(crate::admission::Admission::caller));
+
+    if ex.kind == Kind::Read {
+        let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
+        cx.bind(bundle.as_deref(), &binding);
+        if let Some(cap) = binding.capability() {
+            // A bound read's path and query parameters (`structural.parameters`).
+            let (path, query) = (parts.uri.path(), parts.uri.query());
+            if let Err(refusal) = palisade_policy::rich::check_parameters(cap, path, query) {
+                let pq = parts.uri.path_and_query().map_or("", |p| p.as_str());
+                let evidence = Evidence {
+                    body: Some(pq.as_bytes()),
+                    ..Evidence::default()
+                };
+                let refused = receipts::record(state, refusal, &cx, evidence);
+                return (Box::pin(refused).await.into_response(), Outcome::Refused);
+            }
+            if cap.contract.output.is_some() {
+                let req = http::Request::from_parts(parts, body);
+                return Box::pin(checked_read(state, conn, req, cap, &cx)).await;
+            }
+        }
+        // Reads of a fenced resource carry its epoch too (SPEC §5.3), so an agent can lease
+        // the next write from what it read.
+        let fenced_read = match &state.enforcement {
+            Some(_) => facts::read_resource_key(&state.config, &parts, conn),
+            None => None,
+        };
+        return forward_plain(state, parts, body::boxed(body), conn, &cx, fenced_read).await;
+    }
+
+    let bytes = match body::read_request_body(body, state.config.max_body).await {
+        Ok(bytes) => bytes,
+        Err(CollectError::TooLarge(limit)) => {
+            state.metrics.refusal(ErrorCode::BodyTooLarge);
+            let detail = format!("request body exceeds limits.max_body ({limit} bytes)");
+            return (
+                problem(ex, ErrorCode::BodyTooLarge, &detail),
+                Outcome::Refused,
+            );
+        }
+        Err(CollectError::Read(e)) => {
+            tracing::debug!(error = %e, "request body read failed");
+            let detail = "request body could not be read";
+            return (problem(ex, ErrorCode::BadRequest, detail), Outcome::Refused);
+        }
+    };
+    if state.enforcement.is_none() {
+        // `ptcl.writes = []`: a plain proxy.
+        return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+    }
+    let w = Enforced {
+        parts,
+        bytes,
+        cx,
+        bundle,
+        admitted,
+    };
+    Box::pin(enforced_write(state, conn, w)).await
+}
+
+/// A read whose contract has an output schema: its answer buffered and checked (SPEC §7),
+/// its request kept so a qualified fallback can send it again.
+async fn checked_read(
+    state: &Arc<AppState>,
+    conn: &Arc<ConnInfo>,
+    req: http::Request<Incoming>,
+    cap: &palisade_policy::rich::Capability,
+    cx: &WriteContext,
+) -> Answer {
+    let (parts, body) = req.into_parts();
+    let bytes = match body::read_request_body(body, state.config.max_body).await {
+        Ok(b) => b,
+        Err(_) => {
+            let id = uuid::Uuid::new_v4().to_string();
+            let p = Problem::new(
+                ErrorCode::BodyTooLarge,
+                "request body exceeds limits.max_body",
+                &id,
+                &cx.trace_id,
+            );
+            return (p.into_response(), Outcome::Refused);
+        }
+    };
+    let kept = output::copy_head(&parts);
+    let (resp, outcome) =
+        forward_plain(state, parts, body::full(bytes.clone()), conn, cx, None).await;
+    let retry = kept.map(|parts| output::Retry {
+        parts,
+        body: bytes,
+        conn,
+    });
+    (output::check(state, cap, cx, resp, retry).await, outcome)
+}
+
+/// A write with enforcement on, its body read.
+struct Enforced {
+    parts: http::request::Parts,
+    bytes: bytes::Bytes,
+    cx: WriteContext,
+    bundle: Option<Arc<palisade_policy::rich::Bundle>>,
+    admitted: Option<crate::admission::Admission>,
+}
+
+/// The admitted bound, the connection's mapping, the write engine, the answer mapped back.
+async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced) -> Answer {
+    let Enforced {
+        mut parts,
+        bytes,
+        mut cx,
+        bundle,
+        admitted,
+    } = w;
+    let Some(enf) = &state.enforcement else {
+        return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+    };
+    if let Some(a) = &admitted {
+        let held = admit::input(state, a, bundle.as_ref(), &parts, &bytes, &cx);
+        if let Err(resp) = held.await {
+            return (resp, Outcome::Refused);
+        }
+    }
+    // A connection (RICH §9) maps the request onto the operation the SoR serves; everything
+    // after it decides on the request the SoR will receive.
+    let mapped = connect::request(state, bundle.as_ref(), &mut parts, &bytes, &mut cx).await;
+    let (bytes, back) = match mapped {
+        Ok(Some((mapped, back))) => (mapped, Some(back)),
+        Ok(None) => (bytes, None),
+        Err(resp) => return (resp, Outcome::Refused),
+    };
+    let kept = back.as_ref().map(|_| cx.clone());
+    let req = write::WriteRequest {
+        parts,
+        body: bytes,
+        cx,
+        bundle,
+        grant: None,
+    };
+    let written = write::run(state, enf, conn, req).await;
+    let outcome = written.outcome;
+    let resp = match (back, kept) {
+        (Some(back), Some(cx)) => connect::response(state, back, &cx, written).await,
+        _ => written.resp,
+    };
+    (resp, outcome)
+}
+
+/// A problem of the data plane (no policy was violated: no receipt, no drift event).
+fn problem(ex: &Exchange, code: ErrorCode, detail: &str) -> Response<ProxyBody> {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    Problem::new(code, detail, &request_id, &ex.trace_id).into_response()
+}
