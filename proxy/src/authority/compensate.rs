@@ -16,6 +16,9 @@ use crate::net::headers;
 
 use super::lease_record::{bad, caller_record};
 
+/// The request that undoes a write: method, path (and query), headers, body.
+type Undo = (Method, String, Vec<(String, String)>, Bytes);
+
 /// Undoes a committed write (SPEC §5.4).
 pub(super) async fn compensate(
     state: &AppState,
@@ -46,95 +49,60 @@ pub(super) async fn compensate(
     let resource = record["resource"].as_str().unwrap_or_default().to_owned();
     // The request that undoes the write.
     let mut tool_inverse = false;
-    let (method, inv_path, inv_headers, inv_body): (Method, String, Vec<(String, String)>, Bytes) =
-        match record["recovery_mode"].as_str() {
-            Some("COMPENSATING_ACTION") => {
-                let bytes = enf
-                    .store
-                    .inverse(lease_id)
-                    .await
-                    .map_err(checks::store_refusal)?
-                    .ok_or_else(|| {
-                        Refusal::new(
-                            ErrorCode::InverseNotStaged,
-                            "no inverse payload is staged for this lease",
-                        )
-                    })?;
-                let inv = inverse::parse(&bytes, state.config.max_json_depth)?;
-                if let Some(call) = &inv.tool {
-                    tool_inverse = true;
-                    let (path, headers, body) =
-                        crate::mcp::inverse::inverse_request(&state.config, call);
-                    (Method::POST, path, headers, body)
-                } else {
-                    let body = inv
-                        .body
-                        .as_ref()
-                        .map(|b| Bytes::from(serde_json::to_vec(b).unwrap_or_default()))
-                        .unwrap_or_default();
-                    let mut headers: Vec<(String, String)> = inv.headers.into_iter().collect();
-                    if inv.body.is_some() && !headers.iter().any(|(k, _)| k == "content-type") {
-                        headers.push(("content-type".into(), "application/json".into()));
-                    }
-                    // The inverse goes out in the same canonical form as any request, and
-                    // with no PTCL header of the agent's choosing (the fence token is ours).
-                    headers.retain(|(k, _)| {
-                        let k = k.to_ascii_lowercase();
-                        !headers::SIDECAR_OWNED.contains(&k.as_str())
-                            && !headers::PTCL_REQUEST_HEADERS.contains(&k.as_str())
-                    });
-                    let method = Method::from_bytes(inv.method.as_bytes())
-                        .map_err(|_| bad("inverse method"))?;
-                    let (p, q) = match inv.path.split_once('?') {
-                        Some((p, q)) => (p, Some(q)),
-                        None => (inv.path.as_str(), None),
-                    };
-                    let p = palisade_policy::path::canonical_path(p).map_err(|_| {
-                        Refusal::new(
-                            ErrorCode::PathNotCanonical,
-                            "the inverse's path has no canonical form",
-                        )
-                    })?;
-                    let path = q.map_or(p.clone(), |q| format!("{p}?{q}"));
-                    (method, path, headers, body)
-                }
+    let (method, inv_path, inv_headers, inv_body): Undo = match record["recovery_mode"].as_str() {
+        Some("COMPENSATING_ACTION") => {
+            let bytes = enf
+                .store
+                .inverse(lease_id)
+                .await
+                .map_err(checks::store_refusal)?
+                .ok_or_else(|| {
+                    Refusal::new(
+                        ErrorCode::InverseNotStaged,
+                        "no inverse payload is staged for this lease",
+                    )
+                })?;
+            let inv = inverse::parse(&bytes, state.config.max_json_depth)?;
+            if let Some(call) = &inv.tool {
+                tool_inverse = true;
+                let (path, headers, body) =
+                    crate::mcp::inverse::inverse_request(&state.config, call);
+                (Method::POST, path, headers, body)
+            } else {
+                http_inverse(inv)?
             }
-            Some("SNAPSHOT_RESTORE") => {
-                let snap: Value = enf
-                    .store
-                    .snapshot(lease_id)
-                    .await
-                    .map_err(checks::store_refusal)?
-                    .and_then(|b| serde_json::from_slice(&b).ok())
-                    .ok_or_else(|| {
-                        bad("no snapshot was kept for this lease (pre_image = \"off\"?)")
-                    })?;
-                if snap["absent"] == true {
-                    (Method::DELETE, path.clone(), Vec::new(), Bytes::new())
-                } else {
-                    let body = snap["body_b64"]
-                        .as_str()
-                        .and_then(|b| {
-                            base64::Engine::decode(
-                                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-                                b,
-                            )
+        }
+        Some("SNAPSHOT_RESTORE") => {
+            let snap: Value = enf
+                .store
+                .snapshot(lease_id)
+                .await
+                .map_err(checks::store_refusal)?
+                .and_then(|b| serde_json::from_slice(&b).ok())
+                .ok_or_else(|| bad("no snapshot was kept for this lease (pre_image = \"off\"?)"))?;
+            if snap["absent"] == true {
+                (Method::DELETE, path.clone(), Vec::new(), Bytes::new())
+            } else {
+                let body = snap["body_b64"]
+                    .as_str()
+                    .and_then(|b| {
+                        base64::Engine::decode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, b)
                             .ok()
-                        })
-                        .unwrap_or_default();
-                    let headers = snap["content_type"]
-                        .as_str()
-                        .map(|ct| vec![("content-type".to_owned(), ct.to_owned())])
-                        .unwrap_or_default();
-                    (Method::PUT, path.clone(), headers, Bytes::from(body))
-                }
+                    })
+                    .unwrap_or_default();
+                let headers = snap["content_type"]
+                    .as_str()
+                    .map(|ct| vec![("content-type".to_owned(), ct.to_owned())])
+                    .unwrap_or_default();
+                (Method::PUT, path.clone(), headers, Bytes::from(body))
             }
-            _ => {
-                return Err(bad(
-                    "only COMPENSATING_ACTION and SNAPSHOT_RESTORE leases are compensated",
-                ))
-            }
-        };
+        }
+        _ => {
+            return Err(bad(
+                "only COMPENSATING_ACTION and SNAPSHOT_RESTORE leases are compensated",
+            ))
+        }
+    };
 
     let _lock = enf
         .store
@@ -229,4 +197,38 @@ pub(super) async fn compensate(
     resp.headers_mut()
         .insert(headers::FENCE_HEADER, HeaderValue::from(epoch));
     Ok(resp)
+}
+
+/// The HTTP request a staged (non-tool) inverse describes, in the one canonical form any
+/// request is sent in, with no PTCL header of the agent's choosing (the fence token is ours).
+fn http_inverse(inv: inverse::InversePayload) -> Result<Undo, Refusal> {
+    let body = inv
+        .body
+        .as_ref()
+        .map(|b| Bytes::from(serde_json::to_vec(b).unwrap_or_default()))
+        .unwrap_or_default();
+    let mut headers: Vec<(String, String)> = inv.headers.into_iter().collect();
+    if inv.body.is_some() && !headers.iter().any(|(k, _)| k == "content-type") {
+        headers.push(("content-type".into(), "application/json".into()));
+    }
+    // The inverse goes out in the same canonical form as any request, and
+    // with no PTCL header of the agent's choosing (the fence token is ours).
+    headers.retain(|(k, _)| {
+        let k = k.to_ascii_lowercase();
+        !headers::SIDECAR_OWNED.contains(&k.as_str())
+            && !headers::PTCL_REQUEST_HEADERS.contains(&k.as_str())
+    });
+    let method = Method::from_bytes(inv.method.as_bytes()).map_err(|_| bad("inverse method"))?;
+    let (p, q) = match inv.path.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (inv.path.as_str(), None),
+    };
+    let p = palisade_policy::path::canonical_path(p).map_err(|_| {
+        Refusal::new(
+            ErrorCode::PathNotCanonical,
+            "the inverse's path has no canonical form",
+        )
+    })?;
+    let path = q.map_or(p.clone(), |q| format!("{p}?{q}"));
+    Ok((method, path, headers, body))
 }

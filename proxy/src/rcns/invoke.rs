@@ -221,30 +221,10 @@ pub async fn handle(
         Ok(v) => v,
         Err(r) => return refused(state, &cx, r, Vec::new()).await,
     };
-    // Admission (SPEC §13): where a step's binding requires it, the token must admit that
-    // step's operation and contract digest, all of them before the first step runs; each
-    // step's input is held to its granted bound when it is built.
-    let mut admitted = Vec::with_capacity(recipe.steps.len());
-    if let (Some(adm), Some(b)) = (&state.admission, bundle.as_deref()) {
-        let none = crate::admission::Presented::None;
-        let presented = presented.unwrap_or(&none);
-        for step in &recipe.steps {
-            let Some(cap) = b.capabilities.get(step.capability) else {
-                admitted.push(None);
-                continue;
-            };
-            if !crate::admission::required(adm, cap) {
-                admitted.push(None);
-                continue;
-            }
-            let mut scx = cx.clone();
-            scx.bind(Some(b), &crate::context::Binding::Bound(cap));
-            match crate::admission::gate(state, enf, adm, presented, b, cap, &scx).await {
-                Ok(a) => admitted.push(Some(a)),
-                Err(refused) => return (refused.into_response(), Outcome::Refused),
-            }
-        }
-    }
+    let admitted = match admit_steps(state, enf, &recipe, bundle.as_deref(), presented, &cx).await {
+        Ok(a) => a,
+        Err(refused) => return (refused.into_response(), Outcome::Refused),
+    };
     let run = super::steps::Run {
         admitted,
         state: state.clone(),
@@ -270,4 +250,40 @@ pub async fn handle(
             )
         }
     }
+}
+
+/// Admission (SPEC §13) of an invocation's steps: where a step's binding requires it, the
+/// token must admit that step's operation and contract digest, all of them before the first
+/// step runs (each step's input is held to its granted bound when it is built). Per step:
+/// what was admitted, `None` where admission does not apply.
+async fn admit_steps(
+    state: &AppState,
+    enf: &Enforcement,
+    recipe: &palisade_policy::rcns::Recipe,
+    bundle: Option<&palisade_policy::rich::Bundle>,
+    presented: Option<&crate::admission::Presented>,
+    cx: &WriteContext,
+) -> Result<Vec<Option<crate::admission::Admission>>, crate::enforce::receipts::Refused> {
+    let mut admitted = Vec::with_capacity(recipe.steps.len());
+    let (Some(adm), Some(b)) = (&state.admission, bundle) else {
+        return Ok(admitted);
+    };
+    let none = crate::admission::Presented::None;
+    let presented = presented.unwrap_or(&none);
+    for step in &recipe.steps {
+        let Some(cap) = b.capabilities.get(step.capability) else {
+            admitted.push(None);
+            continue;
+        };
+        if !crate::admission::required(adm, cap) {
+            admitted.push(None);
+            continue;
+        }
+        let mut scx = cx.clone();
+        scx.bind(Some(b), &crate::context::Binding::Bound(cap));
+        admitted.push(Some(
+            crate::admission::gate(state, enf, adm, presented, b, cap, &scx).await?,
+        ));
+    }
+    Ok(admitted)
 }
