@@ -187,37 +187,7 @@ pub async fn handle(
         let r = refuse(Refusal::new(ErrorCode::RcnsRefused, "the contract's recipe no longer runs against the bundle in force (a step's capability is gone)"));
         return refused(state, &cx, r, Vec::new()).await;
     };
-    let bytes = match body::read_request_body(body, state.config.max_body).await {
-        Ok(b) => b,
-        Err(CollectError::TooLarge(_)) => {
-            let r = Refusal::new(
-                ErrorCode::BodyTooLarge,
-                "request body exceeds limits.max_body",
-            );
-            return refused(state, &cx, r, Vec::new()).await;
-        }
-        Err(CollectError::Read(_)) => {
-            let r = Refusal::new(ErrorCode::BadRequest, "request body could not be read");
-            return refused(state, &cx, r, Vec::new()).await;
-        }
-    };
-    let input = palisade_policy::json::parse(&bytes, state.config.max_json_depth)
-        .map_err(|_| {
-            Refusal::new(
-                ErrorCode::ContractInput,
-                "the body is not an I-JSON document",
-            )
-        })
-        .and_then(|v| {
-            recipe.input_schema.check(&v).map(|()| v).map_err(|viol| {
-                Refusal::new(
-                    ErrorCode::ContractInput,
-                    "the body violates the endpoint's input schema",
-                )
-                .with_location(viol.instance_location)
-            })
-        });
-    let input = match input {
+    let input = match input_of(state, body, &recipe).await {
         Ok(v) => v,
         Err(r) => return refused(state, &cx, r, Vec::new()).await,
     };
@@ -286,4 +256,42 @@ async fn admit_steps(
         ));
     }
     Ok(admitted)
+}
+
+/// The invocation's body: read (≤ `limits.max_body`), one I-JSON document, valid against the
+/// endpoint's input schema.
+async fn input_of(
+    state: &AppState,
+    body: Incoming,
+    recipe: &palisade_policy::rcns::Recipe,
+) -> Result<serde_json::Value, Refusal> {
+    let bytes = match body::read_request_body(body, state.config.max_body).await {
+        Ok(b) => b,
+        Err(CollectError::TooLarge(_)) => {
+            return Err(Refusal::new(
+                ErrorCode::BodyTooLarge,
+                "request body exceeds limits.max_body",
+            ))
+        }
+        Err(CollectError::Read(_)) => {
+            return Err(Refusal::new(
+                ErrorCode::BadRequest,
+                "request body could not be read",
+            ))
+        }
+    };
+    let v = palisade_policy::json::parse(&bytes, state.config.max_json_depth).map_err(|_| {
+        Refusal::new(
+            ErrorCode::ContractInput,
+            "the body is not an I-JSON document",
+        )
+    })?;
+    recipe.input_schema.check(&v).map_err(|viol| {
+        Refusal::new(
+            ErrorCode::ContractInput,
+            "the body violates the endpoint's input schema",
+        )
+        .with_location(viol.instance_location)
+    })?;
+    Ok(v)
 }
