@@ -817,17 +817,20 @@ fn a_client_behind_the_proxy_does_not_choose_its_rate_key() {
         let p = sidecar(&up, &aip2);
         // The sidecar's peer (127.0.0.1) is the trusted proxy. A client that writes the
         // header the proxy does not set, another value each time, is still one client.
-        let statuses: Vec<u16> = (1..=4)
+        let answers: Vec<Answer> = (1..=4)
             .map(|i| {
                 let mine = chosen_by_client.replace("{i}", &i.to_string());
-                post(&p, &format!("{mine}\r\n{set_by_proxy}")).status
+                post(&p, &format!("{mine}\r\n{set_by_proxy}"))
             })
             .collect();
+        let statuses: Vec<u16> = answers.iter().map(|a| a.status).collect();
         assert_eq!(statuses, [400, 400, 400, 429], "{mode}");
+        // The first refusal of the window carries its receipt (docs/decisions.md).
+        assert_refusal(&answers[3], 429, "ERR_RATE_LIMITED", mode);
+        assert!(!answers[3].header("retry-after").is_empty());
         let a = post(&p, set_by_proxy);
         assert_eq!(a.status, 429, "{mode}");
         assert_eq!(a.json()["code"], "ERR_RATE_LIMITED");
-        assert!(!a.header("retry-after").is_empty());
         // Another client behind the same proxy has its own window.
         let other = set_by_proxy.replace("203.0.113.9", "203.0.113.10");
         assert_eq!(post(&p, &other).status, 400, "{mode}");

@@ -351,6 +351,8 @@ fn one_identity_per_signed_message_whatever_the_spelling() {
         format!("did:ethr:84532:{lower}"),
         format!("did:ethr:{addr}"),
         format!("did:ethr:0x{}", lower[2..].to_uppercase()),
+        // A chain id with a leading zero reads as the same chain: the same signer.
+        format!("did:ethr:084532:{lower}"),
     ];
     for s in &spellings {
         let (chain, a) = message::did_ethr(s).unwrap();

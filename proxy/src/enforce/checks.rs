@@ -85,16 +85,7 @@ pub async fn check(
     };
     let verified = verified?;
     let l = verified.lease();
-    // Check 9: the body against the bound contract's structural.input.
-    // Check 9 covers the path and query parameters too (`structural.parameters`).
-    if let Some(cap) = binding.capability() {
-        palisade_policy::rich::check_input(&cap.contract, facts.input, config.max_json_depth)?;
-        let (path, query) = facts
-            .path
-            .split_once('?')
-            .map_or((facts.path, None), |(p, q)| (p, Some(q)));
-        palisade_policy::rich::check_parameters(cap, path, query)?;
-    }
+    check_contract(config, &binding, &facts)?;
     // A lease this sidecar granted names its caller (SPEC §5.7): only that caller may use it.
     if let Some(agent) = &l.agent_id {
         if who.caller.as_deref() != Some(agent.as_str()) {
@@ -303,14 +294,7 @@ async fn granted(
         )
     })?;
     // Check 9, as for any write.
-    if let Some(cap) = binding.capability() {
-        palisade_policy::rich::check_input(&cap.contract, facts.input, config.max_json_depth)?;
-        let (path, query) = facts
-            .path
-            .split_once('?')
-            .map_or((facts.path, None), |(p, q)| (p, Some(q)));
-        palisade_policy::rich::check_parameters(cap, path, query)?;
-    }
+    check_contract(config, &binding, facts)?;
     let resource = facts
         .resource
         .clone()
@@ -375,6 +359,24 @@ async fn granted(
         },
     )
     .await
+}
+
+/// Check 9: the body (or a tool call's arguments) against the bound contract's
+/// `structural.input`, and the path and query against its `structural.parameters`.
+fn check_contract(
+    config: &Config,
+    binding: &Binding<'_>,
+    facts: &WriteFacts<'_>,
+) -> Result<(), Refusal> {
+    let Some(cap) = binding.capability() else {
+        return Ok(());
+    };
+    palisade_policy::rich::check_input(&cap.contract, facts.input, config.max_json_depth)?;
+    let (path, query) = facts
+        .path
+        .split_once('?')
+        .map_or((facts.path, None), |(p, q)| (p, Some(q)));
+    palisade_policy::rich::check_parameters(cap, path, query)
 }
 
 pub(crate) fn store_refusal(e: StoreError) -> Refusal {
