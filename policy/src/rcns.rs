@@ -11,6 +11,7 @@
 //! - [`proposal`]: the PROPOSE body, both forms of seed §3.4;
 //! - [`evaluate`]: the four-lock gate and the evaluation order of seed §3.6;
 //! - [`contract`]: the synthesized contract, its `contract_hash`;
+//! - [`invocation`]: whether a request may invoke a synthesized contract;
 //! - [`compose`]: a step's request and the composed answer, from the recipe's mappings.
 //!
 //! The proxy's `rcns` layer does the I/O: the store, rate limits, receipts, answers.
@@ -19,6 +20,7 @@ pub mod callers;
 pub mod compose;
 pub mod contract;
 pub mod evaluate;
+pub mod invocation;
 pub mod proposal;
 pub mod scopes;
 /// The recipe set lives with the bundle it is pinned in (`rich::recipes`); named here too.

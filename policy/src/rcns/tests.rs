@@ -532,3 +532,94 @@ fn claimed_scopes_read_tokens_and_nothing_else() {
     assert_eq!(c, claim(&["rcns:negotiate", "erp:x", "erp:y"]));
     assert!(claimed_scopes(None).is_empty());
 }
+
+/// The invocation rules (seed 000 §3.8, §4.2), each refusal alone.
+#[test]
+fn a_contract_is_invoked_only_by_its_agent_in_its_session_with_its_scopes() {
+    use super::invocation::{check, Invoking};
+    let c = SynthesizedContract {
+        synthesis_id: "syn_1".into(),
+        method: "RESERVE".into(),
+        path: "/reservations".into(),
+        endpoint: json!({"method": "RESERVE"}),
+        recipe_name: "reserve".into(),
+        recipe_version: "1".into(),
+        recipe: recipe(),
+        originating_agent_id: "agent-1".into(),
+        negotiation_origin: contract::ORIGIN_PROPOSE,
+        task_id: None,
+        persistent: false,
+        session: Some("ses_1".into()),
+        issued_at_ms: 1_800_000_000_000,
+        expires_at_ms: 1_800_003_600_000,
+        idle_timeout_ms: Some(900_000),
+        revoked: false,
+        required_scopes: vec!["stock:reserve".into(), "stock:read".into()],
+        fingerprint: None,
+    };
+    let all: BTreeSet<String> = ["stock:reserve", "stock:read"].map(String::from).into();
+    let one: BTreeSet<String> = ["stock:read"].map(String::from).into();
+    let ok = Invoking {
+        agent_id: "agent-1",
+        session: Some("ses_1"),
+        method: "RESERVE",
+        path: "/reservations",
+        granted: &all,
+        claimed: &all,
+    };
+    assert_eq!(check(&c, &ok), Ok(()));
+    let refused = |inv: Invoking<'_>| check(&c, &inv).unwrap_err();
+    let r = refused(Invoking {
+        agent_id: "agent-2",
+        ..ok
+    });
+    assert_eq!(
+        (r.refusal.code, r.refusal.reason),
+        (ErrorCode::RcnsRefused, Some("contract-not-yours"))
+    );
+    for session in [None, Some("ses_2")] {
+        let r = refused(Invoking { session, ..ok });
+        assert_eq!(r.refusal.reason, Some("contract-not-yours"), "{session:?}");
+    }
+    let mut revoked = c.clone();
+    revoked.revoked = true;
+    let r = check(&revoked, &ok).unwrap_err();
+    assert_eq!(r.refusal.reason, Some("contract-revoked"));
+    for (method, path) in [("POST", "/reservations"), ("RESERVE", "/reservations/1")] {
+        let r = refused(Invoking { method, path, ..ok });
+        assert_eq!(r.refusal.code, ErrorCode::NotFound, "{method} {path}");
+    }
+    // The identity document lost a scope: 455, naming it; granted but not claimed: 262.
+    let r = refused(Invoking {
+        granted: &one,
+        ..ok
+    });
+    assert_eq!(
+        (r.refusal.code, r.missing_scopes.clone()),
+        (
+            ErrorCode::RcnsScopeExceeded,
+            vec!["stock:reserve".to_owned()]
+        )
+    );
+    let r = refused(Invoking {
+        claimed: &one,
+        ..ok
+    });
+    assert_eq!(
+        (r.refusal.code, r.refusal.reason),
+        (ErrorCode::RcnsScopeRequired, Some("scope-required"))
+    );
+    // A persistent contract has no session to match.
+    let mut persistent = c.clone();
+    persistent.session = None;
+    assert_eq!(
+        check(
+            &persistent,
+            &Invoking {
+                session: None,
+                ..ok
+            }
+        ),
+        Ok(())
+    );
+}

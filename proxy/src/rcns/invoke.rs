@@ -23,6 +23,7 @@ use std::sync::Arc;
 
 use http::Response;
 use hyper::body::Incoming;
+use palisade_policy::rcns::invocation::Invoking;
 use palisade_policy::rcns::recipes::compile_recipe;
 use palisade_policy::rcns::SynthesizedContract;
 use palisade_policy::receipt::Attribution;
@@ -102,58 +103,21 @@ pub async fn handle(
         .headers
         .get(super::headers::SESSION)
         .and_then(|v| v.to_str().ok());
-    let not_yours = if contract.originating_agent_id != caller.agent_id {
-        Some("the contract belongs to another agent")
-    } else if contract.session.is_some() && contract.session.as_deref() != session {
-        Some("the contract belongs to another session (send its Session-Id)")
-    } else {
-        None
+    let invoking = Invoking {
+        agent_id: &caller.agent_id,
+        session,
+        method: parts.method.as_str(),
+        path: parts.uri.path(),
+        granted: &caller.scopes,
+        claimed: &who.claim,
     };
-    if let Some(why) = not_yours {
-        let r = Refusal::new(ErrorCode::RcnsRefused, why).with_reason("contract-not-yours");
-        return refused(state, &cx, r, Vec::new()).await;
-    }
-    if contract.revoked {
-        let r = Refusal::new(ErrorCode::RcnsRefused, "the operator revoked this contract")
-            .with_reason("contract-revoked");
-        return refused(state, &cx, r, Vec::new()).await;
-    }
-    if parts.method.as_str() != contract.method || parts.uri.path() != contract.path {
-        let r = Refusal::new(
-            ErrorCode::NotFound,
-            "this contract serves another method and path (see INSPECT target=contract)",
-        );
-        return refused(state, &cx, r, Vec::new()).await;
-    }
-    // The identity document may have lost a scope since the contract was made.
-    let needed = |have: &std::collections::BTreeSet<String>| -> Vec<String> {
-        contract
-            .required_scopes
-            .iter()
-            .filter(|s| !have.contains(*s))
-            .cloned()
-            .collect()
-    };
-    for (missing, code, reason) in [
-        (
-            needed(&caller.scopes),
-            ErrorCode::RcnsScopeExceeded,
-            "scope-exceeded",
-        ),
-        (
-            needed(&who.claim),
-            ErrorCode::RcnsScopeRequired,
-            "scope-required",
-        ),
-    ] {
-        if !missing.is_empty() {
-            let r = Refusal::new(
-                code,
-                "the contract's steps need authority the caller does not hold or claim",
-            )
-            .with_reason(reason);
-            return refused(state, &cx, r, vec![("required_scopes", json!(missing))]).await;
-        }
+    if let Err(no) = palisade_policy::rcns::invocation::check(&contract, &invoking) {
+        let extra = if no.missing_scopes.is_empty() {
+            Vec::new()
+        } else {
+            vec![("required_scopes", json!(no.missing_scopes))]
+        };
+        return refused(state, &cx, no.refusal, extra).await;
     }
     // A use moves a session-scoped contract's idle timeout (never past its expires_at).
     let touch = crate::store::RcnsRecord {
