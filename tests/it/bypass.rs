@@ -651,6 +651,14 @@ fn a_query_is_checked_whole_or_refused_never_on_a_prefix() {
     assert!(ok, "{out}{err}");
 }
 
+/// The `Cookie` lines of a request as the upstream received it.
+fn cookie_lines(request: &str) -> Vec<&str> {
+    request
+        .lines()
+        .filter(|l| l.to_ascii_lowercase().starts_with("cookie:"))
+        .collect()
+}
+
 #[test]
 fn h2_cookie_fields_reach_an_http1_upstream_as_one_header() {
     let up = RawUpstream::start();
@@ -668,10 +676,7 @@ fn h2_cookie_fields_reach_an_http1_upstream_as_one_header() {
     });
     assert_eq!(answer.0.status, 200);
     let read = up.requests().pop().unwrap();
-    let cookies: Vec<&str> = read
-        .lines()
-        .filter(|l| l.to_ascii_lowercase().starts_with("cookie:"))
-        .collect();
+    let cookies = cookie_lines(&read);
     assert_eq!(cookies, ["cookie: a=1; b=2; session=xyz"], "{read}");
 
     // A write's pre-image is fetched with every cookie too, and the write carries them.
@@ -705,10 +710,7 @@ fn h2_cookie_fields_reach_an_http1_upstream_as_one_header() {
     assert!(last_two[0].starts_with("GET /api/v2/items/2 HTTP/1.1\r\n"));
     assert!(last_two[1].starts_with("PUT /api/v2/items/2 HTTP/1.1\r\n"));
     for r in last_two {
-        let cookies: Vec<&str> = r
-            .lines()
-            .filter(|l| l.to_ascii_lowercase().starts_with("cookie:"))
-            .collect();
+        let cookies = cookie_lines(r);
         assert_eq!(cookies, ["cookie: a=1; b=2"], "{r}");
     }
     // Two Cookie lines on HTTP/1.1 are joined the same way.
@@ -719,10 +721,7 @@ fn h2_cookie_fields_reach_an_http1_upstream_as_one_header() {
     );
     assert_eq!(a.status, 200);
     let read = up.requests().pop().unwrap();
-    let cookies: Vec<&str> = read
-        .lines()
-        .filter(|l| l.to_ascii_lowercase().starts_with("cookie:"))
-        .collect();
+    let cookies = cookie_lines(&read);
     assert_eq!(cookies, ["cookie: a=1; b=2"], "{read}");
 }
 

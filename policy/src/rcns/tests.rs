@@ -458,9 +458,9 @@ fn a_pair_a_binding_serves_or_a_reserved_path_is_policy_refused() {
     assert!(evaluate(&p, &c, &claim(ALL), b.recipes.as_deref(), Some(&b)).is_ok());
 }
 
-#[test]
-fn the_contract_hash_covers_the_captured_recipe_and_survives_storage() {
-    let c = SynthesizedContract {
+/// A session-scoped contract of agent-1 for `RESERVE /reservations`.
+fn synthesized() -> SynthesizedContract {
+    SynthesizedContract {
         synthesis_id: "syn_1".into(),
         method: "RESERVE".into(),
         path: "/reservations".into(),
@@ -479,7 +479,12 @@ fn the_contract_hash_covers_the_captured_recipe_and_survives_storage() {
         revoked: false,
         required_scopes: vec!["stock:reserve".into()],
         fingerprint: Some("ab".into()),
-    };
+    }
+}
+
+#[test]
+fn the_contract_hash_covers_the_captured_recipe_and_survives_storage() {
+    let c = synthesized();
     let hash = c.contract_hash();
     assert_eq!(hash, Sha256Digest::of_json(&c.canonical()).to_hex());
     assert_eq!(c.canonical()["expires_at"], "2027-01-15T09:00:00.000Z");
@@ -537,26 +542,8 @@ fn claimed_scopes_read_tokens_and_nothing_else() {
 #[test]
 fn a_contract_is_invoked_only_by_its_agent_in_its_session_with_its_scopes() {
     use super::invocation::{check, Invoking};
-    let c = SynthesizedContract {
-        synthesis_id: "syn_1".into(),
-        method: "RESERVE".into(),
-        path: "/reservations".into(),
-        endpoint: json!({"method": "RESERVE"}),
-        recipe_name: "reserve".into(),
-        recipe_version: "1".into(),
-        recipe: recipe(),
-        originating_agent_id: "agent-1".into(),
-        negotiation_origin: contract::ORIGIN_PROPOSE,
-        task_id: None,
-        persistent: false,
-        session: Some("ses_1".into()),
-        issued_at_ms: 1_800_000_000_000,
-        expires_at_ms: 1_800_003_600_000,
-        idle_timeout_ms: Some(900_000),
-        revoked: false,
-        required_scopes: vec!["stock:reserve".into(), "stock:read".into()],
-        fingerprint: None,
-    };
+    let mut c = synthesized();
+    c.required_scopes.push("stock:read".into());
     let all: BTreeSet<String> = ["stock:reserve", "stock:read"].map(String::from).into();
     let one: BTreeSet<String> = ["stock:read"].map(String::from).into();
     let ok = Invoking {

@@ -211,15 +211,7 @@ pub(crate) async fn hold(
             let refused = receipts::record(state, refusal, cx, evidence).await;
             match answer {
                 Answer::Http => Written::refused(refused),
-                Answer::Mcp { id, .. } => {
-                    let (code, receipt) = (refused.code(), refused.receipt.clone());
-                    Written {
-                        resp: refused.into_rpc(id, StatusCode::OK),
-                        outcome: Outcome::Refused,
-                        receipt,
-                        refused: Some(code),
-                    }
-                }
+                Answer::Mcp { id, .. } => Written::refused_rpc(refused, id),
             }
         }
     }

@@ -143,17 +143,6 @@ pub struct Evidence<'a> {
 }
 
 impl<'a> Evidence<'a> {
-    /// The evidence of a denied check: its epoch and peer, with the lease and body given.
-    pub fn of_denied(denied: &'a Denied, lease: Option<&'a [u8]>, body: Option<&'a [u8]>) -> Self {
-        Self {
-            lease,
-            body,
-            current_epoch: denied.current_epoch,
-            peer: denied.peer.as_ref(),
-            extra: Vec::new(),
-        }
-    }
-
     /// Only protocol members.
     pub fn with_extra(extra: &[(&str, serde_json::Value)]) -> Self {
         Self {
@@ -237,19 +226,19 @@ impl Refused {
     /// A JSON-RPC error answering `id` whose data is the problem (SPEC §6), with the same
     /// headers.
     pub fn into_rpc(self, id: serde_json::Value, status: http::StatusCode) -> Response<ProxyBody> {
-        let headers = self.headers();
-        let mut resp = crate::net::jsonrpc::error_response(id, status, self.problem().to_json());
-        for (name, value) in headers {
-            resp.headers_mut().insert(name, value);
-        }
-        resp
+        let resp = crate::net::jsonrpc::error_response(id, status, self.problem().to_json());
+        self.on(resp)
     }
 
     /// problem+json, with `Agent-Commit-Receipt` and `Agent-Fence-Token`.
     pub fn into_response(self) -> Response<ProxyBody> {
-        let headers = self.headers();
-        let mut resp = self.problem().into_response();
-        for (name, value) in headers {
+        let resp = self.problem().into_response();
+        self.on(resp)
+    }
+
+    /// `resp` with this refusal's headers on it.
+    fn on(&self, mut resp: Response<ProxyBody>) -> Response<ProxyBody> {
+        for (name, value) in self.headers() {
             resp.headers_mut().insert(name, value);
         }
         resp

@@ -65,6 +65,17 @@ impl Written {
             .or_else(|| self.resp.extensions().get::<ErrorCode>().copied())
     }
 
+    /// A recorded refusal of a tool call, rendered as a JSON-RPC error answering `id`.
+    pub fn refused_rpc(r: Refused, id: Value) -> Self {
+        let (code, receipt) = (r.code(), r.receipt.clone());
+        Self {
+            resp: r.into_rpc(id, http::StatusCode::OK),
+            outcome: Outcome::Refused,
+            receipt,
+            refused: Some(code),
+        }
+    }
+
     /// The wire form alone, for a surface that needs nothing else.
     pub fn into_pair(self) -> (Response<ProxyBody>, Outcome) {
         (self.resp, self.outcome)

@@ -10,7 +10,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use http::{header, HeaderValue, Method, Response, StatusCode};
+use http::{header, HeaderValue, Method, Response};
 use palisade_policy::rich::Bundle;
 use palisade_policy::Refusal;
 use serde_json::{json, Value};
@@ -40,25 +40,22 @@ pub(crate) struct McpLeg {
 }
 
 impl McpLeg {
-    /// The tool call in `msg`, a `tools/call` sent with `headers`; `None` when it names no tool.
-    pub fn of(msg: Value, headers: &http::HeaderMap) -> Option<Self> {
-        let call = ToolCall::of(&msg)?;
+    /// The leg of `call`, already read from `msg`.
+    pub fn new(call: ToolCall, msg: Value, headers: &http::HeaderMap) -> Self {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         // Protocol revisions are dates: 2026-07-28 introduced `resultType`.
         let typed = headers
             .get(PROTOCOL_HEADER)
             .and_then(|v| v.to_str().ok())
             .is_some_and(|v| v >= "2026-07-28");
-        Some(Self {
+        Self {
             call,
             msg,
             id,
             typed,
-        })
+        }
     }
-}
 
-impl McpLeg {
     /// The leg of a held tool call (HUMAN_ESCROW), read back from its stored request when an
     /// operator releases it; the refusal when it cannot be read. The call goes out with the
     /// headers it came with: a session-based server may have forgotten its `Mcp-Session-Id`
@@ -70,7 +67,7 @@ impl McpLeg {
     ) -> Result<McpLeg, Refusal> {
         palisade_policy::json::parse(bytes, max_depth)
             .ok()
-            .and_then(|msg| McpLeg::of(msg, headers))
+            .and_then(|msg| Some(McpLeg::new(ToolCall::of(&msg)?, msg, headers)))
             .ok_or_else(|| {
                 Refusal::new(
                     palisade_policy::ErrorCode::Internal,
@@ -122,13 +119,7 @@ impl Leg for McpLeg {
     ) -> Written {
         let lease = self.call.lease.as_deref();
         let r = super::refusal::record(state, cx, denied, lease, &self.call.args).await;
-        let (code, receipt) = (r.code(), r.receipt.clone());
-        Written {
-            resp: r.into_rpc(self.id.clone(), StatusCode::OK),
-            outcome: Outcome::Refused,
-            receipt,
-            refused: Some(code),
-        }
+        Written::refused_rpc(r, self.id.clone())
     }
 
     async fn replay(&self, resp: Response<ProxyBody>, receipt: Option<Value>) -> Written {

@@ -238,10 +238,8 @@ async fn tool_call(
         );
         return refused(refusal.into()).await;
     }
-    let Some(leg) = leg::McpLeg::of(msg, &parts.headers) else {
-        let refusal = Refusal::new(ErrorCode::BadRequest, "tools/call needs params.name");
-        return refused(refusal.into()).await;
-    };
+    // The call as read above: parsed once.
+    let leg = leg::McpLeg::new(call, msg, &parts.headers);
     let w = engine::Write {
         parts,
         body: bytes,

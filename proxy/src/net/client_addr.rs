@@ -35,9 +35,8 @@ pub fn client_addr(
         ProxyHeader::Forwarded => "forwarded",
     };
     // Several field lines are one list, in order (RFC 9110 §5.3); the last is the nearest.
-    let lines: Vec<&http::HeaderValue> = headers.get_all(name).iter().collect();
     let mut client = peer;
-    for line in lines.into_iter().rev() {
+    for line in headers.get_all(name).iter().rev() {
         let Ok(text) = line.to_str() else {
             return client;
         };
