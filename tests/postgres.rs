@@ -214,6 +214,7 @@ fn connect(url: &str) -> Connect<'_> {
         pool_size: 4,
         statement_timeout: Duration::from_secs(2),
         retention: Default::default(),
+        clock: Arc::new(palisade::clock::AnchoredClock::new()),
     }
 }
 

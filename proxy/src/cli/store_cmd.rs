@@ -39,7 +39,7 @@ pub(super) fn migrate(config: &Path) -> Result<(), Failure> {
             let url = url_from_config(&cfg).map_err(|e| Failure::usage(e.to_string()))?;
             let version = runtime()?
                 .block_on(PostgresStore::migrate(
-                    Connect::from_config(&cfg, &url),
+                    Connect::from_config(&cfg, &url, Arc::new(crate::clock::AnchoredClock::new())),
                     key,
                 ))
                 .map_err(|e| Failure::refused(e.to_string()))?;

@@ -46,26 +46,33 @@ impl Enforcement {
                 .extend_from_issuers_json(&bytes)
                 .with_context(|| format!("trust.issuers: {}", path.display()))?;
         }
+        // One clock for the checks and the store, so that both judge an expiry alike.
+        let clock = AnchoredClock::new();
         let store: Arc<dyn Store> = match config.store_kind {
             crate::config::StoreKind::Embedded => Arc::new(
                 crate::store::embedded::EmbeddedStore::open_with(
                     &config.store_path,
                     key.clone(),
                     config.store_retention,
+                    Arc::new(clock),
                 )
                 .context("store")?,
             ),
             crate::config::StoreKind::Postgres => Arc::new(
-                crate::store::postgres::PostgresStore::from_config(config, key.clone())
-                    .await
-                    .context("store")?,
+                crate::store::postgres::PostgresStore::from_config(
+                    config,
+                    key.clone(),
+                    Arc::new(clock),
+                )
+                .await
+                .context("store")?,
             ),
         };
         Ok(Self {
             key,
             trust,
             store,
-            clock: AnchoredClock::new(),
+            clock,
             first_seen: FirstSeen::default(),
             drift: DriftSink::start(&config.drift_sinks),
         })

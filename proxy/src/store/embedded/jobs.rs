@@ -13,7 +13,7 @@ use crate::store::{
 
 use super::sweep::Sweeper;
 use super::tables::{
-    escrow_state_is, lease_key, now_ms, set_lease_state, unavailable, ChainHead, Part, Tables,
+    escrow_state_is, lease_key, set_lease_state, unavailable, ChainHead, Part, Tables,
 };
 use super::{rcns, relay};
 
@@ -67,10 +67,11 @@ pub(super) fn apply(
     mut chain: ChainHead,
     sweeper: &mut Sweeper,
     batch: &[Job],
+    now_ms: i64,
 ) -> Result<(Vec<Answer>, ChainHead, Vec<u8>), StoreError> {
     let mut answers = Vec::with_capacity(batch.len());
     let redo = {
-        let mut t = Tables::open(wtx)?;
+        let mut t = Tables::open(wtx, now_ms)?;
         let mut stored_keys = false;
         for job in batch {
             match job {
@@ -137,7 +138,7 @@ pub(super) fn apply(
                         .as_deref()
                         .and_then(|r| serde_json::from_slice::<serde_json::Value>(r).ok())
                         .and_then(|r| r["expires_at_ms"].as_i64())
-                        .unwrap_or(now_ms() as i64);
+                        .unwrap_or(t.now_ms);
                     t.put_lease_due(sweeper.lease_due(expires), lease_id)?;
                     answers.push(Answer::Staged);
                 }
@@ -206,7 +207,7 @@ pub(super) fn apply(
                             .map_err(unavailable)?
                             .is_some();
                         if !recorded {
-                            t.put_lease_due(sweeper.lease_due(now_ms() as i64), lease_id)?;
+                            t.put_lease_due(sweeper.lease_due(t.now_ms), lease_id)?;
                         }
                     }
                     chain = ChainHead {

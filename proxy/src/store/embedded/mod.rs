@@ -46,6 +46,7 @@ use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
 use redb::{Database, ReadableTable, ReadableTableMetadata};
 use tokio::sync::oneshot;
 
+use crate::clock::{AnchoredClock, SharedClock};
 use crate::store::{
     Advance, Attachments, Compensation, EscrowUpdate, KeyState, RcnsKind, RcnsPut, RcnsPutMode,
     RcnsRecord, ReceiptLog, RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery,
@@ -81,6 +82,8 @@ pub struct EmbeddedStore {
     locks: crate::store::locks::ResourceLocks,
     /// Idempotency reservations, in process for the same reason.
     keys: Arc<crate::store::locks::InFlightKeys>,
+    /// The store's time (expiry of keys, relay messages, RCNS records), shared with the writer.
+    clock: SharedClock,
 }
 
 impl Drop for EmbeddedStore {
@@ -98,14 +101,21 @@ impl EmbeddedStore {
     /// Opens (or creates) the store file with the default [`Retention`]. `key` signs the
     /// receipts this store appends.
     pub fn open(path: &Path, key: Arc<KeyPair>) -> Result<Self, StoreError> {
-        Self::open_with(path, key, Retention::default())
+        Self::open_with(
+            path,
+            key,
+            Retention::default(),
+            Arc::new(AnchoredClock::new()),
+        )
     }
 
-    /// Opens (or creates) the store file, removing what is past `retention` as it writes.
+    /// Opens (or creates) the store file, removing what is past `retention` as it writes, by
+    /// `clock`'s time.
     pub fn open_with(
         path: &Path,
         key: Arc<KeyPair>,
         retention: Retention,
+        clock: SharedClock,
     ) -> Result<Self, StoreError> {
         let db =
             Database::create(path).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
@@ -141,6 +151,7 @@ impl EmbeddedStore {
             overlay: overlay.clone(),
             unsettled: unsettled.clone(),
         };
+        let writer_clock = clock.clone();
         let writer = std::thread::Builder::new()
             .name("palisade-store".into())
             .spawn(move || {
@@ -149,6 +160,7 @@ impl EmbeddedStore {
                     key,
                     chain: head,
                     retention,
+                    clock: writer_clock,
                 };
                 writer(shared, start, rx)
             })
@@ -163,6 +175,7 @@ impl EmbeddedStore {
             writer: Some(writer),
             locks: Default::default(),
             keys: Default::default(),
+            clock,
         })
     }
 
@@ -427,7 +440,7 @@ impl Store for EmbeddedStore {
         Box::pin(async move {
             self.settle().await?;
             let rtx = self.db.begin_read().map_err(unavailable)?;
-            relay::page(&rtx, query, after, limit)
+            relay::page(&rtx, query, after, limit, self.clock.now_ms())
         })
     }
 
@@ -446,7 +459,12 @@ impl Store for EmbeddedStore {
     ) -> BoxFuture<'a, Result<Option<RcnsRecord>, StoreError>> {
         Box::pin(async move {
             self.settle().await?;
-            rcns::get(&self.db.begin_read().map_err(unavailable)?, kind, key)
+            rcns::get(
+                &self.db.begin_read().map_err(unavailable)?,
+                kind,
+                key,
+                self.clock.now_ms(),
+            )
         })
     }
 
@@ -463,6 +481,7 @@ impl Store for EmbeddedStore {
                 kind,
                 owner,
                 limit,
+                self.clock.now_ms(),
             )
         })
     }

@@ -12,7 +12,7 @@ use redb::{ReadTransaction, ReadableTable};
 use crate::store::rcns::Stored;
 use crate::store::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord, StoreError};
 
-use super::tables::{now_ms, unavailable, Tables, RCNS, T_RCNS};
+use super::tables::{unavailable, Tables, RCNS, T_RCNS};
 
 fn record_key(kind: RcnsKind, key: &str) -> Vec<u8> {
     let mut k = Vec::with_capacity(key.len() + 2);
@@ -125,7 +125,7 @@ pub(super) fn store(
     r: &RcnsRecord,
     mode: RcnsPutMode,
 ) -> Result<RcnsPut, StoreError> {
-    let now = now_ms() as i64;
+    let now = t.now_ms;
     let rk = record_key(r.kind, &r.key);
     let existing = match t.rcns.get(rk.as_slice()).map_err(unavailable)? {
         Some(v) => Some(parse(v.value())?),
@@ -174,9 +174,9 @@ pub(super) fn get(
     rtx: &ReadTransaction,
     kind: RcnsKind,
     key: &str,
+    now: i64,
 ) -> Result<Option<RcnsRecord>, StoreError> {
     let table = rtx.open_table(RCNS).map_err(unavailable)?;
-    let now = now_ms() as i64;
     let v = table
         .get(record_key(kind, key).as_slice())
         .map_err(unavailable)?;
@@ -194,9 +194,9 @@ pub(super) fn list(
     kind: RcnsKind,
     owner: Option<&str>,
     limit: usize,
+    now: i64,
 ) -> Result<Vec<RcnsRecord>, StoreError> {
     let table = rtx.open_table(RCNS).map_err(unavailable)?;
-    let now = now_ms() as i64;
     let mut out = Vec::new();
     let (prefix, skip) = match owner {
         Some(o) => {

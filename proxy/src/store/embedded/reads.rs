@@ -9,7 +9,7 @@ use crate::store::StoreError;
 use super::jobs::Job;
 use super::overlay::Seen;
 use super::tables::{
-    lease_key, now_ms, unavailable, Part, IDEMPOTENCY, LEASE_DATA, T_IDEMPOTENCY, T_LEASE_DATA,
+    lease_key, unavailable, Part, IDEMPOTENCY, LEASE_DATA, T_IDEMPOTENCY, T_LEASE_DATA,
 };
 use super::EmbeddedStore;
 
@@ -71,6 +71,10 @@ impl EmbeddedStore {
     pub(super) fn idempotency(&self, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
         let record = self.read_json((T_IDEMPOTENCY, IDEMPOTENCY), key)?;
         // Expired but not yet swept: gone, as far as callers can tell.
-        Ok(record.filter(|r| r["expires_ms"].as_u64().is_some_and(|e| e > now_ms())))
+        Ok(record.filter(|r| {
+            r["expires_ms"]
+                .as_u64()
+                .is_some_and(|e| e as i64 > self.clock.now_ms())
+        }))
     }
 }

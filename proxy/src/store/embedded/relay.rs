@@ -17,7 +17,7 @@ use redb::{ReadTransaction, ReadableTable, ReadableTableMetadata};
 use crate::store::relay::Record;
 use crate::store::{RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery, StoreError};
 
-use super::tables::{now_ms, unavailable, Tables, RELAY_INDEX, RELAY_MESSAGES};
+use super::tables::{unavailable, Tables, RELAY_INDEX, RELAY_MESSAGES};
 
 const TAG_TX: u8 = b't';
 const TAG_PARTY: u8 = b'a';
@@ -72,7 +72,7 @@ pub(super) fn post(
     m: &RelayMessage,
     limits: RelayLimits,
 ) -> Result<RelayPosted, StoreError> {
-    let now = now_ms() as i64;
+    let now = t.now_ms;
     let sig = sig_key(&m.signature);
     let kept = t
         .relay_index
@@ -178,6 +178,7 @@ pub(super) fn page(
     query: &RelayQuery,
     after: u64,
     limit: usize,
+    now: i64,
 ) -> Result<Vec<RelayEntry>, StoreError> {
     let index = rtx.open_table(RELAY_INDEX).map_err(unavailable)?;
     let messages = rtx.open_table(RELAY_MESSAGES).map_err(unavailable)?;
@@ -187,7 +188,6 @@ pub(super) fn page(
     };
     let from = with_cursor(prefix.clone(), after.saturating_add(1));
     let end = with_cursor(prefix, u64::MAX);
-    let now = now_ms() as i64;
     let mut out = Vec::new();
     for row in index
         .range::<&[u8]>(from.as_slice()..end.as_slice())
@@ -217,6 +217,7 @@ pub(super) fn page(
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
+    use crate::clock::SetClock;
     use std::sync::Arc;
 
     use palisade_policy::keys::KeyPair;
@@ -241,8 +242,11 @@ mod tests {
         }
     }
 
+    /// The tests' time (the store's clock is set to it).
+    const T0: i64 = 1_796_299_200_000;
+
     fn later() -> i64 {
-        now_ms() as i64 + 3_600_000
+        T0 + 3_600_000
     }
 
     const LIMITS: RelayLimits = RelayLimits {
@@ -251,9 +255,15 @@ mod tests {
     };
 
     fn open(dir: &tempfile::TempDir) -> EmbeddedStore {
-        EmbeddedStore::open(
+        open_on(dir, &SetClock::at(T0))
+    }
+
+    fn open_on(dir: &tempfile::TempDir, clock: &Arc<SetClock>) -> EmbeddedStore {
+        EmbeddedStore::open_with(
             &dir.path().join("s.redb"),
             Arc::new(KeyPair::from_seed([3; 32])),
+            Default::default(),
+            clock.clone(),
         )
         .unwrap()
     }
@@ -310,9 +320,10 @@ mod tests {
     #[tokio::test]
     async fn expired_messages_go_and_cursors_keep_growing() {
         let dir = tempfile::tempdir().unwrap();
+        let clock = SetClock::at(T0);
         {
-            let store = open(&dir);
-            let soon = now_ms() as i64 + 30;
+            let store = open_on(&dir, &clock);
+            let soon = T0 + 30;
             store
                 .relay_post(message("0xa", 1, soon), LIMITS)
                 .await
@@ -321,7 +332,7 @@ mod tests {
                 .relay_post(message("0xa", 2, soon), LIMITS)
                 .await
                 .unwrap();
-            tokio::time::sleep(std::time::Duration::from_millis(60)).await;
+            clock.advance(std::time::Duration::from_millis(60));
             // Listed no more even before a sweep; a post's batch sweeps them.
             assert!(cursors(&store, RelayQuery::Tx("0xa".into()), 0)
                 .await
@@ -336,7 +347,7 @@ mod tests {
             assert_eq!(r.unwrap(), RelayPosted::Stored { cursor: 4 });
         }
         // After a reopen, too.
-        let store = open(&dir);
+        let store = open_on(&dir, &clock);
         let r = store.relay_post(message("0xc", 9, later()), LIMITS).await;
         assert_eq!(r.unwrap(), RelayPosted::Stored { cursor: 5 });
         assert_eq!(cursors(&store, RelayQuery::Tx("0xa".into()), 0).await, [4]);

@@ -12,7 +12,7 @@ use redb::ReadableTable;
 use crate::store::{Retention, StoreError};
 
 use super::tables::{
-    lease_key, lease_prefix, now_ms, read_anchor, unavailable, Part, Tables, RECEIPT_ANCHOR,
+    lease_key, lease_prefix, read_anchor, unavailable, Part, Tables, RECEIPT_ANCHOR,
     SWEEP_PER_BATCH,
 };
 
@@ -48,7 +48,7 @@ impl Sweeper {
         stored_keys: bool,
         jobs: usize,
     ) -> Result<(), StoreError> {
-        let now = now_ms();
+        let now = t.now_ms.max(0) as u64;
         let limit = SWEEP_PER_BATCH + jobs;
         if stored_keys {
             sweep_idempotency(t, now, limit)?;

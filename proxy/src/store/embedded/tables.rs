@@ -118,6 +118,9 @@ pub(super) struct Tables<'t> {
     pub(super) escrow_due: redb::Table<'t, (u64, &'static str), ()>,
     pub(super) rcns: redb::Table<'t, &'static [u8], &'static [u8]>,
     pub(super) redo: Redo,
+    /// The batch's time (unix ms), read once from the store's clock: every expiry the batch
+    /// sets or judges is relative to it.
+    pub(super) now_ms: i64,
 }
 
 pub(super) fn expiry_key(at: u64, key: &str) -> Vec<u8> {
@@ -127,7 +130,7 @@ pub(super) fn expiry_key(at: u64, key: &str) -> Vec<u8> {
 }
 
 impl<'t> Tables<'t> {
-    pub(super) fn open(wtx: &'t redb::WriteTransaction) -> Result<Self, StoreError> {
+    pub(super) fn open(wtx: &'t redb::WriteTransaction, now_ms: i64) -> Result<Self, StoreError> {
         Ok(Self {
             fences: wtx.open_table(FENCES).map_err(unavailable)?,
             leases: wtx.open_table(LEASE_DATA).map_err(unavailable)?,
@@ -142,6 +145,7 @@ impl<'t> Tables<'t> {
             escrow_due: wtx.open_table(ESCROW_DUE).map_err(unavailable)?,
             rcns: wtx.open_table(RCNS).map_err(unavailable)?,
             redo: Redo::default(),
+            now_ms,
         })
     }
 
@@ -413,12 +417,6 @@ pub(super) fn escrow_state_is(
         (Some(rec), Some(state)) => rec["state"] == state,
         _ => false,
     })
-}
-
-pub(super) fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 /// Sets a lease record's `state`, if the record exists.

@@ -1,10 +1,23 @@
-use super::tables::now_ms;
 use super::*;
+use crate::clock::SetClock;
 use palisade_policy::keys::TrustStore;
 use palisade_policy::receipt::{self, ReceiptKind};
 
 fn key() -> Arc<KeyPair> {
     Arc::new(KeyPair::from_seed([3; 32]))
+}
+
+/// The tests' time: 2026-12-03T12:00:00Z, a day after the receipts [`body`] makes. Every store
+/// here runs on a [`SetClock`] from it, so expiry is judged without sleeping or the date.
+const T0: i64 = 1_796_299_200_000;
+
+fn now_ms() -> i64 {
+    T0
+}
+
+/// The store at `path` with `retention`, on `clock`.
+fn open_at(path: &std::path::Path, retention: Retention, clock: &Arc<SetClock>) -> EmbeddedStore {
+    EmbeddedStore::open_with(path, key(), retention, clock.clone()).unwrap()
 }
 
 fn intent(resource: &str, epoch: u64, lease: &str) -> WriteIntent {
@@ -179,10 +192,13 @@ async fn nudge(store: &EmbeddedStore) {
 #[tokio::test]
 async fn expired_leases_are_swept_and_fence_epochs_stay() {
     let dir = tempfile::tempdir().unwrap();
-    let store =
-        EmbeddedStore::open_with(&dir.path().join("s.redb"), key(), retention(0, None)).unwrap();
-    let past = now_ms() as i64 - 1_000;
-    let future = now_ms() as i64 + 3_600_000;
+    let store = open_at(
+        &dir.path().join("s.redb"),
+        retention(0, None),
+        &SetClock::at(T0),
+    );
+    let past = now_ms() - 1_000;
+    let future = now_ms() + 3_600_000;
     store
         .advance(WriteIntent {
             snapshot: Some(b"{\"old\":true}".to_vec()),
@@ -228,15 +244,15 @@ async fn expired_leases_are_swept_and_fence_epochs_stay() {
 async fn escrows_go_with_their_leases_data_whatever_their_state() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
-    let store = EmbeddedStore::open_with(&path, key(), retention(0, None)).unwrap();
+    let store = open_at(&path, retention(0, None), &SetClock::at(T0));
     let hold = |id: &str, expires_at_ms: i64| EscrowUpdate {
         id: id.into(),
         expect: None,
         record: serde_json::json!({"escrow_id": id, "state": "held"}),
         expires_at_ms: Some(expires_at_ms),
     };
-    let past = now_ms() as i64 - 1_000;
-    let future = now_ms() as i64 + 3_600_000;
+    let past = now_ms() - 1_000;
+    let future = now_ms() + 3_600_000;
     assert!(store.escrow_put(hold("old", past)).await.unwrap());
     // Held in a receipt's transaction, as a HUMAN_ESCROW write is.
     let attach = Attachments {
@@ -263,15 +279,15 @@ async fn escrows_go_with_their_leases_data_whatever_their_state() {
     assert_eq!(store.escrows(10).await.unwrap().len(), 1);
     drop(store);
     // The removal was journalled and survives a reopen; "new" is still scheduled.
-    let store = EmbeddedStore::open_with(&path, key(), retention(0, None)).unwrap();
+    let store = open_at(&path, retention(0, None), &SetClock::at(T0));
     assert_eq!(store.escrows(10).await.unwrap().len(), 1);
 }
 
 #[tokio::test]
 async fn an_inverse_staged_alone_goes_after_retention_unless_its_lease_is_recorded() {
     let dir = tempfile::tempdir().unwrap();
-    let store = EmbeddedStore::open_with(&dir.path().join("s.redb"), key(), retention(1_500, None))
-        .unwrap();
+    let clock = SetClock::at(T0);
+    let store = open_at(&dir.path().join("s.redb"), retention(1_500, None), &clock);
     let inv = br#"{"method":"DELETE","path":"/x"}"#.to_vec();
     store
         .stage("orphan".into(), None, Some(inv.clone()))
@@ -281,7 +297,7 @@ async fn an_inverse_staged_alone_goes_after_retention_unless_its_lease_is_record
         .stage("used".into(), None, Some(inv.clone()))
         .await
         .unwrap();
-    let future = now_ms() as i64 + 3_600_000;
+    let future = now_ms() + 3_600_000;
     store
         .advance(WriteIntent {
             lease_record: format!("{{\"lease_id\":\"used\",\"expires_at_ms\":{future}}}")
@@ -295,7 +311,8 @@ async fn an_inverse_staged_alone_goes_after_retention_unless_its_lease_is_record
         store.inverse("orphan").await.unwrap().is_some(),
         "kept for one retention period"
     );
-    tokio::time::sleep(std::time::Duration::from_millis(1_700)).await;
+    // The store's clock, not the wall's, decides.
+    clock.advance(std::time::Duration::from_millis(1_700));
     nudge(&store).await;
     assert_eq!(store.inverse("orphan").await.unwrap(), None);
     assert!(store.inverse("used").await.unwrap().is_some());
@@ -308,11 +325,11 @@ async fn old_receipts_are_removed_and_the_chain_verifies_from_the_anchor() {
     let path = dir.path().join("s.redb");
     let mut trust = TrustStore::new();
     trust.insert(key().trusted("sidecar")).unwrap();
-    let now = palisade_policy::lease::format_rfc3339_ms(now_ms() as i64);
+    let now = palisade_policy::lease::format_rfc3339_ms(now_ms());
     {
         // 100 receipts from yesterday (more than one sweep's worth), then 3 from now, kept
         // forever while they are written.
-        let store = EmbeddedStore::open_with(&path, key(), retention(0, None)).unwrap();
+        let store = open_at(&path, retention(0, None), &SetClock::at(T0));
         for i in 0..100 {
             store.append_receipt(body(i)).await.unwrap();
         }
@@ -328,7 +345,7 @@ async fn old_receipts_are_removed_and_the_chain_verifies_from_the_anchor() {
     }
     {
         // Reopened with a retention of one hour: yesterday's go, 64 per transaction.
-        let store = EmbeddedStore::open_with(&path, key(), retention(0, Some(3600))).unwrap();
+        let store = open_at(&path, retention(0, Some(3600)), &SetClock::at(T0));
         nudge(&store).await;
         // 64 plus one per job in the batch (one here).
         assert_eq!(
@@ -348,7 +365,7 @@ async fn old_receipts_are_removed_and_the_chain_verifies_from_the_anchor() {
         assert!(receipt::verify_chain(log.receipts.iter().map(Vec::as_slice), &trust).is_err());
     }
     // Reopened, the chain goes on from its head.
-    let store = EmbeddedStore::open_with(&path, key(), retention(0, Some(3600))).unwrap();
+    let store = open_at(&path, retention(0, Some(3600)), &SetClock::at(T0));
     store
         .append_receipt(ReceiptBody {
             at: now.clone(),
@@ -369,17 +386,17 @@ async fn a_chain_whose_every_receipt_was_removed_goes_on_from_its_anchor() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
     {
-        let store = EmbeddedStore::open_with(&path, key(), retention(0, None)).unwrap();
+        let store = open_at(&path, retention(0, None), &SetClock::at(T0));
         for i in 0..5 {
             store.append_receipt(body(i)).await.unwrap();
         }
     }
     {
-        let store = EmbeddedStore::open_with(&path, key(), retention(0, Some(3600))).unwrap();
+        let store = open_at(&path, retention(0, Some(3600)), &SetClock::at(T0));
         nudge(&store).await;
         assert!(store.receipts().await.unwrap().is_empty());
     }
-    let store = EmbeddedStore::open_with(&path, key(), retention(0, None)).unwrap();
+    let store = open_at(&path, retention(0, None), &SetClock::at(T0));
     let sealed = store.append_receipt(body(5)).await.unwrap();
     let log = store.receipt_log().await.unwrap();
     let anchor = log.anchor.unwrap();
@@ -497,7 +514,7 @@ async fn rcns_records_keep_their_caps_expire_and_survive_reopening() {
     use crate::store::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
-    let now = now_ms() as i64;
+    let now = now_ms();
     let record = |key: &str, owner: &str, expires_ms| RcnsRecord {
         kind: RcnsKind::Contract,
         key: key.into(),
@@ -510,8 +527,9 @@ async fn rcns_records_keep_their_caps_expire_and_survive_reopening() {
         total: 3,
     };
     let later = now + 60_000;
+    let clock = SetClock::at(T0);
     {
-        let store = EmbeddedStore::open(&path, key()).unwrap();
+        let store = open_at(&path, Retention::default(), &clock);
         let put = |r| store.rcns_put(r, create);
         assert_eq!(
             put(record("s1", "a", later)).await.unwrap(),
@@ -549,7 +567,7 @@ async fn rcns_records_keep_their_caps_expire_and_survive_reopening() {
             mine.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
             ["s1", "s2"]
         );
-        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        clock.advance(std::time::Duration::from_millis(300));
         assert!(store
             .rcns_get(RcnsKind::Contract, "s2")
             .await
@@ -565,7 +583,7 @@ async fn rcns_records_keep_their_caps_expire_and_survive_reopening() {
         let replaced = store.rcns_put(changed, RcnsPutMode::Replace).await.unwrap();
         assert_eq!(replaced, RcnsPut::Stored);
     }
-    let store = EmbeddedStore::open(&path, key()).unwrap();
+    let store = open_at(&path, Retention::default(), &clock);
     let s1 = store
         .rcns_get(RcnsKind::Contract, "s1")
         .await

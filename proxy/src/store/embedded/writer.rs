@@ -2,6 +2,7 @@
 //! makes the batch durable with one journal append and fsync, answers each caller; commits
 //! redb every few batches and checkpoints it.
 
+use crate::clock::SharedClock;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc;
@@ -52,6 +53,8 @@ pub(super) struct Start {
     /// The receipt chain's head as the file holds it.
     pub(super) chain: ChainHead,
     pub(super) retention: Retention,
+    /// The store's time: expiries set and judged in a batch.
+    pub(super) clock: SharedClock,
 }
 
 /// What the writer shares with the store's readers.
@@ -154,6 +157,7 @@ pub(super) fn writer(sh: Shared, start: Start, rx: mpsc::Receiver<Job>) {
         key,
         mut chain,
         retention,
+        clock,
     } = start;
     let mut sweeper = Sweeper::new(retention);
     use crate::telemetry::{STORE_BATCH_JOBS, STORE_OP_DURATION};
@@ -191,9 +195,10 @@ pub(super) fn writer(sh: Shared, start: Start, rx: mpsc::Receiver<Job>) {
             }
         }
         let started = tokio::time::Instant::now();
-        let result = open
-            .transaction(&sh.db)
-            .and_then(|wtx| apply(wtx, &mut journal, &key, chain, &mut sweeper, &batch));
+        let result = open.transaction(&sh.db).and_then(|wtx| {
+            let now = clock.now_ms();
+            apply(wtx, &mut journal, &key, chain, &mut sweeper, &batch, now)
+        });
         commit_time.record(started.elapsed().as_secs_f64());
         batch_jobs.record(batch.len() as f64);
         match result {
@@ -280,7 +285,8 @@ pub(super) fn recover(db: &Database, path: &Path) -> Result<Journal, StoreError>
     let mut wtx = db.begin_write().map_err(unavailable)?;
     wtx.set_durability(Durability::Immediate);
     {
-        let mut t = Tables::open(&wtx)?;
+        // Replay copies recorded changes; no expiry is judged, so the time is unused.
+        let mut t = Tables::open(&wtx, 0)?;
         for record in &records {
             let changes = journal::changes(record)
                 .ok_or_else(|| unavailable("store journal: a record cannot be read"))?;

@@ -9,6 +9,7 @@
 //! rolled it back). A batch whose `COMMIT` got no answer may or may not have committed: every
 //! job gets `Uncertain` and nothing is retried.
 
+use crate::clock::{Clock, SharedClock};
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -21,9 +22,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::store::{Advance, Attachments, StoreError, WriteIntent};
 
-use super::tx::{
-    escrow_state_is, now_ms, put_escrow, set_lease_state, unavailable, unavailable_msg,
-};
+use super::tx::{escrow_state_is, put_escrow, set_lease_state, unavailable, unavailable_msg};
 
 type Param<'a> = dyn tokio_postgres::types::ToSql + Sync + 'a;
 
@@ -71,12 +70,12 @@ const OUTCOMES: &str = "INSERT INTO idempotency (key, record, expires_ms, owner)
 const SET_HEAD: &str = "UPDATE chain_head SET next_seq = $1, head = $2 WHERE id = 1";
 
 /// Starts the writer task; it ends when every sender is dropped.
-pub(super) fn spawn(pool: Pool, key: Arc<KeyPair>) -> mpsc::Sender<Job> {
+pub(super) fn spawn(pool: Pool, key: Arc<KeyPair>, clock: SharedClock) -> mpsc::Sender<Job> {
     let (tx, mut rx) = mpsc::channel::<Job>(4 * MAX_BATCH);
     tokio::spawn(async move {
         let mut jobs = Vec::with_capacity(MAX_BATCH);
         while rx.recv_many(&mut jobs, MAX_BATCH).await > 0 {
-            run(&pool, &key, std::mem::take(&mut jobs)).await;
+            run(&pool, &key, clock.as_ref(), std::mem::take(&mut jobs)).await;
         }
     });
     tx
@@ -113,11 +112,11 @@ fn failed(e: StoreError) -> Failure {
     }
 }
 
-async fn run(pool: &Pool, key: &KeyPair, jobs: Vec<Job>) {
+async fn run(pool: &Pool, key: &KeyPair, clock: &dyn Clock, jobs: Vec<Job>) {
     let waited = tokio::time::Instant::now();
     let mut attempt = 1;
     let outcome = loop {
-        match apply(pool, key, &jobs).await {
+        match apply(pool, key, clock.now_ms(), &jobs).await {
             Err(Failure::RolledBack { retry: true, .. }) if attempt < ATTEMPTS => attempt += 1,
             other => break other,
         }
@@ -165,7 +164,7 @@ async fn run(pool: &Pool, key: &KeyPair, jobs: Vec<Job>) {
 /// One transaction for `jobs`: the advances (pipelined), then the receipts, chained in arrival
 /// order on the shared head. Fence rows are locked before the head row in every batch of every
 /// replica, and a resource's write lock keeps two replicas from advancing one fence at once.
-async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, Failure> {
+async fn apply(pool: &Pool, key: &KeyPair, now: i64, jobs: &[Job]) -> Result<Vec<Answer>, Failure> {
     let mut client = pool.get().await.map_err(|e| failed(unavailable(e)))?;
     let tx = client.transaction().await.map_err(rolled_back)?;
     let mut answers: Vec<Option<Answer>> = jobs.iter().map(|_| None).collect();
@@ -298,7 +297,6 @@ async fn apply(pool: &Pool, key: &KeyPair, jobs: &[Job]) -> Result<Vec<Answer>, 
             expiries.push(expires);
         }
         let head = prev.to_string();
-        let now = now_ms();
         let (s1, s2, s3, s4) = tokio::try_join!(
             tx.prepare_cached(RECEIPTS),
             tx.prepare_cached(RECEIPT_INDEX),

@@ -12,6 +12,7 @@ use deadpool_postgres::tokio_postgres::config::SslMode;
 use deadpool_postgres::tokio_postgres::Config;
 use tokio_postgres_rustls::MakeRustlsConnect;
 
+use crate::clock::SharedClock;
 use crate::net::db_tls::{self, Roots, Verify};
 use crate::store::{Retention, StoreError};
 
@@ -22,6 +23,8 @@ pub struct Connect<'a> {
     pub pool_size: usize,
     pub statement_timeout: std::time::Duration,
     pub retention: Retention,
+    /// The store's time: expiries set and judged, sweeps.
+    pub clock: SharedClock,
 }
 
 /// The URL `config` names: `store.url_env` wins over `store.url` (SPEC §10). Never logged
@@ -35,12 +38,13 @@ pub fn url_from_config(config: &crate::config::Config) -> Result<String, StoreEr
 }
 
 impl<'a> Connect<'a> {
-    pub fn from_config(config: &crate::config::Config, url: &'a str) -> Self {
+    pub fn from_config(config: &crate::config::Config, url: &'a str, clock: SharedClock) -> Self {
         Connect {
             url,
             pool_size: config.store_pool_size,
             statement_timeout: config.store_statement_timeout,
             retention: config.store_retention,
+            clock,
         }
     }
 }

@@ -7,7 +7,7 @@ use deadpool_postgres::Object;
 
 use crate::store::{KeyState, StoreError};
 
-use super::tx::{now_ms, unavailable};
+use super::tx::unavailable;
 
 /// Reserve, or say who has the key, in one statement. The outer `SELECT` sees the row as it
 /// was before this statement: absent, or the one that kept the insert from happening.
@@ -28,12 +28,13 @@ pub(super) async fn reserve(
     fingerprint: &str,
     owner: &str,
     hold_until_ms: i64,
+    now: i64,
 ) -> Result<KeyState, StoreError> {
     let record = serde_json::to_vec(&serde_json::json!({ "fingerprint": fingerprint }))
         .map_err(unavailable)?;
     let st = client.prepare_cached(RESERVE).await.map_err(unavailable)?;
     let row = client
-        .query_one(&st, &[&key, &record, &hold_until_ms, &owner, &now_ms()])
+        .query_one(&st, &[&key, &record, &hold_until_ms, &owner, &now])
         .await
         .map_err(unavailable)?;
     if row.get::<_, bool>(0) {

@@ -37,10 +37,11 @@ use tokio::sync::{mpsc, oneshot};
 
 use batch::Job;
 use tx::{
-    escrow_state_is, now_ms, put_escrow, put_part, unavailable, unavailable_msg, INVERSE, NO_SEQ,
-    RECEIPT, RECORD, SNAPSHOT,
+    escrow_state_is, put_escrow, put_part, unavailable, unavailable_msg, INVERSE, NO_SEQ, RECEIPT,
+    RECORD, SNAPSHOT,
 };
 
+use crate::clock::SharedClock;
 use crate::store::{
     Advance, Attachments, Compensation, EscrowUpdate, KeyState, RcnsKind, RcnsPut, RcnsPutMode,
     RcnsRecord, ReceiptLog, RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery,
@@ -58,6 +59,8 @@ pub struct PostgresStore {
     /// One relay post at a time per replica: posts queue on the database's `relay_head` row
     /// anyway, and each waiting post would hold a pooled connection that fence writes need.
     relay_gate: tokio::sync::Mutex<()>,
+    /// The store's time (see [`Connect::clock`]).
+    clock: SharedClock,
 }
 
 impl Drop for PostgresStore {
@@ -73,9 +76,10 @@ impl PostgresStore {
     pub async fn from_config(
         config: &crate::config::Config,
         key: Arc<KeyPair>,
+        clock: SharedClock,
     ) -> Result<Self, StoreError> {
         let url = url_from_config(config)?;
-        Self::open(Connect::from_config(config, &url), key).await
+        Self::open(Connect::from_config(config, &url, clock), key).await
     }
 
     /// Opens the store `config` names with its schema checked, not changed (operator
@@ -85,7 +89,8 @@ impl PostgresStore {
         key: Arc<KeyPair>,
     ) -> Result<(Self, i32), StoreError> {
         let url = url_from_config(config)?;
-        Self::open_existing(Connect::from_config(config, &url), key).await
+        let clock = Arc::new(crate::clock::AnchoredClock::new());
+        Self::open_existing(Connect::from_config(config, &url, clock), key).await
     }
 
     /// Connects, applies migrations, checks the chain head exists, starts the batch writer
@@ -95,7 +100,11 @@ impl PostgresStore {
         let mut client = store.client().await?;
         schema::migrate(&mut client, &Sha256Digest::empty().to_string()).await?;
         drop(client);
-        store.sweeper = Some(sweep::spawn(store.pool.clone(), c.retention));
+        store.sweeper = Some(sweep::spawn(
+            store.pool.clone(),
+            c.retention,
+            c.clock.clone(),
+        ));
         Ok(store)
     }
 
@@ -145,11 +154,12 @@ impl PostgresStore {
         };
         let work = pool(c.pool_size.max(2))?;
         Ok(Self {
-            jobs: batch::spawn(work.clone(), key),
+            jobs: batch::spawn(work.clone(), key, c.clock.clone()),
             pool: work,
             locks: pool(c.pool_size.max(2))?,
             sweeper: None,
             relay_gate: tokio::sync::Mutex::new(()),
+            clock: c.clock.clone(),
         })
     }
 
@@ -236,7 +246,8 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'a, Result<KeyState, StoreError>> {
         Box::pin(async move {
             let client = self.client().await?;
-            keys::reserve(&client, key, fingerprint, owner, hold_until_ms).await
+            let now = self.clock.now_ms();
+            keys::reserve(&client, key, fingerprint, owner, hold_until_ms, now).await
         })
     }
 
@@ -327,7 +338,7 @@ impl Store for PostgresStore {
                 .as_deref()
                 .and_then(|r| serde_json::from_slice::<serde_json::Value>(r).ok())
                 .and_then(|r| r["expires_at_ms"].as_i64())
-                .unwrap_or_else(now_ms);
+                .unwrap_or_else(|| self.clock.now_ms());
             tx.execute(
                 "INSERT INTO lease_expiry (lease_id, expires_ms) VALUES ($1, $2)
                  ON CONFLICT (lease_id) DO UPDATE
@@ -442,7 +453,7 @@ impl Store for PostgresStore {
         Box::pin(async move {
             let _turn = self.relay_gate.lock().await;
             let mut client = self.client().await?;
-            relay::post(&mut client, &message, limits).await
+            relay::post(&mut client, &message, limits, self.clock.now_ms()).await
         })
     }
 
@@ -454,7 +465,7 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'a, Result<Vec<RelayEntry>, StoreError>> {
         Box::pin(async move {
             let client = self.client().await?;
-            relay::page(&client, query, after, limit).await
+            relay::page(&client, query, after, limit, self.clock.now_ms()).await
         })
     }
 
@@ -463,7 +474,10 @@ impl Store for PostgresStore {
         record: RcnsRecord,
         mode: RcnsPutMode,
     ) -> BoxFuture<'_, Result<RcnsPut, StoreError>> {
-        Box::pin(async move { rcns::put(&mut self.client().await?, &record, mode).await })
+        Box::pin(async move {
+            let now = self.clock.now_ms();
+            rcns::put(&mut self.client().await?, &record, mode, now).await
+        })
     }
 
     fn rcns_get<'a>(
@@ -471,7 +485,9 @@ impl Store for PostgresStore {
         kind: RcnsKind,
         key: &'a str,
     ) -> BoxFuture<'a, Result<Option<RcnsRecord>, StoreError>> {
-        Box::pin(async move { rcns::get(&self.client().await?, kind, key).await })
+        Box::pin(
+            async move { rcns::get(&self.client().await?, kind, key, self.clock.now_ms()).await },
+        )
     }
 
     fn rcns_list<'a>(
@@ -480,7 +496,10 @@ impl Store for PostgresStore {
         owner: Option<&'a str>,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<RcnsRecord>, StoreError>> {
-        Box::pin(async move { rcns::list(&self.client().await?, kind, owner, limit).await })
+        Box::pin(async move {
+            let now = self.clock.now_ms();
+            rcns::list(&self.client().await?, kind, owner, limit, now).await
+        })
     }
 
     fn receipt_log(&self) -> BoxFuture<'_, Result<ReceiptLog, StoreError>> {

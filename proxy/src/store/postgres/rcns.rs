@@ -10,7 +10,7 @@ use deadpool_postgres::Object;
 use crate::store::rcns::Stored;
 use crate::store::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord, StoreError};
 
-use super::tx::{now_ms, unavailable, unavailable_msg};
+use super::tx::{unavailable, unavailable_msg};
 
 fn kind_of(k: RcnsKind) -> i16 {
     i16::from(k.tag())
@@ -24,8 +24,8 @@ pub(super) async fn put(
     client: &mut Object,
     r: &RcnsRecord,
     mode: RcnsPutMode,
+    now: i64,
 ) -> Result<RcnsPut, StoreError> {
-    let now = now_ms();
     let kind = kind_of(r.kind);
     let body = serde_json::to_vec(&Stored::of(r)).map_err(|_| unavailable_msg("rcns record"))?;
     let tx = client.transaction().await.map_err(unavailable)?;
@@ -126,11 +126,12 @@ pub(super) async fn get(
     client: &Object,
     kind: RcnsKind,
     key: &str,
+    now: i64,
 ) -> Result<Option<RcnsRecord>, StoreError> {
     let row = client
         .query_opt(
             "SELECT record FROM rcns_records WHERE kind = $1 AND key = $2 AND expires_ms > $3",
-            &[&kind_of(kind), &key, &now_ms()],
+            &[&kind_of(kind), &key, &now],
         )
         .await
         .map_err(unavailable)?;
@@ -143,6 +144,7 @@ pub(super) async fn list(
     kind: RcnsKind,
     owner: Option<&str>,
     limit: usize,
+    now: i64,
 ) -> Result<Vec<RcnsRecord>, StoreError> {
     let limit = i64::try_from(limit).unwrap_or(i64::MAX);
     let rows = client
@@ -150,7 +152,7 @@ pub(super) async fn list(
             "SELECT key, record FROM rcns_records
              WHERE kind = $1 AND ($2::text IS NULL OR owner = $2) AND expires_ms > $3
              ORDER BY key LIMIT $4",
-            &[&kind_of(kind), &owner, &now_ms(), &limit],
+            &[&kind_of(kind), &owner, &now, &limit],
         )
         .await
         .map_err(unavailable)?;

@@ -11,7 +11,7 @@ use deadpool_postgres::Object;
 use crate::store::relay::Record;
 use crate::store::{RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery, StoreError};
 
-use super::tx::{now_ms, unavailable, unavailable_msg};
+use super::tx::{unavailable, unavailable_msg};
 
 fn i64_of(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
@@ -21,8 +21,8 @@ pub(super) async fn post(
     client: &mut Object,
     m: &RelayMessage,
     limits: RelayLimits,
+    now: i64,
 ) -> Result<RelayPosted, StoreError> {
-    let now = now_ms();
     let tx = client.transaction().await.map_err(unavailable)?;
     let head = tx
         .query_one(
@@ -102,8 +102,8 @@ pub(super) async fn page(
     query: &RelayQuery,
     after: u64,
     limit: usize,
+    now: i64,
 ) -> Result<Vec<RelayEntry>, StoreError> {
-    let now = now_ms();
     let (after, limit) = (i64_of(after), i64::try_from(limit).unwrap_or(i64::MAX));
     let rows = match query {
         RelayQuery::Tx(tx_id) => client

@@ -10,7 +10,8 @@ use palisade_policy::digest::Sha256Digest;
 
 use crate::store::{ChainAnchor, ReceiptLog, Retention, StoreError};
 
-use super::tx::{now_ms, unavailable, unavailable_msg};
+use super::tx::{unavailable, unavailable_msg};
+use crate::clock::SharedClock;
 
 /// Rows one round removes from each table, at most.
 const PER_ROUND: i64 = 1_000;
@@ -19,11 +20,15 @@ const PAUSE: std::time::Duration = std::time::Duration::from_secs(10);
 /// The advisory lock key of the sweeper ("sweeper" in ASCII).
 const SWEEP_LOCK: i64 = 0x0073_7765_6570_6572;
 
-pub(super) fn spawn(pool: Pool, retention: Retention) -> tokio::task::JoinHandle<()> {
+pub(super) fn spawn(
+    pool: Pool,
+    retention: Retention,
+    clock: SharedClock,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         loop {
             let full = match pool.get().await {
-                Ok(mut client) => match round(&mut client, retention).await {
+                Ok(mut client) => match round(&mut client, retention, clock.now_ms()).await {
                     Ok(full) => full,
                     Err(e) => {
                         tracing::debug!(error = %e, "postgres sweep skipped");
@@ -40,8 +45,11 @@ pub(super) fn spawn(pool: Pool, retention: Retention) -> tokio::task::JoinHandle
 }
 
 /// One round; `true` if some table had more due than one round removes.
-pub(super) async fn round(client: &mut Object, retention: Retention) -> Result<bool, StoreError> {
-    let now = now_ms();
+pub(super) async fn round(
+    client: &mut Object,
+    retention: Retention,
+    now: i64,
+) -> Result<bool, StoreError> {
     let tx = client.transaction().await.map_err(unavailable)?;
     let row = tx
         .query_one("SELECT pg_try_advisory_xact_lock($1)", &[&SWEEP_LOCK])

@@ -92,10 +92,6 @@ pub(super) async fn put_escrow(
     Ok(())
 }
 
-pub(super) fn now_ms() -> i64 {
-    crate::clock::WallClock::now_ms()
-}
-
 /// Sets a lease record's `state`, if the record exists.
 pub(super) async fn set_lease_state(
     tx: &tokio_postgres::Transaction<'_>,
