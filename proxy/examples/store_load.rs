@@ -58,19 +58,26 @@ async fn main() {
             while Instant::now() < deadline {
                 let n = counter.fetch_add(1, Ordering::Relaxed);
                 let lease_id = format!("urn:uuid:{}", uuid::Uuid::new_v4());
-                let record = format!(
-                    r#"{{"lease_id":"{lease_id}","lease_digest":"sha256:{:064x}","recovery_mode":"COMPENSATING_ACTION","expires_at_ms":1800000000000,"resource":"https://erp.example.com/items/{n}","path":"/items/{n}","epoch":1,"state":"committed","agent_id":null}}"#,
-                    n
-                );
+                let resource = format!("https://erp.example.com/items/{n}");
+                let record = palisade::store::LeaseRecord {
+                    lease_digest: Some(format!("sha256:{n:064x}")),
+                    path: Some(format!("/items/{n}")),
+                    ..palisade::store::LeaseRecord::committed(
+                        &lease_id,
+                        &resource,
+                        1,
+                        1_800_000_000_000,
+                    )
+                };
                 let intent = WriteIntent {
-                    resource: format!("https://erp.example.com/items/{n}"),
+                    resource,
                     epoch: 1,
                     lease_id: lease_id.clone(),
                     expires_at_ms: 1_800_000_000_000,
-                    lease_record: record.into_bytes(),
+                    lease_record: record,
                     inverse: Some(br#"{"method":"DELETE","path":"/x"}"#.to_vec()),
                     snapshot: None,
-                            };
+                };
                 store.advance(intent).await.unwrap();
                 let body = ReceiptBody {
                     lease_id: Some(lease_id),

@@ -25,3 +25,5 @@ mod mcp;
 mod openapi;
 mod rcns;
 mod replay;
+mod store;
+mod store_contract;

@@ -145,7 +145,7 @@ pub async fn handle(
             };
         match reservation {
             Reservation::Fresh(p) => break p,
-            Reservation::Stored(rec) if rec["fingerprint"] == fingerprint.as_str() => {
+            Reservation::Stored(rec) if rec.fingerprint == fingerprint => {
                 let mut resp = idempotency::replay(&rec);
                 *resp.status_mut() = StatusCode::OK;
                 return (resp, Outcome::Forwarded);

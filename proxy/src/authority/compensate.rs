@@ -13,6 +13,7 @@ use crate::enforce::identity;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
 use crate::net::headers;
+use crate::store::LeaseState;
 
 use super::lease_record::{bad, caller_record};
 
@@ -28,9 +29,9 @@ pub(super) async fn compensate(
     conn: &ConnInfo,
 ) -> Result<Response<ProxyBody>, Refusal> {
     let record = caller_record(enf, parts, lease_id, conn).await?;
-    match record["state"].as_str() {
-        Some("committed") => {}
-        Some("compensated") => {
+    match record.state {
+        LeaseState::Committed => {}
+        LeaseState::Compensated => {
             return Err(Refusal::new(
                 ErrorCode::AlreadyCompensated,
                 "the lease's write was already compensated",
@@ -38,19 +39,19 @@ pub(super) async fn compensate(
         }
         _ => return Err(bad("the lease has no committed write to compensate")),
     }
-    if enf.clock.now_ms() > record["expires_at_ms"].as_i64().unwrap_or(0) {
+    if enf.clock.now_ms() > record.expires_at_ms {
         return Err(Refusal::new(
             ErrorCode::LeaseExpired,
             "the lease's recovery window has passed",
         )
         .with_status(410));
     }
-    let path = record["path"].as_str().unwrap_or("/").to_owned();
-    let resource = record["resource"].as_str().unwrap_or_default().to_owned();
+    let path = record.path.clone().unwrap_or_else(|| "/".into());
+    let resource = record.resource.clone();
     // The request that undoes the write.
     let mut tool_inverse = false;
-    let (method, inv_path, inv_headers, inv_body): Undo = match record["recovery_mode"].as_str() {
-        Some("COMPENSATING_ACTION") => {
+    let (method, inv_path, inv_headers, inv_body): Undo = match record.recovery_mode.as_str() {
+        "COMPENSATING_ACTION" => {
             let bytes = enf
                 .store
                 .inverse(lease_id)
@@ -72,7 +73,7 @@ pub(super) async fn compensate(
                 http_inverse(inv)?
             }
         }
-        Some("SNAPSHOT_RESTORE") => {
+        "SNAPSHOT_RESTORE" => {
             let snap: Value = enf
                 .store
                 .snapshot(lease_id)

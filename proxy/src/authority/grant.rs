@@ -14,6 +14,7 @@ use crate::enforce::identity;
 use crate::enforce::preimage;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
+use crate::store::{LeaseRecord, LeaseState};
 
 use super::lease_record::{bad, PREFIX};
 
@@ -169,21 +170,20 @@ pub async fn issue(
         obj.insert("trace_anchor_ref".into(), json!(t.to_string()));
     }
     let signed = lease::sign(fields.as_object().cloned().unwrap_or_default(), &enf.key);
-    let record = json!({
-        "lease_id": lease_id,
-        "state": "granted",
-        "resource": resource,
-        "epoch": current + 1,
-        "recovery_mode": mode.as_str(),
-        "expires_at_ms": now + t_req.max(1) as i64,
-        "agent_id": caller,
-    });
+    let record = LeaseRecord {
+        lease_id: lease_id.clone(),
+        state: LeaseState::Granted,
+        resource: resource.to_string(),
+        path: None,
+        epoch: current + 1,
+        recovery_mode: mode.as_str().into(),
+        expires_at_ms: now + t_req.max(1) as i64,
+        agent_id: Some(caller.clone()),
+        lease_digest: None,
+        compensation_epoch: None,
+    };
     enf.store
-        .stage(
-            lease_id.clone(),
-            Some(serde_json::to_vec(&record).unwrap_or_default()),
-            Some(inverse.jcs),
-        )
+        .stage(lease_id.clone(), Some(record), Some(inverse.jcs))
         .await
         .map_err(checks::store_refusal)?;
     Ok((signed, lease_id))

@@ -2,7 +2,8 @@
 //! shares.
 
 use palisade_policy::{ErrorCode, Refusal};
-use serde_json::Value;
+
+use crate::store::LeaseRecord;
 
 use crate::context::Enforcement;
 use crate::enforce::checks;
@@ -22,21 +23,20 @@ pub(super) async fn caller_record(
     parts: &http::request::Parts,
     lease_id: &str,
     conn: &ConnInfo,
-) -> Result<Value, Refusal> {
-    let record: Value = enf
+) -> Result<LeaseRecord, Refusal> {
+    let record = enf
         .store
         .lease_record(lease_id)
         .await
         .map_err(checks::store_refusal)?
-        .and_then(|b| serde_json::from_slice(&b).ok())
         .ok_or_else(|| {
             Refusal::new(
                 ErrorCode::NotFound,
                 "no lease with this id has a record here (never seen, or removed store.lease_retention after it expired)",
             )
         })?;
-    if let Some(agent) = record["agent_id"].as_str() {
-        if conn.caller(parts).as_deref() != Some(agent) {
+    if let Some(agent) = &record.agent_id {
+        if conn.caller(parts).as_ref() != Some(agent) {
             return Err(Refusal::new(
                 ErrorCode::LeaseNotYours,
                 "the lease was granted to another caller",

@@ -9,6 +9,7 @@ use crate::context::Enforcement;
 use crate::enforce::checks;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
+use crate::store::LeaseState;
 
 use super::lease_record::caller_record;
 
@@ -20,11 +21,10 @@ pub(super) async fn lookup(
     conn: &ConnInfo,
 ) -> Result<Response<ProxyBody>, Refusal> {
     let record = caller_record(enf, parts, lease_id, conn).await?;
-    let expired = enf.clock.now_ms() > record["expires_at_ms"].as_i64().unwrap_or(0);
-    let state = match record["state"].as_str() {
-        Some("granted") if expired => "expired",
-        Some(s) => s,
-        None => "unknown",
+    let expired = enf.clock.now_ms() > record.expires_at_ms;
+    let state = match record.state {
+        LeaseState::Granted if expired => "expired",
+        s => s.as_str(),
     };
     let receipts: Vec<Value> = enf
         .store
@@ -39,9 +39,9 @@ pub(super) async fn lookup(
         &json!({
             "lease_id": lease_id,
             "state": state,
-            "epoch": record["epoch"],
-            "recovery_mode": record["recovery_mode"],
-            "expires_at": lease::format_rfc3339_ms(record["expires_at_ms"].as_i64().unwrap_or(0)),
+            "epoch": record.epoch,
+            "recovery_mode": record.recovery_mode,
+            "expires_at": lease::format_rfc3339_ms(record.expires_at_ms),
             "receipts": receipts,
         }),
     ))

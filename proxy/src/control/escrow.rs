@@ -13,15 +13,13 @@ use serde_json::{json, Value};
 use crate::context::{AppState, Enforcement, WriteContext};
 use crate::enforce::delivery::Keep;
 use crate::enforce::engine;
-use crate::enforce::escrow::{
-    load, not_held, problem, rebuild, status_doc, without_request, LIST_SCAN,
-};
+use crate::enforce::escrow::{load, not_held, problem, rebuild, status_doc, LIST_SCAN};
 use crate::enforce::receipts;
 use crate::enforce::write::HttpLeg;
 use crate::enforce::written::Written;
 use crate::mcp::leg::McpLeg;
 use crate::net::body::{self, ProxyBody};
-use crate::store::{Attachments, EscrowUpdate};
+use crate::store::{Attachments, EscrowRecord, EscrowState, EscrowUpdate, HeldProtocol};
 
 /// `POST /admin/v1/escrow/{id}/approve`: releases a held write; every check runs again.
 pub async fn approve(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
@@ -39,15 +37,17 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    if rec["state"] != "held" {
+    if rec.state != EscrowState::Held {
         return not_held();
     }
-    let mut releasing = rec.clone();
-    releasing["state"] = json!("releasing");
-    releasing["released_at"] = json!(enf.now_rfc3339());
+    let releasing = EscrowRecord {
+        state: EscrowState::Releasing,
+        released_at: Some(enf.now_rfc3339()),
+        ..rec.clone()
+    };
     let update = EscrowUpdate {
         id: id.to_owned(),
-        expect: Some("held".into()),
+        expect: Some(EscrowState::Held),
         record: releasing.clone(),
         expires_at_ms: None,
     };
@@ -61,44 +61,44 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
             )
         }
     }
-    let decided = without_request(&releasing);
+    let decided = releasing.decided();
+    let held = rec.request.as_ref();
     let cx = WriteContext::new(
-        Method::from_bytes(rec["request"]["method"].as_str().unwrap_or("").as_bytes())
+        held.and_then(|r| Method::from_bytes(r.method.as_bytes()).ok())
             .unwrap_or(Method::POST),
-        rec["trace_id"].as_str().unwrap_or_default().into(),
-        rec["operation"].as_str().unwrap_or_default().to_owned(),
+        rec.trace_id.as_str().into(),
+        rec.operation.clone(),
     );
-    let finish_refused = |code: &str, receipt: Value| {
-        let mut r = decided.clone();
-        r["state"] = json!("refused");
-        r["code"] = json!(code);
-        r["receipt"] = receipt;
-        EscrowUpdate {
-            id: id.to_owned(),
-            expect: Some("releasing".into()),
-            record: r,
-            expires_at_ms: None,
-        }
+    let finish_refused = |code: &str, receipt: Option<Value>| EscrowUpdate {
+        id: id.to_owned(),
+        expect: Some(EscrowState::Releasing),
+        record: EscrowRecord {
+            state: EscrowState::Refused,
+            code: Some(code.to_owned()),
+            receipt,
+            ..decided.clone()
+        },
+        expires_at_ms: None,
     };
-    let Some((parts, bytes, conn, mut who)) = rebuild(&rec["request"]) else {
+    let Some((parts, bytes, conn, mut who)) = held.and_then(rebuild) else {
         tracing::error!(escrow_id = %id, "held request unreadable; refusing its release");
         let _ = enf
             .store
-            .escrow_put(finish_refused(ErrorCode::Internal.as_str(), Value::Null))
+            .escrow_put(finish_refused(ErrorCode::Internal.as_str(), None))
             .await;
         return problem(ErrorCode::Internal, "the held request cannot be read");
     };
-    who.origin = rec["request"]["origin"].as_str().map(str::to_owned);
-    who.caller = rec["caller"].as_str().map(str::to_owned);
+    who.origin = held.and_then(|r| r.origin.clone());
+    who.caller = rec.caller.clone();
     let keep = Keep::Escrow {
         id: id.to_owned(),
-        record: decided.clone(),
+        record: Box::new(decided.clone()),
     };
     // Released under the bundle in force now: its contract is what the write must meet. The
     // held request is judged again as the protocol that carried it.
     let bundle = state.bundle.load_full();
     let conn = Arc::new(conn);
-    let written = if rec["request"]["protocol"] == "mcp" {
+    let written = if held.is_some_and(|r| r.protocol == HeldProtocol::Mcp) {
         match McpLeg::held(&bytes, &parts.headers, state.config.max_json_depth) {
             Ok(leg) => {
                 let w = engine::Write {
@@ -136,7 +136,7 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
     // A refused release records its code and rejection receipt in the escrow, from the
     // refusal itself.
     if let Some(code) = refused {
-        let update = finish_refused(code.as_str(), receipt.unwrap_or(Value::Null));
+        let update = finish_refused(code.as_str(), receipt);
         if let Err(e) = enf.store.escrow_put(update).await {
             tracing::error!(error = %e, escrow_id = %id, "escrow refusal not recorded");
         }
@@ -156,17 +156,19 @@ pub async fn reject(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    if rec["state"] != "held" {
+    if rec.state != EscrowState::Held {
         return not_held();
     }
-    let mut rejected = without_request(&rec);
-    rejected["state"] = json!("rejected");
-    rejected["rejected_at"] = json!(enf.now_rfc3339());
+    let rejected = EscrowRecord {
+        state: EscrowState::Rejected,
+        rejected_at: Some(enf.now_rfc3339()),
+        ..rec.decided()
+    };
     let body = ReceiptBody {
         outcome: Some("rejected".into()),
-        lease_id: rec["lease_id"].as_str().map(str::to_owned),
-        method: rec["request"]["method"].as_str().map(str::to_owned),
-        trace_id: rec["trace_id"].as_str().map(str::to_owned),
+        lease_id: Some(rec.lease_id.clone()),
+        method: rec.request.as_ref().map(|r| r.method.clone()),
+        trace_id: Some(rec.trace_id.clone()),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             ReceiptKind::Escrow,
@@ -177,7 +179,7 @@ pub async fn reject(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
         idempotency: None,
         escrow: Some(EscrowUpdate {
             id: id.clone(),
-            expect: Some("held".into()),
+            expect: Some(EscrowState::Held),
             record: rejected,
             expires_at_ms: None,
         }),
@@ -204,7 +206,7 @@ pub async fn list(state: Arc<AppState>) -> Response<ProxyBody> {
         Ok(all) => {
             let open: Vec<Value> = all
                 .iter()
-                .filter(|r| r["state"] == "held" || r["state"] == "releasing")
+                .filter(|r| r.state.is_open())
                 .map(status_doc)
                 .collect();
             body::json_response(StatusCode::OK, &json!({"escrows": open}))

@@ -25,7 +25,7 @@ use crate::enforce::facts::{InProcessGrant, Requester, WriteFacts};
 use crate::enforce::permit::{Denied, Permit};
 use crate::enforce::preimage::fetch_state;
 use crate::net::upstream::Upstream;
-use crate::store::{Advance, ResourceGuard, StoreError, WriteIntent};
+use crate::store::{Advance, LeaseRecord, LeaseState, ResourceGuard, StoreError, WriteIntent};
 
 /// Runs checks in SPEC order; `Ok` means the write may go on as its [`Permit::disposition`]
 /// says. `releasing`: an escrowed write being released (it is forwarded, not held again).
@@ -222,23 +222,24 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
     }
 
     // Durable before the write leaves (SPEC §5.3).
-    let record = serde_json::json!({
-        "lease_id": l.lease_id,
-        "lease_digest": verified.digest().to_string(),
-        "recovery_mode": l.recovery_mode.as_str(),
-        "expires_at_ms": verified.expires_at_ms(),
-        "resource": resource,
-        "path": path,
-        "epoch": l.cas_fence_epoch,
-        "state": "committed",
-        "agent_id": l.agent_id,
-    });
+    let record = LeaseRecord {
+        lease_id: l.lease_id.clone(),
+        state: LeaseState::Committed,
+        resource: resource.clone(),
+        path: Some(path.to_owned()),
+        epoch: l.cas_fence_epoch,
+        recovery_mode: l.recovery_mode.as_str().into(),
+        expires_at_ms: verified.expires_at_ms(),
+        agent_id: l.agent_id.clone(),
+        lease_digest: Some(verified.digest().to_string()),
+        compensation_epoch: None,
+    };
     let intent = WriteIntent {
         resource: resource.clone(),
         epoch: l.cas_fence_epoch,
         lease_id: l.lease_id.clone(),
         expires_at_ms: verified.expires_at_ms(),
-        lease_record: serde_json::to_vec(&record).unwrap_or_default(),
+        lease_record: record,
         inverse,
         snapshot,
     };

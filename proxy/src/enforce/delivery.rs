@@ -1,11 +1,11 @@
 //! A permitted write on its way ([`Delivery`]), and what must be stored with its receipt
 //! ([`Keep`]): what the engine hands the surface that sends it, or the escrow that holds it.
 
+use crate::store::EscrowRecord;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use palisade_policy::rich::Bundle;
-use serde_json::Value;
 
 use crate::context::WriteContext;
 use crate::enforce::idempotency;
@@ -21,7 +21,7 @@ pub(crate) enum Keep {
     /// A released escrow: its final record (the held record without the request).
     Escrow {
         id: String,
-        record: Value,
+        record: Box<EscrowRecord>,
     },
 }
 

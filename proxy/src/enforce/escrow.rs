@@ -38,7 +38,9 @@ use crate::net::conn::ConnInfo;
 use crate::net::headers;
 use crate::net::jsonrpc;
 use crate::net::problem::Problem;
-use crate::store::{Attachments, EscrowUpdate};
+use crate::store::{
+    Attachments, EscrowRecord, EscrowState, EscrowUpdate, HeldProtocol, HeldRequest,
+};
 
 pub const PREFIX: &str = "/.well-known/ptcl/v1/escrow";
 
@@ -55,22 +57,14 @@ pub(crate) fn problem(code: ErrorCode, detail: &str) -> Response<ProxyBody> {
     .into_response()
 }
 
-/// A decided escrow's record: the held request (credentials, body) leaves it.
-pub(crate) fn without_request(record: &Value) -> Value {
-    let mut doc = record.clone();
-    if let Some(obj) = doc.as_object_mut() {
-        obj.remove("request");
-    }
-    doc
-}
-
-/// What an escrow looks like from outside: no request, no caller digest.
-pub(crate) fn status_doc(record: &Value) -> Value {
-    let mut doc = without_request(record);
-    if let Some(obj) = doc.as_object_mut() {
-        obj.remove("caller");
-    }
-    doc
+/// What an escrow looks like from outside: no request, no caller.
+pub(crate) fn status_doc(record: &EscrowRecord) -> Value {
+    let outside = EscrowRecord {
+        request: None,
+        caller: None,
+        ..record.clone()
+    };
+    serde_json::to_value(outside).unwrap_or(Value::Null)
 }
 
 /// How a held write is answered.
@@ -115,30 +109,40 @@ pub(crate) async fn hold(
     let location = format!("{PREFIX}/{id}");
     let mut headers = parts.headers.clone();
     crate::net::headers::strip_hop_by_hop(&mut headers);
-    let headers: Vec<Value> = headers
+    let headers = headers
         .iter()
-        .map(|(n, v)| json!([n.as_str(), STANDARD.encode(v.as_bytes())]))
+        .map(|(n, v)| (n.as_str().to_owned(), STANDARD.encode(v.as_bytes())))
         .collect();
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
-    let record = json!({
-        "escrow_id": id,
-        "state": "held",
-        "lease_id": permit.lease().lease_id,
-        "operation": cx.operation,
-        "trace_id": cx.trace_id,
-        "held_at": enf.now_rfc3339(),
-        "caller": who.caller,
-        "request": {
-            "method": parts.method.as_str(),
-            "target": target,
-            "headers": headers,
-            "body_b64": STANDARD.encode(&bytes),
-            "origin": who.origin,
-            "peer": conn.peer.to_string(),
-            "tls": conn.tls,
-            "protocol": if matches!(answer, Answer::Mcp { .. }) { "mcp" } else { "http" },
-        },
-    });
+    let record = EscrowRecord {
+        escrow_id: id.clone(),
+        state: EscrowState::Held,
+        lease_id: permit.lease().lease_id.clone(),
+        operation: cx.operation.clone(),
+        trace_id: cx.trace_id.to_string(),
+        held_at: enf.now_rfc3339(),
+        caller: who.caller.clone(),
+        request: Some(HeldRequest {
+            method: parts.method.as_str().to_owned(),
+            target: target.to_owned(),
+            headers,
+            body_b64: STANDARD.encode(&bytes),
+            origin: who.origin.clone(),
+            peer: conn.peer.to_string(),
+            tls: conn.tls,
+            protocol: match answer {
+                Answer::Mcp { .. } => HeldProtocol::Mcp,
+                Answer::Http => HeldProtocol::Http,
+            },
+        }),
+        released_at: None,
+        rejected_at: None,
+        upstream_status: None,
+        content_type: None,
+        body_b64: None,
+        code: None,
+        receipt: None,
+    };
     let doc = json!({"escrow_id": id, "state": "held", "location": location});
     let (status, doc) = match &answer {
         Answer::Http => (StatusCode::ACCEPTED, doc),
@@ -219,30 +223,30 @@ pub(crate) async fn hold(
 
 /// The held request, rebuilt as it came: its parts, body, connection facts and sender.
 pub(crate) fn rebuild(
-    request: &Value,
+    request: &HeldRequest,
 ) -> Option<(http::request::Parts, Bytes, ConnInfo, Requester)> {
-    let method = Method::from_bytes(request["method"].as_str()?.as_bytes()).ok()?;
+    let method = Method::from_bytes(request.method.as_bytes()).ok()?;
     let mut b = http::Request::builder()
         .method(method)
-        .uri(request["target"].as_str()?);
-    for pair in request["headers"].as_array()? {
-        let name = HeaderName::from_bytes(pair[0].as_str()?.as_bytes()).ok()?;
-        let value = STANDARD.decode(pair[1].as_str()?).ok()?;
+        .uri(request.target.as_str());
+    for (name, value) in &request.headers {
+        let name = HeaderName::from_bytes(name.as_bytes()).ok()?;
+        let value = STANDARD.decode(value).ok()?;
         b = b.header(name, HeaderValue::from_bytes(&value).ok()?);
     }
     let (parts, ()) = b.body(()).ok()?.into_parts();
-    let bytes = Bytes::from(STANDARD.decode(request["body_b64"].as_str()?).ok()?);
+    let bytes = Bytes::from(STANDARD.decode(&request.body_b64).ok()?);
     // A released escrow is sent on no downstream connection: through the pool.
     let conn = ConnInfo::new(
-        request["peer"].as_str()?.parse::<SocketAddr>().ok()?,
-        request["tls"].as_bool()?,
+        request.peer.parse::<SocketAddr>().ok()?,
+        request.tls,
         None,
         None,
     );
     Some((parts, bytes, conn, Requester::default()))
 }
 
-pub(crate) async fn load(enf: &Enforcement, id: &str) -> Result<Value, Response<ProxyBody>> {
+pub(crate) async fn load(enf: &Enforcement, id: &str) -> Result<EscrowRecord, Response<ProxyBody>> {
     match enf.store.escrow(id).await {
         Ok(Some(rec)) => Ok(rec),
         Ok(None) => Err(problem(ErrorCode::NotFound, "no escrow with this id")),
@@ -278,9 +282,7 @@ pub(crate) async fn lookup(
         return problem(ErrorCode::NotFound, "no escrow endpoint at this path");
     };
     match load(enf, id).await {
-        Ok(rec) if rec["caller"].as_str().map(str::to_owned) == caller => {
-            body::json_response(StatusCode::OK, &status_doc(&rec))
-        }
+        Ok(rec) if rec.caller == caller => body::json_response(StatusCode::OK, &status_doc(&rec)),
         Ok(_) => problem(ErrorCode::NotFound, "no escrow with this id"),
         Err(resp) => resp,
     }

@@ -26,14 +26,14 @@ use bytes::Bytes;
 use http::{header, HeaderName, HeaderValue, Response, StatusCode};
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::{ErrorCode, Refusal};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 use crate::context::Enforcement;
 use crate::enforce::checks;
 use crate::enforce::receipts;
 use crate::net::body::{self, ProxyBody};
 use crate::net::headers;
-use crate::store::{IdempotencyRecord, KeyState, Store};
+use crate::store::{IdempotencyRecord, KeyState, Store, StoredOutcome};
 
 pub const KEY_HEADER: &str = "idempotency-key";
 pub const REPLAYED_HEADER: &str = "idempotent-replayed";
@@ -226,8 +226,8 @@ pub async fn begin(
         } else {
             reused()
         }),
-        KeyState::Stored(rec) if rec["fingerprint"] == fingerprint.as_str() => {
-            let receipt = Some(rec["receipt"].clone()).filter(Value::is_object);
+        KeyState::Stored(rec) if rec.fingerprint == fingerprint => {
+            let receipt = rec.receipt.clone().filter(Value::is_object);
             Ok(Some(Begin::Replay {
                 resp: replay(&rec),
                 receipt,
@@ -241,21 +241,23 @@ impl Pending {
     /// The outcome to store for this key: the response as the client got it (its body given
     /// whole), without the receipt, which the store adds when it seals it.
     pub fn record(&self, resp: &Response<ProxyBody>, body: &Bytes) -> IdempotencyRecord {
-        let headers: Vec<Value> = KEPT_HEADERS
+        let headers = KEPT_HEADERS
             .iter()
             .filter_map(|name| {
                 let v = resp.headers().get(*name)?.to_str().ok()?;
-                Some(json!([name, v]))
+                Some(((*name).to_owned(), v.to_owned()))
             })
             .collect();
         IdempotencyRecord {
             key: self.key.clone(),
-            record: json!({
-                "fingerprint": self.fingerprint,
-                "status": resp.status().as_u16(),
-                "headers": headers,
-                "body_b64": STANDARD.encode(body),
-            }),
+            outcome: StoredOutcome {
+                fingerprint: self.fingerprint.clone(),
+                status: resp.status().as_u16(),
+                headers,
+                body_b64: STANDARD.encode(body),
+                receipt: None,
+                expires_ms: self.expires_ms,
+            },
             expires_ms: self.expires_ms,
         }
     }
@@ -266,8 +268,8 @@ pub enum Reservation {
     Fresh(Pending),
     /// Held by a request in flight; its fingerprint, when known.
     Running(Option<String>),
-    /// The stored record (see [`Pending::record`]; [`replay`] rebuilds its response).
-    Stored(Value),
+    /// The stored outcome (see [`Pending::record`]; [`replay`] rebuilds its response).
+    Stored(StoredOutcome),
 }
 
 /// Reserves `key` (already scoped and bounded by the caller) for a request with `fingerprint`:
@@ -305,20 +307,12 @@ pub async fn reserve(
 
 /// Rebuilds a stored outcome. Every field was written by this process; anything unreadable
 /// degrades to what can be read rather than failing the replay.
-pub fn replay(rec: &Value) -> Response<ProxyBody> {
-    let body = rec["body_b64"]
-        .as_str()
-        .and_then(|b| STANDARD.decode(b).ok())
-        .unwrap_or_default();
+pub fn replay(rec: &StoredOutcome) -> Response<ProxyBody> {
+    let body = STANDARD.decode(&rec.body_b64).unwrap_or_default();
     let mut resp = Response::new(body::full(body));
-    *resp.status_mut() = rec["status"]
-        .as_u64()
-        .and_then(|s| StatusCode::from_u16(u16::try_from(s).ok()?).ok())
-        .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    for pair in rec["headers"].as_array().into_iter().flatten() {
-        let (Some(name), Some(value)) = (pair[0].as_str(), pair[1].as_str()) else {
-            continue;
-        };
+    *resp.status_mut() =
+        StatusCode::from_u16(rec.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    for (name, value) in &rec.headers {
         if let (Ok(n), Ok(v)) = (
             HeaderName::from_bytes(name.as_bytes()),
             HeaderValue::from_str(value),
@@ -326,7 +320,11 @@ pub fn replay(rec: &Value) -> Response<ProxyBody> {
             resp.headers_mut().insert(n, v);
         }
     }
-    if let Some(v) = receipts::receipt_header_value(&rec["receipt"]) {
+    if let Some(v) = rec
+        .receipt
+        .as_ref()
+        .and_then(receipts::receipt_header_value)
+    {
         resp.headers_mut().insert(headers::RECEIPT_HEADER, v);
     }
     resp.headers_mut()

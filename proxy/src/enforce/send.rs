@@ -23,7 +23,7 @@ use crate::net::conn::ConnInfo;
 use crate::net::problem::Problem;
 use crate::net::rewrite::build_upstream_request;
 use crate::net::upstream::UpstreamError;
-use crate::store::{Attachments, EscrowUpdate};
+use crate::store::{Attachments, EscrowRecord, EscrowState, EscrowUpdate};
 use palisade_policy::rich::Capability;
 
 /// A permitted write as it came back from its upstream leg.
@@ -235,20 +235,22 @@ pub(crate) async fn settle(
             escrow: None,
         },
         Keep::Escrow { id, record } => {
-            let mut record = record.clone();
-            record["state"] = json!("released");
-            record["upstream_status"] = json!(r.status().as_u16());
-            record["content_type"] = r
-                .headers()
-                .get(header::CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .map_or(Value::Null, |v| json!(v));
-            record["body_b64"] = json!(STANDARD.encode(&buffered));
+            let record = EscrowRecord {
+                state: EscrowState::Released,
+                upstream_status: Some(r.status().as_u16()),
+                content_type: r
+                    .headers()
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned),
+                body_b64: Some(STANDARD.encode(&buffered)),
+                ..(**record).clone()
+            };
             Attachments {
                 idempotency: None,
                 escrow: Some(EscrowUpdate {
                     id: id.clone(),
-                    expect: Some("releasing".into()),
+                    expect: Some(EscrowState::Releasing),
                     record,
                     expires_at_ms: None,
                 }),

@@ -14,29 +14,23 @@
 //! the database, so that every replica respects it.
 
 pub mod embedded;
+mod error;
 pub mod journal;
 pub mod locks;
 pub mod postgres;
 pub mod rcns;
+pub mod records;
 pub mod relay;
 
+pub use error::StoreError;
 use futures_util::future::BoxFuture;
 use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
 pub use rcns::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord};
+pub use records::{
+    Attachments, EscrowRecord, EscrowState, EscrowUpdate, HeldProtocol, HeldRequest,
+    IdempotencyRecord, LeaseRecord, LeaseState, StoredOutcome,
+};
 pub use relay::{RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery};
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum StoreError {
-    /// The store cannot be used (I/O error, corrupt file, the writer thread is gone). Writes
-    /// are refused with 503 `ERR_STORE_UNAVAILABLE`; reads keep flowing.
-    #[error("state store unavailable: {0}")]
-    Unavailable(String),
-    /// The connection was lost after `COMMIT` was sent: the transaction may or may not have
-    /// happened. Treated as a refusal (nothing is forwarded on it) and never retried blindly:
-    /// a write whose fence may have advanced is refused as stale on a retry, not run twice.
-    #[error("state store commit outcome unknown: {0}")]
-    Uncertain(String),
-}
 
 /// The answer to [`Store::reserve_key`].
 #[derive(Debug, Clone, PartialEq)]
@@ -46,7 +40,7 @@ pub enum KeyState {
     /// Another request (on this or another replica) holds the key; its fingerprint, when known.
     Running { fingerprint: Option<String> },
     /// The key's stored outcome.
-    Stored(serde_json::Value),
+    Stored(StoredOutcome),
 }
 
 /// What a write makes durable before it is forwarded (SPEC §5.3, §5.4).
@@ -59,8 +53,8 @@ pub struct WriteIntent {
     pub lease_id: String,
     /// The lease's expiry (unix ms): its data is removed [`Retention::leases`] after it.
     pub expires_at_ms: i64,
-    /// The lease record (JSON): digest, mode, expiry, agent, state.
-    pub lease_record: Vec<u8>,
+    /// The lease's record: digest, mode, expiry, agent, state.
+    pub lease_record: LeaseRecord,
     /// The JCS of the inverse payload, when one was staged.
     pub inverse: Option<Vec<u8>>,
     /// The pre-image representation, for SNAPSHOT_RESTORE (empty when the resource was absent).
@@ -109,40 +103,6 @@ pub enum Compensation {
     AlreadyCompensated,
     /// The lease has no committed write (granted only, or unknown).
     NotCommitted,
-}
-
-/// What a receipt carries into its transaction: records that must be durable exactly when the
-/// receipt is (one fsync for both, and never one without the other).
-#[derive(Debug, Clone, Default)]
-pub struct Attachments {
-    /// SPEC §5.6: the final outcome of an idempotency key.
-    pub idempotency: Option<IdempotencyRecord>,
-    /// SPEC §5.4: an escrow's new state.
-    pub escrow: Option<EscrowUpdate>,
-}
-
-/// An idempotency key's stored outcome. The store adds the sealed receipt to `record` as
-/// `receipt` before storing it.
-#[derive(Debug, Clone)]
-pub struct IdempotencyRecord {
-    /// The scoped key (a digest of caller scope and key: bounded, and no credential stored).
-    pub key: String,
-    pub record: serde_json::Value,
-    /// Unix ms after which the record is gone.
-    pub expires_ms: i64,
-}
-
-/// Replaces an escrow's record if its current state is `expect` (`None`: the escrow must not
-/// exist yet). The store adds the sealed receipt, when there is one, as `receipt`.
-#[derive(Debug, Clone)]
-pub struct EscrowUpdate {
-    pub id: String,
-    pub expect: Option<String>,
-    pub record: serde_json::Value,
-    /// On the update that creates the escrow: its lease's expiry (unix ms). The escrow is
-    /// removed [`Retention::leases`] after it, whatever its state by then: a held write can
-    /// no longer be released once its lease expired, and a decided one is history.
-    pub expires_at_ms: Option<i64>,
 }
 
 /// Held while one resource's write is checked, forwarded and receipted (SPEC §5.3): dropping
@@ -235,20 +195,18 @@ pub trait Store: Send + Sync {
     fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>>;
 
     /// An escrow's record.
-    fn escrow<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>>;
+    fn escrow<'a>(&'a self, id: &'a str)
+        -> BoxFuture<'a, Result<Option<EscrowRecord>, StoreError>>;
 
     /// Up to `limit` escrow records, oldest first.
-    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<serde_json::Value>, StoreError>>;
+    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<EscrowRecord>, StoreError>>;
 
     /// Stores a lease record (a grant) and/or its inverse payload durably, replacing earlier
     /// ones for the same `lease_id`. Moves no epoch.
     fn stage(
         &self,
         lease_id: String,
-        record: Option<Vec<u8>>,
+        record: Option<LeaseRecord>,
         inverse: Option<Vec<u8>>,
     ) -> BoxFuture<'_, Result<(), StoreError>>;
 
@@ -256,7 +214,7 @@ pub trait Store: Send + Sync {
     fn lease_record<'a>(
         &'a self,
         lease_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
+    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, StoreError>>;
 
     /// Every receipt that names `lease_id`, in chain order.
     fn lease_receipts<'a>(

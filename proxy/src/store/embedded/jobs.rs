@@ -1,5 +1,7 @@
 //! The writer's jobs and how one is applied inside a batch's transaction.
 
+use crate::store::records::{self, CompensationStep};
+use crate::store::{LeaseRecord, LeaseState};
 use palisade_policy::keys::KeyPair;
 use palisade_policy::receipt::{self, ReceiptBody, ReceiptKind, SealedReceipt};
 use redb::{ReadableTable, WriteTransaction};
@@ -23,7 +25,7 @@ pub(super) enum Job {
     Compensate(String, oneshot::Sender<Result<Compensation, StoreError>>),
     Stage {
         lease_id: String,
-        record: Option<Vec<u8>>,
+        record: Option<LeaseRecord>,
         inverse: Option<Vec<u8>>,
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
@@ -31,7 +33,7 @@ pub(super) enum Job {
         Box<(ReceiptBody, Attachments)>,
         oneshot::Sender<Result<Option<SealedReceipt>, StoreError>>,
     ),
-    EscrowPut(EscrowUpdate, oneshot::Sender<Result<bool, StoreError>>),
+    EscrowPut(Box<EscrowUpdate>, oneshot::Sender<Result<bool, StoreError>>),
     RelayPost(
         Box<(RelayMessage, RelayLimits)>,
         oneshot::Sender<Result<RelayPosted, StoreError>>,
@@ -84,7 +86,10 @@ pub(super) fn apply(
                     }
                     t.set_fence(resource, intent.epoch)?;
                     let id = intent.lease_id.as_str();
-                    t.put_lease(&lease_key(id, Part::Record, None), &intent.lease_record)?;
+                    t.put_lease(
+                        &lease_key(id, Part::Record, None),
+                        &intent.lease_record.to_bytes(),
+                    )?;
                     if let Some(inv) = &intent.inverse {
                         t.put_lease(&lease_key(id, Part::Inverse, None), inv)?;
                     }
@@ -96,26 +101,23 @@ pub(super) fn apply(
                 }
                 Job::Compensate(lease_id, _) => {
                     let record_key = lease_key(lease_id, Part::Record, None);
-                    let record: Option<serde_json::Value> = t
+                    let record = t
                         .leases
                         .get(record_key.as_slice())
                         .map_err(unavailable)?
-                        .and_then(|v| serde_json::from_slice(v.value()).ok());
-                    let answer = match record {
-                        Some(mut rec) if rec["state"] == "committed" => {
-                            let resource = rec["resource"].as_str().unwrap_or_default().to_owned();
-                            let epoch = t.fence(resource.as_bytes())? + 1;
-                            t.set_fence(resource.as_bytes(), epoch)?;
-                            rec["state"] = "compensated".into();
-                            rec["compensation_epoch"] = epoch.into();
-                            let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
-                            t.put_lease(&record_key, &bytes)?;
+                        .map(|v| LeaseRecord::from_bytes(v.value()))
+                        .transpose()?;
+                    let answer = match records::compensation_step(record) {
+                        CompensationStep::Begin { record } => {
+                            let resource = record.resource.as_bytes();
+                            let epoch = t.fence(resource)? + 1;
+                            t.set_fence(resource, epoch)?;
+                            let done = records::compensated(record, epoch);
+                            t.put_lease(&record_key, &done.to_bytes())?;
                             Compensation::Started { epoch }
                         }
-                        Some(rec) if rec["state"] == "compensated" => {
-                            Compensation::AlreadyCompensated
-                        }
-                        _ => Compensation::NotCommitted,
+                        CompensationStep::Already => Compensation::AlreadyCompensated,
+                        CompensationStep::NotCommitted => Compensation::NotCommitted,
                     };
                     answers.push(Answer::Compensate(answer));
                 }
@@ -126,7 +128,7 @@ pub(super) fn apply(
                     ..
                 } => {
                     if let Some(r) = record {
-                        t.put_lease(&lease_key(lease_id, Part::Record, None), r)?;
+                        t.put_lease(&lease_key(lease_id, Part::Record, None), &r.to_bytes())?;
                     }
                     if let Some(inv) = inverse {
                         t.put_lease(&lease_key(lease_id, Part::Inverse, None), inv)?;
@@ -134,19 +136,14 @@ pub(super) fn apply(
                     // A grant's record names its expiry; an inverse staged alone (before its
                     // lease is seen) is kept one retention period from now, so inverses
                     // staged under ids no write ever uses do not pile up.
-                    let expires = record
-                        .as_deref()
-                        .and_then(|r| serde_json::from_slice::<serde_json::Value>(r).ok())
-                        .and_then(|r| r["expires_at_ms"].as_i64())
-                        .unwrap_or(t.now_ms);
+                    let expires = records::staged_expiry(record.as_ref(), t.now_ms);
                     t.put_lease_due(sweeper.lease_due(expires), lease_id)?;
                     answers.push(Answer::Staged);
                 }
                 Job::EscrowPut(update, _) => {
-                    let ok = escrow_state_is(&t.escrows, &update.id, update.expect.as_deref())?;
+                    let ok = escrow_state_is(&t.escrows, &update.id, update.expect)?;
                     if ok {
-                        let bytes = serde_json::to_vec(&update.record).map_err(unavailable)?;
-                        t.put_escrow(&update.id, &bytes)?;
+                        t.put_escrow(&update.id, &update.record.to_bytes())?;
                         if let Some(exp) = update.expires_at_ms {
                             t.put_escrow_due(sweeper.lease_due(exp), &update.id)?;
                         }
@@ -165,33 +162,27 @@ pub(super) fn apply(
                 Job::Receipt(job, _) => {
                     let (body, attach) = &**job;
                     if let Some(update) = &attach.escrow {
-                        if !escrow_state_is(&t.escrows, &update.id, update.expect.as_deref())? {
+                        if !escrow_state_is(&t.escrows, &update.id, update.expect)? {
                             answers.push(Answer::Receipt(None));
                             continue;
                         }
                     }
                     let sealed = receipt::seal(body, chain.head, key);
                     if let Some(update) = &attach.escrow {
-                        let mut record = update.record.clone();
-                        record["receipt"] = sealed.value.clone();
-                        let bytes = serde_json::to_vec(&record).map_err(unavailable)?;
-                        t.put_escrow(&update.id, &bytes)?;
+                        t.put_escrow(&update.id, &records::sealed_escrow(update, &sealed.value))?;
                         if let Some(exp) = update.expires_at_ms {
                             t.put_escrow_due(sweeper.lease_due(exp), &update.id)?;
                         }
                     }
                     if let Some(idem) = &attach.idempotency {
-                        let mut record = idem.record.clone();
-                        record["receipt"] = sealed.value.clone();
-                        record["expires_ms"] = idem.expires_ms.into();
-                        let bytes = serde_json::to_vec(&record).map_err(unavailable)?;
+                        let bytes = records::sealed_outcome(idem, &sealed.value);
                         t.put_idempotency(&idem.key, &bytes, idem.expires_ms.max(0) as u64)?;
                         stored_keys = true;
                     }
                     t.put_receipt(chain.next_seq, &sealed.jcs)?;
                     if let (Some(lease_id), ReceiptKind::Interim) = (&body.lease_id, body.kind) {
                         // Sent but not complete: nothing to compensate (SPEC §7).
-                        set_lease_state(&mut t, lease_id, "interim")?;
+                        set_lease_state(&mut t, lease_id, LeaseState::Interim)?;
                     }
                     if let Some(lease_id) = &body.lease_id {
                         t.put_lease(

@@ -48,9 +48,9 @@ use tokio::sync::oneshot;
 
 use crate::clock::{AnchoredClock, SharedClock};
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, KeyState, RcnsKind, RcnsPut, RcnsPutMode,
-    RcnsRecord, ReceiptLog, RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery,
-    ResourceGuard, Retention, Store, StoreError, WriteIntent,
+    Advance, Attachments, Compensation, EscrowRecord, EscrowUpdate, KeyState, LeaseRecord,
+    RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord, ReceiptLog, RelayEntry, RelayLimits, RelayMessage,
+    RelayPosted, RelayQuery, ResourceGuard, Retention, Store, StoreError, WriteIntent,
 };
 
 use jobs::Job;
@@ -293,39 +293,28 @@ impl Store for EmbeddedStore {
     }
 
     fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>> {
-        self.ask(|tx| Job::EscrowPut(update, tx))
+        self.ask(|tx| Job::EscrowPut(Box::new(update), tx))
     }
 
     fn escrow<'a>(
         &'a self,
         id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>> {
-        Box::pin(async move { self.read_json((T_ESCROWS, ESCROWS), id) })
+    ) -> BoxFuture<'a, Result<Option<EscrowRecord>, StoreError>> {
+        Box::pin(async move {
+            self.read_bytes((T_ESCROWS, ESCROWS), id)?
+                .map(|b| EscrowRecord::from_bytes(&b))
+                .transpose()
+        })
     }
 
-    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<serde_json::Value>, StoreError>> {
-        Box::pin(async move {
-            self.settle().await?;
-            let rtx = self.db.begin_read().map_err(unavailable)?;
-            let table = rtx.open_table(ESCROWS).map_err(unavailable)?;
-            let mut out = Vec::new();
-            for row in table.iter().map_err(unavailable)? {
-                let (_, v) = row.map_err(unavailable)?;
-                if let Ok(rec) = serde_json::from_slice(v.value()) {
-                    out.push(rec);
-                }
-                if out.len() >= limit {
-                    break;
-                }
-            }
-            Ok(out)
-        })
+    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<EscrowRecord>, StoreError>> {
+        Box::pin(self.read_escrows(limit))
     }
 
     fn stage(
         &self,
         lease_id: String,
-        record: Option<Vec<u8>>,
+        record: Option<LeaseRecord>,
         inverse: Option<Vec<u8>>,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
@@ -351,8 +340,12 @@ impl Store for EmbeddedStore {
     fn lease_record<'a>(
         &'a self,
         lease_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
-        Box::pin(async move { self.read_lease(lease_id, Part::Record) })
+    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, StoreError>> {
+        Box::pin(async move {
+            self.read_lease(lease_id, Part::Record)?
+                .map(|b| LeaseRecord::from_bytes(&b))
+                .transpose()
+        })
     }
 
     fn lease_receipts<'a>(

@@ -2,14 +2,14 @@
 
 use std::sync::atomic::Ordering;
 
-use redb::TableDefinition;
+use redb::{ReadableTable, TableDefinition};
 
-use crate::store::StoreError;
+use crate::store::{EscrowRecord, StoreError, StoredOutcome};
 
 use super::jobs::Job;
 use super::overlay::Seen;
 use super::tables::{
-    lease_key, unavailable, Part, IDEMPOTENCY, LEASE_DATA, T_IDEMPOTENCY, T_LEASE_DATA,
+    lease_key, unavailable, Part, ESCROWS, IDEMPOTENCY, LEASE_DATA, T_IDEMPOTENCY, T_LEASE_DATA,
 };
 use super::EmbeddedStore;
 
@@ -57,24 +57,33 @@ impl EmbeddedStore {
         self.ask(Job::Settle).await
     }
 
-    pub(super) fn read_json(
-        &self,
-        table: (u8, TableDefinition<&str, &[u8]>),
-        key: &str,
-    ) -> Result<Option<serde_json::Value>, StoreError> {
-        Ok(self
-            .read_bytes(table, key)?
-            .and_then(|b| serde_json::from_slice(&b).ok()))
+    /// The stored outcome of a scoped idempotency key, unless it has expired.
+    pub(super) fn idempotency(&self, key: &str) -> Result<Option<StoredOutcome>, StoreError> {
+        let Some(bytes) = self.read_bytes((T_IDEMPOTENCY, IDEMPOTENCY), key)? else {
+            return Ok(None);
+        };
+        let outcome = StoredOutcome::from_bytes(&bytes)?;
+        // Expired but not yet swept: gone, as far as callers can tell.
+        Ok(Some(outcome).filter(|o| o.expires_ms > self.clock.now_ms()))
     }
 
-    /// The stored outcome of a scoped idempotency key, unless it has expired.
-    pub(super) fn idempotency(&self, key: &str) -> Result<Option<serde_json::Value>, StoreError> {
-        let record = self.read_json((T_IDEMPOTENCY, IDEMPOTENCY), key)?;
-        // Expired but not yet swept: gone, as far as callers can tell.
-        Ok(record.filter(|r| {
-            r["expires_ms"]
-                .as_u64()
-                .is_some_and(|e| e as i64 > self.clock.now_ms())
-        }))
+    /// Up to `limit` escrow records, in id order (UUIDv7: by creation).
+    pub(super) async fn read_escrows(&self, limit: usize) -> Result<Vec<EscrowRecord>, StoreError> {
+        self.settle().await?;
+        let rtx = self.db.begin_read().map_err(unavailable)?;
+        let table = rtx.open_table(ESCROWS).map_err(unavailable)?;
+        let mut out = Vec::new();
+        for row in table.iter().map_err(unavailable)? {
+            let (_, v) = row.map_err(unavailable)?;
+            // One unreadable record must not hide the others from the operators.
+            match EscrowRecord::from_bytes(v.value()) {
+                Ok(rec) => out.push(rec),
+                Err(e) => tracing::warn!(error = %e, "escrow record skipped"),
+            }
+            if out.len() >= limit {
+                break;
+            }
+        }
+        Ok(out)
     }
 }

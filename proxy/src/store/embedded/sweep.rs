@@ -98,8 +98,8 @@ fn sweep_idempotency(t: &mut Tables<'_>, now: u64, limit: usize) -> Result<(), S
             .idempotency
             .get(key.as_str())
             .map_err(unavailable)?
-            .and_then(|v| serde_json::from_slice::<serde_json::Value>(v.value()).ok())
-            .and_then(|r| r["expires_ms"].as_u64());
+            .and_then(|v| crate::store::StoredOutcome::from_bytes(v.value()).ok())
+            .map(|o| o.expires_ms.max(0) as u64);
         if current_expiry.is_none_or(|e| e <= at) {
             t.delete_idempotency(&key)?;
         }
@@ -161,10 +161,8 @@ fn recorded_later(
         .leases
         .get(lease_key(lease_id, Part::Record, None).as_slice())
         .map_err(unavailable)?
-        .and_then(|v| serde_json::from_slice::<serde_json::Value>(v.value()).ok());
-    Ok(record
-        .and_then(|r| r["expires_at_ms"].as_i64())
-        .is_some_and(|exp| sweeper.lease_due(exp) > at))
+        .and_then(|v| crate::store::LeaseRecord::from_bytes(v.value()).ok());
+    Ok(record.is_some_and(|r| sweeper.lease_due(r.expires_at_ms) > at))
 }
 
 /// Removes up to `limit` receipts older than `keep_ms`, oldest first, and moves

@@ -406,35 +406,31 @@ impl<'t> Tables<'t> {
 pub(super) fn escrow_state_is(
     escrows: &redb::Table<&str, &[u8]>,
     id: &str,
-    expect: Option<&str>,
+    expect: Option<crate::store::EscrowState>,
 ) -> Result<bool, StoreError> {
-    let current: Option<serde_json::Value> = escrows
-        .get(id)
-        .map_err(unavailable)?
-        .and_then(|v| serde_json::from_slice(v.value()).ok());
-    Ok(match (current, expect) {
-        (None, None) => true,
-        (Some(rec), Some(state)) => rec["state"] == state,
-        _ => false,
-    })
+    let current = escrows.get(id).map_err(unavailable)?;
+    Ok(crate::store::records::escrow_state_is(
+        current.as_ref().map(|v| v.value()),
+        expect,
+    ))
 }
 
 /// Sets a lease record's `state`, if the record exists.
 pub(super) fn set_lease_state(
     t: &mut Tables<'_>,
     lease_id: &str,
-    state: &str,
+    state: crate::store::LeaseState,
 ) -> Result<(), StoreError> {
     let key = lease_key(lease_id, Part::Record, None);
-    let record: Option<serde_json::Value> = t
+    let record = t
         .leases
         .get(key.as_slice())
         .map_err(unavailable)?
-        .and_then(|v| serde_json::from_slice(v.value()).ok());
+        .map(|v| crate::store::LeaseRecord::from_bytes(v.value()))
+        .transpose()?;
     if let Some(mut rec) = record {
-        rec["state"] = state.into();
-        let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
-        t.put_lease(&key, &bytes)?;
+        rec.state = state;
+        t.put_lease(&key, &rec.to_bytes())?;
     }
     Ok(())
 }

@@ -1,5 +1,6 @@
 use super::*;
 use crate::clock::SetClock;
+use crate::store::{EscrowRecord, EscrowState, LeaseRecord};
 use palisade_policy::keys::TrustStore;
 use palisade_policy::receipt::{self, ReceiptKind};
 
@@ -26,7 +27,7 @@ fn intent(resource: &str, epoch: u64, lease: &str) -> WriteIntent {
         epoch,
         lease_id: lease.into(),
         expires_at_ms: 1_800_000_000_000,
-        lease_record: format!("{{\"lease_id\":\"{lease}\"}}").into_bytes(),
+        lease_record: LeaseRecord::committed(lease, resource, epoch, 1_800_000_000_000),
         inverse: Some(br#"{"method":"DELETE","path":"/x"}"#.to_vec()),
         snapshot: None,
     }
@@ -177,6 +178,7 @@ fn retention(leases_ms: u64, receipts: Option<u64>) -> Retention {
 fn lease_intent(resource: &str, epoch: u64, lease: &str, expires_at_ms: i64) -> WriteIntent {
     WriteIntent {
         expires_at_ms,
+        lease_record: LeaseRecord::committed(lease, resource, epoch, expires_at_ms),
         ..intent(resource, epoch, lease)
     }
 }
@@ -184,7 +186,11 @@ fn lease_intent(resource: &str, epoch: u64, lease: &str, expires_at_ms: i64) -> 
 /// Any write: sweeps run at the end of every batch.
 async fn nudge(store: &EmbeddedStore) {
     store
-        .stage("nudge".into(), Some(b"{}".to_vec()), None)
+        .stage(
+            "nudge".into(),
+            Some(LeaseRecord::committed("nudge", "/nudge", 1, 0)),
+            None,
+        )
         .await
         .unwrap();
 }
@@ -248,7 +254,7 @@ async fn escrows_go_with_their_leases_data_whatever_their_state() {
     let hold = |id: &str, expires_at_ms: i64| EscrowUpdate {
         id: id.into(),
         expect: None,
-        record: serde_json::json!({"escrow_id": id, "state": "held"}),
+        record: EscrowRecord::held(id, "l"),
         expires_at_ms: Some(expires_at_ms),
     };
     let past = now_ms() - 1_000;
@@ -264,8 +270,11 @@ async fn escrows_go_with_their_leases_data_whatever_their_state() {
     // A later state change keeps the removal scheduled at creation.
     let decided = EscrowUpdate {
         id: "new".into(),
-        expect: Some("held".into()),
-        record: serde_json::json!({"escrow_id": "new", "state": "rejected"}),
+        expect: Some(EscrowState::Held),
+        record: EscrowRecord {
+            state: EscrowState::Rejected,
+            ..EscrowRecord::held("new", "l")
+        },
         expires_at_ms: None,
     };
     assert!(store.escrow_put(decided).await.unwrap());
@@ -273,8 +282,8 @@ async fn escrows_go_with_their_leases_data_whatever_their_state() {
     assert_eq!(store.escrow("old").await.unwrap(), None);
     assert_eq!(store.escrow("old-held").await.unwrap(), None);
     assert_eq!(
-        store.escrow("new").await.unwrap().unwrap()["state"],
-        "rejected"
+        store.escrow("new").await.unwrap().unwrap().state,
+        EscrowState::Rejected
     );
     assert_eq!(store.escrows(10).await.unwrap().len(), 1);
     drop(store);
@@ -300,8 +309,7 @@ async fn an_inverse_staged_alone_goes_after_retention_unless_its_lease_is_record
     let future = now_ms() + 3_600_000;
     store
         .advance(WriteIntent {
-            lease_record: format!("{{\"lease_id\":\"used\",\"expires_at_ms\":{future}}}")
-                .into_bytes(),
+            lease_record: LeaseRecord::committed("used", "/u", 1, future),
             ..lease_intent("/u", 1, "used", future)
         })
         .await

@@ -10,6 +10,8 @@
 //! job gets `Uncertain` and nothing is retried.
 
 use crate::clock::{Clock, SharedClock};
+use crate::store::records;
+use crate::store::LeaseState;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -32,7 +34,10 @@ pub(super) const MAX_BATCH: usize = 64;
 const ATTEMPTS: usize = 3;
 
 pub(super) enum Job {
-    Advance(WriteIntent, oneshot::Sender<Result<Advance, StoreError>>),
+    Advance(
+        Box<WriteIntent>,
+        oneshot::Sender<Result<Advance, StoreError>>,
+    ),
     Append(
         Box<(ReceiptBody, Attachments)>,
         oneshot::Sender<Result<Option<SealedReceipt>, StoreError>>,
@@ -173,7 +178,7 @@ async fn apply(pool: &Pool, key: &KeyPair, now: i64, jobs: &[Job]) -> Result<Vec
         .iter()
         .enumerate()
         .filter_map(|(i, j)| match j {
-            Job::Advance(intent, _) => Some((i, intent)),
+            Job::Advance(intent, _) => Some((i, &**intent)),
             Job::Append(..) => None,
         })
         .collect();
@@ -183,6 +188,7 @@ async fn apply(pool: &Pool, key: &KeyPair, now: i64, jobs: &[Job]) -> Result<Vec
             let st = &st;
             let tx = &tx;
             async move {
+                let record = i.lease_record.to_bytes();
                 let epoch = i64::try_from(i.epoch).map_err(|_| {
                     failed(unavailable_msg("an epoch beyond 2^63 cannot be stored"))
                 })?;
@@ -192,7 +198,7 @@ async fn apply(pool: &Pool, key: &KeyPair, now: i64, jobs: &[Job]) -> Result<Vec
                         &i.resource,
                         &epoch,
                         &i.lease_id,
-                        &i.lease_record,
+                        &record,
                         &i.inverse,
                         &i.snapshot,
                         &i.expires_at_ms,
@@ -251,7 +257,7 @@ async fn apply(pool: &Pool, key: &KeyPair, now: i64, jobs: &[Job]) -> Result<Vec
         for (at, (body, attach)) in &appends {
             if let Some(update) = &attach.escrow {
                 // In turn, not pipelined: a later job may depend on an earlier one's update.
-                if !escrow_state_is(&tx, &update.id, update.expect.as_deref())
+                if !escrow_state_is(&tx, &update.id, update.expect)
                     .await
                     .map_err(failed)?
                 {
@@ -261,23 +267,19 @@ async fn apply(pool: &Pool, key: &KeyPair, now: i64, jobs: &[Job]) -> Result<Vec
             }
             let sealed = receipt::seal(body, prev, key);
             if let Some(update) = &attach.escrow {
-                let mut record = update.record.clone();
-                record["receipt"] = sealed.value.clone();
+                let record = records::sealed_escrow(update, &sealed.value);
                 put_escrow(&tx, &update.id, &record, update.expires_at_ms)
                     .await
                     .map_err(failed)?;
             }
             if let Some(idem) = &attach.idempotency {
-                let mut record = idem.record.clone();
-                record["receipt"] = sealed.value.clone();
-                record["expires_ms"] = idem.expires_ms.into();
-                let bytes = serde_json::to_vec(&record).map_err(|e| failed(unavailable(e)))?;
+                let bytes = records::sealed_outcome(idem, &sealed.value);
                 outcomes.insert(idem.key.as_str(), (bytes, idem.expires_ms));
             }
             if let Some(lease_id) = &body.lease_id {
                 if body.kind == ReceiptKind::Interim {
                     // Sent but not complete: nothing to compensate (SPEC §7).
-                    set_lease_state(&tx, lease_id, "interim")
+                    set_lease_state(&tx, lease_id, LeaseState::Interim)
                         .await
                         .map_err(failed)?;
                 }

@@ -5,7 +5,13 @@
 
 use deadpool_postgres::Object;
 
-use crate::store::{KeyState, StoreError};
+use crate::store::{KeyState, StoreError, StoredOutcome};
+
+/// What a reservation's row holds until its outcome replaces it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Reserved {
+    fingerprint: String,
+}
 
 use super::tx::unavailable;
 
@@ -30,8 +36,10 @@ pub(super) async fn reserve(
     hold_until_ms: i64,
     now: i64,
 ) -> Result<KeyState, StoreError> {
-    let record = serde_json::to_vec(&serde_json::json!({ "fingerprint": fingerprint }))
-        .map_err(unavailable)?;
+    let record = serde_json::to_vec(&Reserved {
+        fingerprint: fingerprint.to_owned(),
+    })
+    .map_err(unavailable)?;
     let st = client.prepare_cached(RESERVE).await.map_err(unavailable)?;
     let row = client
         .query_one(&st, &[&key, &record, &hold_until_ms, &owner, &now])
@@ -40,14 +48,14 @@ pub(super) async fn reserve(
     if row.get::<_, bool>(0) {
         return Ok(KeyState::Reserved);
     }
-    let record: Option<serde_json::Value> = row
-        .get::<_, Option<&[u8]>>(1)
-        .and_then(|r| serde_json::from_slice(r).ok());
+    let record: Option<&[u8]> = row.get(1);
     let running: Option<&str> = row.get(2);
     Ok(match (record, running) {
-        (Some(rec), None) => KeyState::Stored(rec),
+        (Some(rec), None) => KeyState::Stored(StoredOutcome::from_bytes(rec)?),
         (Some(rec), Some(_)) => KeyState::Running {
-            fingerprint: rec["fingerprint"].as_str().map(str::to_owned),
+            fingerprint: serde_json::from_slice::<Reserved>(rec)
+                .ok()
+                .map(|r| r.fingerprint),
         },
         // Reserved by a request that committed after this statement's snapshot: it is
         // running (or just finished, and a retry will see its outcome).

@@ -37,16 +37,18 @@ use tokio::sync::{mpsc, oneshot};
 
 use batch::Job;
 use tx::{
-    escrow_state_is, put_escrow, put_part, unavailable, unavailable_msg, INVERSE, NO_SEQ, RECEIPT,
-    RECORD, SNAPSHOT,
+    compensate, escrow_state_is, put_escrow, put_part, unavailable, unavailable_msg, INVERSE,
+    NO_SEQ, RECEIPT, RECORD, SNAPSHOT,
 };
 
 use crate::clock::SharedClock;
+use crate::store::records;
 use crate::store::{
     Advance, Attachments, Compensation, EscrowUpdate, KeyState, RcnsKind, RcnsPut, RcnsPutMode,
     RcnsRecord, ReceiptLog, RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery,
     ResourceGuard, Store, StoreError, WriteIntent,
 };
+use crate::store::{EscrowRecord, LeaseRecord};
 
 pub struct PostgresStore {
     pool: Pool,
@@ -215,7 +217,7 @@ impl Store for PostgresStore {
     fn advance(&self, intent: WriteIntent) -> BoxFuture<'_, Result<Advance, StoreError>> {
         Box::pin(async move {
             let (reply, answer) = oneshot::channel();
-            self.submit(Job::Advance(intent, reply)).await?;
+            self.submit(Job::Advance(Box::new(intent), reply)).await?;
             answer
                 .await
                 .map_err(|_| unavailable_msg("the writer task is gone"))?
@@ -281,10 +283,16 @@ impl Store for PostgresStore {
                 tx.commit().await.map_err(unavailable)?;
                 return Ok(n == 1);
             }
-            if !escrow_state_is(&tx, &update.id, update.expect.as_deref()).await? {
+            if !escrow_state_is(&tx, &update.id, update.expect).await? {
                 return Ok(false);
             }
-            put_escrow(&tx, &update.id, &update.record, update.expires_at_ms).await?;
+            put_escrow(
+                &tx,
+                &update.id,
+                &update.record.to_bytes(),
+                update.expires_at_ms,
+            )
+            .await?;
             tx.commit().await.map_err(unavailable)?;
             Ok(true)
         })
@@ -293,14 +301,19 @@ impl Store for PostgresStore {
     fn escrow<'a>(
         &'a self,
         id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<serde_json::Value>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Option<EscrowRecord>, StoreError>> {
         Box::pin(async move {
-            self.json("SELECT record FROM escrows WHERE id = $1", id)
+            let client = self.client().await?;
+            let row = client
+                .query_opt("SELECT record FROM escrows WHERE id = $1", &[&id])
                 .await
+                .map_err(unavailable)?;
+            row.map(|r| EscrowRecord::from_bytes(r.get::<_, &[u8]>(0)))
+                .transpose()
         })
     }
 
-    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<serde_json::Value>, StoreError>> {
+    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<EscrowRecord>, StoreError>> {
         Box::pin(async move {
             let client = self.client().await?;
             // Ids are UUIDv7: by id is by creation.
@@ -311,9 +324,14 @@ impl Store for PostgresStore {
                 )
                 .await
                 .map_err(unavailable)?;
+            // One unreadable record must not hide the others from the operators.
             Ok(rows
                 .iter()
-                .filter_map(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok())
+                .filter_map(|r| {
+                    EscrowRecord::from_bytes(r.get::<_, &[u8]>(0))
+                        .inspect_err(|e| tracing::warn!(error = %e, "escrow record skipped"))
+                        .ok()
+                })
                 .collect())
         })
     }
@@ -321,24 +339,20 @@ impl Store for PostgresStore {
     fn stage(
         &self,
         lease_id: String,
-        record: Option<Vec<u8>>,
+        record: Option<LeaseRecord>,
         inverse: Option<Vec<u8>>,
     ) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             let mut client = self.client().await?;
             let tx = client.transaction().await.map_err(unavailable)?;
             if let Some(r) = &record {
-                put_part(&tx, &lease_id, RECORD, NO_SEQ, r).await?;
+                put_part(&tx, &lease_id, RECORD, NO_SEQ, &r.to_bytes()).await?;
             }
             if let Some(inv) = &inverse {
                 put_part(&tx, &lease_id, INVERSE, NO_SEQ, inv).await?;
             }
             // Kept until the lease's expiry (from its record), else from now, plus retention.
-            let expires = record
-                .as_deref()
-                .and_then(|r| serde_json::from_slice::<serde_json::Value>(r).ok())
-                .and_then(|r| r["expires_at_ms"].as_i64())
-                .unwrap_or_else(|| self.clock.now_ms());
+            let expires = records::staged_expiry(record.as_ref(), self.clock.now_ms());
             tx.execute(
                 "INSERT INTO lease_expiry (lease_id, expires_ms) VALUES ($1, $2)
                  ON CONFLICT (lease_id) DO UPDATE
@@ -354,8 +368,13 @@ impl Store for PostgresStore {
     fn lease_record<'a>(
         &'a self,
         lease_id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
-        Box::pin(self.lease_part(lease_id, RECORD))
+    ) -> BoxFuture<'a, Result<Option<LeaseRecord>, StoreError>> {
+        Box::pin(async move {
+            self.lease_part(lease_id, RECORD)
+                .await?
+                .map(|b| LeaseRecord::from_bytes(&b))
+                .transpose()
+        })
     }
 
     fn lease_receipts<'a>(
@@ -387,44 +406,7 @@ impl Store for PostgresStore {
         &self,
         lease_id: String,
     ) -> BoxFuture<'_, Result<Compensation, StoreError>> {
-        Box::pin(async move {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await.map_err(unavailable)?;
-            let row = tx
-                .query_opt(
-                    "SELECT value FROM lease_data WHERE lease_id = $1 AND part = $2 AND seq = $3
-                     FOR UPDATE",
-                    &[&lease_id, &RECORD, &NO_SEQ],
-                )
-                .await
-                .map_err(unavailable)?;
-            let record: Option<serde_json::Value> =
-                row.and_then(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok());
-            let answer = match record {
-                Some(mut rec) if rec["state"] == "committed" => {
-                    let resource = rec["resource"].as_str().unwrap_or_default().to_owned();
-                    let row = tx
-                        .query_one(
-                            "INSERT INTO fences (resource, epoch) VALUES ($1, 1)
-                             ON CONFLICT (resource) DO UPDATE SET epoch = fences.epoch + 1
-                             RETURNING epoch",
-                            &[&resource],
-                        )
-                        .await
-                        .map_err(unavailable)?;
-                    let epoch = row.get::<_, i64>(0) as u64;
-                    rec["state"] = "compensated".into();
-                    rec["compensation_epoch"] = epoch.into();
-                    let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
-                    put_part(&tx, &lease_id, RECORD, NO_SEQ, &bytes).await?;
-                    Compensation::Started { epoch }
-                }
-                Some(rec) if rec["state"] == "compensated" => Compensation::AlreadyCompensated,
-                _ => Compensation::NotCommitted,
-            };
-            tx.commit().await.map_err(unavailable)?;
-            Ok(answer)
-        })
+        Box::pin(async move { compensate(&mut self.client().await?, &lease_id).await })
     }
 
     fn inverse<'a>(

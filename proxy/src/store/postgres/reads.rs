@@ -20,14 +20,4 @@ impl super::PostgresStore {
             .map_err(unavailable)?;
         Ok(row.map(|r| r.get(0)))
     }
-
-    pub(super) async fn json(
-        &self,
-        sql: &str,
-        key: &str,
-    ) -> Result<Option<serde_json::Value>, StoreError> {
-        let client = self.client().await?;
-        let row = client.query_opt(sql, &[&key]).await.map_err(unavailable)?;
-        Ok(row.and_then(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok()))
-    }
 }

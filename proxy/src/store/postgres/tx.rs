@@ -1,5 +1,8 @@
 //! The statements the postgres store's transactions share.
 
+use crate::store::records::{self, CompensationStep};
+use crate::store::Compensation;
+use crate::store::{EscrowState, LeaseRecord, LeaseState};
 use deadpool_postgres::tokio_postgres;
 
 use crate::store::StoreError;
@@ -54,7 +57,7 @@ pub(super) async fn put_part(
 pub(super) async fn escrow_state_is(
     tx: &tokio_postgres::Transaction<'_>,
     id: &str,
-    expect: Option<&str>,
+    expect: Option<EscrowState>,
 ) -> Result<bool, StoreError> {
     let row = tx
         .query_opt(
@@ -63,13 +66,8 @@ pub(super) async fn escrow_state_is(
         )
         .await
         .map_err(unavailable)?;
-    let current: Option<serde_json::Value> =
-        row.and_then(|r| serde_json::from_slice(r.get::<_, &[u8]>(0)).ok());
-    Ok(match (current, expect) {
-        (None, None) => true,
-        (Some(rec), Some(state)) => rec["state"] == state,
-        _ => false,
-    })
+    let current: Option<&[u8]> = row.as_ref().map(|r| r.get(0));
+    Ok(records::escrow_state_is(current, expect))
 }
 
 /// Stores escrow `id`'s record; `expires_ms` (its lease's expiry) when it is created, kept
@@ -77,10 +75,9 @@ pub(super) async fn escrow_state_is(
 pub(super) async fn put_escrow(
     tx: &tokio_postgres::Transaction<'_>,
     id: &str,
-    record: &serde_json::Value,
+    bytes: &[u8],
     expires_ms: Option<i64>,
 ) -> Result<(), StoreError> {
-    let bytes = serde_json::to_vec(record).map_err(unavailable)?;
     tx.execute(
         "INSERT INTO escrows (id, record, expires_ms) VALUES ($1, $2, $3)
          ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record,
@@ -96,7 +93,7 @@ pub(super) async fn put_escrow(
 pub(super) async fn set_lease_state(
     tx: &tokio_postgres::Transaction<'_>,
     lease_id: &str,
-    state: &str,
+    state: LeaseState,
 ) -> Result<(), StoreError> {
     let row = tx
         .query_opt(
@@ -105,12 +102,51 @@ pub(super) async fn set_lease_state(
         )
         .await
         .map_err(unavailable)?;
-    let Some(mut rec) =
-        row.and_then(|r| serde_json::from_slice::<serde_json::Value>(r.get::<_, &[u8]>(0)).ok())
-    else {
+    let Some(row) = row else {
         return Ok(());
     };
-    rec["state"] = state.into();
-    let bytes = serde_json::to_vec(&rec).map_err(unavailable)?;
-    put_part(tx, lease_id, RECORD, NO_SEQ, &bytes).await
+    let mut rec = LeaseRecord::from_bytes(row.get::<_, &[u8]>(0))?;
+    rec.state = state;
+    put_part(tx, lease_id, RECORD, NO_SEQ, &rec.to_bytes()).await
+}
+
+/// Marks `lease_id` compensated and advances its resource's fence, in one transaction, when
+/// its record says it is committed ([`records::compensation_step`]).
+pub(super) async fn compensate(
+    client: &mut deadpool_postgres::Object,
+    lease_id: &str,
+) -> Result<Compensation, StoreError> {
+    let tx = client.transaction().await.map_err(unavailable)?;
+    let row = tx
+        .query_opt(
+            "SELECT value FROM lease_data WHERE lease_id = $1 AND part = $2 AND seq = $3
+                     FOR UPDATE",
+            &[&lease_id, &RECORD, &NO_SEQ],
+        )
+        .await
+        .map_err(unavailable)?;
+    let record = row
+        .map(|r| LeaseRecord::from_bytes(r.get::<_, &[u8]>(0)))
+        .transpose()?;
+    let answer = match records::compensation_step(record) {
+        CompensationStep::Begin { record } => {
+            let row = tx
+                .query_one(
+                    "INSERT INTO fences (resource, epoch) VALUES ($1, 1)
+                             ON CONFLICT (resource) DO UPDATE SET epoch = fences.epoch + 1
+                             RETURNING epoch",
+                    &[&record.resource],
+                )
+                .await
+                .map_err(unavailable)?;
+            let epoch = row.get::<_, i64>(0) as u64;
+            let done = records::compensated(record, epoch);
+            put_part(&tx, lease_id, RECORD, NO_SEQ, &done.to_bytes()).await?;
+            Compensation::Started { epoch }
+        }
+        CompensationStep::Already => Compensation::AlreadyCompensated,
+        CompensationStep::NotCommitted => Compensation::NotCommitted,
+    };
+    tx.commit().await.map_err(unavailable)?;
+    Ok(answer)
 }

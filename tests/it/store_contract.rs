@@ -1,0 +1,500 @@
+//! The state store's contract (`palisade::store::Store`), one scenario a function, run against
+//! every backend: the embedded store here (`store.rs`), PostgreSQL in `tests/postgres.rs`.
+//! A backend passes when it gives the same answers; each scenario names what it checks.
+//!
+//! Every store runs on a `SetClock`, so expiry is tested by moving the clock, not by sleeping.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use palisade::clock::SetClock;
+use palisade::store::{
+    Advance, Attachments, Compensation, EscrowRecord, EscrowState, EscrowUpdate, IdempotencyRecord,
+    KeyState, LeaseRecord, LeaseState, RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord, RelayLimits,
+    RelayMessage, RelayPosted, RelayQuery, Store, StoredOutcome, WriteIntent,
+};
+use palisade_policy::keys::{KeyPair, TrustStore};
+use palisade_policy::receipt::{self, ReceiptBody, ReceiptKind};
+
+/// The time every store starts at: 2026-12-03T12:00:00Z.
+pub const T0: i64 = 1_796_299_200_000;
+const HOUR: i64 = 3_600_000;
+
+/// The key the stores under test sign receipts with (a test key).
+pub fn key() -> Arc<KeyPair> {
+    Arc::new(KeyPair::from_seed([7; 32]))
+}
+
+fn intent(resource: &str, epoch: u64, lease: &str) -> WriteIntent {
+    WriteIntent {
+        resource: resource.into(),
+        epoch,
+        lease_id: lease.into(),
+        expires_at_ms: T0 + HOUR,
+        lease_record: LeaseRecord::committed(lease, resource, epoch, T0 + HOUR),
+        inverse: Some(format!(r#"{{"method":"DELETE","path":"{resource}"}}"#).into_bytes()),
+        snapshot: Some(br#"{"before":true}"#.to_vec()),
+    }
+}
+
+fn body(n: u64, lease: Option<&str>, kind: ReceiptKind) -> ReceiptBody {
+    ReceiptBody {
+        lease_id: lease.map(str::to_owned),
+        cas_fence_epoch: Some(n),
+        ..ReceiptBody::new(
+            format!("urn:uuid:contract-{n}"),
+            kind,
+            "2026-12-03T12:00:00.000Z".into(),
+        )
+    }
+}
+
+fn outcome(fingerprint: &str) -> StoredOutcome {
+    StoredOutcome {
+        fingerprint: fingerprint.into(),
+        status: 201,
+        headers: vec![("content-type".into(), "application/json".into())],
+        body_b64: "e30=".into(),
+        receipt: None,
+        expires_ms: 0,
+    }
+}
+
+/// Epochs only move forward; a stale intent changes nothing; what an advance stages is read
+/// back as it was given.
+pub async fn fences_only_move_forward(store: &dyn Store, _clock: &SetClock) {
+    assert_eq!(store.epoch("/items/1").await.unwrap(), 0);
+    let first = intent("/items/1", 5, "l5");
+    assert_eq!(
+        store.advance(first.clone()).await.unwrap(),
+        Advance::Advanced
+    );
+    for stale in [5, 3] {
+        assert_eq!(
+            store
+                .advance(intent("/items/1", stale, "stale"))
+                .await
+                .unwrap(),
+            Advance::Stale { current: 5 }
+        );
+    }
+    // The stale intents staged nothing.
+    assert_eq!(store.lease_record("stale").await.unwrap(), None);
+    assert_eq!(store.inverse("stale").await.unwrap(), None);
+    assert_eq!(
+        store.advance(intent("/items/1", 6, "l6")).await.unwrap(),
+        Advance::Advanced
+    );
+    assert_eq!(store.epoch("/items/1").await.unwrap(), 6);
+    // Another resource has its own fence.
+    assert_eq!(store.epoch("/items/2").await.unwrap(), 0);
+    assert_eq!(
+        store.lease_record("l5").await.unwrap(),
+        Some(first.lease_record)
+    );
+    assert_eq!(store.inverse("l5").await.unwrap(), first.inverse);
+    assert_eq!(store.snapshot("l5").await.unwrap(), first.snapshot);
+}
+
+/// Receipts form one chain in one order, verifiable with the store's key, and each lease's
+/// receipts are found by its id.
+pub async fn receipts_form_one_verifiable_chain(store: &dyn Store, _clock: &SetClock) {
+    let mut sealed = Vec::new();
+    for n in 0..5 {
+        let lease = if n % 2 == 0 { Some("even") } else { None };
+        sealed.push(
+            store
+                .append_receipt(body(n, lease, ReceiptKind::Commit))
+                .await
+                .unwrap(),
+        );
+    }
+    let log = store.receipt_log().await.unwrap();
+    assert!(log.anchor.is_none(), "nothing was removed");
+    assert_eq!(log.receipts.len(), 5);
+    for (got, want) in log.receipts.iter().zip(&sealed) {
+        assert_eq!(got, &want.jcs);
+    }
+    let mut trust = TrustStore::new();
+    trust.insert(key().trusted("sidecar")).unwrap();
+    receipt::verify_chain(log.receipts.iter().map(Vec::as_slice), &trust).unwrap();
+    let even = store.lease_receipts("even").await.unwrap();
+    assert_eq!(
+        even,
+        [
+            sealed[0].jcs.clone(),
+            sealed[2].jcs.clone(),
+            sealed[4].jcs.clone()
+        ]
+    );
+    assert!(store.lease_receipts("none").await.unwrap().is_empty());
+}
+
+/// An idempotency key: reserved by one request at a time, free again when released, its
+/// outcome stored with its receipt in one transaction, and reusable once it expired.
+pub async fn idempotency_keys_are_reserved_stored_and_expire(store: &dyn Store, clock: &SetClock) {
+    let hold = T0 + 60_000;
+    assert_eq!(
+        store.reserve_key("k", "fp-a", "o1", hold).await.unwrap(),
+        KeyState::Reserved
+    );
+    assert_eq!(
+        store.reserve_key("k", "fp-b", "o2", hold).await.unwrap(),
+        KeyState::Running {
+            fingerprint: Some("fp-a".into())
+        }
+    );
+    store.release_key("k".into(), "o1".into()).await.unwrap();
+    assert_eq!(
+        store.reserve_key("k", "fp-a", "o3", hold).await.unwrap(),
+        KeyState::Reserved
+    );
+    let attach = Attachments {
+        idempotency: Some(IdempotencyRecord {
+            key: "k".into(),
+            outcome: outcome("fp-a"),
+            expires_ms: T0 + HOUR,
+        }),
+        escrow: None,
+    };
+    let sealed = store
+        .append_receipt_with(body(1, None, ReceiptKind::Commit), attach)
+        .await
+        .unwrap()
+        .expect("no escrow update to fail");
+    // Released as the write path does once the outcome is durable: the outcome stays.
+    store.release_key("k".into(), "o3".into()).await.unwrap();
+    let KeyState::Stored(stored) = store.reserve_key("k", "fp-c", "o4", hold).await.unwrap() else {
+        panic!("the outcome is stored")
+    };
+    assert_eq!(
+        stored,
+        StoredOutcome {
+            receipt: Some(sealed.value.clone()),
+            expires_ms: T0 + HOUR,
+            ..outcome("fp-a")
+        }
+    );
+    // Past its retention the key is free for a new request.
+    clock.advance(Duration::from_millis(HOUR as u64 + 1));
+    assert_eq!(
+        store
+            .reserve_key("k", "fp-d", "o5", T0 + 2 * HOUR)
+            .await
+            .unwrap(),
+        KeyState::Reserved
+    );
+}
+
+/// Escrow updates are compare-and-set on the state; one whose expected state does not hold
+/// stores nothing, not even the receipt it came with.
+pub async fn escrow_updates_are_compare_and_set(store: &dyn Store, _clock: &SetClock) {
+    let held = |expect| EscrowUpdate {
+        id: "e1".into(),
+        expect,
+        record: EscrowRecord::held("e1", "l1"),
+        expires_at_ms: Some(T0 + HOUR),
+    };
+    assert!(store.escrow_put(held(None)).await.unwrap());
+    assert!(!store.escrow_put(held(None)).await.unwrap(), "exists");
+    let releasing = EscrowUpdate {
+        id: "e1".into(),
+        expect: Some(EscrowState::Held),
+        record: EscrowRecord {
+            state: EscrowState::Releasing,
+            ..EscrowRecord::held("e1", "l1")
+        },
+        expires_at_ms: None,
+    };
+    assert!(store.escrow_put(releasing.clone()).await.unwrap());
+    assert!(!store.escrow_put(releasing).await.unwrap(), "decided once");
+    // A rejection racing the release: its receipt is not stored either.
+    let before = store.receipt_log().await.unwrap().receipts.len();
+    let reject = Attachments {
+        idempotency: None,
+        escrow: Some(EscrowUpdate {
+            id: "e1".into(),
+            expect: Some(EscrowState::Held),
+            record: EscrowRecord {
+                state: EscrowState::Rejected,
+                ..EscrowRecord::held("e1", "l1")
+            },
+            expires_at_ms: None,
+        }),
+    };
+    let lost = store
+        .append_receipt_with(body(1, None, ReceiptKind::Escrow), reject)
+        .await
+        .unwrap();
+    assert!(lost.is_none());
+    assert_eq!(store.receipt_log().await.unwrap().receipts.len(), before);
+    // The release's end, with its receipt in the record.
+    let released = Attachments {
+        idempotency: None,
+        escrow: Some(EscrowUpdate {
+            id: "e1".into(),
+            expect: Some(EscrowState::Releasing),
+            record: EscrowRecord {
+                state: EscrowState::Released,
+                upstream_status: Some(200),
+                ..EscrowRecord::held("e1", "l1")
+            },
+            expires_at_ms: None,
+        }),
+    };
+    let sealed = store
+        .append_receipt_with(body(2, Some("l1"), ReceiptKind::Commit), released)
+        .await
+        .unwrap()
+        .expect("releasing held");
+    let rec = store.escrow("e1").await.unwrap().unwrap();
+    assert_eq!(rec.state, EscrowState::Released);
+    assert_eq!(rec.receipt, Some(sealed.value));
+    assert_eq!(store.escrow("e2").await.unwrap(), None);
+    let all = store.escrows(10).await.unwrap();
+    assert_eq!(all.len(), 1);
+    assert_eq!(all[0].escrow_id, "e1");
+}
+
+/// A committed lease is compensated once, with its resource's fence advanced in the same
+/// transaction; a granted, interim or unknown lease is not.
+pub async fn a_lease_is_compensated_at_most_once(store: &dyn Store, _clock: &SetClock) {
+    store.advance(intent("/c", 3, "lc")).await.unwrap();
+    assert_eq!(
+        store.begin_compensation("lc".into()).await.unwrap(),
+        Compensation::Started { epoch: 4 }
+    );
+    assert_eq!(store.epoch("/c").await.unwrap(), 4);
+    let rec = store.lease_record("lc").await.unwrap().unwrap();
+    assert_eq!(rec.state, LeaseState::Compensated);
+    assert_eq!(rec.compensation_epoch, Some(4));
+    assert_eq!(
+        store.begin_compensation("lc".into()).await.unwrap(),
+        Compensation::AlreadyCompensated
+    );
+    assert_eq!(store.epoch("/c").await.unwrap(), 4);
+    // Granted only (staged, never written).
+    let granted = LeaseRecord {
+        state: LeaseState::Granted,
+        path: None,
+        ..LeaseRecord::committed("lg", "/g", 1, T0 + HOUR)
+    };
+    store
+        .stage("lg".into(), Some(granted.clone()), Some(b"{}".to_vec()))
+        .await
+        .unwrap();
+    assert_eq!(store.lease_record("lg").await.unwrap(), Some(granted));
+    assert_eq!(
+        store.epoch("/g").await.unwrap(),
+        0,
+        "a grant moves no epoch"
+    );
+    assert_eq!(
+        store.begin_compensation("lg".into()).await.unwrap(),
+        Compensation::NotCommitted
+    );
+    // Sent but not completed: an interim receipt marks it so (SPEC §7).
+    store.advance(intent("/i", 1, "li")).await.unwrap();
+    store
+        .append_receipt(body(1, Some("li"), ReceiptKind::Interim))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.lease_record("li").await.unwrap().unwrap().state,
+        LeaseState::Interim
+    );
+    assert_eq!(
+        store.begin_compensation("li".into()).await.unwrap(),
+        Compensation::NotCommitted
+    );
+    assert_eq!(
+        store.begin_compensation("unknown".into()).await.unwrap(),
+        Compensation::NotCommitted
+    );
+}
+
+fn message(tx: &str, sig: u8, expires_ms: i64) -> RelayMessage {
+    RelayMessage {
+        tx_id: tx.into(),
+        signature: format!("0x{}", hex::encode([sig; 65])),
+        parties: [(84532, [0x19; 20]), (84532, [0x15; 20])],
+        envelope: format!("{{\"n\":{sig}}}").into_bytes(),
+        received_at_s: 1_800_000_000,
+        expires_ms,
+    }
+}
+
+/// Relay messages: one per signature, caps per transaction and in all, pages in cursor
+/// order, gone once expired (and their place under the caps with them).
+pub async fn relay_messages_dedup_cap_page_and_expire(store: &dyn Store, clock: &SetClock) {
+    let limits = RelayLimits {
+        per_tx: 2,
+        total: 3,
+    };
+    let soon = T0 + 1_000;
+    let post = |m| store.relay_post(m, limits);
+    assert_eq!(
+        post(message("0xa", 1, soon)).await.unwrap(),
+        RelayPosted::Stored { cursor: 1 }
+    );
+    assert_eq!(
+        post(message("0xa", 1, soon)).await.unwrap(),
+        RelayPosted::Duplicate { cursor: 1 }
+    );
+    assert_eq!(
+        post(message("0xa", 2, soon)).await.unwrap(),
+        RelayPosted::Stored { cursor: 2 }
+    );
+    assert_eq!(
+        post(message("0xa", 3, soon)).await.unwrap(),
+        RelayPosted::TxFull
+    );
+    assert_eq!(
+        post(message("0xb", 4, T0 + HOUR)).await.unwrap(),
+        RelayPosted::Stored { cursor: 3 }
+    );
+    assert_eq!(
+        post(message("0xc", 5, T0 + HOUR)).await.unwrap(),
+        RelayPosted::Full
+    );
+    let page = store
+        .relay_page(&RelayQuery::Tx("0xa".into()), 0, 10)
+        .await
+        .unwrap();
+    assert_eq!(page.iter().map(|e| e.cursor).collect::<Vec<_>>(), [1, 2]);
+    assert_eq!(page[0].envelope, b"{\"n\":1}");
+    let after_first = store
+        .relay_page(&RelayQuery::Tx("0xa".into()), 1, 10)
+        .await
+        .unwrap();
+    assert_eq!(after_first.len(), 1);
+    let party = RelayQuery::Party {
+        address: [0x15; 20],
+        chain: Some(84532),
+    };
+    assert_eq!(store.relay_page(&party, 0, 10).await.unwrap().len(), 3);
+    // The store's clock passes the first two messages' expiry.
+    clock.advance(Duration::from_millis(2_000));
+    assert!(store
+        .relay_page(&RelayQuery::Tx("0xa".into()), 0, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    let again = post(message("0xa", 1, T0 + HOUR)).await.unwrap();
+    assert!(
+        matches!(again, RelayPosted::Stored { cursor } if cursor > 3),
+        "an expired message posted again is kept anew, under a new cursor: {again:?}"
+    );
+}
+
+/// RCNS records: one per key, caps per owner and in all, per kind; expired ones free their
+/// key and their place; `Replace` changes a record in place.
+pub async fn rcns_records_keep_caps_and_expire(store: &dyn Store, clock: &SetClock) {
+    let record = |key: &str, owner: &str, expires_ms| RcnsRecord {
+        kind: RcnsKind::Contract,
+        key: key.into(),
+        owner: owner.into(),
+        body: serde_json::json!({"synthesis_id": key}),
+        expires_ms,
+    };
+    let create = RcnsPutMode::Create {
+        per_owner: 2,
+        total: 3,
+    };
+    let later = T0 + HOUR;
+    let put = |r| store.rcns_put(r, create);
+    assert_eq!(
+        put(record("s1", "a", later)).await.unwrap(),
+        RcnsPut::Stored
+    );
+    assert!(matches!(
+        put(record("s1", "b", later)).await.unwrap(),
+        RcnsPut::Exists(old) if old.owner == "a"
+    ));
+    assert_eq!(
+        put(record("s2", "a", T0 + 200)).await.unwrap(),
+        RcnsPut::Stored
+    );
+    assert_eq!(
+        put(record("s3", "a", later)).await.unwrap(),
+        RcnsPut::OwnerFull
+    );
+    assert_eq!(
+        put(record("s4", "b", later)).await.unwrap(),
+        RcnsPut::Stored
+    );
+    assert_eq!(put(record("s5", "c", later)).await.unwrap(), RcnsPut::Full);
+    let mut attempt = record("t1", "a", later);
+    attempt.kind = RcnsKind::Attempt;
+    assert_eq!(
+        store.rcns_put(attempt, create).await.unwrap(),
+        RcnsPut::Stored
+    );
+    let mine = store
+        .rcns_list(RcnsKind::Contract, Some("a"), 10)
+        .await
+        .unwrap();
+    assert_eq!(
+        mine.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+        ["s1", "s2"]
+    );
+    clock.advance(Duration::from_millis(300));
+    assert_eq!(
+        store.rcns_get(RcnsKind::Contract, "s2").await.unwrap(),
+        None
+    );
+    assert_eq!(
+        put(record("s2", "a", later)).await.unwrap(),
+        RcnsPut::Stored
+    );
+    let mut changed = record("s1", "a", later);
+    changed.body["revoked"] = true.into();
+    assert_eq!(
+        store.rcns_put(changed, RcnsPutMode::Replace).await.unwrap(),
+        RcnsPut::Stored
+    );
+    let s1 = store
+        .rcns_get(RcnsKind::Contract, "s1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(s1.body["revoked"], true);
+    assert_eq!(
+        store
+            .rcns_list(RcnsKind::Contract, None, 10)
+            .await
+            .unwrap()
+            .len(),
+        3
+    );
+}
+
+/// Runs each scenario above as a test of its own on the store `$open` makes: an async fn
+/// returning `(Arc<dyn Store>, Arc<SetClock>, guard)`, the guard keeping the store's files or
+/// database alive until the test ends.
+macro_rules! contract_tests {
+    ($open:path) => {
+        $crate::store_contract::contract_tests!(
+            @ $open,
+            fences_only_move_forward,
+            receipts_form_one_verifiable_chain,
+            idempotency_keys_are_reserved_stored_and_expire,
+            escrow_updates_are_compare_and_set,
+            a_lease_is_compensated_at_most_once,
+            relay_messages_dedup_cap_page_and_expire,
+            rcns_records_keep_caps_and_expire
+        );
+    };
+    (@ $open:path, $($name:ident),*) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() {
+                let (store, clock, _guard) = $open().await;
+                $crate::store_contract::$name(&*store, &clock).await;
+            }
+        )*
+    };
+}
+pub(crate) use contract_tests;
