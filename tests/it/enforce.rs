@@ -544,6 +544,8 @@ async fn the_lease_authority_grants_leases_bound_to_their_caller() {
     assert_eq!(parts.status, StatusCode::FORBIDDEN);
     let doc: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(doc["code"], "ERR_LEASE_NOT_YOURS");
+    let b_caller = doc["receipt"]["caller"].as_str().unwrap();
+    assert!(b_caller.starts_with("authz:sha256:") && Some(b_caller) != lease["agent_id"].as_str());
     assert_eq!(writes_seen(&s.upstream), 0);
 
     // Its caller can, with the inverse the grant staged (nothing inline).
@@ -561,6 +563,8 @@ async fn the_lease_authority_grants_leases_bound_to_their_caller() {
     );
     assert_eq!(parts.headers["agent-fence-token"], "1");
     assert_eq!(writes_seen(&s.upstream), 1);
+    // The receipt names the caller the lease was granted to: one identity (issue 35).
+    assert_eq!(receipt_of(&parts.headers)["caller"], lease["agent_id"]);
 
     // The next grant for the resource names the next epoch.
     let (_, next) = post_json(&s.p, LEASES, Some("Bearer agent-a"), &grant(1000, &item)).await;

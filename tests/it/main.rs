@@ -14,6 +14,7 @@ mod admission;
 mod aip2;
 mod architecture;
 mod bypass;
+mod caller;
 mod cli;
 mod connectors;
 mod contracts;

@@ -35,13 +35,6 @@ pub struct Admission {
     pub admitted: Arc<Admitted>,
 }
 
-impl Admission {
-    /// Who acted (receipts, drift events).
-    pub fn caller(&self) -> String {
-        self.admitted.token.caller()
-    }
-}
-
 /// The credential a request came with, taken off it as it arrived.
 pub enum Presented {
     None,
@@ -101,11 +94,8 @@ pub async fn gate(
     };
     let operation = match admission::admit(&admitted.grants, call) {
         Ok(op) => op.clone(),
-        Err(r) => {
-            let mut cx = cx.clone();
-            cx.caller = Some(admitted.token.caller());
-            return Err(refuse(state, adm, &cx, r, Some(call), true).await);
-        }
+        // The token verified, so `cx` names its subject already (`take`, then the caller).
+        Err(r) => return Err(refuse(state, adm, cx, r, Some(call), true).await),
     };
     Ok(Admission {
         operation,
@@ -153,11 +143,7 @@ pub async fn check_input(
     };
     match checked {
         Ok(()) => Ok(()),
-        Err(r) => {
-            let mut cx = cx.clone();
-            cx.caller = Some(admission.admitted.token.caller());
-            Err(refuse(state, adm, &cx, r, Some(call), true).await)
-        }
+        Err(r) => Err(refuse(state, adm, cx, r, Some(call), true).await),
     }
 }
 

@@ -63,12 +63,14 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
     }
     let decided = releasing.decided();
     let held = rec.request.as_ref();
-    let cx = WriteContext::new(
+    let mut cx = WriteContext::new(
         held.and_then(|r| Method::from_bytes(r.method.as_bytes()).ok())
             .unwrap_or(Method::POST),
         rec.trace_id.as_str().into(),
         rec.operation.clone(),
     );
+    // The release's receipts name the caller whose write it was.
+    cx.caller = rec.caller.clone();
     let finish_refused = |code: &str, receipt: Option<Value>| EscrowUpdate {
         id: id.to_owned(),
         expect: Some(EscrowState::Releasing),

@@ -17,8 +17,7 @@ use crate::context::{AppState, Binding, WriteContext};
 use crate::enforce::receipts::Refused;
 use crate::net::body::ProxyBody;
 
-/// Decides a tool call; `Ok` when admission does not apply or admits it, with who acted
-/// when a token says.
+/// Decides a tool call; `Ok` when admission does not apply or admits it.
 pub(super) async fn tool_call(
     state: &AppState,
     presented: Option<&Presented>,
@@ -26,7 +25,7 @@ pub(super) async fn tool_call(
     binding: &Binding<'_>,
     call: &ToolCall,
     cx: &WriteContext,
-) -> Result<Option<String>, Refused> {
+) -> Result<(), Refused> {
     let (Some(adm), Some(enf), Some(bundle), Some(presented), Binding::Bound(cap)) = (
         &state.admission,
         &state.enforcement,
@@ -34,10 +33,10 @@ pub(super) async fn tool_call(
         presented,
         binding,
     ) else {
-        return Ok(None);
+        return Ok(());
     };
     if !admission::required(adm, cap) {
-        return Ok(None);
+        return Ok(());
     }
     let admitted = admission::gate(state, enf, adm, presented, bundle, cap, cx).await?;
     let named = Call {
@@ -46,7 +45,7 @@ pub(super) async fn tool_call(
         contract_digest: &cap.contract.digest,
     };
     admission::check_input(state, adm, &admitted, Some(&call.arguments), cx, named).await?;
-    Ok(Some(admitted.caller()))
+    Ok(())
 }
 
 /// The bound tools a listing may show: `None` (all) without a token; with a valid one, the

@@ -192,7 +192,8 @@ async fn tool_call(
     // RICH admission (SPEC §13): the tool, its contract digest and the granted bound over
     // its arguments, before anything else is looked at.
     match admit::tool_call(state, presented, bundle.as_deref(), &binding, &call, &cx).await {
-        Ok(caller) => cx.caller = caller,
+        // Admitted: the token's subject is the request's caller already (admission::take).
+        Ok(()) => {}
         Err(refused) => return (admit::as_rpc(refused, id), Outcome::Refused),
     }
     // Every refusal from here names the call's lease (if any) and has its arguments as

@@ -28,6 +28,11 @@ pub struct ConnInfo {
 #[derive(Debug, Clone)]
 pub struct TokenCaller(pub String);
 
+/// The request's caller, resolved once ([`ConnInfo::resolve_caller`]) and kept in its
+/// extensions for every later stage.
+#[derive(Debug, Clone)]
+pub struct Caller(pub Option<String>);
+
 impl ConnInfo {
     pub fn new(
         peer: SocketAddr,
@@ -64,16 +69,37 @@ impl ConnInfo {
             })
     }
 
-    /// The caller's identity (SPEC §5.6, §5.7, §13): the subject of a verified access token
-    /// when admission is configured, else the client certificate under mTLS, else a digest of
-    /// `Authorization`; `None` for a caller with none. Digests, so no credential is ever
-    /// stored or signed into a lease.
+    /// The caller's identity: the one notion every stage uses (receipts' and drift events'
+    /// `caller`, a granted lease's `agent_id` and the caller a lease's `agent_id` must match,
+    /// the idempotency scope, an escrow's owner, the RCNS identity, budget and freeze keys).
+    /// In order: the subject of a verified access token (`sub:sha256:…`); the SPIFFE ID of an
+    /// mTLS client's SVID; a digest of any other client certificate (`x509:sha256:…`); a
+    /// digest of `Authorization` (`authz:sha256:…`); `None` for a caller with none. Digests,
+    /// so no credential is ever stored or signed into a lease.
     pub fn caller(&self, parts: &http::request::Parts) -> Option<String> {
+        match parts.extensions.get::<Caller>() {
+            Some(Caller(c)) => c.clone(),
+            None => self.identify(parts),
+        }
+    }
+
+    /// Works the caller out once (after admission has taken the token) and keeps it on the
+    /// request, so every later stage reads the same answer without working it out again.
+    pub fn resolve_caller(&self, parts: &mut http::request::Parts) -> Option<String> {
+        let caller = self.identify(parts);
+        parts.extensions.insert(Caller(caller.clone()));
+        caller
+    }
+
+    fn identify(&self, parts: &http::request::Parts) -> Option<String> {
         use palisade_policy::digest::Sha256Digest;
         if let Some(TokenCaller(c)) = parts.extensions.get::<TokenCaller>() {
             return Some(c.clone());
         }
         if let Some(der) = &self.client_cert {
+            if let Some(id) = crate::net::identity::spiffe_id(der) {
+                return Some(id);
+            }
             return Some(format!("x509:{}", Sha256Digest::of(der)));
         }
         parts

@@ -53,6 +53,9 @@ pub(super) struct Exchange {
     pub(super) kind: Kind,
     pub(super) trace_id: std::sync::Arc<str>,
     pub(super) start: Instant,
+    /// Who acted ([`crate::net::conn::ConnInfo::caller`]), named by every receipt and drift
+    /// event of the request.
+    pub(super) caller: Option<String>,
 }
 
 impl Exchange {
@@ -65,7 +68,13 @@ impl Exchange {
         operation.push_str(method);
         operation.push(' ');
         operation.push_str(&self.path);
-        crate::context::WriteContext::new(self.method.clone(), self.trace_id.clone(), operation)
+        let mut cx = crate::context::WriteContext::new(
+            self.method.clone(),
+            self.trace_id.clone(),
+            operation,
+        );
+        cx.caller = self.caller.clone();
+        cx
     }
 }
 

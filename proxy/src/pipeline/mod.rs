@@ -89,6 +89,20 @@ pub async fn handle(
         Ok(MethodClass::Read) => Kind::Read,
         Ok(MethodClass::Write) | Err(_) => Kind::Write,
     };
+    // RICH admission (SPEC §13): the bearer token is taken off the request here, whatever
+    // the request; its subject becomes the caller every later stage binds to; each surface
+    // decides with what was presented.
+    let presented = match &prepared {
+        Err(_) => None,
+        Ok(_) => crate::admission::take(&state, &mut parts),
+    };
+    // One caller for the request (conn::ConnInfo::caller). A write's is kept on the request
+    // for the stages that read it again (the lease's agent_id, the idempotency scope); a
+    // read's is worked out here only, since a read makes no lease or key.
+    let caller = match kind {
+        Kind::Write => conn.resolve_caller(&mut parts),
+        Kind::Read => conn.caller(&parts),
+    };
     let ex = Exchange {
         method: parts.method.clone(),
         // The path only: a query string may carry secrets.
@@ -96,16 +110,11 @@ pub async fn handle(
         kind,
         trace_id,
         start,
+        caller,
     };
-    // RICH admission (SPEC §13): the bearer token is taken off the request here, whatever
-    // the request; its subject becomes the caller every later stage binds to; each surface
-    // decides with what was presented.
-    let (route, presented) = match prepared {
-        Err(refusal) => (Route::Refused(refusal), None),
-        Ok(_) => {
-            let presented = crate::admission::take(&state, &mut parts);
-            (route_of(&state, &parts, &ex), presented)
-        }
+    let route = match prepared {
+        Err(refusal) => Route::Refused(refusal),
+        Ok(_) => route_of(&state, &parts, &ex),
     };
     let presented = presented.as_ref();
     let req = Request::from_parts(parts, body);

@@ -53,13 +53,6 @@ pub(super) async fn answer(
         Ok(a) => a,
         Err(resp) => return (resp, Outcome::Refused),
     };
-    // From here every receipt and drift event names who acted, when a verified token says
-    // (admitted here, or only presented where admission is not required).
-    cx.caller = parts
-        .extensions
-        .get::<crate::net::conn::TokenCaller>()
-        .map(|c| c.0.clone())
-        .or_else(|| admitted.as_ref().map(crate::admission::Admission::caller));
 
     if ex.kind == Kind::Read {
         let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());

@@ -33,19 +33,8 @@ impl Who {
 }
 
 pub fn resolve(state: &AppState, conn: &ConnInfo, parts: &http::request::Parts) -> Who {
-    let spiffe = conn
-        .client_cert
-        .as_deref()
-        .and_then(crate::net::identity::spiffe_id);
-    // A verified token names the caller before the certificate does, as everywhere else.
-    let token = parts
-        .extensions
-        .get::<crate::net::conn::TokenCaller>()
-        .is_some();
-    let identity = match spiffe {
-        Some(id) if !token => Some(id),
-        _ => conn.caller(parts),
-    };
+    // The request's one caller (a token's subject, an SVID's SPIFFE ID, a digest).
+    let identity = conn.caller(parts);
     let claim = claimed_scopes(
         parts
             .headers

@@ -58,7 +58,6 @@ pub async fn handle(
 ) -> Answer {
     let (parts, body) = req.into_parts();
     let Invocation { id, who, presented } = inv;
-    cx.caller = cx.caller.take().or_else(|| who.identity.clone());
     let refuse = |r: Refusal| Refusal::with_reason(r, "synthesis-error");
     if !state.rcns.as_ref().is_some_and(|r| r.config.enabled) {
         let r = Refusal::new(

@@ -164,9 +164,8 @@ async fn open<'a>(
     enf: &'a Enforcement,
     parts: &http::request::Parts,
     who: &Who,
-    mut cx: WriteContext,
+    cx: WriteContext,
 ) -> Result<Ask<'a>, Answer> {
-    cx.caller = cx.caller.take().or_else(|| who.identity.clone());
     let enabled = state.rcns.as_ref().is_some_and(|r| r.config.enabled);
     let allow = super::headers::allowed(parts.headers.get(super::headers::ALLOW_RCNS));
     if let Err(g) = evaluate::gate(enabled, allow, who.caller(), &who.claim) {

@@ -162,9 +162,9 @@ impl Run {
             }
         }
         headers::strip_hop_by_hop(&mut sp.headers);
-        if let Some(c) = self.parts.extensions.get::<crate::net::conn::TokenCaller>() {
-            sp.extensions.insert(c.clone());
-        }
+        // The step acts for the invocation's caller: the same one, not worked out again.
+        sp.extensions
+            .insert(crate::net::conn::Caller(self.cx.caller.clone()));
         let required = cap.is_some_and(|c| {
             c.contract.idempotency_key == palisade_policy::rich::IdempotencyKey::Required
         });
