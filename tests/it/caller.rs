@@ -139,7 +139,11 @@ async fn an_svid_caller_is_one_identity_for_lease_receipt_key_and_refusal() {
 
     // The lease's record answers its caller only.
     let id = lease["lease_id"].as_str().unwrap();
-    let look = || Request::get(format!("{LEASES}/{id}")).body(full("")).unwrap();
+    let look = || {
+        Request::get(format!("{LEASES}/{id}"))
+            .body(full(""))
+            .unwrap()
+    };
     let (parts, _) = agent.send(look()).await.unwrap();
     assert_eq!(parts.status, StatusCode::OK);
     let (parts, bytes) = other.send(look()).await.unwrap();

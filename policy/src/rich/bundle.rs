@@ -390,6 +390,13 @@ impl Bundle {
 
     /// The capability bound to an HTTP request (`path` without the query).
     pub fn route(&self, method: &str, path: &str) -> Option<&Capability> {
+        self.route_index(method, path)
+            .map(|i| &self.capabilities[i])
+    }
+
+    /// As [`Bundle::route`], the capability's index in [`Bundle::capabilities`]: a routed
+    /// request can hold it without borrowing the bundle.
+    pub fn route_index(&self, method: &str, path: &str) -> Option<usize> {
         let path = path.strip_prefix('/')?;
         // Paths longer than any sane template are not worth splitting.
         let mut parts: [&str; 32] = [""; 32];
@@ -398,14 +405,17 @@ impl Bundle {
             *parts.get_mut(n)? = seg;
             n += 1;
         }
-        self.routes
-            .find(method, &parts[..n])
-            .map(|i| &self.capabilities[i])
+        self.routes.find(method, &parts[..n])
     }
 
     /// The capability bound to an MCP tool.
     pub fn tool(&self, name: &str) -> Option<&Capability> {
-        self.tools.get(name).map(|i| &self.capabilities[*i])
+        self.tool_index(name).map(|i| &self.capabilities[i])
+    }
+
+    /// As [`Bundle::tool`], the capability's index.
+    pub fn tool_index(&self, name: &str) -> Option<usize> {
+        self.tools.get(name).copied()
     }
 }
 

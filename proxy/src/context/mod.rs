@@ -22,4 +22,4 @@ pub use app::{AppState, QuoteChannelState};
 pub use enforcement::Enforcement;
 pub use locks::{Drifted, FirstSeen};
 pub use rcns::RcnsState;
-pub use request::{Binding, Outcome, WriteContext};
+pub use request::{Binding, Outcome, Routed, WriteContext};

@@ -73,21 +73,53 @@ pub enum Binding<'a> {
 }
 
 impl<'a> Binding<'a> {
-    /// Routes a request through `bundle`.
-    pub fn of(bundle: Option<&'a Bundle>, method: &http::Method, path: &str) -> Self {
-        match bundle {
-            None => Binding::NoBundle,
-            Some(b) => match b.route(method.as_str(), path) {
-                Some(cap) => Binding::Bound(cap),
-                None => Binding::Unbound,
-            },
-        }
-    }
-
     pub fn capability(&self) -> Option<&'a Capability> {
         match self {
             Binding::Bound(c) => Some(c),
             _ => None,
+        }
+    }
+}
+
+/// How a request was routed through a bundle, held without borrowing it: a write is routed
+/// once and the answer travels with it (into the task that delivers it, too), each stage
+/// reading its [`Binding`] from the same bundle version by index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Routed {
+    NoBundle,
+    Unbound,
+    /// The index of the bound capability in the bundle's `capabilities`.
+    Bound(usize),
+}
+
+impl Routed {
+    /// Routes an HTTP request through `bundle`.
+    pub fn of(bundle: Option<&Bundle>, method: &http::Method, path: &str) -> Self {
+        match bundle {
+            None => Routed::NoBundle,
+            Some(b) => b
+                .route_index(method.as_str(), path)
+                .map_or(Routed::Unbound, Routed::Bound),
+        }
+    }
+
+    /// Routes an MCP tool call through `bundle`.
+    pub fn tool(bundle: Option<&Bundle>, name: &str) -> Self {
+        match bundle {
+            None => Routed::NoBundle,
+            Some(b) => b.tool_index(name).map_or(Routed::Unbound, Routed::Bound),
+        }
+    }
+
+    /// The binding in `bundle`, the version this was routed through.
+    pub fn binding(self, bundle: Option<&Bundle>) -> Binding<'_> {
+        match (self, bundle) {
+            (Routed::Bound(i), Some(b)) => b
+                .capabilities
+                .get(i)
+                .map_or(Binding::Unbound, Binding::Bound),
+            (Routed::NoBundle, _) | (_, None) => Binding::NoBundle,
+            (Routed::Unbound, Some(_)) => Binding::Unbound,
         }
     }
 }

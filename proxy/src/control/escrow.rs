@@ -101,7 +101,13 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
     let bundle = state.bundle.load_full();
     let conn = Arc::new(conn);
     let written = if held.is_some_and(|r| r.protocol == HeldProtocol::Mcp) {
-        match McpLeg::held(&bytes, &parts.headers, state.config.max_json_depth) {
+        let held = McpLeg::held(
+            &bytes,
+            &parts.headers,
+            state.config.max_json_depth,
+            bundle.as_deref(),
+        );
+        match held {
             Ok(leg) => {
                 let w = engine::Write {
                     parts,
@@ -122,13 +128,14 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
             }
         }
     } else {
+        let leg = HttpLeg::of(bundle.as_deref(), &parts);
         let w = engine::Write {
             parts,
             body: bytes,
             cx,
             bundle,
             grant: None,
-            leg: HttpLeg,
+            leg,
         };
         engine::release(state, enf, conn, w, &who, keep).await
     };

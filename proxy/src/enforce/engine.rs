@@ -26,7 +26,7 @@ use palisade_policy::rich::{Bundle, IdempotencyKey};
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::Value;
 
-use crate::context::{AppState, Binding, Enforcement, Outcome, WriteContext};
+use crate::context::{AppState, Binding, Enforcement, Outcome, Routed, WriteContext};
 use crate::enforce::checks;
 use crate::enforce::delivery::{Delivery, Keep};
 use crate::enforce::escrow;
@@ -48,8 +48,9 @@ pub(crate) struct KeyRequest<'a> {
 
 /// How one surface carries a write and answers it.
 pub(crate) trait Leg: Send + Sync + Sized + 'static {
-    /// The capability the write names in `bundle`.
-    fn binding<'b>(&self, bundle: Option<&'b Bundle>, parts: &http::request::Parts) -> Binding<'b>;
+    /// Where the write was routed in the bundle that decides it: once, by the surface that
+    /// made the leg.
+    fn routed(&self) -> Routed;
 
     /// The facts checks 1–12 read.
     fn facts<'a>(
@@ -120,7 +121,7 @@ pub(crate) async fn run<L: Leg>(
         grant,
         leg,
     } = w;
-    let binding = leg.binding(bundle.as_deref(), &parts);
+    let binding = leg.routed().binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
     let who = Requester::of(&state.config, &parts, conn);
     let keep = {
@@ -226,7 +227,7 @@ pub(crate) async fn release<L: Leg>(
         leg,
         ..
     } = w;
-    let binding = leg.binding(bundle.as_deref(), &parts);
+    let binding = leg.routed().binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
     let facts = leg.facts(&parts, &body, &binding, who);
     let checked = checks::check(

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http::Response;
 use serde_json::Value;
 
-use crate::context::{AppState, Binding, Enforcement, Outcome, WriteContext};
+use crate::context::{AppState, Binding, Enforcement, Outcome, Routed, WriteContext};
 use crate::enforce::delivery::Delivery;
 use crate::enforce::engine::{self, KeyRequest, Leg, Write};
 use crate::enforce::escrow;
@@ -37,6 +37,8 @@ pub(crate) struct WriteRequest {
     pub cx: WriteContext,
     /// The bundle version the pipeline loaded: it decides this request from admission to end.
     pub bundle: Option<Arc<Bundle>>,
+    /// Where the request was routed in `bundle`, by the stage that made it.
+    pub routed: Routed,
     /// A lease the sidecar grants the write itself (an RCNS step); `None`: the write carries
     /// its own in `Agent-Compensation-Lease`.
     pub grant: Option<InProcessGrant>,
@@ -54,9 +56,12 @@ pub(crate) async fn run(
         body: bytes,
         mut cx,
         bundle,
+        routed,
         grant,
     } = req;
-    let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
+    // The engine and the delivery read the binding from the route the request came with.
+    let leg = HttpLeg { routed };
+    let binding = leg.routed.binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
     if let Some(cap) = binding.capability() {
         // A bound operation that only reads needs no lease (its sideEffect says so); its
@@ -71,9 +76,7 @@ pub(crate) async fn run(
                 palisade_policy::rich::check_parameters(cap, parts.uri.path(), parts.uri.query())
             });
             if let Err(refusal) = checked {
-                return HttpLeg
-                    .refuse(state, refusal.into(), &cx, &parts, &bytes)
-                    .await;
+                return leg.refuse(state, refusal.into(), &cx, &parts, &bytes).await;
             }
             let (resp, outcome) =
                 forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
@@ -86,17 +89,28 @@ pub(crate) async fn run(
         cx,
         bundle,
         grant,
-        leg: HttpLeg,
+        leg,
     };
     engine::run(state, enf, conn, w).await
 }
 
 /// An HTTP write: PTCL headers in, problem+json out.
-pub(crate) struct HttpLeg;
+pub(crate) struct HttpLeg {
+    routed: Routed,
+}
+
+impl HttpLeg {
+    /// The leg of a write to `parts`' method and path, routed through `bundle`.
+    pub(crate) fn of(bundle: Option<&Bundle>, parts: &http::request::Parts) -> Self {
+        Self {
+            routed: Routed::of(bundle, &parts.method, parts.uri.path()),
+        }
+    }
+}
 
 impl Leg for HttpLeg {
-    fn binding<'b>(&self, bundle: Option<&'b Bundle>, parts: &http::request::Parts) -> Binding<'b> {
-        Binding::of(bundle, &parts.method, parts.uri.path())
+    fn routed(&self) -> Routed {
+        self.routed
     }
 
     fn facts<'a>(
@@ -139,7 +153,7 @@ impl Leg for HttpLeg {
 
     async fn deliver(self, state: Arc<AppState>, enf: Arc<Enforcement>, d: Delivery) -> Written {
         let bundle = d.bundle.clone();
-        let cap = Binding::of(bundle.as_deref(), &d.parts.method, d.parts.uri.path());
-        send::forward(&state, &enf, d, cap.capability()).await
+        let cap = self.routed.binding(bundle.as_deref()).capability();
+        send::forward(&state, &enf, d, cap).await
     }
 }

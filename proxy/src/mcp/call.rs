@@ -3,7 +3,6 @@
 //! escrow, so both are judged by the same facts.
 
 use bytes::Bytes;
-use palisade_policy::rich::Bundle;
 use serde_json::{json, Value};
 
 use crate::context::Binding;
@@ -56,17 +55,6 @@ impl ToolCall {
             name,
             arguments,
         })
-    }
-
-    /// The capability the tool is bound to in `bundle`.
-    pub fn binding<'a>(&self, bundle: Option<&'a Bundle>) -> Binding<'a> {
-        match bundle {
-            None => Binding::NoBundle,
-            Some(b) => match b.tool(&self.name) {
-                Some(cap) => Binding::Bound(cap),
-                None => Binding::Unbound,
-            },
-        }
     }
 
     /// The fenced resource: `mcp:tool/<name>`, or `…/<value>` of the argument the contract's

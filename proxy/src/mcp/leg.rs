@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::call::{self, ToolCall};
 use super::{relay, results, PROTOCOL_HEADER};
-use crate::context::{AppState, Binding, Enforcement, Outcome, WriteContext};
+use crate::context::{AppState, Binding, Enforcement, Outcome, Routed, WriteContext};
 use crate::enforce::delivery::Delivery;
 use crate::enforce::engine::{KeyRequest, Leg};
 use crate::enforce::escrow;
@@ -37,11 +37,13 @@ pub(crate) struct McpLeg {
     pub id: Value,
     /// The protocol revision knows `resultType` (2026-07-28 on).
     pub typed: bool,
+    /// The tool's capability in the bundle that decides the call, routed once.
+    pub routed: Routed,
 }
 
 impl McpLeg {
     /// The leg of `call`, already read from `msg`.
-    pub fn new(call: ToolCall, msg: Value, headers: &http::HeaderMap) -> Self {
+    pub fn new(call: ToolCall, msg: Value, headers: &http::HeaderMap, routed: Routed) -> Self {
         let id = msg.get("id").cloned().unwrap_or(Value::Null);
         // Protocol revisions are dates: 2026-07-28 introduced `resultType`.
         let typed = headers
@@ -53,6 +55,7 @@ impl McpLeg {
             msg,
             id,
             typed,
+            routed,
         }
     }
 
@@ -64,10 +67,15 @@ impl McpLeg {
         bytes: &[u8],
         headers: &http::HeaderMap,
         max_depth: usize,
+        bundle: Option<&Bundle>,
     ) -> Result<McpLeg, Refusal> {
         palisade_policy::json::parse(bytes, max_depth)
             .ok()
-            .and_then(|msg| Some(McpLeg::new(ToolCall::of(&msg)?, msg, headers)))
+            .and_then(|msg| {
+                let call = ToolCall::of(&msg)?;
+                let routed = Routed::tool(bundle, &call.name);
+                Some(McpLeg::new(call, msg, headers, routed))
+            })
             .ok_or_else(|| {
                 Refusal::new(
                     palisade_policy::ErrorCode::Internal,
@@ -78,12 +86,8 @@ impl McpLeg {
 }
 
 impl Leg for McpLeg {
-    fn binding<'b>(
-        &self,
-        bundle: Option<&'b Bundle>,
-        _parts: &http::request::Parts,
-    ) -> Binding<'b> {
-        self.call.binding(bundle)
+    fn routed(&self) -> Routed {
+        self.routed
     }
 
     fn facts<'a>(
@@ -146,7 +150,7 @@ impl Leg for McpLeg {
             ..
         } = d;
         // The output contract of the tool in the bundle that decided the write.
-        let rule = results::OutputRule::of(self.call.binding(bundle.as_deref()).capability());
+        let rule = results::OutputRule::of(self.routed.binding(bundle.as_deref()).capability());
         let commit = results::Commit { enf, permit, keep };
         let upstream = match (commit.permit.is_dry_run(), &state.shadow) {
             (false, _) => &state.upstream,

@@ -28,6 +28,7 @@ use crate::admission::Presented;
 use crate::context::AppState;
 use crate::context::Binding;
 use crate::context::Outcome;
+use crate::context::Routed;
 use crate::context::WriteContext;
 use crate::enforce::engine;
 use crate::enforce::forward::forward_plain;
@@ -174,7 +175,8 @@ async fn tool_call(
     let name = call.name.clone();
     cx.operation = format!("tools/call {name}");
     let bundle = state.bundle.load_full();
-    let binding = call.binding(bundle.as_deref());
+    let routed = Routed::tool(bundle.as_deref(), &call.name);
+    let binding = routed.binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
     // A pinned tool last listed with another definition is not called (SPEC §7).
     if let (Some(b), Some(cap)) = (bundle.as_deref(), binding.capability()) {
@@ -240,7 +242,7 @@ async fn tool_call(
         return refused(refusal.into()).await;
     }
     // The call as read above: parsed once.
-    let leg = leg::McpLeg::new(call, msg, &parts.headers);
+    let leg = leg::McpLeg::new(call, msg, &parts.headers, routed);
     let w = engine::Write {
         parts,
         body: bytes,

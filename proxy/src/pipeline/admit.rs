@@ -18,16 +18,17 @@ use crate::net::body::ProxyBody;
 pub async fn stage(
     state: &AppState,
     presented: Option<&Presented>,
-    parts: &http::request::Parts,
+    binding: Binding<'_>,
     bundle: Option<&Bundle>,
     cx: &WriteContext,
 ) -> Result<Option<Admission>, Response<ProxyBody>> {
-    let (Some(adm), Some(enf), Some(bundle), Some(presented)) =
-        (&state.admission, &state.enforcement, bundle, presented)
-    else {
-        return Ok(None);
-    };
-    let Binding::Bound(cap) = Binding::of(Some(bundle), &parts.method, parts.uri.path()) else {
+    let (Some(adm), Some(enf), Some(bundle), Some(presented), Binding::Bound(cap)) = (
+        &state.admission,
+        &state.enforcement,
+        bundle,
+        presented,
+        binding,
+    ) else {
         return Ok(None);
     };
     if !admission::required(adm, cap) {
@@ -46,14 +47,13 @@ pub async fn input(
     state: &AppState,
     admitted: &Admission,
     bundle: Option<&Arc<Bundle>>,
-    parts: &http::request::Parts,
+    binding: Binding<'_>,
     bytes: &[u8],
     cx: &WriteContext,
 ) -> Result<(), Response<ProxyBody>> {
-    let (Some(adm), Some(_), Some(bundle)) = (&state.admission, &state.enforcement, bundle) else {
-        return Ok(());
-    };
-    let Binding::Bound(cap) = Binding::of(Some(bundle), &parts.method, parts.uri.path()) else {
+    let (Some(adm), Some(_), Some(bundle), Binding::Bound(cap)) =
+        (&state.admission, &state.enforcement, bundle, binding)
+    else {
         return Ok(());
     };
     let mut cx = cx.clone();

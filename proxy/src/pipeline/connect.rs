@@ -27,7 +27,7 @@ use palisade_policy::rich::connector::ConnectorError;
 use palisade_policy::rich::{connections, Bundle, Capability, Connection, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
 
-use crate::context::{AppState, Binding, WriteContext};
+use crate::context::{AppState, Binding, Routed, WriteContext};
 use crate::enforce::output::{self, Observed};
 use crate::enforce::receipts;
 use crate::enforce::written::Written;
@@ -48,22 +48,35 @@ pub(super) struct Back {
     source: usize,
 }
 
+/// The write as routed before any mapping.
+pub(super) struct Source<'a> {
+    pub bundle: Option<&'a Arc<Bundle>>,
+    pub routed: Routed,
+}
+
 /// Maps a write addressed to a connection's source. `Ok(None)`: no connection; the request is
-/// unchanged. `Ok(Some)`: `parts` now address the target and the returned bytes are its body.
+/// unchanged. `Ok(Some)`: `parts` now address the target, the returned bytes are its body, and
+/// the write is routed to the target capability.
 pub(super) async fn request(
     state: &AppState,
-    bundle: Option<&Arc<Bundle>>,
+    from: Source<'_>,
     parts: &mut http::request::Parts,
     bytes: &Bytes,
     cx: &mut WriteContext,
-) -> Result<Option<(Bytes, Back)>, Response<ProxyBody>> {
-    let Some(bundle) = bundle.filter(|b| !b.connections.is_empty()) else {
+) -> Result<Option<(Bytes, Back, Routed)>, Response<ProxyBody>> {
+    let Some(bundle) = from.bundle.filter(|b| !b.connections.is_empty()) else {
         return Ok(None);
     };
-    let Some(source) = bundle.route(parts.method.as_str(), parts.uri.path()) else {
+    let Routed::Bound(index) = from.routed else {
         return Ok(None);
     };
-    let Some((conn, target)) = bundle.connection_for(source) else {
+    let Some(conn) = bundle.connection_of(index) else {
+        return Ok(None);
+    };
+    let (Some(source), Some(target)) = (
+        bundle.capabilities.get(index),
+        bundle.capabilities.get(conn.target),
+    ) else {
         return Ok(None);
     };
     cx.bind(Some(bundle), &Binding::Bound(source));
@@ -93,7 +106,7 @@ pub(super) async fn request(
         bundle: bundle.clone(),
         source: conn.source,
     };
-    Ok(Some((mapped, back)))
+    Ok(Some((mapped, back, Routed::Bound(conn.target))))
 }
 
 fn reference(conn: &Connection, source: &Capability, target: &Capability) -> ConnectorRef {

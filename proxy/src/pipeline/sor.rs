@@ -23,7 +23,7 @@ use super::admit;
 use super::connect;
 use super::exchange::{Exchange, Kind};
 use crate::admission::Presented;
-use crate::context::{AppState, Binding, Outcome, WriteContext};
+use crate::context::{AppState, Outcome, Routed, WriteContext};
 use crate::enforce::forward::forward_plain;
 use crate::enforce::receipts::{self, Evidence};
 use crate::enforce::{facts, output, write};
@@ -44,18 +44,21 @@ pub(super) async fn answer(
     let (parts, body) = req.into_parts();
     // One bundle version decides this request from here to its end.
     let bundle = state.bundle.load_full();
+    // Routed once: every stage after this reads the binding from it (a connection that maps
+    // the write onto another operation routes it anew, to that operation).
+    let routed = Routed::of(bundle.as_deref(), &parts.method, parts.uri.path());
+    let binding = routed.binding(bundle.as_deref());
 
     // RICH admission (SPEC §13): a bound operation needs a token that admits it, before its
     // body is read or any lease is looked at.
     let mut cx = ex.write_context();
-    let staged = admit::stage(state, presented, &parts, bundle.as_deref(), &cx);
+    let staged = admit::stage(state, presented, binding, bundle.as_deref(), &cx);
     let admitted = match staged.await {
         Ok(a) => a,
         Err(resp) => return (resp, Outcome::Refused),
     };
 
     if ex.kind == Kind::Read {
-        let binding = Binding::of(bundle.as_deref(), &parts.method, parts.uri.path());
         cx.bind(bundle.as_deref(), &binding);
         if let Some(cap) = binding.capability() {
             // A bound read's path and query parameters (`structural.parameters`).
@@ -108,6 +111,7 @@ pub(super) async fn answer(
         bytes,
         cx,
         bundle,
+        routed,
         admitted,
     };
     Box::pin(enforced_write(state, conn, w)).await
@@ -153,6 +157,7 @@ struct Enforced {
     bytes: bytes::Bytes,
     cx: WriteContext,
     bundle: Option<Arc<palisade_policy::rich::Bundle>>,
+    routed: Routed,
     admitted: Option<crate::admission::Admission>,
 }
 
@@ -163,23 +168,29 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         bytes,
         mut cx,
         bundle,
+        routed,
         admitted,
     } = w;
     let Some(enf) = &state.enforcement else {
         return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
     };
     if let Some(a) = &admitted {
-        let held = admit::input(state, a, bundle.as_ref(), &parts, &bytes, &cx);
+        let binding = routed.binding(bundle.as_deref());
+        let held = admit::input(state, a, bundle.as_ref(), binding, &bytes, &cx);
         if let Err(resp) = held.await {
             return (resp, Outcome::Refused);
         }
     }
     // A connection (RICH §9) maps the request onto the operation the SoR serves; everything
     // after it decides on the request the SoR will receive.
-    let mapped = connect::request(state, bundle.as_ref(), &mut parts, &bytes, &mut cx).await;
-    let (bytes, back) = match mapped {
-        Ok(Some((mapped, back))) => (mapped, Some(back)),
-        Ok(None) => (bytes, None),
+    let source = connect::Source {
+        bundle: bundle.as_ref(),
+        routed,
+    };
+    let mapped = connect::request(state, source, &mut parts, &bytes, &mut cx).await;
+    let (bytes, back, routed) = match mapped {
+        Ok(Some((mapped, back, target))) => (mapped, Some(back), target),
+        Ok(None) => (bytes, None, routed),
         Err(resp) => return (resp, Outcome::Refused),
     };
     let kept = back.as_ref().map(|_| cx.clone());
@@ -188,6 +199,7 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         body: bytes,
         cx,
         bundle,
+        routed,
         grant: None,
     };
     let written = write::run(state, enf, conn, req).await;

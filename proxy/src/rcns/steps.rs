@@ -202,6 +202,7 @@ impl Run {
                     body: bytes,
                     cx: scx,
                     bundle: self.bundle.clone(),
+                    routed: crate::context::Routed::Bound(capability),
                     grant,
                 };
                 crate::enforce::write::run(state, enf, conn, req).await
