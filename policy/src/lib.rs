@@ -38,6 +38,7 @@ pub mod inverse;
 pub mod json;
 pub mod keys;
 pub mod lease;
+pub mod log;
 pub mod method;
 pub mod path;
 pub mod rcns;

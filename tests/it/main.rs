@@ -22,6 +22,7 @@ mod dataplane;
 mod enforce;
 mod identity;
 mod kubernetes;
+mod log;
 mod mcp;
 mod openapi;
 mod rcns;

@@ -5,3 +5,4 @@
 mod aip2;
 mod ed25519;
 mod jcs;
+mod tlog;

@@ -57,12 +57,29 @@ enum Command {
     /// Audit tools.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// Receipt tools (SPEC §5.5).
+    #[command(subcommand)]
+    Receipt(ReceiptCommand),
     /// RICH bundle tools.
     #[command(subcommand)]
     Lock(LockCommand),
     /// State store tools (SPEC §10).
     #[command(subcommand)]
     Store(StoreCommand),
+}
+
+#[derive(Debug, Subcommand)]
+enum ReceiptCommand {
+    /// Verify one receipt as a client received it (an `Agent-Commit-Receipt` value, base64url
+    /// or JSON) offline: the checkpoint's signature, the leaf hash, the inclusion proof.
+    Verify {
+        /// The log's verifier key (`<origin>+<hex key ID>+<base64 key>`), or a file holding it.
+        #[arg(long)]
+        key: String,
+        /// Read the receipt from this file instead of stdin.
+        #[arg(long)]
+        file: Option<PathBuf>,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -300,6 +317,9 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             Ok(())
         }
         Command::Audit(AuditCommand::Verify { config, json }) => audit_verify(&config, json),
+        Command::Receipt(ReceiptCommand::Verify { key, file }) => {
+            receipt::verify(&key, file.as_deref())
+        }
         Command::Store(StoreCommand::Migrate { config }) => store_cmd::migrate(&config),
         Command::Store(StoreCommand::Check { config }) => store_cmd::check(&config),
         Command::Lock(LockCommand::Check {
@@ -420,6 +440,7 @@ pub(crate) mod keys;
 mod migrate;
 mod operate;
 mod pairs;
+mod receipt;
 pub mod replay;
 pub mod sample_bundle;
 pub mod sample_sor;

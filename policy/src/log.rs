@@ -1,0 +1,20 @@
+//! The receipt log (SPEC §5.5): an append-only Merkle tree of receipts, hashed as RFC 9162
+//! §2.1 says, committed to by C2SP tlog-checkpoint signed notes and published as C2SP
+//! tlog-tiles. Pure: the store keeps the hashes and entries and hands them in through
+//! [`merkle::HashReader`]; what a client or an auditor checks is checked here.
+//!
+//! ```text
+//! entry = JCS(receipt)          leaf = SHA-256(0x00 ‖ entry)     node = SHA-256(0x01 ‖ l ‖ r)
+//! checkpoint = "<origin>\n<size>\n<base64 root>\n" + "\n— <origin> <base64(key ID ‖ sig)>\n"
+//! envelope (what a client gets) = {receipt, index, inclusion, checkpoint}
+//! ```
+
+pub mod checkpoint;
+pub mod envelope;
+pub mod error;
+pub mod merkle;
+pub mod tiles;
+
+pub use checkpoint::{Checkpoint, LogKey};
+pub use envelope::Envelope;
+pub use error::LogError;
