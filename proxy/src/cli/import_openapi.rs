@@ -47,6 +47,7 @@ pub(super) fn run(
     };
     let imported = openapi::import(&doc, &Sha256Digest::of(&bytes), opts)
         .map_err(|e| fail(format!("{}: {e}", spec.display())))?;
+    let summary = imported.summary();
     let now = palisade_policy::lease::format_rfc3339_ms(crate::clock::WallClock::now_ms());
     let plan = super::migrate::plan(out, &imported.lockfile, &imported.contracts, approve, &now)?;
     let contracts = out.join("contracts");
@@ -68,7 +69,8 @@ pub(super) fn run(
                "changes": plan.summary(),
                "operations": operations,
                "warnings": imported.warnings,
-               "untranslated": imported.untranslated})
+               "untranslated": imported.untranslated,
+               "summary": summary})
     );
     for w in &imported.warnings {
         eprintln!("warning: {w}");
@@ -76,6 +78,8 @@ pub(super) fn run(
     for u in &imported.untranslated {
         eprintln!("untranslated: {u}");
     }
+    // Last, so that it is what a user reads first when the output scrolls by.
+    eprintln!("{summary}");
     Ok(())
 }
 

@@ -43,6 +43,54 @@ pub struct Imported {
     pub warnings: Vec<String>,
     /// What could not be translated, with where it was.
     pub untranslated: Vec<String>,
+    /// How much of each imported operation's input the contract checks.
+    pub coverage: Vec<(String, Coverage)>,
+}
+
+/// How much of an operation's input its imported contract checks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Coverage {
+    /// Its body (when it has one) and its parameters, whole.
+    Full,
+    /// Checked, but something was replaced by `{}`: the first reason.
+    Partly(String),
+    /// A write whose body is not checked at all: why.
+    Unchecked(String),
+}
+
+impl Imported {
+    /// `imported N operations: A checked fully, B checked partly (why), C unchecked (why)`.
+    pub fn summary(&self) -> String {
+        let count = |f: fn(&Coverage) -> bool| self.coverage.iter().filter(|(_, c)| f(c)).count();
+        let reasons = |f: fn(&Coverage) -> Option<&String>| {
+            let mut why: Vec<String> = self
+                .coverage
+                .iter()
+                .filter_map(|(name, c)| f(c).map(|w| format!("{name}: {w}")))
+                .collect();
+            why.truncate(5);
+            if why.is_empty() {
+                String::new()
+            } else {
+                format!(" ({})", why.join("; "))
+            }
+        };
+        format!(
+            "imported {} operations: {} checked fully, {} checked partly{}, {} unchecked{}",
+            self.coverage.len(),
+            count(|c| matches!(c, Coverage::Full)),
+            count(|c| matches!(c, Coverage::Partly(_))),
+            reasons(|c| match c {
+                Coverage::Partly(w) => Some(w),
+                _ => None,
+            }),
+            count(|c| matches!(c, Coverage::Unchecked(_))),
+            reasons(|c| match c {
+                Coverage::Unchecked(w) => Some(w),
+                _ => None,
+            }),
+        )
+    }
 }
 
 const METHODS: [&str; 8] = [
@@ -101,21 +149,26 @@ pub fn import(
         contracts: Vec::new(),
         warnings: Vec::new(),
         untranslated: Vec::new(),
+        coverage: Vec::new(),
     };
     let mut caps = Map::new();
     // (METHOD, template with parameter names erased) → the capability that has the route.
     let mut routes: BTreeMap<(String, String), String> = BTreeMap::new();
     let mut used_names = std::collections::BTreeSet::new();
     for (path, item) in paths {
+        // A path item may be a `$ref` (to `components/pathItems` in 3.1, or anywhere in the
+        // document); followed, or the path is listed with why it could not be.
+        let item = match resolve(doc, item) {
+            Ok(resolved) => resolved,
+            Err(why) => {
+                out.untranslated
+                    .push(format!("/paths/{}: {why}", pointer_escape(path)));
+                continue;
+            }
+        };
         let Some(item) = item.as_object() else {
             continue;
         };
-        if item.contains_key("$ref") {
-            out.untranslated.push(format!(
-                "/paths/{}: a `$ref` path item is not resolved",
-                pointer_escape(path)
-            ));
-        }
         for method in METHODS {
             let Some(op) = item.get(method).and_then(Value::as_object) else {
                 continue;
@@ -169,15 +222,27 @@ pub fn import(
                 untranslated: Vec::new(),
             };
             let params = parameters(doc, item, op, &mut t, &at);
-            let input = request_schema(op, &mut t, &at);
-            if input.is_none() && matches!(method, "put" | "post" | "patch") {
+            let input = request_schema(doc, op, &mut t, &at);
+            let unchecked = match &input {
+                Err(why) if matches!(method, "put" | "post" | "patch") => Some(why.clone()),
+                _ => None,
+            };
+            let input = input.ok();
+            if let Some(why) = &unchecked {
                 out.warnings.push(format!(
-                    "{name}: no JSON request body in the document; its input is \"unknown\" (not checked)"
+                    "{name}: {why}; its input is \"unknown\" (not checked)"
                 ));
             }
-            let output = response_schema(op, &mut t, &at);
-            let errors = error_domain(op, &mut t, &at);
+            let input_untranslated = t.untranslated.first().cloned();
+            let output = response_schema(doc, op, &mut t, &at);
+            let errors = error_domain(doc, op, &mut t, &at);
             let untranslated = t.untranslated;
+            let coverage = match (unchecked, input_untranslated) {
+                (Some(why), _) => Coverage::Unchecked(why),
+                (None, Some(what)) => Coverage::Partly(what),
+                (None, None) => Coverage::Full,
+            };
+            out.coverage.push((name.clone(), coverage));
             let side_effect = match method {
                 "get" | "head" | "options" => "read",
                 "put" | "delete" => "idempotent",
@@ -309,16 +374,36 @@ fn erase_names(template: &str) -> String {
     out
 }
 
-/// Follows a `#/components/...` reference inside the document.
-fn deref<'a>(doc: &'a Value, v: &'a Value) -> &'a Value {
-    match v
-        .get("$ref")
-        .and_then(Value::as_str)
-        .and_then(|r| r.strip_prefix('#'))
-    {
-        Some(pointer) => doc.pointer(pointer).unwrap_or(v),
-        None => v,
+/// Longest chain of `$ref`s followed.
+const MAX_REF_HOPS: usize = 32;
+
+/// Follows a chain of `$ref`s inside the document (`#/components/requestBodies/…`,
+/// `…/parameters/…`, `…/responses/…`, `…/headers/…`, `…/pathItems/…`, or any JSON pointer in
+/// it, percent-decoded as a URI fragment): the object reached, or why it cannot be.
+fn resolve<'a>(doc: &'a Value, v: &'a Value) -> Result<&'a Value, String> {
+    let mut current = v;
+    let mut seen: Vec<&str> = Vec::new();
+    for _ in 0..MAX_REF_HOPS {
+        let Some(r) = current.get("$ref").and_then(Value::as_str) else {
+            return Ok(current);
+        };
+        let Some(fragment) = r.strip_prefix('#') else {
+            return Err(format!(
+                "`$ref` {r} names another document, which is not fetched"
+            ));
+        };
+        if seen.contains(&r) {
+            return Err(format!("`$ref` {r} leads back to itself"));
+        }
+        seen.push(r);
+        let pointer = percent_encoding::percent_decode_str(fragment)
+            .decode_utf8()
+            .map_err(|_| format!("`$ref` {r} is not UTF-8 once decoded"))?;
+        current = doc
+            .pointer(&pointer)
+            .ok_or_else(|| format!("`$ref` {r} names nothing in the document"))?;
     }
+    Err(format!("a chain of more than {MAX_REF_HOPS} `$ref`s"))
 }
 
 /// Path and query parameters (the operation's over the path item's), each schema translated
@@ -338,7 +423,13 @@ fn parameters(
         .filter_map(Value::as_array)
         .flatten()
     {
-        let p = deref(doc, p);
+        let p = match resolve(doc, p) {
+            Ok(p) => p,
+            Err(why) => {
+                t.untranslated.push(format!("{at}/parameters: {why}"));
+                continue;
+            }
+        };
         let (Some(name), Some(place)) = (
             p.get("name").and_then(Value::as_str),
             p.get("in").and_then(Value::as_str),
@@ -401,23 +492,58 @@ impl Translate<'_> {
     }
 }
 
-fn request_schema(op: &Map<String, Value>, t: &mut Translate<'_>, at: &str) -> Option<Value> {
-    let body = op.get("requestBody")?;
-    if body.get("$ref").is_some() {
-        t.untranslated.push(format!(
-            "{at}/requestBody: a `$ref` request body is not resolved"
-        ));
-        return None;
-    }
-    let s = json_media(body.get("content"))?.get("schema")?;
-    Some(t.root(s, &format!("{at}/requestBody")))
+/// The request body's schema, or why there is none to check.
+fn request_schema(
+    doc: &Value,
+    op: &Map<String, Value>,
+    t: &mut Translate<'_>,
+    at: &str,
+) -> Result<Value, String> {
+    let Some(body) = op.get("requestBody") else {
+        return Err("the document declares no request body".into());
+    };
+    let body = resolve(doc, body).map_err(|why| {
+        t.untranslated.push(format!("{at}/requestBody: {why}"));
+        format!("its request body: {why}")
+    })?;
+    let Some(media) = json_media(body.get("content")) else {
+        return Err("its request body has no JSON media type".into());
+    };
+    let Some(s) = media.get("schema") else {
+        return Err("its JSON request body has no schema".into());
+    };
+    Ok(t.root(s, &format!("{at}/requestBody")))
 }
 
-fn response_schema(op: &Map<String, Value>, t: &mut Translate<'_>, at: &str) -> Option<Value> {
-    let responses = op.get("responses")?.as_object()?;
-    let mut schemas: Vec<&Value> = responses
-        .iter()
-        .filter(|(code, _)| code.starts_with('2'))
+/// An operation's responses whose code `keep` accepts, each `$ref` followed (or listed).
+fn responses<'a>(
+    doc: &'a Value,
+    op: &'a Map<String, Value>,
+    t: &mut Translate<'_>,
+    at: &str,
+    keep: fn(&str) -> bool,
+) -> Vec<(&'a String, &'a Value)> {
+    let Some(all) = op.get("responses").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    for (code, r) in all.iter().filter(|(c, _)| keep(c)) {
+        match resolve(doc, r) {
+            Ok(r) => out.push((code, r)),
+            Err(why) => t.untranslated.push(format!("{at}/responses/{code}: {why}")),
+        }
+    }
+    out
+}
+
+fn response_schema(
+    doc: &Value,
+    op: &Map<String, Value>,
+    t: &mut Translate<'_>,
+    at: &str,
+) -> Option<Value> {
+    let mut schemas: Vec<&Value> = responses(doc, op, t, at, |c| c.starts_with('2'))
+        .into_iter()
         .filter_map(|(_, r)| json_media(r.get("content"))?.get("schema"))
         .collect();
     schemas.dedup();
@@ -429,15 +555,10 @@ fn response_schema(op: &Map<String, Value>, t: &mut Translate<'_>, at: &str) -> 
     Some(t.root(&s, &format!("{at}/responses")))
 }
 
-fn error_domain(op: &Map<String, Value>, t: &mut Translate<'_>, at: &str) -> Value {
-    let Some(responses) = op.get("responses").and_then(Value::as_object) else {
-        return json!("unknown");
-    };
+fn error_domain(doc: &Value, op: &Map<String, Value>, t: &mut Translate<'_>, at: &str) -> Value {
     let mut errors = Map::new();
-    for (code, r) in responses
-        .iter()
-        .filter(|(c, _)| c.starts_with('4') || c.starts_with('5'))
-    {
+    let failing = responses(doc, op, t, at, |c| c.starts_with('4') || c.starts_with('5'));
+    for (code, r) in failing {
         let schema = json_media(r.get("content"))
             .and_then(|m| m.get("schema"))
             .map(|s| t.root(s, &format!("{at}/responses/{code}")));
@@ -480,7 +601,7 @@ mod tests {
         assert!(r
             .warnings
             .iter()
-            .any(|w| w.contains("no JSON request body")));
+            .any(|w| w.contains("declares no request body")));
     }
 
     #[test]

@@ -116,13 +116,17 @@ impl Translator<'_> {
             let translated = match k.as_str() {
                 "$ref" => match v.as_str().and_then(|r| r.strip_prefix(COMPONENT)) {
                     Some(name) if !name.contains('/') => {
-                        let name = name.replace("~1", "/").replace("~0", "~");
+                        // A URI fragment: percent-decoded, then a JSON pointer token.
+                        let name = percent_encoding::percent_decode_str(name)
+                            .decode_utf8_lossy()
+                            .replace("~1", "/")
+                            .replace("~0", "~");
                         if !self.components.contains_key(&name) {
                             self.untranslated
                                 .push(format!("{at}: $ref {COMPONENT}{name} names no schema"));
                         }
                         self.needed.insert(name.clone());
-                        json!(format!("#/$defs/{}", escape(&name)))
+                        json!(def_ref(&name))
                     }
                     _ => {
                         self.untranslated.push(format!(
@@ -210,6 +214,32 @@ fn dialect_30(o: &mut Map<String, Value>) {
             }
         }
     }
+}
+
+/// What a URI fragment cannot hold as it is (RFC 3986 §3.5): percent-encoded in a `$ref`.
+const FRAGMENT: &percent_encoding::AsciiSet = &percent_encoding::CONTROLS
+    .add(b' ')
+    .add(b'"')
+    .add(b'#')
+    .add(b'%')
+    .add(b'<')
+    .add(b'>')
+    .add(b'[')
+    .add(b'\\')
+    .add(b']')
+    .add(b'^')
+    .add(b'`')
+    .add(b'{')
+    .add(b'|')
+    .add(b'}');
+
+/// The `$ref` to component `name` once copied into the root's `$defs`.
+fn def_ref(name: &str) -> String {
+    let token = escape(name);
+    format!(
+        "#/$defs/{}",
+        percent_encoding::utf8_percent_encode(&token, FRAGMENT)
+    )
 }
 
 #[cfg(test)]
