@@ -21,6 +21,9 @@ use support::*;
 
 const DOCS: [(&str, usize); 2] = [("xero_assets.yaml", 6), ("xero-projects.yaml", 16)];
 
+/// Every Xero operation requires the `Xero-Tenant-Id` header (a header parameter).
+const TENANT: &str = "00000000-0000-0000-0000-00000000000a";
+
 fn testdata(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../testdata/openapi")
@@ -256,6 +259,7 @@ async fn examples_meet_the_imported_contracts_through_a_running_sidecar() {
                     .method(case["method"].as_str().unwrap())
                     .uri(s.p.url(&path))
                     .header("content-type", "application/json")
+                    .header("xero-tenant-id", TENANT)
                     .header(
                         "agent-compensation-lease",
                         lease_for(&agent, &path, epoch, |_| {}),
@@ -366,6 +370,7 @@ async fn asserted_formats_are_checked_by_the_sidecar() {
         let path = "/assets.xro/1.0/AssetTypes";
         let req = Request::post(s.p.url(path))
             .header("content-type", "application/json")
+            .header("xero-tenant-id", TENANT)
             .header(
                 "agent-compensation-lease",
                 lease_for(&agent, path, 1, |_| {}),
@@ -700,6 +705,7 @@ async fn imported_parameters_are_checked_on_reads_and_writes() {
     let client = http1_client();
     let get = |pq: &str| {
         Request::get(s.p.url(&format!("/projects.xro/2.0/Projects{pq}")))
+            .header("xero-tenant-id", TENANT)
             .body(full(""))
             .unwrap()
     };
@@ -735,6 +741,24 @@ async fn imported_parameters_are_checked_on_reads_and_writes() {
         );
         assert_receipt_verifies(&doc["receipt"], "rejection");
     }
+    // The required header parameter: missing, or given twice (a scalar), refused with its
+    // lower-case location, whatever spelling the request used.
+    let url = s.p.url(&format!("/projects.xro/2.0/Projects{ok}"));
+    let missing = Request::get(&url).body(full("")).unwrap();
+    let twice = Request::get(&url)
+        .header("Xero-Tenant-Id", TENANT)
+        .header("XERO-TENANT-ID", "another")
+        .body(full(""))
+        .unwrap();
+    for req in [missing, twice] {
+        let (parts, answer) = send(&client, req).await;
+        let doc: Value = serde_json::from_slice(&answer).unwrap();
+        assert_eq!(parts.status, StatusCode::UNPROCESSABLE_ENTITY, "{doc}");
+        assert_eq!(doc["code"], "ERR_CONTRACT_INPUT");
+        assert_eq!(doc["violationLocation"], "/header/xero-tenant-id", "{doc}");
+        assert!(!doc.to_string().contains(TENANT) && !doc.to_string().contains("another"));
+        assert_receipt_verifies(&doc["receipt"], "rejection");
+    }
     assert_eq!(
         s.upstream.requests().len(),
         1,
@@ -746,6 +770,7 @@ async fn imported_parameters_are_checked_on_reads_and_writes() {
     let path = "/projects.xro/2.0/Projects/not-a-uuid";
     let req = Request::patch(s.p.url(path))
         .header("content-type", "application/json")
+        .header("xero-tenant-id", TENANT)
         .header(
             "agent-compensation-lease",
             lease_for(&agent, path, 1, |_| {}),

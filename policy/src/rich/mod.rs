@@ -29,12 +29,14 @@ pub(crate) use problem::content_named;
 pub use problem::Problem;
 pub use schema::{Schema, Violation};
 
-/// The request's path and query parameters against the capability's
-/// `structural.parameters` (`path` is the request path without its query).
+/// The request's path, query and header parameters against the capability's
+/// `structural.parameters` (`path` is the request path without its query; `headers` gives a
+/// header's values by lower-case name).
 pub fn check_parameters(
     cap: &Capability,
     path: &str,
     query: Option<&str>,
+    headers: parameters::Headers<'_, '_>,
 ) -> Result<(), crate::Refusal> {
     let Some(p) = cap
         .contract
@@ -44,7 +46,11 @@ pub fn check_parameters(
     else {
         return Ok(());
     };
-    p.check(&parameters::path_values(&cap.operation, path), query)
+    p.check(
+        &parameters::path_values(&cap.operation, path),
+        query,
+        headers,
+    )
 }
 
 /// Check 9 (SPEC §5.2, RICH §11.2): a request body against the capability's

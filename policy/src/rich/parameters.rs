@@ -1,4 +1,4 @@
-//! Path and query parameters of a contract (`structural.parameters`, as `lock import-openapi`
+//! Path, query and header parameters of a contract (`structural.parameters`, as `lock import-openapi`
 //! records them from OpenAPI): each a JSON Schema, checked on the data plane before the
 //! request goes anywhere.
 //!
@@ -11,8 +11,12 @@
 //! `number`, `boolean`; an `array` from every occurrence of a query name, OpenAPI's default
 //! `form`/`explode` style; anything else a string) and the schema checks that value. Text that
 //! is not the named type fails as the schema would fail the value. Query names the contract
-//! does not declare pass (OpenAPI does not close the query string); header and cookie
-//! parameters are not checked. Locations in refusals are `/path/<name>` and `/query/<name>`.
+//! does not declare pass (OpenAPI does not close the query string). Header parameters are
+//! matched without regard to case and read in OpenAPI's `simple` style (an array from one
+//! comma-separated value, unless `explode` says otherwise); `Accept`, `Content-Type` and
+//! `Authorization` are never parameters (OpenAPI ignores them); a value that is not text fails.
+//! Cookie parameters are not checked (the importer lists them). Locations in refusals are
+//! `/path/<name>`, `/query/<name>` and `/header/<name>` (lower case).
 //!
 //! The whole query is read or none of it: a query longer than [`MAX_QUERY_BYTES`] is refused
 //! 414 `ERR_QUERY_TOO_LONG`, one of more than [`MAX_QUERY_PAIRS`] pairs 400
@@ -69,7 +73,14 @@ enum Scalar {
 pub struct Parameters {
     path: Vec<Parameter>,
     query: Vec<Parameter>,
+    header: Vec<Parameter>,
 }
+
+/// Header names OpenAPI says are never parameters.
+const NOT_PARAMETERS: [&str; 3] = ["accept", "content-type", "authorization"];
+
+/// A request's header values by (lower-case) name, `None` for a value that is not text.
+pub type Headers<'a, 'h> = &'a dyn Fn(&str) -> Vec<Option<&'h str>>;
 
 fn scalar(schema: &Value) -> Scalar {
     match schema.get("type").and_then(Value::as_str) {
@@ -112,8 +123,9 @@ impl Parameters {
             let list = match place.as_str() {
                 "path" => &mut out.path,
                 "query" => &mut out.query,
-                // Recorded, not checked (docs/decisions.md).
-                "header" | "cookie" => continue,
+                "header" => &mut out.header,
+                // Cookies are recorded, not checked (docs/decisions.md).
+                "cookie" => continue,
                 _ => {
                     problems.push(Problem::new(
                         format!("{at}/{place}"),
@@ -127,6 +139,15 @@ impl Parameters {
                 continue;
             };
             for (name, p) in params {
+                let name = if place == "header" {
+                    let lower = name.to_ascii_lowercase();
+                    if NOT_PARAMETERS.contains(&lower.as_str()) {
+                        continue;
+                    }
+                    lower
+                } else {
+                    name.clone()
+                };
                 if list.len() >= MAX_PARAMETERS {
                     problems.push(Problem::new(
                         format!("{at}/{place}"),
@@ -152,12 +173,16 @@ impl Parameters {
                     }
                 };
                 list.push(Parameter {
-                    name: name.clone(),
+                    name,
                     required: p
                         .get("required")
                         .and_then(Value::as_bool)
                         .unwrap_or(place == "path"),
-                    explode: p.get("explode").and_then(Value::as_bool).unwrap_or(true),
+                    // `form` (query) explodes by default, `simple` (header) does not.
+                    explode: p
+                        .get("explode")
+                        .and_then(Value::as_bool)
+                        .unwrap_or(place != "header"),
                     kind: schema_doc.map_or(Kind::String, kind),
                     schema,
                 });
@@ -168,12 +193,25 @@ impl Parameters {
 
     /// Checks a request's path parameters (`(name, raw segment)`, from the bound template)
     /// and its query string (raw, without `?`).
-    pub fn check(&self, path: &[(&str, &str)], query: Option<&str>) -> Result<(), Refusal> {
+    pub fn check(
+        &self,
+        path: &[(&str, &str)],
+        query: Option<&str>,
+        headers: Headers<'_, '_>,
+    ) -> Result<(), Refusal> {
         for p in &self.path {
             let raw = path.iter().find(|(n, _)| *n == p.name).map(|(_, v)| *v);
             let decoded = raw.map(|r| percent_encoding::percent_decode_str(r).decode_utf8_lossy());
             let values: Vec<&str> = decoded.as_deref().into_iter().collect();
             p.check_values(&values, "path")?;
+        }
+        for p in &self.header {
+            let values: Option<Vec<&str>> = headers(&p.name).into_iter().collect();
+            let values = values.ok_or_else(|| {
+                Refusal::new(ErrorCode::ContractInput, "the header parameter is not text")
+                    .with_location(format!("/header/{}", p.name))
+            })?;
+            p.check_values(&values, "header")?;
         }
         if self.query.is_empty() {
             return Ok(());

@@ -377,7 +377,9 @@ fn check_contract(
         .path
         .split_once('?')
         .map_or((facts.path, None), |(p, q)| (p, Some(q)));
-    palisade_policy::rich::check_parameters(cap, path, query)
+    let none = http::HeaderMap::new();
+    let headers = crate::net::headers::values(facts.headers.unwrap_or(&none));
+    palisade_policy::rich::check_parameters(cap, path, query, &headers)
 }
 
 pub(crate) fn store_refusal(e: StoreError) -> Refusal {

@@ -73,7 +73,12 @@ pub(crate) async fn run(
                 state.config.max_json_depth,
             )
             .and_then(|()| {
-                palisade_policy::rich::check_parameters(cap, parts.uri.path(), parts.uri.query())
+                palisade_policy::rich::check_parameters(
+                    cap,
+                    parts.uri.path(),
+                    parts.uri.query(),
+                    &crate::net::headers::values(&parts.headers),
+                )
             });
             if let Err(refusal) = checked {
                 return leg.refuse(state, refusal.into(), &cx, &parts, &bytes).await;

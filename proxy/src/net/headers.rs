@@ -284,6 +284,17 @@ pub const RECEIPT_HEADER: &str = "agent-commit-receipt";
 pub const FENCE_HEADER: &str = "agent-fence-token";
 pub const DRY_RUN_HEADER: &str = "agent-dry-run";
 
+/// A request's header values by name, as contract parameters read them (`None`: not text).
+pub fn values<'h>(headers: &'h http::HeaderMap) -> impl Fn(&str) -> Vec<Option<&'h str>> + 'h {
+    move |name| {
+        headers
+            .get_all(name)
+            .iter()
+            .map(|v| v.to_str().ok())
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

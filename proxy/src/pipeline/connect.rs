@@ -83,8 +83,12 @@ pub(super) async fn request(
     cx.connector = Some(reference(conn, source, target));
     let path = connections::target_path(&source.operation, &target.operation, parts.uri.path())
         .ok_or_else(|| Refusal::new(ErrorCode::Internal, "the target path could not be formed"));
-    let params =
-        palisade_policy::rich::check_parameters(source, parts.uri.path(), parts.uri.query());
+    let params = palisade_policy::rich::check_parameters(
+        source,
+        parts.uri.path(),
+        parts.uri.query(),
+        &crate::net::headers::values(&parts.headers),
+    );
     let mapped = params
         .and(path)
         .and_then(|p| Ok((p, map_request(state, conn, source, target, bytes)?)));

@@ -63,7 +63,12 @@ pub(super) async fn answer(
         if let Some(cap) = binding.capability() {
             // A bound read's path and query parameters (`structural.parameters`).
             let (path, query) = (parts.uri.path(), parts.uri.query());
-            if let Err(refusal) = palisade_policy::rich::check_parameters(cap, path, query) {
+            if let Err(refusal) = palisade_policy::rich::check_parameters(
+                cap,
+                path,
+                query,
+                &crate::net::headers::values(&parts.headers),
+            ) {
                 let pq = parts.uri.path_and_query().map_or("", |p| p.as_str());
                 let evidence = Evidence {
                     body: Some(pq.as_bytes()),

@@ -2,8 +2,9 @@
 //! operation and a lockfile binding each as `protocol: http`, `operation: "METHOD /template"`
 //! (issue 23; RICH §3.3 evidence adapters, §6 provenance).
 //!
-//! Per operation: input = the JSON request body's schema (path and query parameters are
-//! recorded under `structural.parameters`, which the runtime checks too), output = the 2xx
+//! Per operation: input = the JSON request body's schema (path, query and header parameters
+//! are recorded under `structural.parameters`, which the runtime checks too; every `$ref` in
+//! the document is followed, or listed with why it could not be), output = the 2xx
 //! JSON responses (`anyOf` when several), error domain = the 4xx/5xx responses, side effect =
 //! the method's semantics (GET/HEAD read, PUT/DELETE idempotent, POST/PATCH write),
 //! reversibility = `x-rich-reversibility` or the importer's option, else `unknown`. Each
@@ -406,8 +407,9 @@ fn resolve<'a>(doc: &'a Value, v: &'a Value) -> Result<&'a Value, String> {
     Err(format!("a chain of more than {MAX_REF_HOPS} `$ref`s"))
 }
 
-/// Path and query parameters (the operation's over the path item's), each schema translated
-/// as a body's is; the sidecar checks path and query ones (`rich::parameters`).
+/// Path, query and header parameters (the operation's over the path item's), each schema
+/// translated as a body's is and checked by the sidecar (`rich::parameters`); cookie
+/// parameters are listed as not checked.
 fn parameters(
     doc: &Value,
     item: &Map<String, Value>,
@@ -436,6 +438,13 @@ fn parameters(
         ) else {
             continue;
         };
+        if place == "cookie" {
+            t.untranslated.push(format!(
+                "{at}/parameters/{}: cookie parameters are not checked",
+                pointer_escape(name)
+            ));
+            continue;
+        }
         let schema = match p.get("schema") {
             Some(s) => t.root(s, &format!("{at}/parameters/{}", pointer_escape(name))),
             None => Value::Null,

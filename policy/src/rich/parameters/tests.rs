@@ -23,12 +23,62 @@ fn params() -> Parameters {
             "archived": {"schema": {"$schema": DIALECT, "type": "boolean"}},
             "contactID": {"required": true, "schema": {"$schema": DIALECT, "type": "string"}}
         },
-        "header": {"Xero-Tenant-Id": {"required": true, "schema": {"type": "string"}}}
+        "header": {"Xero-Tenant-Id": {"required": true, "schema": {"$schema": DIALECT, "type": "string"}}}
     }))
 }
 
+/// The request's headers: the tenant header the fixture requires, nothing else.
+fn tenant(name: &str) -> Vec<Option<&'static str>> {
+    match name {
+        "xero-tenant-id" => vec![Some("t-1")],
+        _ => Vec::new(),
+    }
+}
+
 fn refused(p: &Parameters, path: &[(&str, &str)], query: &str) -> Refusal {
-    p.check(path, Some(query)).unwrap_err()
+    p.check(path, Some(query), &tenant).unwrap_err()
+}
+
+#[test]
+fn header_parameters_are_checked_by_lower_case_name() {
+    let p = params();
+    let id = [("projectId", "b021e7ad-4ba0-4d38-9b0b-2f9d2f6c1b4e")];
+    let q = Some("contactID=c");
+    p.check(&id, q, &tenant).unwrap();
+    let missing = p.check(&id, q, &|_| Vec::new()).unwrap_err();
+    assert_eq!(missing.location.as_deref(), Some("/header/xero-tenant-id"));
+    let twice = p
+        .check(&id, q, &|n| {
+            if n == "xero-tenant-id" {
+                vec![Some("a"), Some("b")]
+            } else {
+                vec![]
+            }
+        })
+        .unwrap_err();
+    assert_eq!(twice.location.as_deref(), Some("/header/xero-tenant-id"));
+    let opaque = p
+        .check(&id, q, &|n| {
+            if n == "xero-tenant-id" {
+                vec![None]
+            } else {
+                vec![]
+            }
+        })
+        .unwrap_err();
+    assert!(opaque.detail.contains("not text"), "{}", opaque.detail);
+    // OpenAPI's ignored headers are never parameters.
+    let ignored = compiled(
+        json!({"header": {"Content-Type": {"required": true, "schema": {"$schema": DIALECT, "const": "x"}}}}),
+    );
+    ignored.check(&[], None, &|_| Vec::new()).unwrap();
+    // `simple` style: an array from one comma-separated value.
+    let list = compiled(
+        json!({"header": {"X-Tags": {"schema": {"$schema": DIALECT, "type": "array", "items": {"type": "integer"}, "maxItems": 2}}}}),
+    );
+    list.check(&[], None, &|_| vec![Some("1,2")]).unwrap();
+    let r = list.check(&[], None, &|_| vec![Some("1,2,3")]).unwrap_err();
+    assert_eq!(r.location.as_deref(), Some("/header/x-tags"));
 }
 
 #[test]
@@ -38,6 +88,7 @@ fn typed_values_pass_and_each_wrong_one_names_its_parameter() {
     p.check(
         &id,
         Some("contactID=c1&pageSize=50&states=CLOSED&states=INPROGRESS&archived=false&other=x"),
+        &tenant,
     )
     .unwrap();
     for (query, location) in [
@@ -64,7 +115,7 @@ fn typed_values_pass_and_each_wrong_one_names_its_parameter() {
         Some("/path/projectId")
     );
     // Header parameters are recorded, not checked.
-    p.check(&id, Some("contactID=c")).unwrap();
+    p.check(&id, Some("contactID=c"), &tenant).unwrap();
 }
 
 #[test]
@@ -126,21 +177,21 @@ fn a_query_is_read_whole_or_refused_never_checked_on_a_prefix() {
     assert_eq!(r.status(), 400);
     // One under the bound, all values good: passes.
     let under = format!("contactID=c&{}pageSize=5", filler(MAX_QUERY_PAIRS - 3));
-    p.check(&id, Some(&under)).unwrap();
+    p.check(&id, Some(&under), &tenant).unwrap();
     // Empty pieces are not pairs (the form parser skips them, so does the count).
     let empties = format!("contactID=c&{}pageSize=5", "&".repeat(4 * MAX_QUERY_PAIRS));
-    p.check(&id, Some(&empties)).unwrap();
+    p.check(&id, Some(&empties), &tenant).unwrap();
     // Length: at the bound read, one byte over refused 414.
     let pad = |len: usize| {
         let head = "contactID=c&pageSize=5&x=";
         format!("{head}{}", "a".repeat(len - head.len()))
     };
-    p.check(&id, Some(&pad(MAX_QUERY_BYTES))).unwrap();
+    p.check(&id, Some(&pad(MAX_QUERY_BYTES)), &tenant).unwrap();
     let r = refused(&p, &id, &pad(MAX_QUERY_BYTES + 1));
     assert_eq!(r.code, ErrorCode::QueryTooLong);
     assert_eq!(r.status(), 414);
     // A contract without query parameters does not read the query at all.
     let none = compiled(json!({"path": {}}));
-    none.check(&[], Some(&filler(10 * MAX_QUERY_PAIRS)))
+    none.check(&[], Some(&filler(10 * MAX_QUERY_PAIRS)), &tenant)
         .unwrap();
 }
