@@ -98,6 +98,100 @@ fn parse_http_operation(op: &str) -> Option<(String, Vec<Segment>)> {
     Some((method.to_owned(), segments))
 }
 
+/// A capability's `runtime` block.
+fn runtime_of(cap: &Map<String, Value>, at: &str, problems: &mut Vec<Problem>) -> Runtime {
+    let rt_at = format!("{at}/runtime");
+    let empty = Map::new();
+    let runtime_obj = cap
+        .get("runtime")
+        .and_then(Value::as_object)
+        .unwrap_or(&empty);
+    let on_drift = choice(
+        runtime_obj,
+        "onDrift",
+        &rt_at,
+        &[
+            ("fail-closed", DriftPolicy::FailClosed),
+            ("quarantine", DriftPolicy::Quarantine),
+            ("qualified-fallback", DriftPolicy::QualifiedFallback),
+            ("notify", DriftPolicy::Notify),
+        ],
+        Some(DriftPolicy::FailClosed),
+        problems,
+    )
+    .unwrap_or(DriftPolicy::FailClosed);
+    let fallback = runtime_obj
+        .get("fallback")
+        .and_then(Value::as_str)
+        .map(str::to_owned);
+    if on_drift == DriftPolicy::QualifiedFallback && fallback.is_none() {
+        problems.push(Problem::new(
+            format!("{rt_at}/fallback"),
+            "qualified-fallback needs the fallback deployment's base URL",
+        ));
+    }
+    let admission = choice(
+        runtime_obj,
+        "admission",
+        &rt_at,
+        &[("required", Some(true)), ("off", Some(false))],
+        Some(None),
+        problems,
+    )
+    .flatten();
+    Runtime {
+        on_drift,
+        timeout_ms: duration_at(runtime_obj, "timeout", &rt_at, problems),
+        fallback,
+        admission,
+    }
+}
+
+/// A capability's `toolDigest`, when it has one.
+fn tool_digest_of(
+    cap: &Map<String, Value>,
+    at: &str,
+    problems: &mut Vec<Problem>,
+) -> Option<Sha256Digest> {
+    match cap.get("toolDigest") {
+        None => None,
+        Some(v) => match v.as_str().and_then(|s| s.parse::<Sha256Digest>().ok()) {
+            Some(d) => Some(d),
+            None => {
+                problems.push(Problem::new(
+                    format!("{at}/toolDigest"),
+                    "must be sha-256: and 64 lowercase hex digits",
+                ));
+                None
+            }
+        },
+    }
+}
+
+/// Two capabilities on one method and template would make routing ambiguous.
+fn unique_routes(routes: &[Route], capabilities: &[Capability], problems: &mut Vec<Problem>) {
+    let shape = |r: &Route| {
+        let segs: Vec<String> = r
+            .segments
+            .iter()
+            .map(|s| match s {
+                Segment::Literal(l) => l.clone(),
+                Segment::Param => "{}".into(),
+            })
+            .collect();
+        format!("{} /{}", r.method, segs.join("/"))
+    };
+    let mut seen = BTreeMap::new();
+    for r in routes {
+        if let Some(first) = seen.insert(shape(r), r.capability) {
+            problems.push(Problem::new(
+                format!("lockfile#/capabilities/{}", capabilities[r.capability].name),
+                format!("binds the same operation as {}", capabilities[first].name),
+            ));
+        }
+    }
+}
+
 impl Bundle {
     /// Compiles a bundle. `contracts` maps file names (`<64-hex>.json`) to their bytes.
     pub fn compile(
@@ -208,68 +302,13 @@ impl Bundle {
                     }
                 })
                 .clone();
-            let runtime_obj = cap
-                .get("runtime")
-                .and_then(Value::as_object)
-                .unwrap_or(&empty);
-            let rt_at = format!("{at}/runtime");
-            let on_drift = choice(
-                runtime_obj,
-                "onDrift",
-                &rt_at,
-                &[
-                    ("fail-closed", DriftPolicy::FailClosed),
-                    ("quarantine", DriftPolicy::Quarantine),
-                    ("qualified-fallback", DriftPolicy::QualifiedFallback),
-                    ("notify", DriftPolicy::Notify),
-                ],
-                Some(DriftPolicy::FailClosed),
-                &mut problems,
-            )
-            .unwrap_or(DriftPolicy::FailClosed);
-            let fallback = runtime_obj
-                .get("fallback")
-                .and_then(Value::as_str)
-                .map(str::to_owned);
-            if on_drift == DriftPolicy::QualifiedFallback && fallback.is_none() {
-                problems.push(Problem::new(
-                    format!("{rt_at}/fallback"),
-                    "qualified-fallback needs the fallback deployment's base URL",
-                ));
-            }
-            let admission = choice(
-                runtime_obj,
-                "admission",
-                &rt_at,
-                &[("required", Some(true)), ("off", Some(false))],
-                Some(None),
-                &mut problems,
-            )
-            .flatten();
-            let runtime = Runtime {
-                on_drift,
-                timeout_ms: duration_at(runtime_obj, "timeout", &rt_at, &mut problems),
-                fallback,
-                admission,
-            };
+            let runtime = runtime_of(cap, &at, &mut problems);
             let deployment_identity = cap
                 .get("deployment")
                 .and_then(|d| d.get("identity"))
                 .and_then(Value::as_str)
                 .map(str::to_owned);
-            let tool_digest = match cap.get("toolDigest") {
-                None => None,
-                Some(v) => match v.as_str().and_then(|s| s.parse::<Sha256Digest>().ok()) {
-                    Some(d) => Some(d),
-                    None => {
-                        problems.push(Problem::new(
-                            format!("{at}/toolDigest"),
-                            "must be sha-256: and 64 lowercase hex digits",
-                        ));
-                        None
-                    }
-                },
-            };
+            let tool_digest = tool_digest_of(cap, &at, &mut problems);
             let (Some(protocol), Some(operation), Some(contract)) = (protocol, operation, contract)
             else {
                 continue;
@@ -306,27 +345,7 @@ impl Bundle {
                 runtime,
             });
         }
-        // Two capabilities on one method and template would make routing ambiguous.
-        let shape = |r: &Route| {
-            let segs: Vec<String> = r
-                .segments
-                .iter()
-                .map(|s| match s {
-                    Segment::Literal(l) => l.clone(),
-                    Segment::Param => "{}".into(),
-                })
-                .collect();
-            format!("{} /{}", r.method, segs.join("/"))
-        };
-        let mut seen = BTreeMap::new();
-        for r in &routes {
-            if let Some(first) = seen.insert(shape(r), r.capability) {
-                problems.push(Problem::new(
-                    format!("lockfile#/capabilities/{}", capabilities[r.capability].name),
-                    format!("binds the same operation as {}", capabilities[first].name),
-                ));
-            }
-        }
+        unique_routes(&routes, &capabilities, &mut problems);
         let connections = match lock.get("connections") {
             None => Vec::new(),
             Some(list) => super::connections::resolve(

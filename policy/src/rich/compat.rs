@@ -348,46 +348,7 @@ impl Roots<'_> {
         let has = |t: &str| st.as_ref().is_none_or(|st| st.contains(&t));
         // Numbers: the target's bounds must hold for every number the source allows.
         if has("number") || has("integer") {
-            for (lo, strict) in [("minimum", false), ("exclusiveMinimum", true)] {
-                if let Some(tb) = num(tm, lo) {
-                    let sb = num(sm, "minimum")
-                        .map(|b| (b, false))
-                        .into_iter()
-                        .chain(num(sm, "exclusiveMinimum").map(|b| (b, true)))
-                        .max_by(|a, b| a.0.total_cmp(&b.0));
-                    let ok = sb
-                        .is_some_and(|(b, s_strict)| b > tb || (b == tb && (!strict || s_strict)));
-                    if !ok {
-                        v.add(
-                            Outcome::Breaking,
-                            at,
-                            format!(
-                                "the target's {lo} is not met by every number the source allows"
-                            ),
-                        );
-                    }
-                }
-            }
-            for (hi, strict) in [("maximum", false), ("exclusiveMaximum", true)] {
-                if let Some(tb) = num(tm, hi) {
-                    let sb = num(sm, "maximum")
-                        .map(|b| (b, false))
-                        .into_iter()
-                        .chain(num(sm, "exclusiveMaximum").map(|b| (b, true)))
-                        .min_by(|a, b| a.0.total_cmp(&b.0));
-                    let ok = sb
-                        .is_some_and(|(b, s_strict)| b < tb || (b == tb && (!strict || s_strict)));
-                    if !ok {
-                        v.add(
-                            Outcome::Breaking,
-                            at,
-                            format!(
-                                "the target's {hi} is not met by every number the source allows"
-                            ),
-                        );
-                    }
-                }
-            }
+            number_bounds(sm, tm, at, v);
         }
         if has("string") {
             self.bound(sm, tm, "minLength", true, at, v);
@@ -412,6 +373,45 @@ impl Roots<'_> {
         }
         if has("object") {
             self.objects(sm, tm, at, v, depth, seen);
+        }
+    }
+}
+
+/// The target's numeric bounds against the source's: each must hold for every number the
+/// source allows.
+fn number_bounds(sm: &Map<String, Value>, tm: &Map<String, Value>, at: &str, v: &mut Verdict) {
+    for (lo, strict) in [("minimum", false), ("exclusiveMinimum", true)] {
+        if let Some(tb) = num(tm, lo) {
+            let sb = num(sm, "minimum")
+                .map(|b| (b, false))
+                .into_iter()
+                .chain(num(sm, "exclusiveMinimum").map(|b| (b, true)))
+                .max_by(|a, b| a.0.total_cmp(&b.0));
+            let ok = sb.is_some_and(|(b, s_strict)| b > tb || (b == tb && (!strict || s_strict)));
+            if !ok {
+                v.add(
+                    Outcome::Breaking,
+                    at,
+                    format!("the target's {lo} is not met by every number the source allows"),
+                );
+            }
+        }
+    }
+    for (hi, strict) in [("maximum", false), ("exclusiveMaximum", true)] {
+        if let Some(tb) = num(tm, hi) {
+            let sb = num(sm, "maximum")
+                .map(|b| (b, false))
+                .into_iter()
+                .chain(num(sm, "exclusiveMaximum").map(|b| (b, true)))
+                .min_by(|a, b| a.0.total_cmp(&b.0));
+            let ok = sb.is_some_and(|(b, s_strict)| b < tb || (b == tb && (!strict || s_strict)));
+            if !ok {
+                v.add(
+                    Outcome::Breaking,
+                    at,
+                    format!("the target's {hi} is not met by every number the source allows"),
+                );
+            }
         }
     }
 }

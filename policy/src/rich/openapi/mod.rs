@@ -12,11 +12,17 @@
 //! assertions as declared evidence, not qualified. Pure and deterministic: the same document
 //! and options give the same values, and so the same files and digests.
 
+mod coverage;
+mod refs;
 mod schema;
+
+pub use coverage::Coverage;
 
 use std::collections::BTreeMap;
 
 use serde_json::{json, Map, Value};
+
+use refs::resolve;
 
 use crate::digest::{Sha256Digest, Spelling};
 
@@ -48,49 +54,10 @@ pub struct Imported {
     pub coverage: Vec<(String, Coverage)>,
 }
 
-/// How much of an operation's input its imported contract checks.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Coverage {
-    /// Its body (when it has one) and its parameters, whole.
-    Full,
-    /// Checked, but something was replaced by `{}`: the first reason.
-    Partly(String),
-    /// A write whose body is not checked at all: why.
-    Unchecked(String),
-}
-
 impl Imported {
-    /// `imported N operations: A checked fully, B checked partly (why), C unchecked (why)`.
+    /// The line `lock import-openapi` ends with ([`coverage::summary`]).
     pub fn summary(&self) -> String {
-        let count = |f: fn(&Coverage) -> bool| self.coverage.iter().filter(|(_, c)| f(c)).count();
-        let reasons = |f: fn(&Coverage) -> Option<&String>| {
-            let mut why: Vec<String> = self
-                .coverage
-                .iter()
-                .filter_map(|(name, c)| f(c).map(|w| format!("{name}: {w}")))
-                .collect();
-            why.truncate(5);
-            if why.is_empty() {
-                String::new()
-            } else {
-                format!(" ({})", why.join("; "))
-            }
-        };
-        format!(
-            "imported {} operations: {} checked fully, {} checked partly{}, {} unchecked{}",
-            self.coverage.len(),
-            count(|c| matches!(c, Coverage::Full)),
-            count(|c| matches!(c, Coverage::Partly(_))),
-            reasons(|c| match c {
-                Coverage::Partly(w) => Some(w),
-                _ => None,
-            }),
-            count(|c| matches!(c, Coverage::Unchecked(_))),
-            reasons(|c| match c {
-                Coverage::Unchecked(w) => Some(w),
-                _ => None,
-            }),
-        )
+        coverage::summary(&self.coverage)
     }
 }
 
@@ -199,50 +166,25 @@ pub fn import(
             }
             routes.insert(route, name.clone());
             used_names.insert(name.clone());
-            let reversibility = opts
-                .reversibility
-                .get(&name)
-                .cloned()
-                .or_else(|| {
-                    op.get("x-rich-reversibility")
-                        .and_then(Value::as_str)
-                        .filter(|r| REVERSIBILITY.contains(r))
-                        .map(str::to_owned)
-                })
-                .unwrap_or_else(|| "unknown".into());
-            let rev_source = if opts.reversibility.contains_key(&name) {
-                "manually-authored"
-            } else if reversibility != "unknown" {
-                "generated-from-typed-source"
-            } else {
-                "unresolved"
-            };
-            let mut t = Translate {
+            let (reversibility, rev_source) = reversibility_of(opts, &name, op);
+            let t = Translate {
                 components,
                 dialect_30,
                 untranslated: Vec::new(),
             };
-            let params = parameters(doc, item, op, &mut t, &at);
-            let input = request_schema(doc, op, &mut t, &at);
-            let unchecked = match &input {
-                Err(why) if matches!(method, "put" | "post" | "patch") => Some(why.clone()),
-                _ => None,
-            };
-            let input = input.ok();
-            if let Some(why) = &unchecked {
+            let Schemas {
+                params,
+                input,
+                output,
+                errors,
+                untranslated,
+                coverage,
+            } = schemas(doc, t, (item, op), method, &at);
+            if let Coverage::Unchecked(why) = &coverage {
                 out.warnings.push(format!(
                     "{name}: {why}; its input is \"unknown\" (not checked)"
                 ));
             }
-            let input_untranslated = t.untranslated.first().cloned();
-            let output = response_schema(doc, op, &mut t, &at);
-            let errors = error_domain(doc, op, &mut t, &at);
-            let untranslated = t.untranslated;
-            let coverage = match (unchecked, input_untranslated) {
-                (Some(why), _) => Coverage::Unchecked(why),
-                (None, Some(what)) => Coverage::Partly(what),
-                (None, None) => Coverage::Full,
-            };
             out.coverage.push((name.clone(), coverage));
             let side_effect = match method {
                 "get" | "head" | "options" => "read",
@@ -314,6 +256,68 @@ pub fn import(
     Ok(out)
 }
 
+/// An operation's reversibility and where it came from: the operator's option, the
+/// document's `x-rich-reversibility`, else `unknown`.
+fn reversibility_of(
+    opts: &ImportOptions,
+    name: &str,
+    op: &Map<String, Value>,
+) -> (String, &'static str) {
+    if let Some(r) = opts.reversibility.get(name) {
+        return (r.clone(), "manually-authored");
+    }
+    match op
+        .get("x-rich-reversibility")
+        .and_then(Value::as_str)
+        .filter(|r| REVERSIBILITY.contains(r) && *r != "unknown")
+    {
+        Some(r) => (r.to_owned(), "generated-from-typed-source"),
+        None => ("unknown".into(), "unresolved"),
+    }
+}
+
+/// One operation's contract schemas, what could not be carried over, and how much of its
+/// input they check.
+struct Schemas {
+    params: Value,
+    input: Option<Value>,
+    output: Option<Value>,
+    errors: Value,
+    untranslated: Vec<String>,
+    coverage: Coverage,
+}
+
+fn schemas(
+    doc: &Value,
+    mut t: Translate<'_>,
+    (item, op): (&Map<String, Value>, &Map<String, Value>),
+    method: &str,
+    at: &str,
+) -> Schemas {
+    let params = parameters(doc, item, op, &mut t, at);
+    let input = request_schema(doc, op, &mut t, at);
+    let unchecked = match &input {
+        Err(why) if matches!(method, "put" | "post" | "patch") => Some(why.clone()),
+        _ => None,
+    };
+    let input_untranslated = t.untranslated.first().cloned();
+    let output = response_schema(doc, op, &mut t, at);
+    let errors = error_domain(doc, op, &mut t, at);
+    let coverage = match (unchecked, input_untranslated) {
+        (Some(why), _) => Coverage::Unchecked(why),
+        (None, Some(what)) => Coverage::Partly(what),
+        (None, None) => Coverage::Full,
+    };
+    Schemas {
+        params,
+        input: input.ok(),
+        output,
+        errors,
+        untranslated: t.untranslated,
+        coverage,
+    }
+}
+
 fn source(known: bool) -> &'static str {
     if known {
         "generated-from-typed-source"
@@ -373,38 +377,6 @@ fn erase_names(template: &str) -> String {
         }
     }
     out
-}
-
-/// Longest chain of `$ref`s followed.
-const MAX_REF_HOPS: usize = 32;
-
-/// Follows a chain of `$ref`s inside the document (`#/components/requestBodies/…`,
-/// `…/parameters/…`, `…/responses/…`, `…/headers/…`, `…/pathItems/…`, or any JSON pointer in
-/// it, percent-decoded as a URI fragment): the object reached, or why it cannot be.
-fn resolve<'a>(doc: &'a Value, v: &'a Value) -> Result<&'a Value, String> {
-    let mut current = v;
-    let mut seen: Vec<&str> = Vec::new();
-    for _ in 0..MAX_REF_HOPS {
-        let Some(r) = current.get("$ref").and_then(Value::as_str) else {
-            return Ok(current);
-        };
-        let Some(fragment) = r.strip_prefix('#') else {
-            return Err(format!(
-                "`$ref` {r} names another document, which is not fetched"
-            ));
-        };
-        if seen.contains(&r) {
-            return Err(format!("`$ref` {r} leads back to itself"));
-        }
-        seen.push(r);
-        let pointer = percent_encoding::percent_decode_str(fragment)
-            .decode_utf8()
-            .map_err(|_| format!("`$ref` {r} is not UTF-8 once decoded"))?;
-        current = doc
-            .pointer(&pointer)
-            .ok_or_else(|| format!("`$ref` {r} names nothing in the document"))?;
-    }
-    Err(format!("a chain of more than {MAX_REF_HOPS} `$ref`s"))
 }
 
 /// Path, query and header parameters (the operation's over the path item's), each schema
