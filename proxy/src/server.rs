@@ -103,10 +103,10 @@ impl Server {
         };
         // Metrics first: the store's writer thread takes its metric handles when it starts.
         let metrics = crate::telemetry::Metrics::register();
-        let enforcement = if config.writes.is_empty() {
-            None
-        } else {
+        let enforcement = if config.needs_store() {
             Some(Arc::new(crate::context::Enforcement::load(&config).await?))
+        } else {
+            None
         };
         let rcns = match &config.rcns {
             Some(r) => Some(crate::context::RcnsState::load(r).map_err(|problems| {

@@ -240,6 +240,20 @@ if PHASE == "main":
     rate_limits()
     drift_events_hold_no_values()
     print(json.dumps({"ok": True, "effects": len(effects())}))
+elif PHASE == "standalone":
+    # `[aip2]` without PTCL enforcement (issue 37): the guard, its nonce store and receipts
+    # work as with it; every other request goes to the agent as it is, no lease asked.
+    byte_for_byte_and_receipt()
+    refusals()
+    n = len(effects())
+    r = httpx.post(f"{PAL}/orders", content=b'{"sku":"x"}',
+                   headers={"content-type": "application/json"}, timeout=30)
+    check(r.status_code == 404 and "ERR_" not in r.text,
+          f"a plain POST reaches the agent unleased (its own 404): {r.status_code} {r.text}")
+    check("agent-fence-token" not in r.headers and "agent-commit-receipt" not in r.headers,
+          "no PTCL headers on a request PTCL does not enforce")
+    check(len(effects()) == n, "a plain POST is not a channel effect")
+    print(json.dumps({"ok": True, "effects": len(effects())}))
 elif PHASE == "restart":
     # The nonce store is durable: after a restart the same message is still a replay.
     with open(STATE, "rb") as f:

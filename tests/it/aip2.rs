@@ -151,3 +151,23 @@ fn quote_channel_guard_and_relay_with_the_agirails_sdk() {
     let (ok, out, err) = p.stop_and_audit();
     assert!(ok, "audit verify failed:\n{out}\n{err}");
 }
+
+/// `[aip2]` on its own (issue 37): `ptcl.writes = []` and the quote channel guarded as with
+/// PTCL (the SDK's messages delivered with receipts, every refusal with its code, receipt and
+/// an agent that saw nothing), the relay served from the store, every other request proxied
+/// as it is; the log verifies.
+#[test]
+fn the_quote_channel_guard_stands_alone_without_ptcl() {
+    let port = free_port();
+    let agent_url = format!("http://127.0.0.1:{port}");
+    let _agent = start_agent(port);
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(dir.path(), &agent_url) + "[ptcl]\nwrites = []\n";
+    let p = Palisade::start(&text);
+    let state = tempfile::NamedTempFile::new().unwrap();
+    let relay_state = tempfile::NamedTempFile::new().unwrap();
+    scenario("standalone", &p, &agent_url, state.path());
+    relay_scenario("main", &p, relay_state.path());
+    let (ok, out, err) = p.stop_and_audit();
+    assert!(ok, "audit verify failed:\n{out}\n{err}");
+}

@@ -28,6 +28,19 @@ pub use model::{
 use raw::RawConfig;
 
 impl Config {
+    /// PTCL write enforcement is on: `ptcl.writes` names at least one method. Off, the sidecar
+    /// is a plain proxy for the SoR, though a guard of its own (`[aip2]`) may still run on
+    /// the enforcement handles (store, key, drift sink).
+    pub fn enforcing(&self) -> bool {
+        !self.writes.is_empty()
+    }
+
+    /// The enforcement handles are needed: PTCL is on, or a guard that keeps state and
+    /// receipts in the store is configured.
+    pub fn needs_store(&self) -> bool {
+        self.enforcing() || self.aip2.is_some()
+    }
+
     /// Reads and validates `path`; every problem found is in the error.
     pub fn load(path: &Path) -> Result<Config, ConfigError> {
         let file = path.display().to_string();

@@ -210,6 +210,10 @@ fn aip2_defaults_and_problems() {
         crate::config::ProxyHeader::Forwarded
     );
 
+    // `[aip2]` stands alone: no PTCL enforcement needed (issue 37).
+    let alone = format!("{base}[ptcl]\nwrites = []\n[aip2]\nkernels = {{ 84532 = \"0x9d25A874f046185d9237Cd4954C88D2B74B0021b\" }}\n");
+    let c = Config::parse(&alone, "t.toml").unwrap();
+    assert!(!c.enforcing() && c.needs_store() && c.aip2.is_some());
     let bad = format!(
         "{base}[ptcl]\nwrites = []\n[aip2]\nquote_channel = \"q/\"\nkernels = {{ x = \"0x1\", 1 = \"nope\" }}\n\
          rate_limit = 0\ntrusted_proxies = [\"10.0.0.0/33\"]\ntrusted_proxy_header = \"x-real-ip\"\nrelay_max_per_tx = 0\nrelay_ttl = \"x\"\ndedup_ttl = \"1h\"\nsurprise = 1\n"
@@ -217,7 +221,6 @@ fn aip2_defaults_and_problems() {
     let err = Config::parse(&bad, "t.toml").unwrap_err();
     let keys: Vec<&str> = err.0.iter().map(|p| p.key.as_str()).collect();
     for k in [
-        "aip2",
         "aip2.quote_channel",
         "aip2.kernels",
         "aip2.kernels.1",

@@ -248,13 +248,9 @@ impl RawConfig {
             }
         }
 
+        // `[aip2]` stands alone (issue 37): with `ptcl.writes = []` the sidecar still opens
+        // the store and key its nonce store, relay and receipts need.
         let aip2 = self.aip2.map(|a| a.validate(c));
-        if aip2.is_some() && writes.is_empty() {
-            c.push(
-                "aip2",
-                "needs PTCL enforcement (ptcl.writes not empty): its refusals and deliveries are receipted in the store",
-            );
-        }
 
         let admission = self.admission.map(|a| a.validate(c));
         if admission.is_some() && writes.is_empty() {

@@ -205,7 +205,11 @@ async fn tool_call(
         async move { refuse(state, cx, denied, lease, args, id, StatusCode::OK).await }
     };
 
-    let Some(enf) = state.enforcement.clone() else {
+    let Some(enf) = state
+        .enforcement
+        .clone()
+        .filter(|_| state.config.enforcing())
+    else {
         return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
     };
     let rule = results::OutputRule::of(binding.capability());

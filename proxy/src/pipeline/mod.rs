@@ -82,10 +82,10 @@ pub async fn handle(
     let trace_id = headers::ensure_traceparent(&mut parts.headers);
     // The request as every later stage decides on it and the upstream receives it: method
     // classified fail-closed, path canonical, overrides and forged PTCL headers gone.
-    let prepared = request_form::prepare(&state.config, &mut parts, state.enforcement.is_some());
+    let prepared = request_form::prepare(&state.config, &mut parts, state.config.enforcing());
     let kind = match prepared {
         // `ptcl.writes = []` turns enforcement off: a plain proxy, every method streams.
-        _ if state.enforcement.is_none() => Kind::Read,
+        _ if !state.config.enforcing() => Kind::Read,
         Ok(MethodClass::Read) => Kind::Read,
         Ok(MethodClass::Write) | Err(_) => Kind::Write,
     };
@@ -128,27 +128,28 @@ pub async fn handle(
 /// The route of a request whose form was accepted.
 fn route_of(state: &AppState, parts: &http::request::Parts, ex: &Exchange) -> Route {
     let path = ex.path.as_str();
-    let Some(_) = &state.enforcement else {
+    if state.enforcement.is_none() || !state.config.enforcing() {
+        // A plain proxy, or one whose only guard is AIP-2.1's (`[aip2]` without PTCL).
+        if state.enforcement.is_some() {
+            if let Some(r) = aip_route(state, path) {
+                return r;
+            }
+        }
         return match &state.admission {
             _ if is_reserved(path) => Route::Reserved,
             Some(_) if is_metadata(parts, path) => Route::Metadata,
             _ if state.config.mcp_path.as_deref() == Some(path) => Route::Mcp,
             _ => Route::Sor,
         };
-    };
+    }
     if state.config.authority && path.starts_with(authority::PREFIX) {
         return Route::Authority;
     }
     if path.starts_with(escrow::PREFIX) && parts.method == Method::GET {
         return Route::EscrowStatus;
     }
-    if state.quote_channel.is_some() {
-        if relay::is_relay(state, path) {
-            return Route::Relay;
-        }
-        if quote_channel::is_channel(state, path) {
-            return Route::QuoteChannel;
-        }
+    if let Some(r) = aip_route(state, path) {
+        return r;
     }
     if let Some(r) = crate::rcns::route(state, parts, path) {
         return Route::Rcns(r);
@@ -163,6 +164,15 @@ fn route_of(state: &AppState, parts: &http::request::Parts, ex: &Exchange) -> Ro
         return Route::Mcp;
     }
     Route::Sor
+}
+
+/// The AIP-2.1 surfaces the sidecar serves itself, when `[aip2]` is configured.
+fn aip_route(state: &AppState, path: &str) -> Option<Route> {
+    state.quote_channel.as_ref()?;
+    if relay::is_relay(state, path) {
+        return Some(Route::Relay);
+    }
+    quote_channel::is_channel(state, path).then_some(Route::QuoteChannel)
 }
 
 fn is_reserved(path: &str) -> bool {

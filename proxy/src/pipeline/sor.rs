@@ -85,8 +85,10 @@ pub(super) async fn answer(
         // Reads of a fenced resource carry its epoch too (SPEC §5.3), so an agent can lease
         // the next write from what it read.
         let fenced_read = match &state.enforcement {
-            Some(_) => facts::read_resource_key(&state.config, &parts, conn),
-            None => None,
+            Some(_) if state.config.enforcing() => {
+                facts::read_resource_key(&state.config, &parts, conn)
+            }
+            _ => None,
         };
         return forward_plain(state, parts, body::boxed(body), conn, &cx, fenced_read).await;
     }
@@ -107,7 +109,7 @@ pub(super) async fn answer(
             return (problem(ex, ErrorCode::BadRequest, detail), Outcome::Refused);
         }
     };
-    if state.enforcement.is_none() {
+    if !state.config.enforcing() {
         // `ptcl.writes = []`: a plain proxy.
         return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
     }
