@@ -9,6 +9,7 @@
 //! envelope (what a client gets) = {receipt, index, inclusion, checkpoint}
 //! ```
 
+pub mod batch;
 pub mod checkpoint;
 pub mod envelope;
 pub mod error;
