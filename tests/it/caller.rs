@@ -39,9 +39,13 @@ async fn connect(p: &Palisade, pki: &Pki, who: &str) -> TlsConn {
 }
 
 async fn grant(c: &mut TlsConn, path: &str) -> Value {
+    grant_mode(c, path, "COMPENSATING_ACTION").await
+}
+
+async fn grant_mode(c: &mut TlsConn, path: &str, mode: &str) -> Value {
     let body = json!({
         "sor_target_uri": format!("{BASE}{path}"),
-        "recovery_mode": "COMPENSATING_ACTION",
+        "recovery_mode": mode,
         "t_req_ms": 60_000,
         "inverse_payload": serde_json::from_slice::<Value>(&inverse()).unwrap(),
     });
@@ -150,4 +154,50 @@ async fn an_svid_caller_is_one_identity_for_lease_receipt_key_and_refusal() {
     let doc: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(parts.status, StatusCode::FORBIDDEN, "{doc}");
     assert_eq!(doc["code"], "ERR_LEASE_NOT_YOURS");
+}
+
+/// A held write belongs to the caller that sent it: its status answers that caller only, and
+/// the release an operator approves leaves a commit receipt naming that caller, not the
+/// operator and not nobody.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_released_escrow_is_receipted_for_the_caller_that_sent_it() {
+    let upstream = Upstream::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let pki = Pki::new(dir.path());
+    let p = mtls_sidecar(&pki, &upstream, dir);
+    let mut agent = connect(&p, &pki, AGENT).await;
+    let mut other = connect(&p, &pki, OTHER).await;
+    let lease = grant_mode(&mut agent, "/items/9", "HUMAN_ESCROW").await;
+    let (parts, bytes) = agent
+        .send(leased_put("/items/9", &lease, "k-e"))
+        .await
+        .unwrap();
+    let held: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(parts.status, StatusCode::ACCEPTED, "{held}");
+    let id = held["escrow_id"].as_str().unwrap().to_owned();
+    let status = || {
+        Request::get(format!("/.well-known/ptcl/v1/escrow/{id}"))
+            .body(full(""))
+            .unwrap()
+    };
+    let (parts, _) = agent.send(status()).await.unwrap();
+    assert_eq!(parts.status, StatusCode::OK);
+    let (parts, _) = other.send(status()).await.unwrap();
+    assert_eq!(
+        parts.status,
+        StatusCode::NOT_FOUND,
+        "another caller's escrow"
+    );
+    assert_eq!(writes_seen(&upstream), 0);
+
+    let (code, doc) = admin_post(p.admin, &format!("/admin/v1/escrow/{id}/approve")).await;
+    assert_eq!(code, StatusCode::OK, "{doc}");
+    assert_eq!(doc["state"], "released", "{doc}");
+    assert_eq!(doc["receipt"]["kind"], "commit", "{doc}");
+    assert_eq!(doc["receipt"]["caller"], AGENT, "{doc}");
+    assert!(
+        doc.get("caller").is_none(),
+        "the status shows no caller: {doc}"
+    );
+    assert_eq!(writes_seen(&upstream), 1);
 }
