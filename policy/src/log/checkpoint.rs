@@ -109,25 +109,8 @@ impl LogKey {
 
     /// Reads a verifier key `<name>+<hex id>+<base64(0x01 ‖ key)>`, checking its key ID.
     pub fn parse(vkey: &str) -> Result<Self, LogError> {
-        let bad = |why: &str| LogError::Signature(format!("verifier key: {why}"));
-        let mut parts = vkey.trim().splitn(3, '+');
-        let (Some(name), Some(id), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
-            return Err(bad("not <name>+<hex id>+<base64 key>"));
-        };
-        let bytes = STANDARD
-            .decode(key)
-            .map_err(|_| bad("the key is not base64"))?;
-        let raw: [u8; 32] = match bytes.split_first() {
-            Some((&ALG_ED25519, rest)) => rest
-                .try_into()
-                .map_err(|_| bad("not a 32-byte Ed25519 key"))?,
-            _ => return Err(bad("not an Ed25519 key (type 0x01)")),
-        };
-        let parsed = Self::new(name, raw)?;
-        if id.len() != 8 || u32::from_str_radix(id, 16).ok() != Some(parsed.id) {
-            return Err(bad("its key ID does not match its name and key"));
-        }
-        Ok(parsed)
+        let (name, raw) = parse_vkey(vkey, ALG_ED25519)?;
+        Self::new(&name, raw)
     }
 
     pub fn origin(&self) -> &str {
@@ -147,6 +130,57 @@ impl LogKey {
             STANDARD.encode(typed(&self.raw))
         )
     }
+}
+
+/// A witness's C2SP verifier key: type 0x04, a timestamped Ed25519 cosignature
+/// (C2SP tlog-cosignature), `<name>+<hex id>+<base64(0x04 ‖ key)>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WitnessKey {
+    pub name: String,
+    pub id: u32,
+    pub key: [u8; 32],
+}
+
+const ALG_COSIGNATURE_V1: u8 = 0x04;
+
+impl WitnessKey {
+    pub fn parse(vkey: &str) -> Result<Self, LogError> {
+        let (name, key) = parse_vkey(vkey, ALG_COSIGNATURE_V1)?;
+        let mut typed = vec![ALG_COSIGNATURE_V1];
+        typed.extend_from_slice(&key);
+        Ok(Self {
+            id: signed_note::key_id(&name, &typed),
+            name,
+            key,
+        })
+    }
+}
+
+/// A verifier key of key type `alg` with a 32-byte key: its name and key, once its key ID is
+/// checked against them (`SHA-256(name ‖ 0x0A ‖ alg ‖ key)[:4]`).
+fn parse_vkey(vkey: &str, alg: u8) -> Result<(String, [u8; 32]), LogError> {
+    let bad = |why: &str| LogError::Signature(format!("verifier key: {why}"));
+    let mut parts = vkey.trim().splitn(3, '+');
+    let (Some(name), Some(id), Some(key)) = (parts.next(), parts.next(), parts.next()) else {
+        return Err(bad("not <name>+<hex id>+<base64 key>"));
+    };
+    if !signed_note::is_key_name_valid(name) {
+        return Err(bad("its name is empty or holds a space or '+'"));
+    }
+    let bytes = STANDARD
+        .decode(key)
+        .map_err(|_| bad("the key is not base64"))?;
+    let raw: [u8; 32] = match bytes.split_first() {
+        Some((&a, rest)) if a == alg => rest
+            .try_into()
+            .map_err(|_| bad("not a 32-byte Ed25519 key"))?,
+        _ => return Err(bad(&format!("not a key of type 0x{alg:02x}"))),
+    };
+    if id.len() != 8 || u32::from_str_radix(id, 16).ok() != Some(signed_note::key_id(name, &bytes))
+    {
+        return Err(bad("its key ID does not match its name and key"));
+    }
+    Ok((name.to_owned(), raw))
 }
 
 impl Verifier for LogKey {
@@ -269,5 +303,18 @@ mod tests {
         assert!(open(note.as_bytes(), &other).is_err());
         // A body that is not a checkpoint.
         assert!(Checkpoint::parse_body("o\n01\nAAAA\n").is_err());
+        // A witness key is type 0x04 and checks its key ID the same way; a log key is not one.
+        let raw = [7u8; 32];
+        let mut typed = vec![0x04];
+        typed.extend_from_slice(&raw);
+        let id = signed_note::key_id("witness.example", &typed);
+        let vkey = format!("witness.example+{id:08x}+{}", STANDARD.encode(&typed));
+        let w = WitnessKey::parse(&vkey).unwrap();
+        assert_eq!((w.name.as_str(), w.id, w.key), ("witness.example", id, raw));
+        assert!(
+            WitnessKey::parse(&key.vkey()).is_err(),
+            "a log key is not a witness key"
+        );
+        assert!(WitnessKey::parse(&vkey.replacen("witness", "witnesz", 1)).is_err());
     }
 }

@@ -15,6 +15,7 @@ mod collector;
 mod model;
 pub mod raw;
 pub mod rcns;
+pub mod receipts;
 mod validate;
 
 use std::path::Path;
@@ -95,6 +96,7 @@ impl Config {
                 .contains_key("rcns")
                 .then(|| section(&mut table, "rcns", &mut c)),
             log: section(&mut table, "log", &mut c),
+            receipts: section(&mut table, "receipts", &mut c),
         };
         for key in table.keys() {
             c.push(key, "unknown key");

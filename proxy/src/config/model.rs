@@ -64,6 +64,8 @@ pub struct Config {
     pub admission: Option<Admission>,
     /// `[rcns]`: contract negotiation, when the section is present.
     pub rcns: Option<Rcns>,
+    /// `[receipts]`: the receipt log's origin and witnesses.
+    pub receipts: Receipts,
     pub listen_addr: String,
     pub drain_timeout: Duration,
     pub listen_tls: Option<ListenTls>,
@@ -236,4 +238,21 @@ pub struct Rcns {
     pub persistent_ttl: Duration,
     pub max_contracts_per_agent: u64,
     pub max_contracts: u64,
+}
+
+/// `[receipts]` (SPEC §2, §5.5).
+#[derive(Debug, Clone)]
+pub struct Receipts {
+    /// The checkpoints' origin line and signed-note key name.
+    pub origin: String,
+    pub witnesses: Vec<Witness>,
+    /// How often a checkpoint is submitted to each witness, at most.
+    pub witness_interval: std::time::Duration,
+}
+
+/// A C2SP tlog-witness the log submits its checkpoints to.
+#[derive(Debug, Clone)]
+pub struct Witness {
+    pub url: String,
+    pub key: palisade_policy::log::checkpoint::WitnessKey,
 }

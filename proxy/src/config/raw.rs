@@ -153,4 +153,5 @@ pub struct RawConfig {
     pub aip2: Option<super::aip2::RawAip2>,
     pub admission: Option<super::admission::RawAdmission>,
     pub rcns: Option<super::rcns::RawRcns>,
+    pub receipts: super::receipts::RawReceipts,
 }

@@ -93,6 +93,9 @@ kind = "embedded"
 path = "/var/lib/palisade/state.redb"
 [signing]
 key = "/etc/palisade/signing.pem"
+[receipts]
+origin = "erp.example.com/palisade"
+witness_interval = "10s"
 [trust]
 issuers = "/etc/palisade/issuers.json"
 [ptcl]
@@ -113,6 +116,7 @@ sinks = ["stdout", { file = "/var/log/palisade/drift.jsonl" }, { webhook = "http
 quarantine_dir = "/var/lib/palisade/quarantine"
 "#;
     let c = Config::parse(text, "spec.toml").unwrap();
+    assert_eq!(c.receipts.origin, "erp.example.com/palisade");
     assert_eq!(c.mcp_path.as_deref(), Some("/mcp"));
     assert_eq!(c.drift_sinks.len(), 3);
     assert!(c.listen_tls.unwrap().client_ca.is_some());
@@ -231,6 +235,60 @@ fn aip2_defaults_and_problems() {
         "aip2.relay_ttl",
         "aip2.dedup_ttl",
         "aip2.surprise",
+    ] {
+        assert!(keys.contains(&k), "{k} not reported: {keys:?}");
+    }
+}
+
+/// `[receipts]` (SPEC §2): the log's origin (by default `<public_base host>/palisade`) and its
+/// witnesses, whose verifier keys must be of type 0x04 with a key ID that matches.
+#[test]
+fn receipts_origin_and_witnesses() {
+    use base64::Engine as _;
+    let base = "[upstream]\nurl = \"http://127.0.0.1:8081\"\n";
+    assert_eq!(
+        Config::parse(base, "t.toml").unwrap().receipts.origin,
+        "palisade"
+    );
+    let with_base = format!("[listen]\npublic_base = \"https://erp.example.com\"\n{base}");
+    let c = Config::parse(&with_base, "t.toml").unwrap();
+    assert_eq!(c.receipts.origin, "erp.example.com/palisade");
+    assert!(c.receipts.witnesses.is_empty());
+    assert_eq!(
+        c.receipts.witness_interval,
+        std::time::Duration::from_secs(10)
+    );
+
+    let mut typed = vec![0x04];
+    typed.extend_from_slice(&[9u8; 32]);
+    use sha2::Digest as _;
+    let digest = sha2::Sha256::new()
+        .chain_update(b"witness.example\n")
+        .chain_update(&typed)
+        .finalize();
+    let id = u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]);
+    let b64 = base64::engine::general_purpose::STANDARD.encode(&typed);
+    let vkey = format!("witness.example+{id:08x}+{b64}");
+    let good = format!(
+        "{base}[receipts]\nwitnesses = [{{ url = \"https://witness.example/\", vkey = \"{vkey}\" }}]\n"
+    );
+    let c = Config::parse(&good, "t.toml").unwrap();
+    assert_eq!(c.receipts.witnesses[0].key.name, "witness.example");
+
+    let bad = format!(
+        "{base}[receipts]\norigin = \"two words\"\nwitness_interval = \"100ms\"\nsurprise = 1\n\
+         witnesses = [{{ url = \"ftp://w\", vkey = \"{vkey}\" }}, {{ url = \"https://w/\", vkey = \"{}\" }}, {{ url = \"https://w/\" }}]\n",
+        vkey.replacen("witness.example+", "other.example+", 1)
+    );
+    let err = Config::parse(&bad, "t.toml").unwrap_err();
+    let keys: Vec<&str> = err.0.iter().map(|p| p.key.as_str()).collect();
+    for k in [
+        "receipts.origin",
+        "receipts.witness_interval",
+        "receipts.surprise",
+        "receipts.witnesses[0].url",
+        "receipts.witnesses[1].vkey",
+        "receipts.witnesses[2].vkey",
     ] {
         assert!(keys.contains(&k), "{k} not reported: {keys:?}");
     }

@@ -266,6 +266,7 @@ impl RawConfig {
             );
         }
 
+        let receipts = self.receipts.validate(c, public_base.as_deref());
         let rcns = self.rcns.map(|r| r.validate(c));
         if rcns.is_some() && (writes.is_empty() || self.rich.lockfile.is_none()) {
             c.push(
@@ -284,6 +285,7 @@ impl RawConfig {
             aip2,
             admission,
             rcns,
+            receipts,
             listen_addr,
             drain_timeout,
             listen_tls: self.listen.tls.map(|t| ListenTls {
