@@ -82,6 +82,16 @@ impl Fleet {
     fn replica(&self, url: &str) -> Palisade {
         self.replica_with(url, "off")
     }
+
+    /// A configuration file `<name>.toml` in `dir` for the database at `url`, for the
+    /// operator commands (`store check`, `audit verify`, …).
+    fn config_file(&self, dir: &std::path::Path, name: &str, url: &str) -> std::path::PathBuf {
+        let store = format!("kind = \"postgres\"\nurl = \"{url}\"\n");
+        let text = write_config(&self.upstream, dir, "", &store);
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, text).unwrap();
+        path
+    }
 }
 
 /// The store contract on PostgreSQL: one cluster per scenario, the store on its socket.
@@ -810,12 +820,7 @@ async fn the_write_lock_is_the_databases() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_password_is_never_shown() {
     let fleet = Fleet::start().await;
-    let (upstream, socket, cluster, tls) = (
-        &fleet.upstream,
-        fleet.socket.as_str(),
-        &fleet.cluster,
-        fleet.tls.as_str(),
-    );
+    let (socket, cluster, tls) = (fleet.socket.as_str(), &fleet.cluster, fleet.tls.as_str());
     let (a, c) = (fleet.replica(socket), fleet.replica(tls));
     let c_logs = c.logs();
 
@@ -830,17 +835,7 @@ async fn the_password_is_never_shown() {
     }
     let wrong = "Wrong-pw-5d1f-not-shown";
     let dir = tempfile::tempdir().unwrap();
-    let cfg = |name: &str, url: &str| {
-        let text = write_config(
-            upstream,
-            dir.path(),
-            "",
-            &format!("kind = \"postgres\"\nurl = \"{url}\"\n"),
-        );
-        let path = dir.path().join(format!("{name}.toml"));
-        std::fs::write(&path, text).unwrap();
-        path
-    };
+    let cfg = |name: &str, url: &str| fleet.config_file(dir.path(), name, url);
     let good = cfg("good", tls);
     let out = Command::new(bin())
         .args(["store", "check", "--config"])
@@ -1063,21 +1058,11 @@ async fn retention_sweeps_in_rounds_and_audit_verify_starts_at_the_anchor() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_newer_schema_is_refused_and_a_fresh_database_is_migrated() {
     let fleet = Fleet::start().await;
-    let (upstream, socket, cluster) = (&fleet.upstream, fleet.socket.as_str(), &fleet.cluster);
+    let (socket, cluster) = (fleet.socket.as_str(), &fleet.cluster);
     // A database this build made (and migrated).
     drop(open(socket).await.unwrap());
     let dir = tempfile::tempdir().unwrap();
-    let cfg = |name: &str, url: &str| {
-        let text = write_config(
-            upstream,
-            dir.path(),
-            "",
-            &format!("kind = \"postgres\"\nurl = \"{url}\"\n"),
-        );
-        let path = dir.path().join(format!("{name}.toml"));
-        std::fs::write(&path, text).unwrap();
-        path
-    };
+    let cfg = |name: &str, url: &str| fleet.config_file(dir.path(), name, url);
 
     // A database whose schema is newer than this build is refused, not written to, by a
     // sidecar, `store check` and `store migrate`; a fresh database is migrated by `migrate`.

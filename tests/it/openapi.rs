@@ -750,7 +750,15 @@ async fn imported_parameters_are_checked_on_reads_and_writes() {
         .header("XERO-TENANT-ID", "another")
         .body(full(""))
         .unwrap();
-    for req in [missing, twice] {
+    // Bytes that are not text (obs-text, which HTTP/1.1 still carries): refused, not read lossily.
+    let opaque = Request::get(&url)
+        .header(
+            "xero-tenant-id",
+            http::HeaderValue::from_bytes(b"t\xfa\xfb").unwrap(),
+        )
+        .body(full(""))
+        .unwrap();
+    for req in [missing, twice, opaque] {
         let (parts, answer) = send(&client, req).await;
         let doc: Value = serde_json::from_slice(&answer).unwrap();
         assert_eq!(parts.status, StatusCode::UNPROCESSABLE_ENTITY, "{doc}");
@@ -797,7 +805,11 @@ async fn imported_parameters_are_checked_on_reads_and_writes() {
         "the refused write reached no one"
     );
     let events = drift_events(&s.p);
-    for location in ["/query/pageSize", "/path/projectId"] {
+    for location in [
+        "/query/pageSize",
+        "/path/projectId",
+        "/header/xero-tenant-id",
+    ] {
         assert!(
             events.iter().any(|e| e["violationLocation"] == location),
             "{location}: {events:?}"

@@ -385,23 +385,6 @@ impl Bundle {
         })
     }
 
-    /// The connection whose source is `cap` (a capability of this bundle), with its target
-    /// capability. Costs nothing when the bundle has no connections.
-    pub fn connection_for(
-        &self,
-        cap: &Capability,
-    ) -> Option<(&super::connections::Connection, &Capability)> {
-        if self.by_source.is_empty() {
-            return None;
-        }
-        let index = self
-            .capabilities
-            .iter()
-            .position(|c| std::ptr::eq(c, cap))?;
-        let c = self.connection_of(index)?;
-        Some((c, &self.capabilities[c.target]))
-    }
-
     /// The connection whose source is the capability at `index`.
     pub fn connection_of(&self, index: usize) -> Option<&super::connections::Connection> {
         self.connections.get(*self.by_source.get(&index)?)

@@ -213,7 +213,7 @@ async fn own(
     match route {
         Route::Refused(refusal) => refused_form(state, ex, refusal).await,
         Route::Authority => by_status(authority::handle(state, enf, parts, body, conn, &cx).await),
-        Route::EscrowStatus => by_status(escrow::lookup(enf, &ex.path, conn.caller(&parts)).await),
+        Route::EscrowStatus => by_status(escrow::lookup(enf, &ex.path, ex.caller.clone()).await),
         Route::Relay => relay::handle(state, enf, parts, body, conn, cx).await,
         Route::QuoteChannel => match &state.quote_channel {
             Some(qc) => quote_channel::handle(state, enf, qc, parts, body, conn, cx).await,

@@ -141,8 +141,9 @@ impl Case {
 #[test]
 fn a_qualified_t1_connection_compiles_and_maps() {
     let b = Case::new().compile().unwrap();
-    let source = b.route("POST", "/v2/items/7/allocations").unwrap();
-    let (conn, target) = b.connection_for(source).unwrap();
+    let source = b.route_index("POST", "/v2/items/7/allocations").unwrap();
+    let conn = b.connection_of(source).unwrap();
+    let target = &b.capabilities[conn.target];
     assert_eq!(target.name, "alloc-v1");
     assert_eq!(conn.request.profile, PROFILE_T1);
     let out = conn
@@ -154,7 +155,7 @@ fn a_qualified_t1_connection_compiles_and_maps() {
     let err = conn.request.run(&json!({"qty": 3})).unwrap_err();
     assert!(err.to_string().contains("postconditions"), "{err}");
     // The target capability itself has no connection.
-    assert!(b.connection_for(target).is_none());
+    assert!(b.connection_of(conn.target).is_none());
 }
 
 #[test]

@@ -12,10 +12,6 @@ fn key() -> Arc<KeyPair> {
 /// here runs on a [`SetClock`] from it, so expiry is judged without sleeping or the date.
 const T0: i64 = 1_796_299_200_000;
 
-fn now_ms() -> i64 {
-    T0
-}
-
 /// The store at `path` with `retention`, on `clock`.
 fn open_at(path: &std::path::Path, retention: Retention, clock: &Arc<SetClock>) -> EmbeddedStore {
     EmbeddedStore::open_with(path, key(), retention, clock.clone()).unwrap()
@@ -203,8 +199,8 @@ async fn expired_leases_are_swept_and_fence_epochs_stay() {
         retention(0, None),
         &SetClock::at(T0),
     );
-    let past = now_ms() - 1_000;
-    let future = now_ms() + 3_600_000;
+    let past = T0 - 1_000;
+    let future = T0 + 3_600_000;
     store
         .advance(WriteIntent {
             snapshot: Some(b"{\"old\":true}".to_vec()),
@@ -257,8 +253,8 @@ async fn escrows_go_with_their_leases_data_whatever_their_state() {
         record: EscrowRecord::held(id, "l"),
         expires_at_ms: Some(expires_at_ms),
     };
-    let past = now_ms() - 1_000;
-    let future = now_ms() + 3_600_000;
+    let past = T0 - 1_000;
+    let future = T0 + 3_600_000;
     assert!(store.escrow_put(hold("old", past)).await.unwrap());
     // Held in a receipt's transaction, as a HUMAN_ESCROW write is.
     let attach = Attachments {
@@ -306,7 +302,7 @@ async fn an_inverse_staged_alone_goes_after_retention_unless_its_lease_is_record
         .stage("used".into(), None, Some(inv.clone()))
         .await
         .unwrap();
-    let future = now_ms() + 3_600_000;
+    let future = T0 + 3_600_000;
     store
         .advance(WriteIntent {
             lease_record: LeaseRecord::committed("used", "/u", 1, future),
@@ -333,7 +329,7 @@ async fn old_receipts_are_removed_and_the_chain_verifies_from_the_anchor() {
     let path = dir.path().join("s.redb");
     let mut trust = TrustStore::new();
     trust.insert(key().trusted("sidecar")).unwrap();
-    let now = palisade_policy::lease::format_rfc3339_ms(now_ms());
+    let now = palisade_policy::lease::format_rfc3339_ms(T0);
     {
         // 100 receipts from yesterday (more than one sweep's worth), then 3 from now, kept
         // forever while they are written.
@@ -522,7 +518,7 @@ async fn rcns_records_keep_their_caps_expire_and_survive_reopening() {
     use crate::store::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord};
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
-    let now = now_ms();
+    let now = T0;
     let record = |key: &str, owner: &str, expires_ms| RcnsRecord {
         kind: RcnsKind::Contract,
         key: key.into(),
