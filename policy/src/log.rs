@@ -9,13 +9,16 @@
 //! envelope (what a client gets) = {receipt, index, inclusion, checkpoint}
 //! ```
 
+pub mod audit;
 pub mod batch;
 pub mod checkpoint;
 pub mod envelope;
 pub mod error;
 pub mod merkle;
+pub mod seal;
 pub mod tiles;
 
 pub use checkpoint::{Checkpoint, LogKey};
 pub use envelope::Envelope;
 pub use error::LogError;
+pub use seal::{Head, Sealed, Signer};

@@ -1,9 +1,11 @@
-//! Signed, hash-chained receipts (SPEC §5.5).
+//! Receipts (SPEC §5.5). A receipt (`receipt_version` "2.0") is an entry of the receipt log
+//! ([`crate::log`]): its JCS is the leaf, and the checkpoint that covers it is what is signed;
+//! [`entry`] makes one, and the store's batch seals it ([`crate::log::seal`]).
 //!
-//! A receipt is signed by the sidecar key over the JCS of the receipt without `signature`, as
-//! leases are. Receipts form one chain per store: `prev` is `sha256:` + SHA-256 of the JCS of
-//! the previous receipt *with* its signature; the first receipt's `prev` is the digest of zero
-//! bytes. [`verify_chain`] walks a chain and names the first receipt that breaks it.
+//! Before the log, receipts (version 1.0) were each signed by the sidecar key over their JCS
+//! without `signature`, and chained: `prev` is `sha256:` + SHA-256 of the JCS of the previous
+//! receipt *with* its signature. Stores keep the retained part of such a chain from before an
+//! upgrade; [`verify_chain_from`] walks it and names the first receipt that breaks it.
 //!
 //! No receipt ever holds a request or response body, only digests of them; the types here have
 //! no field that could carry one.
@@ -129,18 +131,65 @@ impl ReceiptBody {
     }
 }
 
-/// A signed receipt, in the three forms its users need.
+/// A receipt as an entry of the log: its JSON and its JCS (the bytes the leaf hash is over).
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub value: Value,
+    pub jcs: Vec<u8>,
+}
+
+/// Most bytes of an entry: an entry bundle's length prefix is a uint16 (C2SP tlog-tiles).
+pub const MAX_ENTRY: usize = u16::MAX as usize;
+
+/// Why a receipt cannot be an entry.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a receipt of {0} bytes is larger than an entry may be ({MAX_ENTRY})")]
+pub struct TooLarge(pub usize);
+
+/// The receipt `body` as a log entry (`receipt_version` "2.0", SPEC §5.5): no `prev` and no
+/// signature of its own; the checkpoint that covers it is what is signed.
+pub fn entry(body: &ReceiptBody) -> Result<Entry, TooLarge> {
+    let mut value = serde_json::to_value(body).unwrap_or_else(|_| json!({}));
+    if let Some(obj) = value.as_object_mut() {
+        obj.insert("receipt_version".into(), json!("2.0"));
+    }
+    let jcs = canon::to_vec(&value);
+    if jcs.len() > MAX_ENTRY {
+        return Err(TooLarge(jcs.len()));
+    }
+    Ok(Entry { value, jcs })
+}
+
+/// A receipt integrated into the log, as the client gets it.
 #[derive(Debug, Clone)]
 pub struct SealedReceipt {
+    /// The envelope `{receipt, index, inclusion, checkpoint}`: what every surface hands out.
     pub value: Value,
-    /// JCS of the whole receipt, signature included: what the store keeps.
+    /// The entry's index in the log.
+    pub index: u64,
+    /// The entry's bytes (the receipt's JCS).
+    pub entry: Vec<u8>,
+}
+
+impl SealedReceipt {
+    /// The receipt itself (the envelope's `receipt`).
+    pub fn receipt(&self) -> &Value {
+        &self.value["receipt"]
+    }
+}
+
+/// A version 1.0 receipt (signed on its own, chained by `prev`): what stores wrote before the
+/// receipt log. Stores keep and verify the retained part of such a chain; nothing writes one.
+#[cfg(test)]
+pub(crate) struct V1Receipt {
+    pub value: Value,
     pub jcs: Vec<u8>,
-    /// SHA-256 of `jcs`: the next receipt's `prev`.
     pub digest: Sha256Digest,
 }
 
-/// Signs `body` as the receipt following `prev`.
-pub fn seal(body: &ReceiptBody, prev: Sha256Digest, key: &KeyPair) -> SealedReceipt {
+/// Signs `body` as the version 1.0 receipt following `prev` (tests of the v1 verifier).
+#[cfg(test)]
+pub(crate) fn seal_v1(body: &ReceiptBody, prev: Sha256Digest, key: &KeyPair) -> V1Receipt {
     let mut value = serde_json::to_value(body).expect("a receipt body always serialises");
     let obj = value
         .as_object_mut()
@@ -154,7 +203,7 @@ pub fn seal(body: &ReceiptBody, prev: Sha256Digest, key: &KeyPair) -> SealedRece
     );
     let jcs = canon::to_vec(&value);
     let digest = Sha256Digest::of(&jcs);
-    SealedReceipt { value, jcs, digest }
+    V1Receipt { value, jcs, digest }
 }
 
 /// What is wrong with a receipt in a chain.
@@ -293,7 +342,7 @@ pub fn fuzz_verify_chain(data: &[u8]) {
 mod tests {
     use super::*;
 
-    fn chain(n: usize, key: &KeyPair) -> Vec<SealedReceipt> {
+    fn chain(n: usize, key: &KeyPair) -> Vec<V1Receipt> {
         let mut prev = Sha256Digest::empty();
         (0..n)
             .map(|i| {
@@ -307,7 +356,7 @@ mod tests {
                         "2026-12-02T00:00:00.000Z".into(),
                     )
                 };
-                let r = seal(&body, prev, key);
+                let r = seal_v1(&body, prev, key);
                 prev = r.digest;
                 r
             })

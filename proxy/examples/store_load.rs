@@ -44,7 +44,13 @@ async fn main() {
         None => std::env::temp_dir(),
     };
     let path = dir.join(format!("store-load-{}.redb", uuid::Uuid::new_v4().simple()));
-    let key = Arc::new(KeyPair::from_seed([7; 32]));
+    let key = Arc::new(
+        palisade_policy::log::Signer::new(
+            "load.example/palisade",
+            Arc::new(KeyPair::from_seed([7; 32])),
+        )
+        .expect("a test key"),
+    );
     let store = Arc::new(EmbeddedStore::open(&path, key).unwrap());
     let counter = Arc::new(AtomicU64::new(0));
     let deadline = Instant::now() + Duration::from_secs(seconds);

@@ -68,7 +68,7 @@ def refused(resp, status, code, what, tx=None):
     check(p.get("code") == code, f"{what}: code {p.get('code')} != {code}")
     check(isinstance(p.get("error"), str) and p["error"], f"{what}: the seed's error member")
     if code != "ERR_RATE_LIMITED":
-        check(p.get("receipt", {}).get("kind") == "rejection", f"{what}: rejection receipt")
+        check(sdk.logged(p.get("receipt")).get("kind") == "rejection", f"{what}: rejection receipt")
     if tx is not None:
         check(listing(tx).json()["messages"] == [], f"{what}: nothing was stored")
     return p

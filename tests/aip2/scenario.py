@@ -55,8 +55,9 @@ def refused(resp, status, code, what):
     check(p.get("code") == code, f"{what}: code {p.get('code')} != {code}")
     check(p.get("accepted") is False and p.get("reason"), f"{what}: the SDK's accepted/reason members")
     if code != "ERR_RATE_LIMITED":
-        check(p.get("receipt", {}).get("kind") == "rejection", f"{what}: rejection receipt")
-        check(p["receipt"].get("code") == code, f"{what}: receipt names the code")
+        receipt = sdk.logged(p.get("receipt"))
+        check(receipt.get("kind") == "rejection", f"{what}: rejection receipt")
+        check(receipt.get("code") == code, f"{what}: receipt names the code")
     check(len(effects()) == before, f"{what}: the agent saw it")
     return p
 
@@ -82,7 +83,7 @@ def byte_for_byte_and_receipt():
     r = post(body)
     check(r.status_code == 201, f"counter-accept delivered: {r.status_code} {r.text}")
     check(base64.b64decode(effects()[n]["body_b64"]) == body, "the agent got the exact bytes")
-    receipt = b64json(r.headers["agent-commit-receipt"])
+    receipt = sdk.logged(b64json(r.headers["agent-commit-receipt"]))
     check(receipt["kind"] == "delivery" and receipt["outcome"] == "agirails.counteraccept.v1",
           f"a delivery receipt: {receipt}")
     check(receipt["request_digest"].startswith("eip712:0x"), "the receipt names the signed digest")

@@ -36,6 +36,27 @@ def check(cond, what):
         sys.exit(1)
 
 
+def logged(envelope):
+    """A receipt as a client gets it (SPEC §5.5): `{receipt, index, inclusion, checkpoint}`.
+    The inclusion proof is checked up to the checkpoint's root by `tests/log/verify_log.py`
+    (RFC 9162, written apart from the sidecar); the checkpoint's signature is the log tests'
+    to check. The receipt."""
+    import base64
+    import os
+    import rfc8785
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "log"))
+    import verify_log
+    check(isinstance(envelope, dict) and set(envelope) == {"receipt", "index", "inclusion", "checkpoint"},
+          f"a receipt envelope: {envelope}")
+    body = envelope["checkpoint"].split("\n")
+    size, root = int(body[1]), base64.b64decode(body[2])
+    proof = [base64.b64decode(h) for h in envelope["inclusion"]]
+    leaf = verify_log.leaf_hash(rfc8785.dumps(envelope["receipt"]))
+    check(verify_log.verify_inclusion(envelope["index"], size, leaf, proof, root),
+          f"the receipt's inclusion proof leads to its checkpoint's root: {envelope}")
+    return envelope["receipt"]
+
+
 def raw(envelope):
     """An envelope as compact JSON bytes."""
     return json.dumps(envelope, separators=(",", ":")).encode()

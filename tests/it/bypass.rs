@@ -278,7 +278,10 @@ fn spellings_without_a_canonical_form_are_refused_and_reach_nothing() {
         assert_eq!(a.status, 400, "{spelling}");
         let doc = a.json();
         assert_eq!(doc["code"], "ERR_PATH_NOT_CANONICAL", "{spelling}: {doc}");
-        assert_eq!(doc["receipt"]["kind"], "rejection", "{spelling}: {doc}");
+        assert_eq!(
+            doc["receipt"]["receipt"]["kind"], "rejection",
+            "{spelling}: {doc}"
+        );
         assert_receipt_verifies(&doc["receipt"], "rejection");
         // The same spelling on a read is refused too: it would be no safer forwarded.
         let a = raw(&p, &format!("GET {spelling} HTTP/1.1"), "");
@@ -384,7 +387,7 @@ fn methods_fail_closed() {
         let a = raw(&p, &format!("{m} /api/v2/items/1 HTTP/1.1"), BODY);
         assert_eq!(a.status, 400, "{m}");
         assert_eq!(a.json()["code"], "ERR_METHOD_NOT_CANONICAL", "{m}");
-        assert_eq!(a.json()["receipt"]["kind"], "rejection", "{m}");
+        assert_eq!(a.json()["receipt"]["receipt"]["kind"], "rejection", "{m}");
     }
     // Unknown and WebDAV methods are writes: they need a lease like any other.
     for m in [
@@ -526,7 +529,10 @@ fn assert_refusal(a: &Answer, status: u16, code: &str, what: &str) {
     let doc = a.json();
     assert_eq!(a.status, status, "{what}: {doc}");
     assert_eq!(doc["code"], code, "{what}: {doc}");
-    assert_eq!(doc["receipt"]["kind"], "rejection", "{what}: {doc}");
+    assert_eq!(
+        doc["receipt"]["receipt"]["kind"], "rejection",
+        "{what}: {doc}"
+    );
     assert_receipt_verifies(&doc["receipt"], "rejection");
 }
 

@@ -90,7 +90,7 @@ async fn an_svid_caller_is_one_identity_for_lease_receipt_key_and_refusal() {
     let doc: Value = serde_json::from_slice(&bytes).unwrap();
     assert_eq!(parts.status, StatusCode::FORBIDDEN, "{doc}");
     assert_eq!(doc["code"], "ERR_LEASE_NOT_YOURS");
-    assert_eq!(doc["receipt"]["caller"], OTHER, "{doc}");
+    assert_eq!(doc["receipt"]["receipt"]["caller"], OTHER, "{doc}");
     assert_receipt_verifies(&doc["receipt"], "rejection");
     assert!(
         drift_events(&p)
@@ -193,8 +193,8 @@ async fn a_released_escrow_is_receipted_for_the_caller_that_sent_it() {
     let (code, doc) = admin_post(p.admin, &format!("/admin/v1/escrow/{id}/approve")).await;
     assert_eq!(code, StatusCode::OK, "{doc}");
     assert_eq!(doc["state"], "released", "{doc}");
-    assert_eq!(doc["receipt"]["kind"], "commit", "{doc}");
-    assert_eq!(doc["receipt"]["caller"], AGENT, "{doc}");
+    assert_eq!(doc["receipt"]["receipt"]["kind"], "commit", "{doc}");
+    assert_eq!(doc["receipt"]["receipt"]["caller"], AGENT, "{doc}");
     assert!(
         doc.get("caller").is_none(),
         "the status shows no caller: {doc}"

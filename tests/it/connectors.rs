@@ -246,7 +246,13 @@ impl Connected {
     }
 }
 
+/// The receipt of an answer, verified with the log key.
 fn receipt_of(parts: &http::response::Parts) -> Value {
+    verified_receipt(&envelope(parts))
+}
+
+/// The envelope in an answer's `Agent-Commit-Receipt`.
+fn envelope(parts: &http::response::Parts) -> Value {
     let h = parts
         .headers
         .get("agent-commit-receipt")
@@ -286,7 +292,7 @@ async fn a_v2_write_reaches_the_legacy_operation_mapped_and_its_answer_comes_bac
     );
     // The commit receipt is for the legacy target and names both contracts and the connector.
     let receipt = receipt_of(&parts);
-    assert_receipt_verifies(&receipt, "commit");
+    assert_eq!(receipt["kind"], "commit", "verified by receipt_of");
     assert_eq!(
         receipt["sor_target_uri"],
         format!("{BASE}/legacy/items/1/allocate?trace=1")
@@ -346,7 +352,7 @@ async fn connector_refusals_have_their_codes_receipts_and_events_and_reach_no_on
         }
         assert_receipt_verifies(&doc["receipt"], "rejection");
         assert_eq!(
-            doc["receipt"]["connector"]["connector_digest"],
+            doc["receipt"]["receipt"]["connector"]["connector_digest"],
             conn["connectorDigest"]
         );
     }
@@ -417,7 +423,7 @@ async fn unmappable_answers_under_notify_and_fail_closed() {
     let (parts, doc) = c.post("/v2/notify/3/allocations", &lease, V2_BODY).await;
     assert_eq!(parts.status, StatusCode::OK, "{doc}");
     assert_eq!(doc, json!({"ok": true}), "passed unmapped");
-    assert_receipt_verifies(&receipt_of(&parts), "commit");
+    assert_receipt_verifies(&envelope(&parts), "commit");
 
     // The legacy output contract is the write path's to apply, before any mapping.
     let lease = c.lease("/legacy/badout/3/allocate", 1);

@@ -32,13 +32,18 @@ async fn a_leased_write_is_forwarded_once_with_receipt_and_fence_token() {
         String::from_utf8_lossy(&body)
     );
     assert_eq!(parts.headers["agent-fence-token"], "1");
-    let receipt: Value = serde_json::from_slice(
-        &URL_SAFE_NO_PAD
-            .decode(parts.headers["agent-commit-receipt"].as_bytes())
-            .unwrap(),
-    )
-    .unwrap();
-    assert_receipt_verifies(&receipt, "commit");
+    let envelope = envelope_of(&parts.headers);
+    assert_receipt_verifies(&envelope, "commit");
+    // The first entry of the log, proven in a tree of one.
+    assert_eq!(
+        (
+            envelope["index"].as_u64(),
+            envelope["inclusion"].as_array().map(Vec::len)
+        ),
+        (Some(0), Some(0))
+    );
+    let receipt = &envelope["receipt"];
+    assert_eq!(receipt["receipt_version"], "2.0");
     assert_eq!(receipt["cas_fence_epoch"], 1);
     assert_eq!(receipt["upstream_status"], 200);
     assert_eq!(receipt["sor_target_uri"], format!("{BASE}/items/1"));
@@ -46,10 +51,9 @@ async fn a_leased_write_is_forwarded_once_with_receipt_and_fence_token() {
         receipt["pre_image_state_hash"],
         upstream_state().to_string()
     );
-    assert_eq!(
-        receipt["prev"],
-        Sha256Digest::empty().to_string(),
-        "first receipt of the chain"
+    assert!(
+        receipt.get("prev").is_none() && receipt.get("signature").is_none(),
+        "the checkpoint is what is signed"
     );
     // The body's value in any JSON spelling (its digits alone may occur in a digest).
     let text = receipt.to_string();
@@ -249,7 +253,7 @@ async fn every_refusal_has_its_code_receipt_and_drift_event_and_reaches_no_one()
         let doc: Value = serde_json::from_slice(&body).unwrap();
         assert_eq!(doc["code"], *code, "{name}");
         assert_receipt_verifies(&doc["receipt"], "rejection");
-        assert_eq!(doc["receipt"]["code"], *code, "{name}");
+        assert_eq!(doc["receipt"]["receipt"]["code"], *code, "{name}");
         let header: Value = serde_json::from_slice(
             &URL_SAFE_NO_PAD
                 .decode(parts.headers["agent-commit-receipt"].as_bytes())
@@ -449,7 +453,7 @@ async fn committed_epochs_and_receipts_survive_a_restart() {
         String::from_utf8_lossy(&o.stderr)
     );
     assert!(
-        String::from_utf8_lossy(&o.stdout).starts_with("ok: 4 receipts"),
+        String::from_utf8_lossy(&o.stdout).contains("receipt log of 4 entries"),
         "{}",
         String::from_utf8_lossy(&o.stdout)
     );
@@ -544,7 +548,7 @@ async fn the_lease_authority_grants_leases_bound_to_their_caller() {
     assert_eq!(parts.status, StatusCode::FORBIDDEN);
     let doc: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(doc["code"], "ERR_LEASE_NOT_YOURS");
-    let b_caller = doc["receipt"]["caller"].as_str().unwrap();
+    let b_caller = doc["receipt"]["receipt"]["caller"].as_str().unwrap();
     assert!(b_caller.starts_with("authz:sha256:") && Some(b_caller) != lease["agent_id"].as_str());
     assert_eq!(writes_seen(&s.upstream), 0);
 
@@ -587,15 +591,16 @@ async fn the_lease_authority_grants_leases_bound_to_their_caller() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|r| r["kind"].as_str().unwrap())
+        .map(|r| r["receipt"]["kind"].as_str().unwrap())
         .collect();
     assert_eq!(
         kinds,
         ["rejection", "commit"],
         "the refused try by agent-b, then the commit"
     );
+    // Each with its inclusion proof in the log's newest checkpoint: the caller verifies it.
     for r in doc["receipts"].as_array().unwrap() {
-        assert_receipt_verifies(r, r["kind"].as_str().unwrap());
+        assert_receipt_verifies(r, r["receipt"]["kind"].as_str().unwrap());
     }
     let (_, body) = send(
         &http1_client(),
@@ -694,7 +699,7 @@ async fn compensating_action_restores_the_record_once() {
     assert_eq!(doc["upstream_status"], 200);
     assert_receipt_verifies(&doc["receipt"], "compensation");
     assert_eq!(
-        doc["receipt"]["cas_fence_epoch"], 2,
+        doc["receipt"]["receipt"]["cas_fence_epoch"], 2,
         "the inverse is fenced with the next epoch"
     );
     assert_eq!(headers["agent-fence-token"], "2");
@@ -731,7 +736,7 @@ async fn snapshot_restore_puts_back_the_pre_image_or_deletes_what_was_absent() {
     assert_eq!(sor_get(sor, "2").await.1["qty"], 1);
     let (status, doc, _) = compensate(&p, &l).await;
     assert_eq!(status, StatusCode::OK, "{doc}");
-    assert_eq!(doc["receipt"]["method"], "PUT");
+    assert_eq!(doc["receipt"]["receipt"]["method"], "PUT");
     assert_eq!(sor_get(sor, "2").await.1, original);
 
     // An absent record: compensation deletes what the write created.
@@ -744,7 +749,7 @@ async fn snapshot_restore_puts_back_the_pre_image_or_deletes_what_was_absent() {
     assert_eq!(sor_get(sor, "77").await.0, StatusCode::OK);
     let (status, doc, _) = compensate(&p, &l).await;
     assert_eq!(status, StatusCode::OK, "{doc}");
-    assert_eq!(doc["receipt"]["method"], "DELETE");
+    assert_eq!(doc["receipt"]["receipt"]["method"], "DELETE");
     assert_eq!(sor_get(sor, "77").await.0, StatusCode::NOT_FOUND);
 }
 
@@ -796,14 +801,9 @@ async fn dry_runs_touch_neither_the_sor_nor_the_epoch() {
     );
     assert_eq!(parts.headers["agent-dry-run"], "1");
     assert!(!parts.headers.contains_key("agent-fence-token"));
-    let receipt: Value = serde_json::from_slice(
-        &URL_SAFE_NO_PAD
-            .decode(parts.headers["agent-commit-receipt"].as_bytes())
-            .unwrap(),
-    )
-    .unwrap();
-    assert_receipt_verifies(&receipt, "dry-run");
-    assert_eq!(receipt["outcome"], "dry-run");
+    let envelope = envelope_of(&parts.headers);
+    assert_receipt_verifies(&envelope, "dry-run");
+    assert_eq!(envelope["receipt"]["outcome"], "dry-run");
     assert_eq!(writes_seen(&s.upstream), 0, "nothing was sent to the SoR");
     // The epoch did not move: a real write at epoch 1 still passes.
     let real = lease_for(&agent, "/items/1", 1, |_| {});

@@ -126,7 +126,7 @@ impl Published {
 }
 
 /// The independent verifier's verdict on `dir`.
-fn python_verdict(dir: &Path) -> Value {
+pub(crate) fn python_verdict(dir: &Path) -> Value {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let python = repo.join("target/pyenv/bin/python");
     assert!(python.exists(), "run scripts/test.sh: it makes the venv");

@@ -298,8 +298,8 @@ async fn leases_and_fences_for_tool_calls(mode: &'static str) {
 
     // With a lease: executed once, and the answer is the server's, with its commit receipt.
     assert_eq!(out[3]["is_error"], false, "{out:?}");
-    let r = &out[3]["meta"]["commitReceipt"];
-    assert_receipt_verifies(r, "commit");
+    let r = &verified_receipt(&out[3]["meta"]["commitReceipt"]);
+    assert_eq!(r["kind"], "commit", "verified above");
     assert_eq!(r["sor_target_uri"], format!("{BASE}/mcp/tools/set_stock"));
     assert_eq!(r["cas_fence_epoch"], 1);
     // The same epoch again on the same sku: stale, fenced per handle.
@@ -874,8 +874,8 @@ async fn an_interim_answer_to_a_write_is_not_a_commit() {
     .await;
     let first = &out[0]["raw"];
     assert_eq!(first["resultType"], "input_required", "{out:?}");
-    let r = &first["_meta"]["commitReceipt"];
-    assert_receipt_verifies(r, "interim");
+    let r = &verified_receipt(&first["_meta"]["commitReceipt"]);
+    assert_eq!(r["kind"], "interim", "verified above");
     assert_eq!(r["outcome"], "interim");
     assert_eq!(r["cas_fence_epoch"], 1);
     // The epoch the interim call spent is not given back.
@@ -891,7 +891,7 @@ async fn an_interim_answer_to_a_write_is_not_a_commit() {
     assert_eq!(fence_of(&p, "mcp:tool/confirm_stock/SKU-7").await, 2);
     // The audit chain verifies with the interim receipt in it: interim, rejection, commit.
     let (ok, out, err) = p.stop_and_audit();
-    assert!(ok && out.starts_with("ok: 3 receipts"), "{out}{err}");
+    assert!(ok && out.contains("receipt log of 3 entries"), "{out}{err}");
 }
 
 /// SPEC §5.6 and §5.4 on tool calls: a key (here in `_meta.idempotencyKey`) replays the
@@ -921,13 +921,13 @@ async fn keys_and_dry_runs_on_tool_calls(mode: &'static str) {
     .await;
     let first = &out[0];
     assert_eq!(first["is_error"], false, "{mode}: {out:?}");
-    let receipt = &first["meta"]["commitReceipt"];
-    assert_receipt_verifies(receipt, "commit");
+    let receipt = &verified_receipt(&first["meta"]["commitReceipt"]);
+    assert_eq!(receipt["kind"], "commit", "verified above");
     assert_eq!(receipt["cas_fence_epoch"], 1);
     // The retry gets the stored answer and the same receipt; the server ran it once.
     assert_eq!(out[1]["result"], first["result"], "{mode}: {out:?}");
     assert_eq!(
-        out[1]["meta"]["commitReceipt"]["receipt_id"], receipt["receipt_id"],
+        out[1]["meta"]["commitReceipt"]["receipt"]["receipt_id"], receipt["receipt_id"],
         "{mode}: {out:?}"
     );
     let e = &out[2]["error"]["data"];
@@ -1094,7 +1094,7 @@ async fn a_write_whose_answer_never_comes_is_committed_as_uncertain() {
     assert_eq!(e["code"], "ERR_UPSTREAM_TIMEOUT", "{msgs:?}");
     assert_eq!(e["outcome"], "uncertain");
     assert_receipt_verifies(&e["receipt"], "commit");
-    assert_eq!(e["receipt"]["outcome"], "uncertain");
+    assert_eq!(e["receipt"]["receipt"]["outcome"], "uncertain");
     // The epoch stays spent: the call was sent, whatever became of it.
     assert_eq!(fence_of(&p, "mcp:tool/slow_set_stock/U-1").await, 1);
 
@@ -1115,7 +1115,7 @@ async fn a_write_whose_answer_never_comes_is_committed_as_uncertain() {
     assert_eq!(e["code"], "ERR_UPSTREAM_UNAVAILABLE", "{msgs:?}");
     assert_eq!(e["outcome"], "uncertain");
     assert_receipt_verifies(&e["receipt"], "commit");
-    assert_eq!(e["receipt"]["outcome"], "uncertain");
+    assert_eq!(e["receipt"]["receipt"]["outcome"], "uncertain");
     assert!(server.executions().is_empty());
     assert_eq!(fence_of(&p, "mcp:tool/slow_set_stock/U-2").await, 1);
 }
@@ -1152,7 +1152,7 @@ async fn a_client_that_hangs_up_mid_stream_does_not_lose_the_receipt() {
     // Let the relay store the receipt, then stop and audit.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let (ok, out, err) = p.stop_and_audit();
-    assert!(ok && out.starts_with("ok: 1 receipts"), "{out}{err}");
+    assert!(ok && out.contains("receipt log of 1 entries"), "{out}{err}");
 }
 
 /// SPEC §5.4 for tool calls: the inverse of a tool call given as a tool call,
@@ -1213,7 +1213,7 @@ async fn a_tool_call_is_compensated_by_its_inverse_tool_call() {
     let (status, body, _) = compensate(&p, &lease_json(&undo_ok)).await;
     assert_eq!(status, StatusCode::OK, "{body}");
     assert_receipt_verifies(&body["receipt"], "compensation");
-    assert_eq!(body["receipt"]["cas_fence_epoch"], 2);
+    assert_eq!(body["receipt"]["receipt"]["cas_fence_epoch"], 2);
     assert_eq!(fence_of(&p, "mcp:tool/set_stock/C-1").await, 2);
     let (status, body, _) = compensate(&p, &lease_json(&undo_ok)).await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
@@ -1221,7 +1221,7 @@ async fn a_tool_call_is_compensated_by_its_inverse_tool_call() {
 
     let (status, body, _) = compensate(&p, &lease_json(&undo_bad)).await;
     assert_eq!(status, StatusCode::BAD_GATEWAY, "{body}");
-    assert_eq!(body["receipt"]["outcome"], "failed", "{body}");
+    assert_eq!(body["receipt"]["receipt"]["outcome"], "failed", "{body}");
 
     let (status, body, _) = compensate(&p, &lease_json(&interim)).await;
     assert_eq!(status, StatusCode::BAD_REQUEST, "{body}");
@@ -1258,8 +1258,8 @@ async fn a_held_tool_call_runs_only_once_approved() {
             .contains("held for human approval"));
         let escrow = &held["meta"]["escrow"];
         assert_eq!(escrow["state"], "held", "{out:?}");
-        let r = &held["meta"]["commitReceipt"];
-        assert_receipt_verifies(r, "escrow");
+        let r = &verified_receipt(&held["meta"]["commitReceipt"]);
+        assert_eq!(r["kind"], "escrow", "verified above");
         assert_eq!(r["outcome"], "held");
         ids.push(escrow["escrow_id"].as_str().unwrap().to_owned());
     }
@@ -1558,7 +1558,10 @@ async fn admission_admits_tool_calls_by_token() {
         for (i, why) in [(2, "outside the bound"), (3, "not granted")] {
             let data = &got[i]["error"]["data"];
             assert_eq!(data["code"], "ERR_NOT_ADMITTED", "{mode} {why}: {}", got[i]);
-            assert_eq!(data["receipt"]["kind"], "rejection", "{mode} {why}");
+            assert_eq!(
+                data["receipt"]["receipt"]["kind"], "rejection",
+                "{mode} {why}"
+            );
             assert_eq!(
                 data["authorization_details"][0]["type"], "rich_binding",
                 "{mode} {why}"
@@ -1608,9 +1611,12 @@ async fn admission_admits_tool_calls_by_token() {
         )
         .await;
         assert_eq!(got[0]["is_error"], false, "{mode}: {}", got[0]);
-        assert_eq!(got[0]["meta"]["commitReceipt"]["kind"], "commit", "{mode}");
+        assert_eq!(
+            got[0]["meta"]["commitReceipt"]["receipt"]["kind"], "commit",
+            "{mode}"
+        );
         // The receipt names who acted: the token's subject, as a digest.
-        assert!(got[0]["meta"]["commitReceipt"]["caller"]
+        assert!(got[0]["meta"]["commitReceipt"]["receipt"]["caller"]
             .as_str()
             .is_some_and(|c| c.starts_with("sub:sha256:")));
         let ran = &server.executions()[before..];

@@ -325,7 +325,7 @@ async fn assert_refused(
     assert_eq!(body["reason"].as_str(), reason, "{body}");
     assert_eq!(parts.headers["content-type"], "application/problem+json");
     assert_receipt_verifies(&body["receipt"], "rejection");
-    assert_eq!(body["receipt"]["code"], code);
+    assert_eq!(body["receipt"]["receipt"]["code"], code);
     // 461 asks for a PROPOSE: nothing was violated, so no drift event (docs/decisions.md).
     let category = match code {
         "ERR_RCNS_PROPOSE_FIRST" | "ERR_BODY_TOO_LARGE" => None,
@@ -1110,19 +1110,20 @@ async fn a_synthesized_endpoint_runs_its_steps_as_enforced_writes() {
     // Each step left a signed commit receipt of its own lease, attributed to the contract.
     let receipts = step_receipts(&parts);
     assert_eq!(receipts.len(), 2);
-    for (i, rec) in receipts.iter().enumerate() {
-        assert_receipt_verifies(rec, "commit");
+    for (i, envelope) in receipts.iter().enumerate() {
+        assert_receipt_verifies(envelope, "commit");
+        let rec = &envelope["receipt"];
         assert_eq!(rec["synthesis_id"], id.as_str());
         assert_eq!(rec["contract_hash"], approved["contract_hash"]);
         assert_eq!(rec["negotiation_origin"], "propose");
         assert_eq!(rec["rcns_step"], i);
         assert_eq!(rec["method"], "PUT");
     }
-    assert!(receipts[0]["sor_target_uri"]
+    assert!(receipts[0]["receipt"]["sor_target_uri"]
         .as_str()
         .unwrap()
         .ends_with("/api/v2/items/BOLT-9"));
-    assert!(receipts[1]["sor_target_uri"]
+    assert!(receipts[1]["receipt"]["sor_target_uri"]
         .as_str()
         .unwrap()
         .ends_with("/legacy/v1/allocations/SO-1234"));
@@ -1196,7 +1197,7 @@ async fn a_synthesized_endpoint_runs_its_steps_as_enforced_writes() {
         "{b}"
     );
     assert_receipt_verifies(&b["receipt"], "rejection");
-    assert_eq!(b["receipt"]["synthesis_id"], id.as_str());
+    assert_eq!(b["receipt"]["receipt"]["synthesis_id"], id.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1228,15 +1229,18 @@ async fn a_composition_whose_second_step_fails_leaves_the_sor_as_it_was() {
     assert_eq!(b["receipts"].as_array().unwrap().len(), 1);
     assert_receipt_verifies(&b["receipts"][0], "commit");
     let comp = &b["compensated"][0];
-    assert_eq!(comp["lease_id"], b["receipts"][0]["lease_id"]);
+    assert_eq!(comp["lease_id"], b["receipts"][0]["receipt"]["lease_id"]);
     assert_receipt_verifies(&comp["receipt"], "compensation");
-    assert_eq!(comp["receipt"]["lease_id"], b["receipts"][0]["lease_id"]);
+    assert_eq!(
+        comp["receipt"]["receipt"]["lease_id"],
+        b["receipts"][0]["receipt"]["lease_id"]
+    );
     let (_, after) = r.sor_get("/api/v2/items/BOLT-9").await;
     assert_eq!(after, before);
     let (s, _) = r.sor_get("/legacy/v1/allocations/SO-0000").await;
     assert_eq!(s, StatusCode::NOT_FOUND);
     assert_receipt_verifies(&b["receipt"], "rejection");
-    assert_eq!(b["receipt"]["synthesis_id"], id.as_str());
+    assert_eq!(b["receipt"]["receipt"]["synthesis_id"], id.as_str());
 
     // A new item (absent before): compensation removes it again.
     let fresh = json!({"sku": "NUT-3", "qty": 5, "warehouse": "BER-1", "order": "SO-0000"});
@@ -1335,7 +1339,7 @@ async fn a_step_whose_answer_is_refused_after_the_write_is_compensated_too() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|c| c["receipt"]["sor_target_uri"].as_str().unwrap())
+        .map(|c| c["receipt"]["receipt"]["sor_target_uri"].as_str().unwrap())
         .collect();
     assert_eq!(
         compensated,
@@ -1642,5 +1646,5 @@ async fn a_read_step_feeds_the_next_one_and_needs_no_lease() {
     );
     let receipts = step_receipts(&parts);
     assert_eq!(receipts.len(), 1);
-    assert_eq!(receipts[0]["rcns_step"], 1);
+    assert_eq!(verified_receipt(&receipts[0])["rcns_step"], 1);
 }

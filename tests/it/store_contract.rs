@@ -10,21 +10,29 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use palisade::clock::SetClock;
+use palisade::store::log_read;
 use palisade::store::{
     Advance, Attachments, Compensation, EscrowRecord, EscrowState, EscrowUpdate, IdempotencyRecord,
     KeyState, LeaseRecord, LeaseState, RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord, RelayLimits,
     RelayMessage, RelayPosted, RelayQuery, Store, StoredOutcome, WriteIntent,
 };
-use palisade_policy::keys::{KeyPair, TrustStore};
-use palisade_policy::receipt::{self, ReceiptBody, ReceiptKind};
+use palisade_policy::keys::KeyPair;
+use palisade_policy::log::{audit, Envelope, Signer};
+use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 
 /// The time every store starts at: 2026-12-03T12:00:00Z.
 pub const T0: i64 = 1_796_299_200_000;
 const HOUR: i64 = 3_600_000;
 
-/// The key the stores under test sign receipts with (a test key).
-pub fn key() -> Arc<KeyPair> {
-    Arc::new(KeyPair::from_seed([7; 32]))
+/// The key the stores under test sign the log's checkpoints with (a test key).
+pub fn key() -> Arc<Signer> {
+    Arc::new(
+        Signer::new(
+            "contract.example/palisade",
+            Arc::new(KeyPair::from_seed([7; 32])),
+        )
+        .unwrap(),
+    )
 }
 
 fn intent(resource: &str, epoch: u64, lease: &str) -> WriteIntent {
@@ -98,9 +106,12 @@ pub async fn fences_only_move_forward(store: &dyn Store, _clock: &SetClock) {
     assert_eq!(store.snapshot("l5").await.unwrap(), first.snapshot);
 }
 
-/// Receipts form one chain in one order, verifiable with the store's key, and each lease's
-/// receipts are found by its id.
-pub async fn receipts_form_one_verifiable_chain(store: &dyn Store, _clock: &SetClock) {
+/// Receipts are entries of one log in one order: each answer is an envelope that verifies
+/// with the log's key, the whole log audits, a later checkpoint extends an earlier one, and
+/// each lease's receipts are found by its id.
+pub async fn receipts_are_entries_of_one_verifiable_log(store: &dyn Store, _clock: &SetClock) {
+    let empty = store.log_head().await.unwrap();
+    assert_eq!(empty.size, 0);
     let mut sealed = Vec::new();
     for n in 0..5 {
         let lease = if n % 2 == 0 { Some("even") } else { None };
@@ -111,23 +122,37 @@ pub async fn receipts_form_one_verifiable_chain(store: &dyn Store, _clock: &SetC
                 .unwrap(),
         );
     }
-    let log = store.receipt_log().await.unwrap();
-    assert!(log.anchor.is_none(), "nothing was removed");
-    assert_eq!(log.receipts.len(), 5);
-    for (got, want) in log.receipts.iter().zip(&sealed) {
-        assert_eq!(got, &want.jcs);
+    let mut notes = Vec::new();
+    for (n, s) in sealed.iter().enumerate() {
+        assert_eq!(s.index, n as u64);
+        let env: Envelope = serde_json::from_value(s.value.clone()).unwrap();
+        let cp = env.verify(key().key()).unwrap();
+        assert_eq!(env.receipt["receipt_version"], "2.0");
+        assert!(env.receipt.get("prev").is_none() && env.receipt.get("signature").is_none());
+        assert!(cp.size > s.index);
+        notes.push(env.checkpoint);
     }
-    let mut trust = TrustStore::new();
-    trust.insert(key().trusted("sidecar")).unwrap();
-    receipt::verify_chain(log.receipts.iter().map(Vec::as_slice), &trust).unwrap();
-    let even = store.lease_receipts("even").await.unwrap();
+    let entries = store.log_entries(0, 5).await.unwrap();
+    assert_eq!(entries.len(), 5);
+    for ((i, got), want) in entries.iter().zip(&sealed) {
+        assert_eq!((*i, got), (want.index, &want.entry));
+    }
+    let (head, audited) = log_read::audit(store, key().key()).await.unwrap();
+    let audited = audited.unwrap();
+    assert_eq!((head.size, audited.retained), (5, 5));
+    for note in &notes {
+        audit::verify_extends(&audited, note.as_bytes(), key().key()).unwrap();
+    }
+    let even: Vec<(Option<u64>, Vec<u8>)> = store
+        .lease_receipts("even")
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|r| (r.index, r.bytes))
+        .collect();
     assert_eq!(
         even,
-        [
-            sealed[0].jcs.clone(),
-            sealed[2].jcs.clone(),
-            sealed[4].jcs.clone()
-        ]
+        [0, 2, 4].map(|i| (Some(sealed[i].index), sealed[i].entry.clone()))
     );
     assert!(store.lease_receipts("none").await.unwrap().is_empty());
 }
@@ -211,7 +236,7 @@ pub async fn escrow_updates_are_compare_and_set(store: &dyn Store, _clock: &SetC
     assert!(store.escrow_put(releasing.clone()).await.unwrap());
     assert!(!store.escrow_put(releasing).await.unwrap(), "decided once");
     // A rejection racing the release: its receipt is not stored either.
-    let before = store.receipt_log().await.unwrap().receipts.len();
+    let before = store.log_head().await.unwrap().size;
     let reject = Attachments {
         idempotency: None,
         escrow: Some(EscrowUpdate {
@@ -229,7 +254,7 @@ pub async fn escrow_updates_are_compare_and_set(store: &dyn Store, _clock: &SetC
         .await
         .unwrap();
     assert!(lost.is_none());
-    assert_eq!(store.receipt_log().await.unwrap().receipts.len(), before);
+    assert_eq!(store.log_head().await.unwrap().size, before);
     // The release's end, with its receipt in the record.
     let released = Attachments {
         idempotency: None,
@@ -479,7 +504,7 @@ macro_rules! contract_tests {
         $crate::store_contract::contract_tests!(
             @ $open,
             fences_only_move_forward,
-            receipts_form_one_verifiable_chain,
+            receipts_are_entries_of_one_verifiable_log,
             idempotency_keys_are_reserved_stored_and_expire,
             escrow_updates_are_compare_and_set,
             a_lease_is_compensated_at_most_once,

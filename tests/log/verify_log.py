@@ -167,11 +167,23 @@ def main(root_dir):
     key = Key(open(os.path.join(root_dir, "vkey")).read())
     origin, size, root = open_checkpoint(open(os.path.join(root_dir, "checkpoint")).read(), key)
 
-    # Entries from the bundles, in order.
+    # Entries from the bundles, in order. A bundle the log no longer retains (410, listed in
+    # `gone`) leaves its leaves to the level-0 hash tile; they are still checked against the
+    # higher tiles and the checkpoint's root below.
+    gone_path = os.path.join(root_dir, "gone")
+    gone = set(open(gone_path).read().split()) if os.path.exists(gone_path) else set()
     leaves = []
+    retained = 0
     for n in range((size + 255) // 256):
         width = min(256, size - n * 256)
         path = os.path.join(root_dir, tile_path("entries", n, width))
+        if tile_path("entries", n, width) in gone:
+            hashes = open(os.path.join(root_dir, tile_path(0, n, width)), "rb").read()
+            if len(hashes) != 32 * width:
+                failures.append("hash tile %s is not %d hashes" % (tile_path(0, n, width), width))
+                continue
+            leaves.extend(hashes[i * 32 : (i + 1) * 32] for i in range(width))
+            continue
         if not os.path.exists(path):
             failures.append("missing entry bundle " + tile_path("entries", n, width))
             continue
@@ -187,6 +199,7 @@ def main(root_dir):
             leaves.append(leaf_hash(entry))
             data = data[2 + length :]
             got += 1
+            retained += 1
         if got != width:
             failures.append("%s holds %d entries, not %d" % (tile_path("entries", n, width), got, width))
     if len(leaves) == size and mth(leaves) != root:
@@ -239,7 +252,8 @@ def main(root_dir):
             failures.append("%s: entry %d differs from the log's" % (name, env["index"]))
 
     print(json.dumps({"ok": not failures, "size": size, "root": base64.b64encode(root).decode(),
-                      "entries": len(leaves), "envelopes": envelopes, "failures": failures}))
+                      "entries": len(leaves), "retained": retained, "envelopes": envelopes,
+                      "failures": failures}))
     return 0 if not failures else 1
 
 

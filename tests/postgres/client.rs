@@ -33,7 +33,7 @@ pub fn connect(url: &str) -> Connect<'_> {
 }
 
 pub async fn open(url: &str) -> Result<PostgresStore, StoreError> {
-    PostgresStore::open(connect(url), Arc::new(KeyPair::from_seed(SIDECAR_SEED))).await
+    PostgresStore::open(connect(url), sidecar_log("palisade")).await
 }
 
 /// A store on `url` whose time is `clock`'s.
@@ -42,7 +42,7 @@ pub async fn open_on(url: &str, clock: &Arc<SetClock>) -> PostgresStore {
         clock: clock.clone(),
         ..connect(url)
     };
-    PostgresStore::open(c, Arc::new(KeyPair::from_seed(SIDECAR_SEED)))
+    PostgresStore::open(c, sidecar_log("palisade"))
         .await
         .unwrap()
 }
@@ -102,6 +102,7 @@ pub fn got(answer: Option<(StatusCode, http::HeaderMap, Bytes)>) -> Got {
         .and_then(|v| URL_SAFE_NO_PAD.decode(v.as_bytes()).ok())
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
         .or_else(|| doc.get("receipt").cloned())
+        .map(|envelope| verified_receipt(&envelope))
         .and_then(|r| r["receipt_id"].as_str().map(str::to_owned));
     Got {
         status: Some(status),
@@ -170,19 +171,23 @@ pub fn assert_epochs_rise(upstream: &Upstream, prefix: &str) {
     }
 }
 
-/// The chain in the database verifies, and holds every receipt in `given`.
-pub async fn assert_chain_holds(url: &str, given: &[Got]) -> usize {
+/// The log in the database verifies (every hash, every entry, the newest checkpoint), and
+/// holds every receipt in `given`; its size.
+pub async fn assert_log_holds(url: &str, given: &[Got]) -> u64 {
     let store = open(url).await.unwrap();
-    let log = store.receipt_log().await.unwrap();
-    let head = palisade_policy::receipt::verify_chain(
-        log.receipts.iter().map(Vec::as_slice),
-        &sidecar_trust(),
-    )
-    .unwrap();
-    let ids: HashSet<String> = log
-        .receipts
+    // The replicas' origin, as their checkpoints name it (their public base's host).
+    let newest = store.log_head().await.unwrap();
+    let origin = newest.note.lines().next().unwrap().to_owned();
+    let (head, audited) = palisade::store::log_read::audit(&store, &sidecar_log_key(&origin))
+        .await
+        .unwrap();
+    audited.unwrap();
+    let ids: HashSet<String> = store
+        .log_entries(0, head.size)
+        .await
+        .unwrap()
         .iter()
-        .map(|r| {
+        .map(|(_, r)| {
             serde_json::from_slice::<Value>(r).unwrap()["receipt_id"]
                 .as_str()
                 .unwrap()
@@ -193,15 +198,13 @@ pub async fn assert_chain_holds(url: &str, given: &[Got]) -> usize {
         if let Some(id) = &g.receipt {
             assert!(
                 ids.contains(id),
-                "a receipt a client got is not in the chain: {id}"
+                "a receipt a client got is not in the log: {id}"
             );
         }
     }
-    head.count
+    head.size
 }
 
-/// `palisade audit verify --json` with the store URL in `TEST_PALISADE_STORE_URL` (as
-/// `store.url_env` names it), while the sidecars run; its JSON line.
 pub fn audit_verify(config: &Path, url: &str) -> Value {
     let out = Command::new(bin())
         .args(["audit", "verify", "--json", "--config"])

@@ -9,7 +9,8 @@ use crate::context::Enforcement;
 use crate::enforce::checks;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
-use crate::store::LeaseState;
+use crate::store::{log_read, LeaseReceipt, LeaseState};
+use palisade_policy::log::merkle;
 
 use super::lease_record::caller_record;
 
@@ -26,14 +27,12 @@ pub(super) async fn lookup(
         LeaseState::Granted if expired => "expired",
         s => s.as_str(),
     };
-    let receipts: Vec<Value> = enf
+    let kept = enf
         .store
         .lease_receipts(lease_id)
         .await
-        .map_err(checks::store_refusal)?
-        .iter()
-        .filter_map(|r| serde_json::from_slice(r).ok())
-        .collect();
+        .map_err(checks::store_refusal)?;
+    let receipts = envelopes(enf, kept).await?;
     Ok(body::json_response(
         StatusCode::OK,
         &json!({
@@ -45,4 +44,36 @@ pub(super) async fn lookup(
             "receipts": receipts,
         }),
     ))
+}
+
+/// Each log entry with its envelope, proven against the log's newest checkpoint, so that a
+/// caller verifies it alone (SPEC §5.5); a v1 receipt from before the log as it was kept.
+async fn envelopes(enf: &Enforcement, kept: Vec<LeaseReceipt>) -> Result<Vec<Value>, Refusal> {
+    if kept.is_empty() {
+        return Ok(Vec::new());
+    }
+    let head = enf.store.log_head().await.map_err(checks::store_refusal)?;
+    let mut out = Vec::with_capacity(kept.len());
+    for r in kept {
+        let Ok(receipt) = serde_json::from_slice::<Value>(&r.bytes) else {
+            continue;
+        };
+        let Some(index) = r.index.filter(|i| *i < head.size) else {
+            out.push(receipt);
+            continue;
+        };
+        let proof = log_read::compute(enf.store.as_ref(), |h| {
+            merkle::inclusion(index, head.size, h)
+        })
+        .await
+        .map_err(checks::store_refusal)?;
+        match proof {
+            Ok(p) => out.push(json!({
+                "receipt": receipt, "index": index,
+                "inclusion": merkle::encode_proof(&p), "checkpoint": head.note,
+            })),
+            Err(e) => tracing::error!(error = %e, index, "no inclusion proof for a kept receipt"),
+        }
+    }
+    Ok(out)
 }

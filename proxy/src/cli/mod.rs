@@ -204,11 +204,25 @@ enum LockCommand {
 
 #[derive(Debug, Subcommand)]
 enum AuditCommand {
-    /// Walk the receipt chain in the store: every `prev` link and every signature.
+    /// Verify the receipt log: every hash against the leaves, each retained entry, the newest
+    /// checkpoint's signature; of the store `--config` names, or of a running sidecar
+    /// (`--url`).
     Verify {
-        #[arg(long, env = "PALISADE_CONFIG")]
-        config: PathBuf,
-        /// One JSON line: {"ok":true,"receipts":N,"head":"…","pruned":P}.
+        #[arg(long, env = "PALISADE_CONFIG", conflicts_with_all = ["url", "key", "since", "token_file"])]
+        config: Option<PathBuf>,
+        /// A sidecar's admin listener (its base URL), read through its log endpoints.
+        #[arg(long, requires = "key")]
+        url: Option<String>,
+        /// The log's verifier key (C2SP signed-note form), or a file holding it.
+        #[arg(long, requires = "url")]
+        key: Option<String>,
+        /// A checkpoint (a file) today's tree must extend.
+        #[arg(long, requires = "url")]
+        since: Option<PathBuf>,
+        /// A file holding the admin token, sent as `Authorization: Bearer`.
+        #[arg(long, requires = "url")]
+        token_file: Option<PathBuf>,
+        /// One JSON line: {"ok":true,"size":N,"root":"…","retained":M}.
         #[arg(long)]
         json: bool,
     },
@@ -316,7 +330,22 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             println!("{}", Sha256Digest::of(&out).spelled(spelling));
             Ok(())
         }
-        Command::Audit(AuditCommand::Verify { config, json }) => audit_verify(&config, json),
+        Command::Audit(AuditCommand::Verify {
+            config,
+            url,
+            key,
+            since,
+            token_file,
+            json,
+        }) => match (config, url, key) {
+            (_, Some(url), Some(key)) => {
+                audit::verify_url(&url, &key, since.as_deref(), token_file.as_deref(), json)
+            }
+            (Some(config), _, _) => audit::verify_config(&config, json),
+            _ => Err(Failure::usage(
+                "audit verify: give --config FILE, or --url ADMIN_URL with --key VKEY",
+            )),
+        },
         Command::Receipt(ReceiptCommand::Verify { key, file }) => {
             receipt::verify(&key, file.as_deref())
         }
@@ -432,6 +461,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
     }
 }
 
+mod audit;
 mod compat;
 pub mod demo;
 mod failure;
@@ -449,5 +479,5 @@ mod store_cmd;
 
 pub use failure::Failure;
 use keys::{keygen, lease_sign, lease_verify};
-use operate::{audit_verify, check_referenced_files, load_config, run, run_replay, ReplayArgs};
+use operate::{check_referenced_files, load_config, run, run_replay, ReplayArgs};
 use stdin::canonical_stdin;

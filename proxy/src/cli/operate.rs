@@ -1,11 +1,8 @@
 //! Running and checking a deployment from the command line: `run`, `config check`,
 //! `audit verify`, `replay`.
 
-use palisade_policy::digest::Sha256Digest;
 use std::io::Read as _;
 use std::path::{Path, PathBuf};
-
-use palisade_policy::keys::TrustStore;
 
 use crate::config::Config;
 
@@ -260,96 +257,6 @@ fn runtime_for(cpus: usize) -> std::io::Result<tokio::runtime::Runtime> {
         tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()
-    }
-}
-
-/// `palisade audit verify`: the embedded store holds an exclusive lock on its file, so this
-/// runs while the sidecar is stopped (or against a copy of the file); a postgres store is
-/// verified while its sidecars run.
-pub(super) fn audit_verify(config: &Path, json: bool) -> Result<(), Failure> {
-    let cfg = load_config(config)?;
-    let key_path = cfg
-        .signing_key
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(crate::config::DEFAULT_SIGNING_KEY));
-    let key = std::sync::Arc::new(read_key(&key_path)?);
-    let mut trust = TrustStore::new();
-    trust
-        .insert(key.trusted("sidecar"))
-        .map_err(|e| Failure::usage(e.to_string()))?;
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| Failure::usage(format!("runtime: {e}")))?;
-    // The embedded file is locked by a running sidecar, so it is verified while stopped (or
-    // as a copy); a postgres store is verified while its sidecars run (SPEC §10).
-    let store: Box<dyn crate::store::Store> = match cfg.store_kind {
-        crate::config::StoreKind::Embedded => {
-            if !cfg.store_path.exists() {
-                return Err(Failure::usage(format!(
-                    "{}: store file does not exist",
-                    cfg.store_path.display()
-                )));
-            }
-            Box::new(
-                crate::store::embedded::EmbeddedStore::open(&cfg.store_path, key)
-                    .map_err(|e| Failure::usage(e.to_string()))?,
-            )
-        }
-        crate::config::StoreKind::Postgres => Box::new(
-            runtime
-                .block_on(crate::store::postgres::PostgresStore::existing_from_config(
-                    &cfg, key,
-                ))
-                .map_err(|e| Failure::usage(e.to_string()))?
-                .0,
-        ),
-    };
-    let log = runtime
-        .block_on(store.receipt_log())
-        .map_err(|e| Failure::usage(e.to_string()))?;
-    // Receipts removed under `store.receipt_retention` leave an anchor: the retained part
-    // must link to it exactly as it linked to the removed receipts.
-    let (pruned, start) = log
-        .anchor
-        .map_or((0, Sha256Digest::empty()), |a| (a.pruned, a.prev));
-    let verified = palisade_policy::receipt::verify_chain_from(
-        log.receipts.iter().map(Vec::as_slice),
-        &trust,
-        start,
-    );
-    match verified {
-        Ok(head) if json => {
-            println!(
-                "{}",
-                serde_json::json!({"ok": true, "receipts": head.count, "head": head.head.to_string(), "pruned": pruned})
-            );
-            Ok(())
-        }
-        Ok(head) => {
-            if pruned > 0 {
-                println!(
-                    "ok: {} receipts, head {} ({pruned} older receipts removed under store.receipt_retention; verified from their anchor)",
-                    head.count, head.head
-                );
-            } else {
-                println!("ok: {} receipts, head {}", head.count, head.head);
-            }
-            Ok(())
-        }
-        Err(e) => {
-            if json {
-                println!(
-                    "{}",
-                    serde_json::json!({"ok": false, "error": e.to_string(), "index": e.index as u64 + pruned, "receipt_id": e.receipt_id})
-                );
-            }
-            let place = match cfg.store_kind {
-                crate::config::StoreKind::Embedded => cfg.store_path.display().to_string(),
-                crate::config::StoreKind::Postgres => "the postgres store".to_owned(),
-            };
-            Err(Failure::refused(format!("{place}: {e}")))
-        }
     }
 }
 

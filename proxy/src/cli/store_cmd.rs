@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use palisade_policy::keys::KeyPair;
+use palisade_policy::log::Signer;
 
 use super::keys::read_key;
 use super::operate::load_config;
@@ -12,12 +12,16 @@ use super::Failure;
 use crate::config::{Config, StoreKind};
 use crate::store::postgres::{url_from_config, Connect, PostgresStore};
 
-fn key(cfg: &Config) -> Result<Arc<KeyPair>, Failure> {
+/// The sidecar key as the receipt log's signer (`receipts.origin`), as `run` makes it.
+pub(super) fn key(cfg: &Config) -> Result<Arc<Signer>, Failure> {
     let path = cfg
         .signing_key
         .clone()
         .unwrap_or_else(|| PathBuf::from(crate::config::DEFAULT_SIGNING_KEY));
-    Ok(Arc::new(read_key(&path)?))
+    let pair = Arc::new(read_key(&path)?);
+    Signer::new(&cfg.receipts.origin, pair)
+        .map(Arc::new)
+        .map_err(|e| Failure::usage(format!("receipts.origin: {e}")))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
@@ -63,13 +67,13 @@ pub(super) fn check(config: &Path) -> Result<(), Failure> {
             }
             let store = crate::store::embedded::EmbeddedStore::open(&cfg.store_path, key)
                 .map_err(|e| Failure::refused(e.to_string()))?;
-            let log = rt
-                .block_on(crate::store::Store::receipt_log(&store))
+            let head = rt
+                .block_on(crate::store::Store::log_head(&store))
                 .map_err(|e| Failure::refused(e.to_string()))?;
             println!(
-                "ok: embedded store {}, {} receipts",
+                "ok: embedded store {}, receipt log of {} entries",
                 cfg.store_path.display(),
-                log.receipts.len()
+                head.size
             );
             Ok(())
         }
@@ -77,11 +81,13 @@ pub(super) fn check(config: &Path) -> Result<(), Failure> {
             let (store, version) = PostgresStore::existing_from_config(&cfg, key)
                 .await
                 .map_err(|e| Failure::refused(e.to_string()))?;
-            let receipts = store
-                .receipt_count()
+            let head = crate::store::Store::log_head(&store)
                 .await
                 .map_err(|e| Failure::refused(e.to_string()))?;
-            println!("ok: postgres schema version {version}, {receipts} receipts");
+            println!(
+                "ok: postgres schema version {version}, receipt log of {} entries",
+                head.size
+            );
             Ok(())
         }),
     }

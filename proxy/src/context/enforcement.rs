@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use palisade_policy::keys::{KeyPair, TrustStore};
 use palisade_policy::lease;
+use palisade_policy::log::Signer;
 
 use crate::clock::AnchoredClock;
 use crate::config::Config;
@@ -15,6 +16,8 @@ use super::locks::FirstSeen;
 /// Everything write enforcement needs, built once at start.
 pub struct Enforcement {
     pub key: Arc<KeyPair>,
+    /// The receipt log's signer: the sidecar key under `receipts.origin` (SPEC §5.5).
+    pub log: Arc<Signer>,
     pub trust: TrustStore,
     pub store: Arc<dyn Store>,
     pub clock: AnchoredClock,
@@ -37,6 +40,8 @@ impl Enforcement {
             KeyPair::from_pkcs8_pem(&pem)
                 .with_context(|| format!("signing.key: {}", key_path.display()))?,
         );
+        let log =
+            Arc::new(Signer::new(&config.receipts.origin, key.clone()).context("receipts.origin")?);
         let mut trust = TrustStore::new();
         trust.insert(key.trusted("sidecar"))?;
         if let Some(path) = &config.trust_issuers {
@@ -52,7 +57,7 @@ impl Enforcement {
             crate::config::StoreKind::Embedded => Arc::new(
                 crate::store::embedded::EmbeddedStore::open_with(
                     &config.store_path,
-                    key.clone(),
+                    log.clone(),
                     config.store_retention,
                     Arc::new(clock),
                 )
@@ -61,7 +66,7 @@ impl Enforcement {
             crate::config::StoreKind::Postgres => Arc::new(
                 crate::store::postgres::PostgresStore::from_config(
                     config,
-                    key.clone(),
+                    log.clone(),
                     Arc::new(clock),
                 )
                 .await
@@ -70,6 +75,7 @@ impl Enforcement {
         };
         Ok(Self {
             key,
+            log,
             trust,
             store,
             clock,

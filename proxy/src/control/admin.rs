@@ -174,6 +174,9 @@ async fn respond(
         }
         _ => {}
     }
+    if let (&Method::GET, Some(rest)) = (req.method(), path.strip_prefix("/admin/v1/log/")) {
+        return Ok(crate::control::log::get(&state, rest, req.uri().query()).await);
+    }
     if let (&Method::GET, Some(resource)) = (req.method(), path.strip_prefix("/admin/v1/fences/")) {
         return Ok(fence(&state, resource).await);
     }

@@ -8,11 +8,13 @@
 //! - [`bundle`]: the RICH bundle a configuration names, loaded and compiled;
 //! - [`reload`]: swapping it (admin call, SIGHUP, file watch) without a torn read;
 //! - [`escrow`]: approve, reject and list held writes;
-//! - [`rcns`]: list and revoke synthesized contracts.
+//! - [`rcns`]: list and revoke synthesized contracts;
+//! - [`log`]: the receipt log, read-only (checkpoint, key, tiles, proofs).
 
 pub mod admin;
 pub mod admin_auth;
 pub mod bundle;
 pub mod escrow;
+pub mod log;
 pub mod rcns;
 pub mod reload;

@@ -212,8 +212,7 @@ pub(super) async fn response(
     };
     // Only the SoR's own answer is mapped: a dry run's or an escrow hold's 2xx is the
     // sidecar's (its receipt says which), and an idempotent replay carries the commit's.
-    let commit =
-        receipt.filter(|r| r.get("kind").and_then(serde_json::Value::as_str) == Some("commit"));
+    let commit = receipt.filter(|r| r["receipt"]["kind"] == "commit");
     let Some(commit) = commit else {
         return resp;
     };

@@ -233,7 +233,7 @@ impl Run {
         // A commit receipt means the write was sent. The SoR's own 4xx did not apply it; a
         // 5xx, a timeout or an answer the output contract refused may have: that step is
         // compensated with the others.
-        let sent = receipt.filter(|r| r["kind"] == "commit");
+        let sent = receipt.filter(|r| r["receipt"]["kind"] == "commit");
         let reached = match (sent, lease_id) {
             (Some(receipt), Some(lease_id)) if !status.is_client_error() => {
                 Some(Done { lease_id, receipt })

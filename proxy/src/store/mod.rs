@@ -17,6 +17,7 @@ pub mod embedded;
 mod error;
 pub mod journal;
 pub mod locks;
+pub mod log_read;
 pub mod postgres;
 pub mod rcns;
 pub mod records;
@@ -24,6 +25,8 @@ pub mod relay;
 
 pub use error::StoreError;
 use futures_util::future::BoxFuture;
+use palisade_policy::log::merkle::Hash;
+use palisade_policy::log::Head;
 use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
 pub use rcns::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord};
 pub use records::{
@@ -72,6 +75,18 @@ pub struct ChainAnchor {
     pub pruned: u64,
     /// The digest of the last removed receipt: the first retained one's `prev`.
     pub prev: palisade_policy::digest::Sha256Digest,
+}
+
+/// Entries of the receipt log: `(index, the receipt's JCS)`, in index order.
+pub type LogEntries = Vec<(u64, Vec<u8>)>;
+
+/// A receipt naming a lease, as the store keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LeaseReceipt {
+    /// Its index in the receipt log; `None` for a v1 receipt from before the log.
+    pub index: Option<u64>,
+    /// Its JCS.
+    pub bytes: Vec<u8>,
 }
 
 /// The retained part of the receipt chain.
@@ -149,8 +164,9 @@ pub trait Store: Send + Sync {
     /// Epochs never move backwards: a stale intent changes nothing.
     fn advance(&self, intent: WriteIntent) -> BoxFuture<'_, Result<Advance, StoreError>>;
 
-    /// Seals `body` as the next receipt of the chain (its `prev` is the digest of the last
-    /// receipt) and stores it durably. Receipts are appended in one total order.
+    /// Appends `body` to the receipt log as its next entry, in the batch whose one checkpoint
+    /// covers it, and stores it durably; the answer is the receipt with its envelope, only
+    /// once that checkpoint is durable. Entries are appended in one total order.
     fn append_receipt(
         &self,
         body: ReceiptBody,
@@ -216,11 +232,12 @@ pub trait Store: Send + Sync {
         lease_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<LeaseRecord>, StoreError>>;
 
-    /// Every receipt that names `lease_id`, in chain order.
+    /// Every retained receipt that names `lease_id`: v1 receipts kept from before the log
+    /// (`index: None`) in chain order, then the log's entries in index order.
     fn lease_receipts<'a>(
         &'a self,
         lease_id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, StoreError>>;
+    ) -> BoxFuture<'a, Result<Vec<LeaseReceipt>, StoreError>>;
 
     /// The pre-image snapshot kept for a SNAPSHOT_RESTORE lease, if any.
     fn snapshot<'a>(
@@ -245,9 +262,21 @@ pub trait Store: Send + Sync {
     /// write transaction, if any, did not fail.
     fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>>;
 
-    /// Every retained receipt, in chain order, with where they start (for `palisade audit
-    /// verify`), read at one point in time.
+    /// The retained part of the version 1.0 receipt chain a store kept from before the receipt
+    /// log, with where it starts (for `palisade audit verify`), read at one point in time.
     fn receipt_log(&self) -> BoxFuture<'_, Result<ReceiptLog, StoreError>>;
+
+    /// The receipt log's head: its size and newest checkpoint (the signed empty checkpoint
+    /// when it has no entry).
+    fn log_head(&self) -> BoxFuture<'_, Result<Head, StoreError>>;
+
+    /// The log's stored hashes at `indexes` (each below `stored_hash_count` of the head's
+    /// size), in the order asked; an error if one is missing.
+    fn log_hashes(&self, indexes: Vec<u64>) -> BoxFuture<'_, Result<Vec<Hash>, StoreError>>;
+
+    /// The retained entries with an index in `from..to`, in index order (entries past
+    /// `store.receipt_retention` are gone; their hashes are not).
+    fn log_entries(&self, from: u64, to: u64) -> BoxFuture<'_, Result<LogEntries, StoreError>>;
 
     /// Keeps a negotiation-relay message (seed 001 §6.3) durably under the next cursor,
     /// unless one with its signature is kept already or a cap in `limits` is reached; the
@@ -290,8 +319,16 @@ pub trait Store: Send + Sync {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<RcnsRecord>, StoreError>>;
 
-    /// Every retained receipt, in chain order.
+    /// Every retained entry of the receipt log, in index order.
     fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
-        Box::pin(async move { Ok(self.receipt_log().await?.receipts) })
+        Box::pin(async move {
+            let head = self.log_head().await?;
+            Ok(self
+                .log_entries(0, head.size)
+                .await?
+                .into_iter()
+                .map(|(_, e)| e)
+                .collect())
+        })
     }
 }

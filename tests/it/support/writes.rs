@@ -151,11 +151,38 @@ pub fn sidecar_trust() -> TrustStore {
     t
 }
 
-/// Verifies a receipt (from the header or the problem body) with the sidecar's key.
-pub fn assert_receipt_verifies(receipt: &Value, kind: &str) {
-    let bytes = palisade_policy::canon::to_vec(receipt);
-    palisade_policy::receipt::verify_one(&bytes, &sidecar_trust()).expect("receipt verifies");
-    assert_eq!(receipt["kind"], kind);
+/// The sidecar's log key under `origin` (the tests' sidecars have no public base, so their
+/// origin is `palisade` unless a test sets `receipts.origin`).
+pub fn sidecar_log_key(origin: &str) -> palisade_policy::log::LogKey {
+    palisade_policy::log::LogKey::of_pair(origin, &KeyPair::from_seed(SIDECAR_SEED)).unwrap()
+}
+
+/// The sidecar's key as the tests' stores sign with it.
+pub fn sidecar_log(origin: &str) -> std::sync::Arc<palisade_policy::log::Signer> {
+    std::sync::Arc::new(
+        palisade_policy::log::Signer::new(
+            origin,
+            std::sync::Arc::new(KeyPair::from_seed(SIDECAR_SEED)),
+        )
+        .unwrap(),
+    )
+}
+
+/// Verifies a receipt as a client holds it (`{receipt, index, inclusion, checkpoint}`, from the
+/// header or a problem body) with the sidecar's log key; the receipt.
+pub fn verified_receipt(envelope: &Value) -> Value {
+    let env: palisade_policy::log::Envelope = serde_json::from_value(envelope.clone())
+        .unwrap_or_else(|e| panic!("not a receipt envelope ({e}): {envelope}"));
+    let origin = env.checkpoint.split('\n').next().unwrap_or_default();
+    env.verify(&sidecar_log_key(origin))
+        .unwrap_or_else(|e| panic!("receipt does not verify ({e}): {envelope}"));
+    env.receipt
+}
+
+/// Verifies a receipt envelope with the sidecar's log key and checks its kind.
+pub fn assert_receipt_verifies(envelope: &Value, kind: &str) {
+    let receipt = verified_receipt(envelope);
+    assert_eq!(receipt["kind"], kind, "{receipt}");
 }
 
 pub fn writes_seen(u: &Upstream) -> usize {
@@ -354,12 +381,17 @@ pub fn logged_drift_events(p: &Palisade) -> Vec<Value> {
         .collect()
 }
 
-/// The receipt in a response's `Agent-Commit-Receipt` header.
-pub fn receipt_of(headers: &http::HeaderMap) -> Value {
+/// The envelope in a response's `Agent-Commit-Receipt` header.
+pub fn envelope_of(headers: &http::HeaderMap) -> Value {
     serde_json::from_slice(
         &URL_SAFE_NO_PAD
             .decode(headers["agent-commit-receipt"].as_bytes())
             .unwrap(),
     )
     .unwrap()
+}
+
+/// The receipt in a response's `Agent-Commit-Receipt` header, verified with the log key.
+pub fn receipt_of(headers: &http::HeaderMap) -> Value {
+    verified_receipt(&envelope_of(headers))
 }

@@ -2,8 +2,9 @@
 
 use crate::store::records::{self, CompensationStep};
 use crate::store::{LeaseRecord, LeaseState};
-use palisade_policy::keys::KeyPair;
-use palisade_policy::receipt::{self, ReceiptBody, ReceiptKind, SealedReceipt};
+use palisade_policy::log::batch::Frontier;
+use palisade_policy::log::{self, Head, Signer};
+use palisade_policy::receipt::{Entry, ReceiptBody, ReceiptKind, SealedReceipt};
 use redb::{ReadableTable, WriteTransaction};
 use tokio::sync::oneshot;
 
@@ -15,7 +16,7 @@ use crate::store::{
 
 use super::sweep::Sweeper;
 use super::tables::{
-    escrow_state_is, lease_key, set_lease_state, unavailable, ChainHead, Part, Tables,
+    escrow_state_is, lease_key, set_lease_state, unavailable, Part, Tables, LOG_HEAD,
 };
 use super::{rcns, relay};
 
@@ -30,7 +31,7 @@ pub(super) enum Job {
         reply: oneshot::Sender<Result<(), StoreError>>,
     },
     Receipt(
-        Box<(ReceiptBody, Attachments)>,
+        Box<(ReceiptBody, Entry, Attachments)>,
         oneshot::Sender<Result<Option<SealedReceipt>, StoreError>>,
     ),
     EscrowPut(Box<EscrowUpdate>, oneshot::Sender<Result<bool, StoreError>>),
@@ -58,23 +59,41 @@ pub(super) enum Answer {
     Settle,
 }
 
+/// What [`apply`] did: the answers in job order, the log's new head (if the batch had
+/// receipts), and the journal record (empty when the batch changed nothing).
+pub(super) struct Applied {
+    pub(super) answers: Vec<Answer>,
+    pub(super) head: Option<Head>,
+    pub(super) redo: Vec<u8>,
+}
+
+/// A batch's receipt waiting for the batch's checkpoint: where its answer goes, its entry, and
+/// what is stored with its envelope.
+struct Pending<'b> {
+    answer: usize,
+    entry: Entry,
+    attach: &'b Attachments,
+}
+
 /// Applies a batch inside the writer's open transaction and makes it durable with one journal
-/// append; returns the answers, the new chain head and the journal record (empty when the
+/// append; returns the answers, the log's new head (if the batch had receipts) and the journal record (empty when the
 /// batch changed nothing). On an error the transaction holds part of the batch and must be
 /// abandoned (`writer::Open::rebuild`).
 pub(super) fn apply(
     wtx: &WriteTransaction,
     journal: &mut Journal,
-    key: &KeyPair,
-    mut chain: ChainHead,
+    signer: &Signer,
+    head: &Head,
     sweeper: &mut Sweeper,
     batch: &[Job],
     now_ms: i64,
-) -> Result<(Vec<Answer>, ChainHead, Vec<u8>), StoreError> {
+) -> Result<Applied, StoreError> {
     let mut answers = Vec::with_capacity(batch.len());
+    let mut new_head = None;
     let redo = {
         let mut t = Tables::open(wtx, now_ms)?;
         let mut stored_keys = false;
+        let mut pending: Vec<Pending<'_>> = Vec::new();
         for job in batch {
             match job {
                 Job::Advance(intent, _) => {
@@ -160,35 +179,23 @@ pub(super) fn apply(
                     answers.push(Answer::RcnsPut(rcns::store(&mut t, record, *mode)?));
                 }
                 Job::Receipt(job, _) => {
-                    let (body, attach) = &**job;
+                    let (body, entry, attach) = &**job;
                     if let Some(update) = &attach.escrow {
                         if !escrow_state_is(&t.escrows, &update.id, update.expect)? {
                             answers.push(Answer::Receipt(None));
                             continue;
                         }
+                        // The new state now, so that a later job of this batch sees it; the
+                        // record is written again with the envelope once the batch is sealed.
+                        t.put_escrow(&update.id, &records::sealed_escrow(update, &entry.value))?;
                     }
-                    let sealed = receipt::seal(body, chain.head, key);
-                    if let Some(update) = &attach.escrow {
-                        t.put_escrow(&update.id, &records::sealed_escrow(update, &sealed.value))?;
-                        if let Some(exp) = update.expires_at_ms {
-                            t.put_escrow_due(sweeper.lease_due(exp), &update.id)?;
-                        }
-                    }
-                    if let Some(idem) = &attach.idempotency {
-                        let bytes = records::sealed_outcome(idem, &sealed.value);
-                        t.put_idempotency(&idem.key, &bytes, idem.expires_ms.max(0) as u64)?;
-                        stored_keys = true;
-                    }
-                    t.put_receipt(chain.next_seq, &sealed.jcs)?;
+                    let index = head.size + pending.len() as u64;
                     if let (Some(lease_id), ReceiptKind::Interim) = (&body.lease_id, body.kind) {
                         // Sent but not complete: nothing to compensate (SPEC §7).
                         set_lease_state(&mut t, lease_id, LeaseState::Interim)?;
                     }
                     if let Some(lease_id) = &body.lease_id {
-                        t.put_lease(
-                            &lease_key(lease_id, Part::Receipt, Some(chain.next_seq)),
-                            &[],
-                        )?;
+                        t.put_lease(&lease_key(lease_id, Part::Entry, Some(index)), &[])?;
                         // A receipt naming a lease the store has no record of (a refused
                         // write's lease is never recorded) schedules its own index entry's
                         // removal; a recorded lease's entries go with the record.
@@ -201,13 +208,21 @@ pub(super) fn apply(
                             t.put_lease_due(sweeper.lease_due(t.now_ms), lease_id)?;
                         }
                     }
-                    chain = ChainHead {
-                        next_seq: chain.next_seq + 1,
-                        head: sealed.digest,
-                    };
-                    answers.push(Answer::Receipt(Some(Box::new(sealed))));
+                    pending.push(Pending {
+                        answer: answers.len(),
+                        entry: entry.clone(),
+                        attach,
+                    });
+                    // Replaced by the sealed receipt below.
+                    answers.push(Answer::Receipt(None));
                 }
             }
+        }
+        if !pending.is_empty() {
+            new_head = Some(seal(&mut t, signer, head, pending, &mut answers, sweeper)?);
+            stored_keys |= batch
+                .iter()
+                .any(|j| matches!(j, Job::Receipt(job, _) if job.2.idempotency.is_some()));
         }
         // A batch of nothing but commit requests changes nothing, sweeps included.
         if !batch.iter().all(Job::is_settle) {
@@ -219,7 +234,51 @@ pub(super) fn apply(
     if !redo.is_empty() {
         journal.append(&redo.bytes).map_err(unavailable)?;
     }
-    Ok((answers, chain, redo.bytes))
+    Ok(Applied {
+        answers,
+        head: new_head,
+        redo: redo.bytes,
+    })
+}
+
+/// Integrates the batch's receipts into the log: the entries and new stored hashes, one
+/// checkpoint signed over the new tree (the log's head), and each receipt's envelope stored
+/// with what it carries and put in its answer.
+fn seal(
+    t: &mut Tables<'_>,
+    signer: &Signer,
+    head: &Head,
+    pending: Vec<Pending<'_>>,
+    answers: &mut [Answer],
+    sweeper: &Sweeper,
+) -> Result<Head, StoreError> {
+    let frontier = log::batch::frontier(head.size);
+    let hashes = super::log::read_hashes(&t.hashes, &frontier)?;
+    let stored = Frontier::from_pairs(frontier.into_iter().zip(hashes));
+    let (targets, entries): (Vec<_>, Vec<_>) = pending
+        .into_iter()
+        .map(|p| ((p.answer, p.attach), p.entry))
+        .unzip();
+    let sealed = log::seal::seal(head.size, &stored, entries, signer).map_err(unavailable)?;
+    for (index, hash) in &sealed.hashes {
+        t.put_hash(*index, &hash.0)?;
+    }
+    for ((at, attach), receipt) in targets.into_iter().zip(sealed.receipts) {
+        t.put_entry(receipt.index, &receipt.entry)?;
+        if let Some(update) = &attach.escrow {
+            t.put_escrow(&update.id, &records::sealed_escrow(update, &receipt.value))?;
+            if let Some(exp) = update.expires_at_ms {
+                t.put_escrow_due(sweeper.lease_due(exp), &update.id)?;
+            }
+        }
+        if let Some(idem) = &attach.idempotency {
+            let bytes = records::sealed_outcome(idem, &receipt.value);
+            t.put_idempotency(&idem.key, &bytes, idem.expires_ms.max(0) as u64)?;
+        }
+        answers[at] = Answer::Receipt(Some(Box::new(receipt)));
+    }
+    t.put_meta(LOG_HEAD, &sealed.head.to_bytes())?;
+    Ok(sealed.head)
 }
 
 impl Job {

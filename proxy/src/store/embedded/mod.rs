@@ -27,6 +27,7 @@
 //! commit when it holds uncommitted batches ([`EmbeddedStore::settle`]).
 
 mod jobs;
+mod log;
 mod overlay;
 mod rcns;
 mod reads;
@@ -41,25 +42,23 @@ use std::sync::mpsc;
 use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
-use palisade_policy::keys::KeyPair;
-use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
-use redb::{Database, ReadableTable, ReadableTableMetadata};
+use palisade_policy::log::merkle::Hash;
+use palisade_policy::log::{Head, Signer};
+use palisade_policy::receipt::{self, ReceiptBody, SealedReceipt};
+use redb::Database;
 use tokio::sync::oneshot;
 
 use crate::clock::{AnchoredClock, SharedClock};
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowRecord, EscrowUpdate, KeyState, LeaseRecord,
-    RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord, ReceiptLog, RelayEntry, RelayLimits, RelayMessage,
-    RelayPosted, RelayQuery, ResourceGuard, Retention, Store, StoreError, WriteIntent,
+    Advance, Attachments, Compensation, EscrowRecord, EscrowUpdate, KeyState, LeaseReceipt,
+    LeaseRecord, LogEntries, RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord, ReceiptLog, RelayEntry,
+    RelayLimits, RelayMessage, RelayPosted, RelayQuery, ResourceGuard, Retention, Store,
+    StoreError, WriteIntent,
 };
 
 use jobs::Job;
 use overlay::{Overlay, Seen};
-use tables::{
-    lease_key, read_anchor, read_chain_head, unavailable, Part, ESCROWS, ESCROW_DUE, FENCES,
-    IDEMPOTENCY, IDEMPOTENCY_EXPIRY, LEASE_DATA, LEASE_EXPIRY, META, RECEIPTS, RELAY_INDEX,
-    RELAY_MESSAGES, T_ESCROWS, T_FENCES,
-};
+use tables::{unavailable, Part, ESCROWS, FENCES, LOG_HASHES, META, T_ESCROWS, T_FENCES};
 use writer::{journal_path, recover, writer, Shared, Start};
 
 pub struct EmbeddedStore {
@@ -84,6 +83,8 @@ pub struct EmbeddedStore {
     keys: Arc<crate::store::locks::InFlightKeys>,
     /// The store's time (expiry of keys, relay messages, RCNS records), shared with the writer.
     clock: SharedClock,
+    /// Signs the log's checkpoints (the writer's copy); here for the empty log's checkpoint.
+    signer: Arc<Signer>,
 }
 
 impl Drop for EmbeddedStore {
@@ -98,12 +99,12 @@ impl Drop for EmbeddedStore {
 }
 
 impl EmbeddedStore {
-    /// Opens (or creates) the store file with the default [`Retention`]. `key` signs the
-    /// receipts this store appends.
-    pub fn open(path: &Path, key: Arc<KeyPair>) -> Result<Self, StoreError> {
+    /// Opens (or creates) the store file with the default [`Retention`]. `signer` signs the
+    /// checkpoints of the receipt log this store keeps.
+    pub fn open(path: &Path, signer: Arc<Signer>) -> Result<Self, StoreError> {
         Self::open_with(
             path,
-            key,
+            signer,
             Retention::default(),
             Arc::new(AnchoredClock::new()),
         )
@@ -113,7 +114,7 @@ impl EmbeddedStore {
     /// `clock`'s time.
     pub fn open_with(
         path: &Path,
-        key: Arc<KeyPair>,
+        signer: Arc<Signer>,
         retention: Retention,
         clock: SharedClock,
     ) -> Result<Self, StoreError> {
@@ -121,24 +122,14 @@ impl EmbeddedStore {
             Database::create(path).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
         // Create every table up front so readers never meet a missing one.
         let wtx = db.begin_write().map_err(unavailable)?;
-        {
-            wtx.open_table(FENCES).map_err(unavailable)?;
-            wtx.open_table(LEASE_DATA).map_err(unavailable)?;
-            wtx.open_table(RECEIPTS).map_err(unavailable)?;
-            wtx.open_table(IDEMPOTENCY).map_err(unavailable)?;
-            wtx.open_table(IDEMPOTENCY_EXPIRY).map_err(unavailable)?;
-            wtx.open_table(ESCROWS).map_err(unavailable)?;
-            wtx.open_table(LEASE_EXPIRY).map_err(unavailable)?;
-            wtx.open_table(META).map_err(unavailable)?;
-            wtx.open_table(RELAY_MESSAGES).map_err(unavailable)?;
-            wtx.open_table(RELAY_INDEX).map_err(unavailable)?;
-            wtx.open_table(ESCROW_DUE).map_err(unavailable)?;
-            wtx.open_table(tables::RCNS).map_err(unavailable)?;
-        }
+        tables::create_all(&wtx)?;
         wtx.commit().map_err(unavailable)?;
         let journal = recover(&db, &journal_path(path))?;
         let db = Arc::new(db);
-        let head = read_chain_head(&db)?;
+        let head = {
+            let rtx = db.begin_read().map_err(unavailable)?;
+            log::read_head(&rtx.open_table(META).map_err(unavailable)?, &signer)?
+        };
         let (jobs, rx) = mpsc::channel();
         let commits = Arc::new(AtomicU64::new(0));
         let failed = Arc::new(AtomicBool::new(false));
@@ -152,13 +143,14 @@ impl EmbeddedStore {
             unsettled: unsettled.clone(),
         };
         let writer_clock = clock.clone();
+        let writer_signer = signer.clone();
         let writer = std::thread::Builder::new()
             .name("palisade-store".into())
             .spawn(move || {
                 let start = Start {
                     journal,
-                    key,
-                    chain: head,
+                    signer: writer_signer,
+                    head,
                     retention,
                     clock: writer_clock,
                 };
@@ -176,6 +168,7 @@ impl EmbeddedStore {
             locks: Default::default(),
             keys: Default::default(),
             clock,
+            signer,
         })
     }
 
@@ -251,7 +244,11 @@ impl Store for EmbeddedStore {
         body: ReceiptBody,
         attach: Attachments,
     ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>> {
-        self.ask(|tx| Job::Receipt(Box::new((body, attach)), tx))
+        // The entry's JCS here, on the caller's task: the writer thread only hashes and signs.
+        match receipt::entry(&body) {
+            Ok(entry) => self.ask(|tx| Job::Receipt(Box::new((body, entry, attach)), tx)),
+            Err(e) => Box::pin(async move { Err(unavailable(e)) }),
+        }
     }
 
     fn reserve_key<'a>(
@@ -351,38 +348,10 @@ impl Store for EmbeddedStore {
     fn lease_receipts<'a>(
         &'a self,
         lease_id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, StoreError>> {
+    ) -> BoxFuture<'a, Result<Vec<LeaseReceipt>, StoreError>> {
         Box::pin(async move {
             self.settle().await?;
-            let rtx = self.db.begin_read().map_err(unavailable)?;
-            let index = rtx.open_table(LEASE_DATA).map_err(unavailable)?;
-            let from = lease_key(lease_id, Part::Receipt, None);
-            let mut to = from.clone();
-            if let Some(last) = to.last_mut() {
-                *last += 1;
-            }
-            let mut seqs = Vec::new();
-            for row in index
-                .range::<&[u8]>(from.as_slice()..to.as_slice())
-                .map_err(unavailable)?
-            {
-                let (k, _) = row.map_err(unavailable)?;
-                let k = k.value();
-                if let Some(seq) = k
-                    .get(k.len().saturating_sub(8)..)
-                    .and_then(|b| <[u8; 8]>::try_from(b).ok())
-                {
-                    seqs.push(u64::from_be_bytes(seq));
-                }
-            }
-            let receipts = rtx.open_table(RECEIPTS).map_err(unavailable)?;
-            let mut out = Vec::with_capacity(seqs.len());
-            for seq in seqs {
-                if let Some(v) = receipts.get(seq).map_err(unavailable)? {
-                    out.push(v.value().to_vec());
-                }
-            }
-            Ok(out)
+            log::lease_receipts(&self.db.begin_read().map_err(unavailable)?, lease_id)
         })
     }
 
@@ -482,15 +451,30 @@ impl Store for EmbeddedStore {
     fn receipt_log(&self) -> BoxFuture<'_, Result<ReceiptLog, StoreError>> {
         Box::pin(async move {
             self.settle().await?;
+            log::legacy(&self.db.begin_read().map_err(unavailable)?)
+        })
+    }
+
+    fn log_head(&self) -> BoxFuture<'_, Result<Head, StoreError>> {
+        Box::pin(async move {
+            self.settle().await?;
             let rtx = self.db.begin_read().map_err(unavailable)?;
-            let anchor = read_anchor(&rtx.open_table(META).map_err(unavailable)?)?;
-            let table = rtx.open_table(RECEIPTS).map_err(unavailable)?;
-            let mut receipts = Vec::with_capacity(table.len().map_err(unavailable)? as usize);
-            for row in table.iter().map_err(unavailable)? {
-                let (_, jcs) = row.map_err(unavailable)?;
-                receipts.push(jcs.value().to_vec());
-            }
-            Ok(ReceiptLog { anchor, receipts })
+            log::read_head(&rtx.open_table(META).map_err(unavailable)?, &self.signer)
+        })
+    }
+
+    fn log_hashes(&self, indexes: Vec<u64>) -> BoxFuture<'_, Result<Vec<Hash>, StoreError>> {
+        Box::pin(async move {
+            self.settle().await?;
+            let rtx = self.db.begin_read().map_err(unavailable)?;
+            log::read_hashes(&rtx.open_table(LOG_HASHES).map_err(unavailable)?, &indexes)
+        })
+    }
+
+    fn log_entries(&self, from: u64, to: u64) -> BoxFuture<'_, Result<LogEntries, StoreError>> {
+        Box::pin(async move {
+            self.settle().await?;
+            log::entries(&self.db.begin_read().map_err(unavailable)?, from, to)
         })
     }
 }

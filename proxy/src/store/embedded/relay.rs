@@ -261,7 +261,13 @@ mod tests {
     fn open_on(dir: &tempfile::TempDir, clock: &Arc<SetClock>) -> EmbeddedStore {
         EmbeddedStore::open_with(
             &dir.path().join("s.redb"),
-            Arc::new(KeyPair::from_seed([3; 32])),
+            Arc::new(
+                palisade_policy::log::Signer::new(
+                    "test.example/palisade",
+                    Arc::new(KeyPair::from_seed([3; 32])),
+                )
+                .unwrap(),
+            ),
             Default::default(),
             clock.clone(),
         )

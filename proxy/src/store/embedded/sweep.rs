@@ -12,8 +12,7 @@ use redb::ReadableTable;
 use crate::store::{Retention, StoreError};
 
 use super::tables::{
-    lease_key, lease_prefix, read_anchor, unavailable, Part, Tables, RECEIPT_ANCHOR,
-    SWEEP_PER_BATCH,
+    lease_key, lease_prefix, unavailable, Part, Tables, RECEIPT_ANCHOR, SWEEP_PER_BATCH,
 };
 
 /// Longest wait between two looks at the oldest receipt.
@@ -22,8 +21,10 @@ const RECHECK_MS: u64 = 60_000;
 /// The writer's sweeping state across batches.
 pub(super) struct Sweeper {
     pub(super) retention: Retention,
-    /// Unix ms before which the oldest receipt cannot be due: saves reading it every batch.
+    /// Unix ms before which the oldest v1 receipt cannot be due: saves reading it every batch.
     receipts_due_ms: u64,
+    /// The same for the oldest entry of the receipt log.
+    entries_due_ms: u64,
 }
 
 impl Sweeper {
@@ -31,6 +32,7 @@ impl Sweeper {
         Self {
             retention,
             receipts_due_ms: 0,
+            entries_due_ms: 0,
         }
     }
 
@@ -63,6 +65,10 @@ impl Sweeper {
                 // so a wall-clock step cannot postpone retention by a whole period.
                 self.receipts_due_ms =
                     sweep_receipts(t, now, keep.as_millis() as u64, limit)?.min(now + RECHECK_MS);
+            }
+            if now >= self.entries_due_ms {
+                self.entries_due_ms =
+                    sweep_entries(t, now, keep.as_millis() as u64, limit)?.min(now + RECHECK_MS);
             }
         }
         Ok(())
@@ -200,7 +206,7 @@ fn sweep_receipts(
     let Some(&(last_seq, last_digest)) = removed.last() else {
         return Ok(next_due);
     };
-    let pruned_before = read_anchor(&t.meta)?.map_or(0, |a| a.pruned);
+    let pruned_before = super::log::read_anchor(&t.meta)?.map_or(0, |a| a.pruned);
     for (seq, _) in &removed {
         t.delete_receipt(*seq)?;
     }
@@ -210,6 +216,43 @@ fn sweep_receipts(
     });
     let bytes = serde_json::to_vec(&anchor).map_err(unavailable)?;
     t.put_meta(RECEIPT_ANCHOR, &bytes)?;
+    Ok(next_due)
+}
+
+/// Removes up to `limit` entries of the receipt log older than `keep_ms`, oldest first: they
+/// leave the entry bundles, while the stored hashes that prove the tree stay (SPEC §5.5).
+/// Returns when the oldest remaining entry comes due.
+fn sweep_entries(
+    t: &mut Tables<'_>,
+    now: u64,
+    keep_ms: u64,
+    limit: usize,
+) -> Result<u64, StoreError> {
+    let cutoff = now.saturating_sub(keep_ms);
+    let mut removed = Vec::new();
+    let mut next_due = now.saturating_add(keep_ms);
+    for row in t.entries.iter().map_err(unavailable)? {
+        let (index, entry) = row.map_err(unavailable)?;
+        let Some(at) = receipt_at_ms(entry.value()) else {
+            tracing::warn!(
+                index = index.value(),
+                "receipt retention: a log entry without a readable `at`; sweep stopped"
+            );
+            break;
+        };
+        if at >= cutoff {
+            next_due = at.saturating_add(keep_ms);
+            break;
+        }
+        removed.push(index.value());
+        if removed.len() >= limit {
+            next_due = 0;
+            break;
+        }
+    }
+    for index in removed {
+        t.delete_entry(index)?;
+    }
     Ok(next_due)
 }
 

@@ -1,11 +1,10 @@
 //! The redb tables and one write transaction's view of them ([`Tables`]): every change
 //! goes through its methods, which also append it to the batch's redo record.
 
-use palisade_policy::digest::Sha256Digest;
-use redb::{Database, ReadableTable, TableDefinition};
+use redb::{ReadableTable, TableDefinition};
 
 use crate::store::journal::{self, Redo};
-use crate::store::{ChainAnchor, StoreError};
+use crate::store::StoreError;
 
 /// Resource key → last committed epoch. Byte keys: redb would check `&str` keys for UTF-8 on
 /// every comparison.
@@ -16,8 +15,14 @@ pub(super) const FENCES: TableDefinition<&[u8], u64> = TableDefinition::new("fen
 /// cost is dominated by the pages each commit must flush (measured with
 /// `examples/store_load.rs`: five tables per write ran at half the rate of this layout).
 pub(super) const LEASE_DATA: TableDefinition<&[u8], &[u8]> = TableDefinition::new("lease_data");
-/// Sequence number → JCS of the sealed receipt, signature included.
+/// Sequence number → JCS of a version 1.0 receipt, signature included: the retained part of
+/// the chain a store kept before the receipt log. Nothing is added to it; retention empties it.
 pub(super) const RECEIPTS: TableDefinition<u64, &[u8]> = TableDefinition::new("receipts");
+/// The receipt log (SPEC §5.5): entry index → the entry (a receipt's JCS).
+pub(super) const LOG_ENTRIES: TableDefinition<u64, &[u8]> = TableDefinition::new("log_entries");
+/// The receipt log's stored hashes (Go tlog's layout, `policy::log::merkle`): stored-hash index
+/// → 32 bytes. Kept for ever: retention removes entries, never hashes.
+pub(super) const LOG_HASHES: TableDefinition<u64, &[u8]> = TableDefinition::new("log_hashes");
 
 /// What a [`LEASE_DATA`] entry holds.
 #[derive(Clone, Copy)]
@@ -26,8 +31,10 @@ pub(super) enum Part {
     Record = b'r',
     Inverse = b'i',
     Snapshot = b's',
-    /// Followed by the receipt's sequence number (big-endian), with an empty value.
+    /// Followed by a v1 receipt's sequence number (big-endian), with an empty value.
     Receipt = b'c',
+    /// Followed by a log entry's index (big-endian), with an empty value.
+    Entry = b'e',
 }
 
 /// `len(lease_id) · lease_id · part [· seq]`. The length prefix (lease ids are at most 128
@@ -78,6 +85,9 @@ pub(super) const META: TableDefinition<&str, &[u8]> = TableDefinition::new("meta
 /// `META` key of the receipt chain's anchor (JSON `{"pruned":N,"prev":"sha256:…"}`), present
 /// once receipts were removed under retention.
 pub(super) const RECEIPT_ANCHOR: &str = "receipt_anchor";
+/// `META` key of the receipt log's head (`policy::log::Head`, JSON): its size and newest
+/// checkpoint. Absent: the log is empty.
+pub(super) const LOG_HEAD: &str = "log_head";
 
 /// Entries each sweep may remove in one transaction, beyond one per job in the batch
 /// (`sweep::Sweeper::run`): the sweeps keep pace with new entries without ever making one
@@ -97,6 +107,27 @@ pub(super) const T_RELAY_MESSAGES: u8 = 9;
 pub(super) const T_RELAY_INDEX: u8 = 10;
 pub(super) const T_ESCROW_DUE: u8 = 11;
 pub(super) const T_RCNS: u8 = 12;
+pub(super) const T_LOG_ENTRIES: u8 = 13;
+pub(super) const T_LOG_HASHES: u8 = 14;
+
+/// Creates every table (a new file), so that readers never meet a missing one.
+pub(super) fn create_all(wtx: &redb::WriteTransaction) -> Result<(), StoreError> {
+    wtx.open_table(FENCES).map_err(unavailable)?;
+    wtx.open_table(LEASE_DATA).map_err(unavailable)?;
+    wtx.open_table(RECEIPTS).map_err(unavailable)?;
+    wtx.open_table(IDEMPOTENCY).map_err(unavailable)?;
+    wtx.open_table(IDEMPOTENCY_EXPIRY).map_err(unavailable)?;
+    wtx.open_table(ESCROWS).map_err(unavailable)?;
+    wtx.open_table(LEASE_EXPIRY).map_err(unavailable)?;
+    wtx.open_table(META).map_err(unavailable)?;
+    wtx.open_table(RELAY_MESSAGES).map_err(unavailable)?;
+    wtx.open_table(RELAY_INDEX).map_err(unavailable)?;
+    wtx.open_table(ESCROW_DUE).map_err(unavailable)?;
+    wtx.open_table(RCNS).map_err(unavailable)?;
+    wtx.open_table(LOG_ENTRIES).map_err(unavailable)?;
+    wtx.open_table(LOG_HASHES).map_err(unavailable)?;
+    Ok(())
+}
 
 pub(super) fn unavailable(e: impl std::fmt::Display) -> StoreError {
     StoreError::Unavailable(e.to_string())
@@ -117,6 +148,8 @@ pub(super) struct Tables<'t> {
     pub(super) relay_index: redb::Table<'t, &'static [u8], &'static [u8]>,
     pub(super) escrow_due: redb::Table<'t, (u64, &'static str), ()>,
     pub(super) rcns: redb::Table<'t, &'static [u8], &'static [u8]>,
+    pub(super) entries: redb::Table<'t, u64, &'static [u8]>,
+    pub(super) hashes: redb::Table<'t, u64, &'static [u8]>,
     pub(super) redo: Redo,
     /// The batch's time (unix ms), read once from the store's clock: every expiry the batch
     /// sets or judges is relative to it.
@@ -144,6 +177,8 @@ impl<'t> Tables<'t> {
             relay_index: wtx.open_table(RELAY_INDEX).map_err(unavailable)?,
             escrow_due: wtx.open_table(ESCROW_DUE).map_err(unavailable)?,
             rcns: wtx.open_table(RCNS).map_err(unavailable)?,
+            entries: wtx.open_table(LOG_ENTRIES).map_err(unavailable)?,
+            hashes: wtx.open_table(LOG_HASHES).map_err(unavailable)?,
             redo: Redo::default(),
             now_ms,
         })
@@ -205,9 +240,23 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    pub(super) fn put_receipt(&mut self, seq: u64, jcs: &[u8]) -> Result<(), StoreError> {
-        self.receipts.insert(seq, jcs).map_err(unavailable)?;
-        self.redo.put(T_RECEIPTS, &seq.to_be_bytes(), jcs);
+    pub(super) fn put_entry(&mut self, index: u64, entry: &[u8]) -> Result<(), StoreError> {
+        self.entries.insert(index, entry).map_err(unavailable)?;
+        self.redo.put(T_LOG_ENTRIES, &index.to_be_bytes(), entry);
+        Ok(())
+    }
+
+    pub(super) fn delete_entry(&mut self, index: u64) -> Result<(), StoreError> {
+        self.entries.remove(index).map_err(unavailable)?;
+        self.redo.delete(T_LOG_ENTRIES, &index.to_be_bytes());
+        Ok(())
+    }
+
+    pub(super) fn put_hash(&mut self, index: u64, hash: &[u8; 32]) -> Result<(), StoreError> {
+        self.hashes
+            .insert(index, hash.as_slice())
+            .map_err(unavailable)?;
+        self.redo.put(T_LOG_HASHES, &index.to_be_bytes(), hash);
         Ok(())
     }
 
@@ -372,6 +421,17 @@ impl<'t> Tables<'t> {
             (T_RELAY_INDEX, None) => {
                 self.relay_index.remove(c.key).map_err(unavailable)?;
             }
+            (T_LOG_ENTRIES, Some(v)) => {
+                self.entries
+                    .insert(u64_of(c.key)?, v)
+                    .map_err(unavailable)?;
+            }
+            (T_LOG_ENTRIES, None) => {
+                self.entries.remove(u64_of(c.key)?).map_err(unavailable)?;
+            }
+            (T_LOG_HASHES, Some(v)) => {
+                self.hashes.insert(u64_of(c.key)?, v).map_err(unavailable)?;
+            }
             (T_RCNS, Some(v)) => drop(self.rcns.insert(c.key, v).map_err(unavailable)?),
             (T_RCNS, None) => drop(self.rcns.remove(c.key).map_err(unavailable)?),
             (T_ESCROWS, Some(v)) => {
@@ -433,52 +493,4 @@ pub(super) fn set_lease_state(
         t.put_lease(&key, &rec.to_bytes())?;
     }
     Ok(())
-}
-
-/// The receipt chain's position: the next sequence number and the digest `prev` must carry.
-#[derive(Clone, Copy)]
-pub(super) struct ChainHead {
-    pub(super) next_seq: u64,
-    pub(super) head: Sha256Digest,
-}
-
-pub(super) fn read_chain_head(db: &Database) -> Result<ChainHead, StoreError> {
-    let rtx = db.begin_read().map_err(unavailable)?;
-    let table = rtx.open_table(RECEIPTS).map_err(unavailable)?;
-    let last = table.last().map_err(unavailable)?;
-    let head = match last {
-        Some((seq, jcs)) => ChainHead {
-            next_seq: seq.value() + 1,
-            head: Sha256Digest::of(jcs.value()),
-        },
-        // Every receipt removed under retention: the chain goes on from the anchor.
-        None => match read_anchor(&rtx.open_table(META).map_err(unavailable)?)? {
-            Some(anchor) => ChainHead {
-                next_seq: anchor.pruned,
-                head: anchor.prev,
-            },
-            None => ChainHead {
-                next_seq: 0,
-                head: Sha256Digest::empty(),
-            },
-        },
-    };
-    Ok(head)
-}
-
-/// The receipt chain's anchor, if receipts were removed.
-pub(super) fn read_anchor(
-    meta: &impl ReadableTable<&'static str, &'static [u8]>,
-) -> Result<Option<ChainAnchor>, StoreError> {
-    let Some(v) = meta.get(RECEIPT_ANCHOR).map_err(unavailable)? else {
-        return Ok(None);
-    };
-    let bad = || unavailable("store: the receipt anchor cannot be read");
-    let rec: serde_json::Value = serde_json::from_slice(v.value()).map_err(|_| bad())?;
-    let pruned = rec["pruned"].as_u64().ok_or_else(bad)?;
-    let prev = rec["prev"]
-        .as_str()
-        .and_then(|s| Sha256Digest::parse_ptcl(s).ok())
-        .ok_or_else(bad)?;
-    Ok(Some(ChainAnchor { pruned, prev }))
 }

@@ -1,11 +1,22 @@
+use super::tables::RECEIPTS;
 use super::*;
 use crate::clock::SetClock;
+use crate::store::log_read;
 use crate::store::{EscrowRecord, EscrowState, LeaseRecord};
-use palisade_policy::keys::TrustStore;
-use palisade_policy::receipt::{self, ReceiptKind};
+use palisade_policy::digest::Sha256Digest;
+use palisade_policy::keys::KeyPair;
+use palisade_policy::log::{audit, Envelope};
+use palisade_policy::receipt::ReceiptKind;
+use serde::Deserialize as _;
 
-fn key() -> Arc<KeyPair> {
-    Arc::new(KeyPair::from_seed([3; 32]))
+fn key() -> Arc<Signer> {
+    Arc::new(
+        Signer::new(
+            "test.example/palisade",
+            Arc::new(KeyPair::from_seed([3; 32])),
+        )
+        .unwrap(),
+    )
 }
 
 /// The tests' time: 2026-12-03T12:00:00Z, a day after the receipts [`body`] makes. Every store
@@ -93,14 +104,19 @@ async fn state_and_the_receipt_chain_survive_reopening() {
         Advance::Stale { current: 3 }
     );
     assert!(store.inverse("l1").await.unwrap().is_some());
-    // The chain continues where it stopped: one unbroken chain across the restart.
-    store.append_receipt(body(3)).await.unwrap();
-    let all = store.receipts().await.unwrap();
-    assert_eq!(all.len(), 4);
-    let mut trust = TrustStore::new();
-    trust.insert(key().trusted("sidecar")).unwrap();
-    let head = receipt::verify_chain(all.iter().map(Vec::as_slice), &trust).unwrap();
-    assert_eq!(head.count, 4);
+    // The log goes on where it stopped: one tree across the restart, extending the last
+    // checkpoint before it.
+    let before = store.log_head().await.unwrap();
+    let sealed = store.append_receipt(body(3)).await.unwrap();
+    assert_eq!(sealed.index, 3);
+    let (head, audited) = log_read::audit(&store, key().key()).await.unwrap();
+    let audited = audited.unwrap();
+    assert_eq!((head.size, audited.retained), (4, 4));
+    audit::verify_extends(&audited, before.note.as_bytes(), key().key()).unwrap();
+    Envelope::deserialize(&sealed.value)
+        .unwrap()
+        .verify(key().key())
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -133,15 +149,8 @@ async fn concurrent_writers_share_commits_and_exactly_one_wins_each_epoch() {
         commits < 128,
         "128 jobs took {commits} commits: no group commit"
     );
-    let all = store.receipts().await.unwrap();
-    let mut trust = TrustStore::new();
-    trust.insert(key().trusted("sidecar")).unwrap();
-    assert_eq!(
-        receipt::verify_chain(all.iter().map(Vec::as_slice), &trust)
-            .unwrap()
-            .count,
-        64
-    );
+    let (head, audited) = log_read::audit(store.as_ref(), key().key()).await.unwrap();
+    assert_eq!((head.size, audited.unwrap().retained), (64, 64));
 }
 
 #[tokio::test]
@@ -324,11 +333,9 @@ async fn an_inverse_staged_alone_goes_after_retention_unless_its_lease_is_record
 }
 
 #[tokio::test]
-async fn old_receipts_are_removed_and_the_chain_verifies_from_the_anchor() {
+async fn old_entries_leave_the_log_and_its_tree_still_verifies() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
-    let mut trust = TrustStore::new();
-    trust.insert(key().trusted("sidecar")).unwrap();
     let now = palisade_policy::lease::format_rfc3339_ms(T0);
     {
         // 100 receipts from yesterday (more than one sweep's worth), then 3 from now, kept
@@ -352,70 +359,75 @@ async fn old_receipts_are_removed_and_the_chain_verifies_from_the_anchor() {
         let store = open_at(&path, retention(0, Some(3600)), &SetClock::at(T0));
         nudge(&store).await;
         // 64 plus one per job in the batch (one here).
-        assert_eq!(
-            store.receipt_log().await.unwrap().anchor.unwrap().pruned,
-            65
-        );
+        assert_eq!(store.log_entries(0, 200).await.unwrap().len(), 103 - 65);
         nudge(&store).await;
-        let log = store.receipt_log().await.unwrap();
-        let anchor = log.anchor.expect("receipts were removed");
-        assert_eq!(anchor.pruned, 100);
-        assert_eq!(log.receipts.len(), 3);
-        let head =
-            receipt::verify_chain_from(log.receipts.iter().map(Vec::as_slice), &trust, anchor.prev)
-                .unwrap();
-        assert_eq!(head.count, 3);
-        // From the wrong start the retained part does not verify: the anchor is load-bearing.
-        assert!(receipt::verify_chain(log.receipts.iter().map(Vec::as_slice), &trust).is_err());
+        let kept = store.log_entries(0, 200).await.unwrap();
+        assert_eq!(
+            kept.iter().map(|(i, _)| *i).collect::<Vec<_>>(),
+            [100, 101, 102]
+        );
+        // The hashes stay: the tree of 103 still verifies, with the 3 entries retained.
+        let (head, audited) = log_read::audit(&store, key().key()).await.unwrap();
+        assert_eq!((head.size, audited.unwrap().retained), (103, 3));
     }
-    // Reopened, the chain goes on from its head.
+    // Reopened, the log goes on from its head.
     let store = open_at(&path, retention(0, Some(3600)), &SetClock::at(T0));
-    store
+    let sealed = store
         .append_receipt(ReceiptBody {
             at: now.clone(),
             ..body(103)
         })
         .await
         .unwrap();
-    let log = store.receipt_log().await.unwrap();
-    let anchor = log.anchor.unwrap();
-    let head =
-        receipt::verify_chain_from(log.receipts.iter().map(Vec::as_slice), &trust, anchor.prev)
-            .unwrap();
-    assert_eq!((anchor.pruned, head.count), (100, 4));
+    assert_eq!(sealed.index, 103);
+    let (head, audited) = log_read::audit(&store, key().key()).await.unwrap();
+    assert_eq!((head.size, audited.unwrap().retained), (104, 4));
 }
 
 #[tokio::test]
-async fn a_chain_whose_every_receipt_was_removed_goes_on_from_its_anchor() {
+async fn a_v1_chain_kept_from_before_the_log_stays_readable_and_goes_under_retention() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("s.redb");
+    drop(EmbeddedStore::open(&path, key()).unwrap());
+    {
+        // What a store written before the receipt log holds: chained v1 receipts.
+        let db = redb::Database::open(&path).unwrap();
+        let wtx = db.begin_write().unwrap();
+        {
+            let mut t = wtx.open_table(RECEIPTS).unwrap();
+            for seq in 0..3u64 {
+                let v1 = serde_json::json!({
+                    "receipt_version": "1.0", "receipt_id": format!("urn:uuid:v1-{seq}"),
+                    "kind": "commit", "at": "2026-12-02T00:00:00.000Z",
+                    "prev": Sha256Digest::empty().to_string(),
+                });
+                t.insert(seq, serde_json::to_vec(&v1).unwrap().as_slice())
+                    .unwrap();
+            }
+        }
+        wtx.commit().unwrap();
+    }
     {
         let store = open_at(&path, retention(0, None), &SetClock::at(T0));
-        for i in 0..5 {
-            store.append_receipt(body(i)).await.unwrap();
-        }
+        assert_eq!(store.receipt_log().await.unwrap().receipts.len(), 3);
+        // New receipts go to the log, which starts empty beside the v1 chain.
+        assert_eq!(store.append_receipt(body(0)).await.unwrap().index, 0);
+        assert_eq!(store.receipt_log().await.unwrap().receipts.len(), 3);
     }
-    {
-        let store = open_at(&path, retention(0, Some(3600)), &SetClock::at(T0));
-        nudge(&store).await;
-        assert!(store.receipts().await.unwrap().is_empty());
-    }
-    let store = open_at(&path, retention(0, None), &SetClock::at(T0));
-    let sealed = store.append_receipt(body(5)).await.unwrap();
-    let log = store.receipt_log().await.unwrap();
-    let anchor = log.anchor.unwrap();
-    assert_eq!(anchor.pruned, 5);
-    assert_eq!(sealed.value["prev"], anchor.prev.to_string());
-    let mut trust = TrustStore::new();
-    trust.insert(key().trusted("sidecar")).unwrap();
-    receipt::verify_chain_from(log.receipts.iter().map(Vec::as_slice), &trust, anchor.prev)
-        .unwrap();
+    let store = open_at(&path, retention(0, Some(3600)), &SetClock::at(T0));
+    nudge(&store).await;
+    let legacy = store.receipt_log().await.unwrap();
+    assert!(
+        legacy.receipts.is_empty(),
+        "the v1 chain goes under retention too"
+    );
+    assert_eq!(legacy.anchor.unwrap().pruned, 3);
 }
 
 #[tokio::test]
 async fn journal_replay_applies_deletions() {
     use super::tables::{
-        expiry_key, lease_key, Part, T_LEASE_DATA, T_LEASE_EXPIRY, T_META, T_RECEIPTS,
+        expiry_key, lease_key, Part, T_LEASE_DATA, T_LEASE_EXPIRY, T_LOG_ENTRIES, T_META,
     };
     use crate::store::journal::{Journal, Redo};
     let dir = tempfile::tempdir().unwrap();
@@ -432,7 +444,7 @@ async fn journal_replay_applies_deletions() {
     let anchor = br#"{"pruned":1,"prev":"sha256:0000000000000000000000000000000000000000000000000000000000000000"}"#;
     let mut redo = Redo::default();
     redo.delete(T_LEASE_DATA, &lease_key("l1", Part::Inverse, None));
-    redo.delete(T_RECEIPTS, &0u64.to_be_bytes());
+    redo.delete(T_LOG_ENTRIES, &0u64.to_be_bytes());
     redo.delete(T_LEASE_EXPIRY, &expiry_key(1, "l1"));
     redo.put(T_META, b"receipt_anchor", anchor);
     let (mut journal, _) = Journal::open(&journal_path(&path)).unwrap();
@@ -441,9 +453,9 @@ async fn journal_replay_applies_deletions() {
     let store = EmbeddedStore::open(&path, key()).unwrap();
     assert_eq!(store.inverse("l1").await.unwrap(), None);
     assert!(store.lease_record("l1").await.unwrap().is_some());
-    let log = store.receipt_log().await.unwrap();
-    assert!(log.receipts.is_empty());
-    assert_eq!(log.anchor.unwrap().pruned, 1);
+    assert!(store.log_entries(0, 1).await.unwrap().is_empty());
+    assert_eq!(store.log_head().await.unwrap().size, 1, "the hashes stay");
+    assert_eq!(store.receipt_log().await.unwrap().anchor.unwrap().pruned, 1);
     assert_eq!(store.epoch("/a").await.unwrap(), 1);
 }
 

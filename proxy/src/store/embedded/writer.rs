@@ -9,7 +9,7 @@ use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::Duration;
 
-use palisade_policy::keys::KeyPair;
+use palisade_policy::log::{Head, Signer};
 use redb::{Database, Durability, WriteTransaction};
 
 use crate::store::journal::{self, Journal};
@@ -18,7 +18,7 @@ use crate::store::{Retention, StoreError};
 use super::jobs::{apply, Job};
 use super::overlay::Overlay;
 use super::sweep::Sweeper;
-use super::tables::{unavailable, ChainHead, Tables};
+use super::tables::{unavailable, Tables};
 
 /// Most jobs one batch takes, so one slow batch cannot grow without bound.
 pub(super) const MAX_BATCH: usize = 512;
@@ -48,10 +48,10 @@ pub(super) const CHECKPOINT_IDLE: Duration = Duration::from_secs(1);
 /// What the writer thread starts from.
 pub(super) struct Start {
     pub(super) journal: Journal,
-    /// Signs the receipts.
-    pub(super) key: Arc<KeyPair>,
-    /// The receipt chain's head as the file holds it.
-    pub(super) chain: ChainHead,
+    /// Signs the log's checkpoints.
+    pub(super) signer: Arc<Signer>,
+    /// The receipt log's head as the file holds it.
+    pub(super) head: Head,
     pub(super) retention: Retention,
     /// The store's time: expiries set and judged in a batch.
     pub(super) clock: SharedClock,
@@ -154,8 +154,8 @@ impl Open {
 pub(super) fn writer(sh: Shared, start: Start, rx: mpsc::Receiver<Job>) {
     let Start {
         mut journal,
-        key,
-        mut chain,
+        signer,
+        mut head,
         retention,
         clock,
     } = start;
@@ -197,19 +197,25 @@ pub(super) fn writer(sh: Shared, start: Start, rx: mpsc::Receiver<Job>) {
         let started = tokio::time::Instant::now();
         let result = open.transaction(&sh.db).and_then(|wtx| {
             let now = clock.now_ms();
-            apply(wtx, &mut journal, &key, chain, &mut sweeper, &batch, now)
+            apply(wtx, &mut journal, &signer, &head, &mut sweeper, &batch, now)
         });
         commit_time.record(started.elapsed().as_secs_f64());
         batch_jobs.record(batch.len() as f64);
         match result {
-            Ok((answers, new_chain, record)) => {
+            Ok(super::jobs::Applied {
+                answers,
+                head: new_head,
+                redo: record,
+            }) => {
                 // Durable now: visible to point reads before anyone is answered.
                 if !record.is_empty() {
                     sh.overlay.absorb(&record);
                 }
                 open.batches += 1;
                 sh.unsettled.store(open.batches as u64, Ordering::Release);
-                chain = new_chain;
+                if let Some(h) = new_head {
+                    head = h;
+                }
                 sh.commits.fetch_add(1, Ordering::Relaxed);
                 let mut settles = Vec::new();
                 for (job, answer) in batch.into_iter().zip(answers) {

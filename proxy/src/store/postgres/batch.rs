@@ -1,7 +1,7 @@
 //! Group commit for the postgres store: one writer task per replica takes every fence advance
 //! and receipt append waiting (up to [`MAX_BATCH`]) and applies them in *one* transaction, so
-//! concurrent writes share a commit (and its WAL flush), and the shared chain head's row lock
-//! is taken once per batch instead of once per receipt. Statements are prepared once per
+//! concurrent writes share a commit (and its WAL flush), and the shared log head's row lock is
+//! taken once per batch, which integrates its receipts and signs one checkpoint. Statements are prepared once per
 //! connection and pipelined: a batch costs a handful of round trips whatever its size.
 //!
 //! A batch that fails before `COMMIT` was sent changed nothing: every job in it gets
@@ -17,9 +17,10 @@ use std::sync::Arc;
 
 use deadpool_postgres::{tokio_postgres, Pool};
 use futures_util::future::try_join_all;
-use palisade_policy::digest::Sha256Digest;
-use palisade_policy::keys::KeyPair;
-use palisade_policy::receipt::{self, ReceiptBody, ReceiptKind, SealedReceipt};
+use palisade_policy::log::batch::Frontier;
+use palisade_policy::log::merkle::Hash;
+use palisade_policy::log::{self, Signer};
+use palisade_policy::receipt::{Entry, ReceiptBody, ReceiptKind, SealedReceipt};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::store::{Advance, Attachments, StoreError, WriteIntent};
@@ -39,7 +40,7 @@ pub(super) enum Job {
         oneshot::Sender<Result<Advance, StoreError>>,
     ),
     Append(
-        Box<(ReceiptBody, Attachments)>,
+        Box<(ReceiptBody, Entry, Attachments)>,
         oneshot::Sender<Result<Option<SealedReceipt>, StoreError>>,
     ),
 }
@@ -62,25 +63,28 @@ const ADVANCE: &str = "WITH won AS (
     ON CONFLICT (lease_id) DO UPDATE SET expires_ms = EXCLUDED.expires_ms)
   SELECT (SELECT epoch FROM won), (SELECT epoch FROM fences WHERE resource = $1)";
 
-const HEAD: &str = "SELECT next_seq, head FROM chain_head WHERE id = 1 FOR UPDATE";
-const RECEIPTS: &str = "INSERT INTO receipts (seq, jcs, at_ms)
-    SELECT s, j, $3 FROM unnest($1::bigint[], $2::bytea[]) AS u(s, j)";
-const RECEIPT_INDEX: &str = "INSERT INTO lease_data (lease_id, part, seq, value)
-    SELECT l, 'c', s, '' FROM unnest($1::text[], $2::bigint[]) AS u(l, s)
+const HEAD: &str = "SELECT size FROM log_head WHERE id = 1 FOR UPDATE";
+const FRONTIER: &str = "SELECT idx, hash FROM log_hashes WHERE idx = ANY($1)";
+const ENTRIES: &str = "INSERT INTO log_entries (idx, entry, at_ms)
+    SELECT i, e, $3 FROM unnest($1::bigint[], $2::bytea[]) AS u(i, e)";
+const HASHES: &str = "INSERT INTO log_hashes (idx, hash)
+    SELECT i, h FROM unnest($1::bigint[], $2::bytea[]) AS u(i, h)";
+const ENTRY_INDEX: &str = "INSERT INTO lease_data (lease_id, part, seq, value)
+    SELECT l, 'e', s, '' FROM unnest($1::text[], $2::bigint[]) AS u(l, s)
     ON CONFLICT (lease_id, part, seq) DO NOTHING";
 const OUTCOMES: &str = "INSERT INTO idempotency (key, record, expires_ms, owner)
     SELECT k, r, e, NULL FROM unnest($1::text[], $2::bytea[], $3::bigint[]) AS u(k, r, e)
     ON CONFLICT (key) DO UPDATE SET record = EXCLUDED.record, expires_ms = EXCLUDED.expires_ms,
     owner = NULL";
-const SET_HEAD: &str = "UPDATE chain_head SET next_seq = $1, head = $2 WHERE id = 1";
+const SET_HEAD: &str = "UPDATE log_head SET size = $1, note = $2 WHERE id = 1";
 
 /// Starts the writer task; it ends when every sender is dropped.
-pub(super) fn spawn(pool: Pool, key: Arc<KeyPair>, clock: SharedClock) -> mpsc::Sender<Job> {
+pub(super) fn spawn(pool: Pool, signer: Arc<Signer>, clock: SharedClock) -> mpsc::Sender<Job> {
     let (tx, mut rx) = mpsc::channel::<Job>(4 * MAX_BATCH);
     tokio::spawn(async move {
         let mut jobs = Vec::with_capacity(MAX_BATCH);
         while rx.recv_many(&mut jobs, MAX_BATCH).await > 0 {
-            run(&pool, &key, clock.as_ref(), std::mem::take(&mut jobs)).await;
+            run(&pool, &signer, clock.as_ref(), std::mem::take(&mut jobs)).await;
         }
     });
     tx
@@ -117,11 +121,11 @@ fn failed(e: StoreError) -> Failure {
     }
 }
 
-async fn run(pool: &Pool, key: &KeyPair, clock: &dyn Clock, jobs: Vec<Job>) {
+async fn run(pool: &Pool, signer: &Signer, clock: &dyn Clock, jobs: Vec<Job>) {
     let waited = tokio::time::Instant::now();
     let mut attempt = 1;
     let outcome = loop {
-        match apply(pool, key, clock.now_ms(), &jobs).await {
+        match apply(pool, signer, clock.now_ms(), &jobs).await {
             Err(Failure::RolledBack { retry: true, .. }) if attempt < ATTEMPTS => attempt += 1,
             other => break other,
         }
@@ -166,10 +170,16 @@ async fn run(pool: &Pool, key: &KeyPair, clock: &dyn Clock, jobs: Vec<Job>) {
     }
 }
 
-/// One transaction for `jobs`: the advances (pipelined), then the receipts, chained in arrival
-/// order on the shared head. Fence rows are locked before the head row in every batch of every
-/// replica, and a resource's write lock keeps two replicas from advancing one fence at once.
-async fn apply(pool: &Pool, key: &KeyPair, now: i64, jobs: &[Job]) -> Result<Vec<Answer>, Failure> {
+/// One transaction for `jobs`: the advances (pipelined), then the receipts, integrated in
+/// arrival order on the shared log head. Fence rows are locked before the head row in every
+/// batch of every replica, and a resource's write lock keeps two replicas from advancing one
+/// fence at once.
+async fn apply(
+    pool: &Pool,
+    signer: &Signer,
+    now: i64,
+    jobs: &[Job],
+) -> Result<Vec<Answer>, Failure> {
     let mut client = pool.get().await.map_err(|e| failed(unavailable(e)))?;
     let tx = client.transaction().await.map_err(rolled_back)?;
     let mut answers: Vec<Option<Answer>> = jobs.iter().map(|_| None).collect();
@@ -235,7 +245,7 @@ async fn apply(pool: &Pool, key: &KeyPair, now: i64, jobs: &[Job]) -> Result<Vec
         }
     }
 
-    let appends: Vec<(usize, &(ReceiptBody, Attachments))> = jobs
+    let appends: Vec<(usize, &(ReceiptBody, Entry, Attachments))> = jobs
         .iter()
         .enumerate()
         .filter_map(|(i, j)| match j {
@@ -244,79 +254,7 @@ async fn apply(pool: &Pool, key: &KeyPair, now: i64, jobs: &[Job]) -> Result<Vec
         })
         .collect();
     if !appends.is_empty() {
-        let st = tx.prepare_cached(HEAD).await.map_err(rolled_back)?;
-        // One chain for every replica: they append in turn on this row.
-        let head = tx.query_one(&st, &[]).await.map_err(rolled_back)?;
-        let mut seq: i64 = head.get(0);
-        let mut prev = Sha256Digest::parse_ptcl(head.get::<_, &str>(1))
-            .map_err(|_| failed(unavailable_msg("chain_head.head is not a digest")))?;
-        let (mut seqs, mut jcs) = (Vec::new(), Vec::new());
-        let (mut index_leases, mut index_seqs) = (Vec::new(), Vec::new());
-        // Last outcome per key wins (one statement may not update a row twice).
-        let mut outcomes: HashMap<&str, (Vec<u8>, i64)> = HashMap::new();
-        for (at, (body, attach)) in &appends {
-            if let Some(update) = &attach.escrow {
-                // In turn, not pipelined: a later job may depend on an earlier one's update.
-                if !escrow_state_is(&tx, &update.id, update.expect)
-                    .await
-                    .map_err(failed)?
-                {
-                    answers[*at] = Some(Answer::Append(None));
-                    continue;
-                }
-            }
-            let sealed = receipt::seal(body, prev, key);
-            if let Some(update) = &attach.escrow {
-                let record = records::sealed_escrow(update, &sealed.value);
-                put_escrow(&tx, &update.id, &record, update.expires_at_ms)
-                    .await
-                    .map_err(failed)?;
-            }
-            if let Some(idem) = &attach.idempotency {
-                let bytes = records::sealed_outcome(idem, &sealed.value);
-                outcomes.insert(idem.key.as_str(), (bytes, idem.expires_ms));
-            }
-            if let Some(lease_id) = &body.lease_id {
-                if body.kind == ReceiptKind::Interim {
-                    // Sent but not complete: nothing to compensate (SPEC §7).
-                    set_lease_state(&tx, lease_id, LeaseState::Interim)
-                        .await
-                        .map_err(failed)?;
-                }
-                index_leases.push(lease_id.as_str());
-                index_seqs.push(seq);
-            }
-            seqs.push(seq);
-            jcs.push(sealed.jcs.clone());
-            prev = sealed.digest;
-            seq += 1;
-            answers[*at] = Some(Answer::Append(Some(sealed)));
-        }
-        let (mut keys, mut records, mut expiries) = (Vec::new(), Vec::new(), Vec::new());
-        for (key, (record, expires)) in outcomes {
-            keys.push(key);
-            records.push(record);
-            expiries.push(expires);
-        }
-        let head = prev.to_string();
-        let (s1, s2, s3, s4) = tokio::try_join!(
-            tx.prepare_cached(RECEIPTS),
-            tx.prepare_cached(RECEIPT_INDEX),
-            tx.prepare_cached(OUTCOMES),
-            tx.prepare_cached(SET_HEAD),
-        )
-        .map_err(rolled_back)?;
-        let p1: [&Param<'_>; 3] = [&seqs, &jcs, &now];
-        let p2: [&Param<'_>; 2] = [&index_leases, &index_seqs];
-        let p3: [&Param<'_>; 3] = [&keys, &records, &expiries];
-        let p4: [&Param<'_>; 2] = [&seq, &head];
-        tokio::try_join!(
-            tx.execute(&s1, &p1),
-            tx.execute(&s2, &p2),
-            tx.execute(&s3, &p3),
-            tx.execute(&s4, &p4),
-        )
-        .map_err(rolled_back)?;
+        append(&tx, signer, now, &appends, &mut answers).await?;
     }
 
     // A server's answer to COMMIT (even an error) is certain; no answer is not.
@@ -331,4 +269,135 @@ async fn apply(pool: &Pool, key: &KeyPair, now: i64, jobs: &[Job]) -> Result<Vec
         .into_iter()
         .map(|a| a.ok_or_else(|| Failure::Uncertain(unavailable_msg("a job got no answer"))))
         .collect()
+}
+
+/// A batch's receipt waiting for the batch's checkpoint.
+struct Pending<'b> {
+    answer: usize,
+    entry: Entry,
+    attach: &'b Attachments,
+}
+
+/// The receipts of a batch: on the log head (taken `FOR UPDATE`: one log for every replica,
+/// integrated in turn), each escrow update checked in order, then the entries integrated, one
+/// checkpoint signed, and each envelope stored with what it carries.
+async fn append(
+    tx: &deadpool_postgres::Transaction<'_>,
+    signer: &Signer,
+    now: i64,
+    appends: &[(usize, &(ReceiptBody, Entry, Attachments))],
+    answers: &mut [Option<Answer>],
+) -> Result<(), Failure> {
+    let st = tx.prepare_cached(HEAD).await.map_err(rolled_back)?;
+    let size: i64 = tx.query_one(&st, &[]).await.map_err(rolled_back)?.get(0);
+    let size = u64::try_from(size).map_err(|_| failed(unavailable_msg("log_head.size < 0")))?;
+    let (mut index_leases, mut index_seqs) = (Vec::new(), Vec::new());
+    let mut pending = Vec::new();
+    for (at, (body, entry, attach)) in appends {
+        if let Some(update) = &attach.escrow {
+            // In turn, not pipelined: a later job may depend on an earlier one's update.
+            if !escrow_state_is(tx, &update.id, update.expect)
+                .await
+                .map_err(failed)?
+            {
+                answers[*at] = Some(Answer::Append(None));
+                continue;
+            }
+            // The new state now, for later jobs; written again with the envelope below.
+            let record = records::sealed_escrow(update, &entry.value);
+            put_escrow(tx, &update.id, &record, None)
+                .await
+                .map_err(failed)?;
+        }
+        let index = (size + pending.len() as u64) as i64;
+        if let Some(lease_id) = &body.lease_id {
+            if body.kind == ReceiptKind::Interim {
+                // Sent but not complete: nothing to compensate (SPEC §7).
+                set_lease_state(tx, lease_id, LeaseState::Interim)
+                    .await
+                    .map_err(failed)?;
+            }
+            index_leases.push(lease_id.as_str());
+            index_seqs.push(index);
+        }
+        pending.push(Pending {
+            answer: *at,
+            entry: entry.clone(),
+            attach,
+        });
+    }
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let frontier: Vec<i64> = log::batch::frontier(size)
+        .into_iter()
+        .map(|i| i as i64)
+        .collect();
+    let st = tx.prepare_cached(FRONTIER).await.map_err(rolled_back)?;
+    let rows = tx.query(&st, &[&frontier]).await.map_err(rolled_back)?;
+    let mut fetched = Vec::with_capacity(rows.len());
+    for row in rows {
+        let hash: &[u8] = row.get(1);
+        let hash = <[u8; 32]>::try_from(hash)
+            .map_err(|_| failed(unavailable_msg("a stored log hash is not 32 bytes")))?;
+        fetched.push((row.get::<_, i64>(0) as u64, Hash(hash)));
+    }
+    let (targets, entries): (Vec<_>, Vec<_>) = pending
+        .into_iter()
+        .map(|p| ((p.answer, p.attach), p.entry))
+        .unzip();
+    let sealed = log::seal::seal(size, &Frontier::from_pairs(fetched), entries, signer)
+        .map_err(|e| failed(unavailable_msg(&format!("receipt log: {e}"))))?;
+    let (hash_idx, hashes): (Vec<i64>, Vec<Vec<u8>>) = sealed
+        .hashes
+        .iter()
+        .map(|(i, h)| (*i as i64, h.0.to_vec()))
+        .unzip();
+    let (mut entry_idx, mut entry_bytes) = (Vec::new(), Vec::new());
+    // Last outcome per key wins (one statement may not update a row twice).
+    let mut outcomes: HashMap<&str, (Vec<u8>, i64)> = HashMap::new();
+    for ((at, attach), receipt) in targets.into_iter().zip(sealed.receipts) {
+        entry_idx.push(receipt.index as i64);
+        entry_bytes.push(receipt.entry.clone());
+        if let Some(update) = &attach.escrow {
+            let record = records::sealed_escrow(update, &receipt.value);
+            put_escrow(tx, &update.id, &record, update.expires_at_ms)
+                .await
+                .map_err(failed)?;
+        }
+        if let Some(idem) = &attach.idempotency {
+            let bytes = records::sealed_outcome(idem, &receipt.value);
+            outcomes.insert(idem.key.as_str(), (bytes, idem.expires_ms));
+        }
+        answers[at] = Some(Answer::Append(Some(receipt)));
+    }
+    let (mut keys, mut records, mut expiries) = (Vec::new(), Vec::new(), Vec::new());
+    for (key, (record, expires)) in outcomes {
+        keys.push(key);
+        records.push(record);
+        expiries.push(expires);
+    }
+    let new_size = sealed.head.size as i64;
+    let (s1, s2, s3, s4, s5) = tokio::try_join!(
+        tx.prepare_cached(ENTRIES),
+        tx.prepare_cached(HASHES),
+        tx.prepare_cached(ENTRY_INDEX),
+        tx.prepare_cached(OUTCOMES),
+        tx.prepare_cached(SET_HEAD),
+    )
+    .map_err(rolled_back)?;
+    let p1: [&Param<'_>; 3] = [&entry_idx, &entry_bytes, &now];
+    let p2: [&Param<'_>; 2] = [&hash_idx, &hashes];
+    let p3: [&Param<'_>; 2] = [&index_leases, &index_seqs];
+    let p4: [&Param<'_>; 3] = [&keys, &records, &expiries];
+    let p5: [&Param<'_>; 2] = [&new_size, &sealed.head.note];
+    tokio::try_join!(
+        tx.execute(&s1, &p1),
+        tx.execute(&s2, &p2),
+        tx.execute(&s3, &p3),
+        tx.execute(&s4, &p4),
+        tx.execute(&s5, &p5),
+    )
+    .map_err(rolled_back)?;
+    Ok(())
 }

@@ -19,6 +19,7 @@ mod connect;
 pub use connect::{url_from_config, Connect};
 mod keys;
 mod lock;
+mod log;
 mod rcns;
 mod reads;
 mod relay;
@@ -31,22 +32,23 @@ use std::sync::Arc;
 use deadpool_postgres::{Manager, ManagerConfig, Object, Pool, RecyclingMethod, Runtime};
 use futures_util::future::BoxFuture;
 use palisade_policy::digest::Sha256Digest;
-use palisade_policy::keys::KeyPair;
-use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
+use palisade_policy::log::merkle::Hash;
+use palisade_policy::log::{Head, Signer};
+use palisade_policy::receipt::{self, ReceiptBody, SealedReceipt};
 use tokio::sync::{mpsc, oneshot};
 
 use batch::Job;
 use tx::{
     compensate, escrow_state_is, put_escrow, put_part, unavailable, unavailable_msg, INVERSE,
-    NO_SEQ, RECEIPT, RECORD, SNAPSHOT,
+    NO_SEQ, RECORD, SNAPSHOT,
 };
 
 use crate::clock::SharedClock;
 use crate::store::records;
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, KeyState, RcnsKind, RcnsPut, RcnsPutMode,
-    RcnsRecord, ReceiptLog, RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery,
-    ResourceGuard, Store, StoreError, WriteIntent,
+    Advance, Attachments, Compensation, EscrowUpdate, KeyState, LeaseReceipt, LogEntries, RcnsKind,
+    RcnsPut, RcnsPutMode, RcnsRecord, ReceiptLog, RelayEntry, RelayLimits, RelayMessage,
+    RelayPosted, RelayQuery, ResourceGuard, Store, StoreError, WriteIntent,
 };
 use crate::store::{EscrowRecord, LeaseRecord};
 
@@ -63,6 +65,8 @@ pub struct PostgresStore {
     relay_gate: tokio::sync::Mutex<()>,
     /// The store's time (see [`Connect::clock`]).
     clock: SharedClock,
+    /// Signs the log's checkpoints (the batch writer's copy); here for the empty log's.
+    signer: Arc<Signer>,
 }
 
 impl Drop for PostgresStore {
@@ -77,28 +81,28 @@ impl PostgresStore {
     /// Opens the store `config` names, migrating its schema (a sidecar's start).
     pub async fn from_config(
         config: &crate::config::Config,
-        key: Arc<KeyPair>,
+        signer: Arc<Signer>,
         clock: SharedClock,
     ) -> Result<Self, StoreError> {
         let url = url_from_config(config)?;
-        Self::open(Connect::from_config(config, &url, clock), key).await
+        Self::open(Connect::from_config(config, &url, clock), signer).await
     }
 
     /// Opens the store `config` names with its schema checked, not changed (operator
     /// commands); with the schema version.
     pub async fn existing_from_config(
         config: &crate::config::Config,
-        key: Arc<KeyPair>,
+        signer: Arc<Signer>,
     ) -> Result<(Self, i32), StoreError> {
         let url = url_from_config(config)?;
         let clock = Arc::new(crate::clock::AnchoredClock::new());
-        Self::open_existing(Connect::from_config(config, &url, clock), key).await
+        Self::open_existing(Connect::from_config(config, &url, clock), signer).await
     }
 
     /// Connects, applies migrations, checks the chain head exists, starts the batch writer
     /// and the sweeper.
-    pub async fn open(c: Connect<'_>, key: Arc<KeyPair>) -> Result<Self, StoreError> {
-        let mut store = Self::connect(&c, key).await?;
+    pub async fn open(c: Connect<'_>, signer: Arc<Signer>) -> Result<Self, StoreError> {
+        let mut store = Self::connect(&c, signer).await?;
         let mut client = store.client().await?;
         schema::migrate(&mut client, &Sha256Digest::empty().to_string()).await?;
         drop(client);
@@ -114,9 +118,9 @@ impl PostgresStore {
     /// verify`); the schema version, or an error saying what to do.
     pub async fn open_existing(
         c: Connect<'_>,
-        key: Arc<KeyPair>,
+        signer: Arc<Signer>,
     ) -> Result<(Self, i32), StoreError> {
-        let store = Self::connect(&c, key).await?;
+        let store = Self::connect(&c, signer).await?;
         let client = store.client().await?;
         let version = schema::check(&client).await?;
         drop(client);
@@ -124,14 +128,14 @@ impl PostgresStore {
     }
 
     /// Applies the migrations this build has (`palisade store migrate`); the version after.
-    pub async fn migrate(c: Connect<'_>, key: Arc<KeyPair>) -> Result<i32, StoreError> {
-        let store = Self::connect(&c, key).await?;
+    pub async fn migrate(c: Connect<'_>, signer: Arc<Signer>) -> Result<i32, StoreError> {
+        let store = Self::connect(&c, signer).await?;
         let mut client = store.client().await?;
         schema::migrate(&mut client, &Sha256Digest::empty().to_string()).await?;
         schema::check(&client).await
     }
 
-    async fn connect(c: &Connect<'_>, key: Arc<KeyPair>) -> Result<Self, StoreError> {
+    async fn connect(c: &Connect<'_>, signer: Arc<Signer>) -> Result<Self, StoreError> {
         let (mut config, tls) = connect::parse(c.url)?;
         config.options(format!(
             "-c statement_timeout={}",
@@ -156,23 +160,14 @@ impl PostgresStore {
         };
         let work = pool(c.pool_size.max(2))?;
         Ok(Self {
-            jobs: batch::spawn(work.clone(), key, c.clock.clone()),
+            jobs: batch::spawn(work.clone(), signer.clone(), c.clock.clone()),
             pool: work,
             locks: pool(c.pool_size.max(2))?,
             sweeper: None,
             relay_gate: tokio::sync::Mutex::new(()),
             clock: c.clock.clone(),
+            signer,
         })
-    }
-
-    /// Receipts retained in the chain.
-    pub async fn receipt_count(&self) -> Result<i64, StoreError> {
-        let client = self.client().await?;
-        let row = client
-            .query_one("SELECT count(*) FROM receipts", &[])
-            .await
-            .map_err(unavailable)?;
-        Ok(row.get(0))
     }
 
     async fn submit(&self, job: Job) -> Result<(), StoreError> {
@@ -230,8 +225,10 @@ impl Store for PostgresStore {
         attach: Attachments,
     ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>> {
         Box::pin(async move {
+            // The entry's JCS here, on the caller's task, not in the batch.
+            let entry = receipt::entry(&body).map_err(|e| unavailable_msg(&e.to_string()))?;
             let (reply, answer) = oneshot::channel();
-            self.submit(Job::Append(Box::new((body, attach)), reply))
+            self.submit(Job::Append(Box::new((body, entry, attach)), reply))
                 .await?;
             answer
                 .await
@@ -380,19 +377,8 @@ impl Store for PostgresStore {
     fn lease_receipts<'a>(
         &'a self,
         lease_id: &'a str,
-    ) -> BoxFuture<'a, Result<Vec<Vec<u8>>, StoreError>> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            let rows = client
-                .query(
-                    "SELECT r.jcs FROM lease_data d JOIN receipts r ON r.seq = d.seq
-                     WHERE d.lease_id = $1 AND d.part = $2 ORDER BY d.seq",
-                    &[&lease_id, &RECEIPT],
-                )
-                .await
-                .map_err(unavailable)?;
-            Ok(rows.iter().map(|r| r.get(0)).collect())
-        })
+    ) -> BoxFuture<'a, Result<Vec<LeaseReceipt>, StoreError>> {
+        Box::pin(async move { log::lease_receipts(&self.client().await?, lease_id).await })
     }
 
     fn snapshot<'a>(
@@ -489,5 +475,17 @@ impl Store for PostgresStore {
             let mut client = self.client().await?;
             sweep::receipt_log(&mut client).await
         })
+    }
+
+    fn log_head(&self) -> BoxFuture<'_, Result<Head, StoreError>> {
+        Box::pin(async move { log::head(&self.client().await?, &self.signer).await })
+    }
+
+    fn log_hashes(&self, indexes: Vec<u64>) -> BoxFuture<'_, Result<Vec<Hash>, StoreError>> {
+        Box::pin(async move { log::hashes(&self.client().await?, &indexes).await })
+    }
+
+    fn log_entries(&self, from: u64, to: u64) -> BoxFuture<'_, Result<LogEntries, StoreError>> {
+        Box::pin(async move { log::entries(&self.client().await?, from, to).await })
     }
 }

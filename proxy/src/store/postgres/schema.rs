@@ -53,6 +53,17 @@ const MIGRATIONS: &[&str] = &[
                                 PRIMARY KEY (kind, key));
      CREATE INDEX rcns_records_owner ON rcns_records (kind, owner, key);
      CREATE INDEX rcns_records_expiry ON rcns_records (expires_ms);",
+    // 6: the receipt log (SPEC §5.5): entries by index (with their append time, for
+    // retention), the stored hashes (Go tlog's layout, kept for ever), and the head (size and
+    // newest checkpoint) that every replica's batch takes `FOR UPDATE`, so that replicas
+    // integrate in turn. An empty `note`: nothing was integrated yet. The v1 chain's tables
+    // (`receipts`, `chain_head`, `chain_anchor`) keep what was written before; nothing is added.
+    "CREATE TABLE log_entries (idx bigint PRIMARY KEY, entry bytea NOT NULL, at_ms bigint NOT NULL);
+     CREATE INDEX log_entries_at ON log_entries (at_ms);
+     CREATE TABLE log_hashes (idx bigint PRIMARY KEY, hash bytea NOT NULL);
+     CREATE TABLE log_head (id smallint PRIMARY KEY CHECK (id = 1), size bigint NOT NULL,
+                            note text NOT NULL);
+     INSERT INTO log_head (id, size, note) VALUES (1, 0, '');",
 ];
 
 /// The advisory lock key that serialises migrations across replicas ("palisade" in ASCII).

@@ -123,6 +123,16 @@ pub(super) async fn round(
             .await
             .map_err(unavailable)?;
         }
+        // The log's entries past the cutoff leave the bundles, oldest first; their hashes
+        // (and so every checkpoint's provability) stay.
+        receipts += tx
+            .execute(
+                "DELETE FROM log_entries WHERE idx IN
+                   (SELECT idx FROM log_entries WHERE at_ms <= $1 ORDER BY idx LIMIT $2)",
+                &[&cutoff, &PER_ROUND],
+            )
+            .await
+            .map_err(unavailable)?;
     }
     let relay = super::relay::sweep(&tx, now, PER_ROUND).await?;
     let rcns = super::rcns::sweep(&tx, now, PER_ROUND).await?;

@@ -12,6 +12,8 @@ pub(super) const RECORD: i8 = b'r' as i8;
 pub(super) const INVERSE: i8 = b'i' as i8;
 pub(super) const SNAPSHOT: i8 = b's' as i8;
 pub(super) const RECEIPT: i8 = b'c' as i8;
+/// A lease's log entry index (`seq` is the entry's index).
+pub(super) const ENTRY: i8 = b'e' as i8;
 /// `lease_data.seq` of the parts that have no sequence number.
 pub(super) const NO_SEQ: i64 = -1;
 
