@@ -536,6 +536,8 @@ struct Accepted {
     lease: String,
     inverse_qty: u64,
     receipt: Value,
+    /// The receipt as the client got it, with its proof and checkpoint.
+    envelope: Value,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -587,13 +589,15 @@ async fn a_crash_under_load_loses_no_epoch_receipt_or_inverse() {
                 if resp.status() != StatusCode::OK && resp.status() != StatusCode::CREATED {
                     break;
                 }
-                let receipt = receipt_of(resp.headers());
+                let envelope = envelope_of(resp.headers());
+                let receipt = verified_receipt(&envelope);
                 accepted.lock().unwrap().push(Accepted {
                     item: item.clone(),
                     epoch,
                     lease,
                     inverse_qty,
                     receipt,
+                    envelope,
                 });
             }
         }));
@@ -687,7 +691,31 @@ async fn a_crash_under_load_loses_no_epoch_receipt_or_inverse() {
         );
     }
 
-    // And the whole chain, across the crash, verifies.
+    // The log across the crash, checked by an implementation that is not ours: every receipt
+    // a client got before the kill is in it, proven in the checkpoint it came with, and the
+    // newest checkpoint a client held before the kill is consistent with today's tree.
+    let mirror = tempfile::tempdir().unwrap();
+    let envelopes: Vec<Value> = accepted.iter().map(|a| a.envelope.clone()).collect();
+    let size = support::log_mirror::mirror(p.admin, mirror.path(), &envelopes).await;
+    let held = envelopes
+        .iter()
+        .map(|e| e["checkpoint"].as_str().unwrap())
+        .max_by_key(|n| n.lines().nth(1).unwrap().parse::<u64>().unwrap())
+        .unwrap();
+    let held_size: u64 = held.lines().nth(1).unwrap().parse().unwrap();
+    std::fs::write(mirror.path().join("old-checkpoint"), held).unwrap();
+    let (status, proof) = support::log_mirror::admin_bytes(
+        p.admin,
+        &format!("/admin/v1/log/consistency?old={held_size}&new={size}"),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    std::fs::write(mirror.path().join("consistency.json"), proof).unwrap();
+    let v = support::log_mirror::python_verdict(mirror.path());
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!(v["envelopes"].as_u64(), Some(envelopes.len() as u64), "{v}");
+
+    // And the whole log, across the crash, verifies.
     let config = p.dir.path().join("palisade.toml");
     p.sigterm();
     let mut p = p;

@@ -14,9 +14,10 @@ use palisade_policy::log::checkpoint::{self, Checkpoint, LogKey};
 use palisade_policy::log::merkle::{self, MemoryHashes};
 use palisade_policy::log::tiles::{self, TileKind, TilePath};
 use palisade_policy::log::Envelope;
-use serde_json::{json, Value};
+use serde_json::json;
 
 use crate::support::bin;
+use crate::support::log_mirror::python_verdict;
 
 const ORIGIN: &str = "erp.example.com/palisade";
 
@@ -123,27 +124,6 @@ impl Published {
         std::fs::write(&path, serde_json::to_vec(env).unwrap()).unwrap();
         path
     }
-}
-
-/// The independent verifier's verdict on `dir`.
-pub(crate) fn python_verdict(dir: &Path) -> Value {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let python = repo.join("target/pyenv/bin/python");
-    assert!(python.exists(), "run scripts/test.sh: it makes the venv");
-    let out = Command::new(python)
-        .arg(repo.join("tests/log/verify_log.py"))
-        .arg(dir)
-        .output()
-        .unwrap();
-    let line = String::from_utf8_lossy(&out.stdout);
-    let v: Value = serde_json::from_str(line.trim()).unwrap_or_else(|_| {
-        panic!(
-            "verify_log.py: {line} {}",
-            String::from_utf8_lossy(&out.stderr)
-        )
-    });
-    assert_eq!(out.status.success(), v["ok"] == true, "{v}");
-    v
 }
 
 /// `palisade receipt verify`: (exit code, what it printed).

@@ -26,6 +26,7 @@ mod log;
 mod mcp;
 mod openapi;
 mod rcns;
+mod receipt_log;
 mod replay;
 mod store;
 mod store_contract;

@@ -86,6 +86,8 @@ pub struct Got {
     pub code: Option<String>,
     /// The receipt the client was given (header or problem body), by id.
     pub receipt: Option<String>,
+    /// That receipt as the client got it, with its proof and checkpoint.
+    pub envelope: Option<Value>,
 }
 
 pub fn got(answer: Option<(StatusCode, http::HeaderMap, Bytes)>) -> Got {
@@ -94,20 +96,24 @@ pub fn got(answer: Option<(StatusCode, http::HeaderMap, Bytes)>) -> Got {
             status: None,
             code: None,
             receipt: None,
+            envelope: None,
         };
     };
     let doc: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let receipt = headers
+    let envelope = headers
         .get("agent-commit-receipt")
         .and_then(|v| URL_SAFE_NO_PAD.decode(v.as_bytes()).ok())
         .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
-        .or_else(|| doc.get("receipt").cloned())
-        .map(|envelope| verified_receipt(&envelope))
+        .or_else(|| doc.get("receipt").cloned());
+    let receipt = envelope
+        .as_ref()
+        .map(verified_receipt)
         .and_then(|r| r["receipt_id"].as_str().map(str::to_owned));
     Got {
         status: Some(status),
         code: doc["code"].as_str().map(str::to_owned),
         receipt,
+        envelope,
     }
 }
 

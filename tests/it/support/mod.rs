@@ -21,6 +21,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::net::{TcpListener, TcpStream};
 
 pub mod bundles;
+pub mod log_mirror;
 pub mod tokens;
 pub mod writes;
 
