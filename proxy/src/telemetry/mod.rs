@@ -35,6 +35,11 @@ pub const STORE_BATCH_JOBS: &str = "palisade_store_batch_jobs";
 /// does not show that write): the alert "receipt chain failure" watches this.
 pub const RECEIPTS_NOT_STORED: &str = "palisade_receipts_not_stored_total";
 
+/// Entries integrated into the receipt log, and checkpoints signed for them (one per store
+/// batch): their ratio is the receipts a checkpoint signature covers. Additions to SPEC §9.
+pub const LOG_ENTRIES: &str = "palisade_log_entries_total";
+pub const LOG_CHECKPOINTS: &str = "palisade_log_checkpoints_total";
+
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
 /// Label values of `palisade_requests_total`: closed sets, so every series is registered
@@ -166,6 +171,11 @@ fn describe() {
     );
     metrics::describe_gauge!(LOCKFILE_INFO, "1 for the lockfile digest in force.");
     metrics::describe_histogram!(STORE_BATCH_JOBS, "Jobs committed per store transaction.");
+    metrics::describe_counter!(LOG_ENTRIES, "Receipts integrated into the receipt log.");
+    metrics::describe_counter!(
+        LOG_CHECKPOINTS,
+        "Checkpoints signed by this sidecar (one per store batch with receipts)."
+    );
     metrics::describe_counter!(
         RECEIPTS_NOT_STORED,
         "Forwarded writes whose commit receipt could not be stored."
@@ -188,4 +198,11 @@ pub fn init_logging() {
             .with_current_span(false)
             .try_init()
     };
+}
+
+/// Counts one sealed batch of `entries` receipts (one checkpoint). Counted when the batch is
+/// sealed, before its commit: a PostgreSQL batch rolled back and run again counts twice.
+pub fn count_sealed(entries: usize) {
+    metrics::counter!(LOG_ENTRIES).increment(entries as u64);
+    metrics::counter!(LOG_CHECKPOINTS).increment(1);
 }

@@ -260,6 +260,7 @@ fn seal(
         .map(|p| ((p.answer, p.attach), p.entry))
         .unzip();
     let sealed = log::seal::seal(head.size, &stored, entries, signer).map_err(unavailable)?;
+    crate::telemetry::count_sealed(sealed.receipts.len());
     for (index, hash) in &sealed.hashes {
         t.put_hash(*index, &hash.0)?;
     }

@@ -348,6 +348,7 @@ async fn append(
         .unzip();
     let sealed = log::seal::seal(size, &Frontier::from_pairs(fetched), entries, signer)
         .map_err(|e| failed(unavailable_msg(&format!("receipt log: {e}"))))?;
+    crate::telemetry::count_sealed(sealed.receipts.len());
     let (hash_idx, hashes): (Vec<i64>, Vec<Vec<u8>>) = sealed
         .hashes
         .iter()
