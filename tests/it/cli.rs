@@ -522,8 +522,7 @@ fn the_demo_does_what_it_prints() {
         let line = line.unwrap();
         if line.starts_with("Try, in another shell:") {
             inside = true;
-        } else if let Some(cmd) =
-            line.strip_prefix("Stop with Ctrl-C, then check the receipt chain:")
+        } else if let Some(cmd) = line.strip_prefix("Stop with Ctrl-C, then check the receipt log:")
         {
             audit = cmd.trim().to_owned();
             break;

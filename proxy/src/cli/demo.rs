@@ -179,7 +179,7 @@ Try, in another shell:
 
   curl -s http://{admin}/metrics | grep palisade_refusals_total | grep -v ' 0$'
 
-Stop with Ctrl-C, then check the receipt chain:  {exe} audit verify --config {d}/palisade.toml
+Stop with Ctrl-C, then check the receipt log:    {exe} audit verify --config {d}/palisade.toml
 "#
         );
         server.run(crate::server::shutdown_signal()).await?;

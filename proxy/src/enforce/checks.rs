@@ -8,7 +8,7 @@
 //! ```
 //! The caller forwards the write while holding the [`Permit`] (and so the resource's lock),
 //! then calls `receipts::commit` for the receipt. A refusal at any step goes through
-//! `receipts::record`: counted, a signed rejection receipt in the chain, a drift event;
+//! `receipts::record`: counted, a rejection receipt in the receipt log, a drift event;
 //! nothing reaches the upstream and no epoch moves. Contract checks 8 (reversibility) and 9
 //! (`structural.input`) run here too, from the bound capability.
 //!

@@ -32,7 +32,7 @@ pub const JWKS_RELOADS: &str = "palisade_jwks_reloads_total";
 /// Jobs per store transaction (group commit at work); not in SPEC §9, an addition.
 pub const STORE_BATCH_JOBS: &str = "palisade_store_batch_jobs";
 /// Receipts that could not be stored for a write that was already forwarded (the audit chain
-/// does not show that write): the alert "receipt chain failure" watches this.
+/// log does not show that write): the alert "receipt log failure" watches this.
 pub const RECEIPTS_NOT_STORED: &str = "palisade_receipts_not_stored_total";
 
 /// Entries integrated into the receipt log, and checkpoints signed for them (one per store

@@ -7,8 +7,9 @@
 //! Writes go through one writer thread that owns every write transaction. Callers send jobs
 //! over a channel; the thread takes every job waiting, applies them in arrival order in *one*
 //! transaction, makes it durable once, then answers each caller. Under load, many writes
-//! share an fsync (group commit); alone, a write pays one. The receipt chain's head lives in
-//! that thread, so receipts are totally ordered without a lock.
+//! share an fsync (group commit); alone, a write pays one. The receipt log's head lives in
+//! that thread, so receipts are totally ordered without a lock, and each batch's receipts are
+//! integrated under one checkpoint (`jobs::seal`).
 //!
 //! Durable means: the batch's changes are appended to the redo journal ([`super::journal`])
 //! and fsync'd, then the redb transaction commits without its own fsync. A durable redb

@@ -3,9 +3,9 @@
 //!
 //! Every method is one transaction; `COMMIT` (with the server's `synchronous_commit = on`) is
 //! the durable point. The fence compare-and-advance is one `INSERT … ON CONFLICT DO UPDATE …
-//! WHERE epoch < new`, so two replicas racing for one epoch cannot both win. The receipt chain
-//! is one chain for all replicas: appending takes the `chain_head` row `FOR UPDATE`, so
-//! replicas append in turn. The per-resource write lock is a session advisory lock on a
+//! WHERE epoch < new`, so two replicas racing for one epoch cannot both win. The receipt log
+//! is one log for all replicas: a batch takes the `log_head` row `FOR UPDATE`, so replicas
+//! integrate in turn and never sign two inconsistent checkpoints. The per-resource write lock is a session advisory lock on a
 //! connection from a pool of its own (two pools: a lock holder waiting for a work connection
 //! could otherwise starve the pool it holds), released when the guard drops, and by the
 //! server when a replica dies (its session ends).
@@ -99,7 +99,7 @@ impl PostgresStore {
         Self::open_existing(Connect::from_config(config, &url, clock), signer).await
     }
 
-    /// Connects, applies migrations, checks the chain head exists, starts the batch writer
+    /// Connects, applies migrations, starts the batch writer
     /// and the sweeper.
     pub async fn open(c: Connect<'_>, signer: Arc<Signer>) -> Result<Self, StoreError> {
         let mut store = Self::connect(&c, signer).await?;
