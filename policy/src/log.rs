@@ -17,6 +17,7 @@ pub mod error;
 pub mod merkle;
 pub mod seal;
 pub mod tiles;
+pub mod witness;
 
 pub use checkpoint::{Checkpoint, LogKey};
 pub use envelope::Envelope;

@@ -183,6 +183,7 @@ impl Server {
         }
         crate::control::reload::spawn_triggers(state.clone(), watched);
         crate::admission::jwks::spawn_watch(state.clone());
+        crate::control::witnesses::spawn(state.clone());
         let tls = tls.map(|(acceptor, resolver)| {
             tokio::spawn(resolver.clone().watch(CERT_POLL));
             (acceptor, resolver)

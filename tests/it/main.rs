@@ -30,3 +30,4 @@ mod receipt_log;
 mod replay;
 mod store;
 mod store_contract;
+mod witness;

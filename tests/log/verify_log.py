@@ -148,6 +148,38 @@ def open_checkpoint(note, key):
     return origin, int(size), root
 
 
+def verify_cosignatures(note, witness_vkey):
+    """C2SP tlog-cosignature v1: the line by the witness's key over the checkpoint's body, signed
+    as "cosignature/v1\ntime <t>\n" + body. Returns the timestamps found, or raises ValueError."""
+    name, key_id, key = witness_vkey.strip().split("+", 2)
+    typed = base64.b64decode(key, validate=True)
+    if typed[0] != 0x04 or len(typed) != 33:
+        raise ValueError("not a cosignature/v1 verifier key")
+    expected = sha256(name.encode() + b"\n" + typed)[:4]
+    if bytes.fromhex(key_id) != expected:
+        raise ValueError("the witness key ID does not match its name and key")
+    public = Ed25519PublicKey.from_public_bytes(typed[1:])
+    text, _, sigs = note.rpartition("\n\n")
+    body = text + "\n"
+    found = []
+    for line in sigs.rstrip("\n").split("\n"):
+        who, _, sig = line[2:].partition(" ")
+        raw = base64.b64decode(sig, validate=True)
+        if who != name or raw[:4] != expected:
+            continue
+        if len(raw) != 4 + 8 + 64:
+            raise ValueError("a cosignature of the wrong length")
+        t = int.from_bytes(raw[4:12], "big")
+        try:
+            public.verify(raw[12:], ("cosignature/v1\ntime %d\n" % t).encode() + body.encode())
+        except InvalidSignature:
+            raise ValueError("the witness's cosignature does not verify")
+        found.append(t)
+    if not found:
+        raise ValueError("no cosignature by the witness")
+    return found
+
+
 def tile_path(level, index, width):
     groups = []
     n = index
@@ -166,6 +198,14 @@ def main(root_dir):
     failures = []
     key = Key(open(os.path.join(root_dir, "vkey")).read())
     origin, size, root = open_checkpoint(open(os.path.join(root_dir, "checkpoint")).read(), key)
+
+    # A witness's cosignature on the checkpoint, when a witness key is given.
+    witness_path = os.path.join(root_dir, "witness.vkey")
+    if os.path.exists(witness_path):
+        try:
+            verify_cosignatures(open(os.path.join(root_dir, "checkpoint")).read(), open(witness_path).read())
+        except ValueError as e:
+            failures.append("witness: %s" % e)
 
     # Entries from the bundles, in order. A bundle the log no longer retains (410, listed in
     # `gone`) leaves its leaves to the level-0 hash tile; they are still checked against the

@@ -57,6 +57,11 @@ enum Command {
     /// Audit tools.
     #[command(subcommand)]
     Audit(AuditCommand),
+    /// A C2SP tlog-witness for Palisade logs: cosigns their checkpoints (issue 45).
+    Witness {
+        #[arg(long)]
+        config: PathBuf,
+    },
     /// Receipt tools (SPEC §5.5).
     #[command(subcommand)]
     Receipt(ReceiptCommand),
@@ -346,6 +351,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                 "audit verify: give --config FILE, or --url ADMIN_URL with --key VKEY",
             )),
         },
+        Command::Witness { config } => witness::run(&config),
         Command::Receipt(ReceiptCommand::Verify { key, file }) => {
             receipt::verify(&key, file.as_deref())
         }
@@ -476,6 +482,7 @@ pub mod sample_bundle;
 pub mod sample_sor;
 mod stdin;
 mod store_cmd;
+mod witness;
 
 pub use failure::Failure;
 use keys::{keygen, lease_sign, lease_verify};

@@ -24,7 +24,7 @@ pub use collector::parse_size;
 use collector::{section, Collector};
 pub use model::{
     AccessLog, Admission, Aip2, Config, ConfigError, ConfigProblem, Delivery, ListenTls,
-    ProxyHeader, Rcns, Retention, Sink, StoreKind, UnboundWrites, DEFAULT_SIGNING_KEY,
+    ProxyHeader, Rcns, Retention, Sink, StoreKind, UnboundWrites, Witness, DEFAULT_SIGNING_KEY,
 };
 use raw::RawConfig;
 

@@ -18,6 +18,8 @@ pub struct Enforcement {
     pub key: Arc<KeyPair>,
     /// The receipt log's signer: the sidecar key under `receipts.origin` (SPEC §5.5).
     pub log: Arc<Signer>,
+    /// Witness cosignatures on the log's newest checkpoint.
+    pub cosigned: Arc<super::Cosigned>,
     pub trust: TrustStore,
     pub store: Arc<dyn Store>,
     pub clock: AnchoredClock,
@@ -76,6 +78,7 @@ impl Enforcement {
         Ok(Self {
             key,
             log,
+            cosigned: Arc::default(),
             trust,
             store,
             clock,

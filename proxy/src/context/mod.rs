@@ -12,6 +12,7 @@
 
 mod admission;
 mod app;
+mod cosigned;
 mod enforcement;
 mod locks;
 mod rcns;
@@ -19,6 +20,7 @@ mod request;
 
 pub use admission::{load_keys, AdmissionState, Admitted};
 pub use app::{AppState, QuoteChannelState};
+pub use cosigned::Cosigned;
 pub use enforcement::Enforcement;
 pub use locks::{Drifted, FirstSeen};
 pub use rcns::RcnsState;

@@ -26,7 +26,7 @@ pub async fn get(state: &AppState, rest: &str, query: Option<&str>) -> Response<
     let store = enf.store.as_ref();
     match rest {
         "checkpoint" => match store.log_head().await {
-            Ok(head) => text(StatusCode::OK, head.note),
+            Ok(head) => text(StatusCode::OK, enf.cosigned.served(&head.note)),
             Err(e) => unavailable(&e),
         },
         "key" => text(StatusCode::OK, format!("{}\n", enf.log.key().vkey())),

@@ -9,7 +9,8 @@
 //! - [`reload`]: swapping it (admin call, SIGHUP, file watch) without a torn read;
 //! - [`escrow`]: approve, reject and list held writes;
 //! - [`rcns`]: list and revoke synthesized contracts;
-//! - [`log`]: the receipt log, read-only (checkpoint, key, tiles, proofs).
+//! - [`log`]: the receipt log, read-only (checkpoint, key, tiles, proofs);
+//! - [`witnesses`]: submitting its checkpoints to witnesses for cosignatures.
 
 pub mod admin;
 pub mod admin_auth;
@@ -18,3 +19,4 @@ pub mod escrow;
 pub mod log;
 pub mod rcns;
 pub mod reload;
+pub mod witnesses;
