@@ -326,4 +326,26 @@ mod tests {
         let stranger = Cosigner::new("witness.example/w1", KeyPair::from_seed([5; 32])).unwrap();
         assert!(verify_cosignature(&stranger.key, &cp, &line).is_err());
     }
+
+    #[test]
+    fn a_cosigned_checkpoint_still_opens_under_the_log_key() {
+        let signer = Signer::new(
+            "log.example/palisade",
+            Arc::new(KeyPair::from_seed([1; 32])),
+        )
+        .unwrap();
+        let note = signer.sign(7, Hash([5; 32])).unwrap();
+        let w = Cosigner::new("witness.example/w1", KeyPair::from_seed([4; 32])).unwrap();
+        let cp = checkpoint::open(note.as_bytes(), signer.key())
+            .unwrap()
+            .checkpoint;
+        let served = note.clone() + &w.cosign(&cp, 1_796_400_000);
+        let opened = checkpoint::open(served.as_bytes(), signer.key()).unwrap();
+        assert_eq!(opened.checkpoint, cp);
+        assert_eq!(
+            opened.others.len(),
+            1,
+            "the cosignature, unverified by the log key"
+        );
+    }
 }
