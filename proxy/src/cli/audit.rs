@@ -237,6 +237,12 @@ async fn remote(
         .map_err(|e| Failure::refused(format!("the newest checkpoint: {e}")))?
         .checkpoint;
     let size = checkpoint.size;
+    if size > log_read::MAX_AUDITED {
+        return Err(Failure::refused(format!(
+            "the checkpoint claims {size} entries, more than audit verify rebuilds in memory ({})",
+            log_read::MAX_AUDITED
+        )));
+    }
     // The leaves, from the level-0 hash tiles; the tree rebuilt from them.
     let mut rebuilt = MemoryHashes::default();
     let tiles_at = |kind, size| (0..).map_while(move |i| TilePath::in_tree(kind, i, size));

@@ -9,6 +9,9 @@ use super::{Store, StoreError};
 
 /// Stored hashes read per query when the whole tree is read.
 const CHUNK: u64 = 8192;
+/// Largest tree `audit verify` rebuilds: it holds the tree in memory (64 bytes an entry, so
+/// 2^28 entries is 16 GiB); a larger claim is refused rather than allocated.
+pub const MAX_AUDITED: u64 = 1 << 28;
 
 /// Runs `f` over the log's stored hashes: once to learn which it reads, then over those,
 /// fetched in one read.
@@ -25,6 +28,11 @@ pub async fn compute<T>(
 
 /// Every stored hash of the tree of `size` entries, in index order.
 pub async fn all_hashes(store: &dyn Store, size: u64) -> Result<Vec<Hash>, StoreError> {
+    if size > MAX_AUDITED {
+        return Err(StoreError::Unavailable(format!(
+            "a log of {size} entries is larger than audit verify rebuilds in memory ({MAX_AUDITED})"
+        )));
+    }
     let count = merkle::stored_hash_count(size);
     let mut out = Vec::with_capacity(usize::try_from(count).unwrap_or(0));
     let mut from = 0;
