@@ -136,16 +136,13 @@ async fn a_running_sidecars_log_verifies_with_an_implementation_that_is_not_ours
     assert_eq!(vkey.trim(), sidecar_log_key(ORIGIN).vkey());
     let url = format!("http://{}", s.p.admin);
     let since = dir.path().join("since");
-    std::fs::write(&since, &first_note).unwrap();
-    let (code, out, err) = audit(&[
-        "--url",
-        &url,
-        "--key",
-        vkey.trim(),
-        "--json",
-        "--since",
-        since.to_str().unwrap(),
-    ]);
+    // `audit verify --url --key --json --since <note>`.
+    let audit_since = |note: &str| {
+        std::fs::write(&since, note).unwrap();
+        let args = ["--url", &url, "--key", vkey.trim(), "--json", "--since"];
+        audit(&[&args[..], &[since.to_str().unwrap()]].concat())
+    };
+    let (code, out, err) = audit_since(&first_note);
     assert_eq!(code, Some(0), "{err}");
     let doc: Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(
@@ -158,34 +155,15 @@ async fn a_running_sidecars_log_verifies_with_an_implementation_that_is_not_ours
     let other = sidecar_log(ORIGIN)
         .sign(5, palisade_policy::log::merkle::Hash([7; 32]))
         .unwrap();
-    std::fs::write(&since, &other).unwrap();
-    let (code, _, err) = audit(&[
-        "--url",
-        &url,
-        "--key",
-        vkey.trim(),
-        "--since",
-        since.to_str().unwrap(),
-    ]);
+    let (code, _, err) = audit_since(&other);
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.contains("does not extend the checkpoint given (size 5)"),
         "{err}"
     );
     // A forged checkpoint (a size the log never signed, the signature kept).
-    std::fs::write(
-        &since,
-        first_note.replacen(&format!("\n{first_size}\n"), "\n999\n", 1),
-    )
-    .unwrap();
-    let (code, _, err) = audit(&[
-        "--url",
-        &url,
-        "--key",
-        vkey.trim(),
-        "--since",
-        since.to_str().unwrap(),
-    ]);
+    let (code, _, err) =
+        audit_since(&first_note.replacen(&format!("\n{first_size}\n"), "\n999\n", 1));
     assert_eq!(code, Some(1), "{err}");
     assert!(err.contains("--since: the checkpoint given"), "{err}");
     // Another log's key: the newest checkpoint is refused.

@@ -5,11 +5,10 @@
 //! extends it. Each failure names the entry, stored hash or checkpoint at fault.
 
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 
 use super::checkpoint::{self, Checkpoint, LogKey};
 use super::error::LogError;
-use super::merkle::{self, Hash, HashReader, MemoryHashes};
+use super::merkle::{self, Fetched, Hash, HashReader, MemoryHashes};
 
 /// What a verified log is.
 #[derive(Debug, Clone)]
@@ -146,7 +145,7 @@ pub fn verify_extends(
 pub struct Prefetch {
     recording: bool,
     asked: RefCell<Vec<u64>>,
-    known: BTreeMap<u64, Hash>,
+    known: Fetched,
 }
 
 impl Prefetch {
@@ -180,15 +179,7 @@ impl HashReader for Prefetch {
             self.asked.borrow_mut().extend_from_slice(indexes);
             return Ok(vec![Hash([0; 32]); indexes.len()]);
         }
-        indexes
-            .iter()
-            .map(|i| {
-                self.known
-                    .get(i)
-                    .copied()
-                    .ok_or(tlog_tiles::Error::IndexesNotInTree)
-            })
-            .collect()
+        self.known.read_hashes(indexes)
     }
 }
 
@@ -199,9 +190,10 @@ mod tests {
 
     use super::*;
     use crate::keys::KeyPair;
-    use crate::log::batch::Frontier;
+    use crate::log::batch::frontier;
     use crate::log::seal::{seal, Signer};
     use crate::receipt::{entry, ReceiptBody, ReceiptKind};
+    use std::collections::BTreeMap;
 
     struct Log {
         signer: Signer,
@@ -231,7 +223,7 @@ mod tests {
                     .unwrap()
                 })
                 .collect();
-            let front = Frontier::read(size, |i| table.get(&i).copied()).unwrap();
+            let front: Fetched = frontier(size).into_iter().map(|i| (i, table[&i])).collect();
             let sealed = seal(size, &front, batch, &signer).unwrap();
             table.extend(sealed.hashes);
             entries.extend(sealed.receipts.into_iter().map(|r| r.entry));

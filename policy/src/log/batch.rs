@@ -58,7 +58,8 @@ impl<R: HashReader> HashReader for Overlay<'_, R> {
 /// The stored-hash indexes of the complete subtrees that tile the tree of `size` entries, largest
 /// first (one per bit of `size`, so at most 64): every stored hash that appending to that tree,
 /// its new root and its new entries' inclusion proofs read. A store that cannot hand
-/// [`integrate`] a reader over its whole table (PostgreSQL, read asynchronously) fetches these.
+/// [`integrate`] a reader over its whole table (PostgreSQL, read asynchronously) fetches these
+/// and hands them in as a [`super::merkle::Fetched`].
 pub fn frontier(size: u64) -> Vec<u64> {
     let mut out = Vec::new();
     let mut start = 0u64;
@@ -70,40 +71,6 @@ pub fn frontier(size: u64) -> Vec<u64> {
         }
     }
     out
-}
-
-/// The frontier's hashes as a reader: any other index is an error, not a guess.
-#[derive(Debug, Clone, Default)]
-pub struct Frontier(BTreeMap<u64, Hash>);
-
-impl Frontier {
-    /// Reads the frontier of the tree of `size` with `get`; `None` if a hash is missing.
-    pub fn read(size: u64, mut get: impl FnMut(u64) -> Option<Hash>) -> Option<Self> {
-        frontier(size)
-            .into_iter()
-            .map(|i| Some((i, get(i)?)))
-            .collect::<Option<BTreeMap<_, _>>>()
-            .map(Self)
-    }
-
-    /// The frontier from hashes already fetched (index, hash).
-    pub fn from_pairs(pairs: impl IntoIterator<Item = (u64, Hash)>) -> Self {
-        Self(pairs.into_iter().collect())
-    }
-}
-
-impl HashReader for Frontier {
-    fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, tlog_tiles::Error> {
-        indexes
-            .iter()
-            .map(|i| {
-                self.0
-                    .get(i)
-                    .copied()
-                    .ok_or(tlog_tiles::Error::IndexesNotInTree)
-            })
-            .collect()
-    }
 }
 
 /// Appends `entries` (each a receipt's JCS) to the log of `size` entries whose stored hashes
@@ -143,25 +110,7 @@ pub fn integrate<R: HashReader>(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::log::merkle::MemoryHashes;
-
-    /// A store's table of stored hashes.
-    #[derive(Default)]
-    struct Table(BTreeMap<u64, Hash>);
-
-    impl HashReader for Table {
-        fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, tlog_tiles::Error> {
-            indexes
-                .iter()
-                .map(|i| {
-                    self.0
-                        .get(i)
-                        .copied()
-                        .ok_or(tlog_tiles::Error::IndexesNotInTree)
-                })
-                .collect()
-        }
-    }
+    use crate::log::merkle::{Fetched as Table, MemoryHashes};
 
     #[test]
     fn batches_of_any_size_build_the_tree_one_at_a_time_does() {

@@ -111,6 +111,31 @@ pub fn decode_hash(s: &str) -> Result<Hash, String> {
     Ok(Hash(array))
 }
 
+/// Stored hashes fetched ahead, by stored-hash index, as a reader: any other index is an
+/// error, never a guess (a batch's frontier, a proof's or a tile's hashes).
+#[derive(Debug, Clone, Default)]
+pub struct Fetched(pub std::collections::BTreeMap<u64, Hash>);
+
+impl FromIterator<(u64, Hash)> for Fetched {
+    fn from_iter<I: IntoIterator<Item = (u64, Hash)>>(pairs: I) -> Self {
+        Self(pairs.into_iter().collect())
+    }
+}
+
+impl HashReader for Fetched {
+    fn read_hashes(&self, indexes: &[u64]) -> Result<Vec<Hash>, tlog_tiles::Error> {
+        indexes
+            .iter()
+            .map(|i| {
+                self.0
+                    .get(i)
+                    .copied()
+                    .ok_or(tlog_tiles::Error::IndexesNotInTree)
+            })
+            .collect()
+    }
+}
+
 /// A log's stored hashes in memory: for tests, and for a verifier that rebuilds a log from its
 /// entries.
 #[derive(Debug, Default, Clone)]

@@ -137,7 +137,8 @@ pub fn seal<R: HashReader>(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::log::batch::{frontier, Frontier};
+    use crate::log::batch::frontier;
+    use crate::log::merkle::Fetched;
     use crate::log::Envelope;
     use crate::receipt::{ReceiptBody, ReceiptKind};
 
@@ -165,7 +166,7 @@ mod tests {
         let mut notes = Vec::new();
         for k in 1..=20u64 {
             // Only the frontier is handed in: a store reads nothing else.
-            let front = Frontier::read(size, |i| table.get(&i).copied()).unwrap();
+            let front: Fetched = frontier(size).into_iter().map(|i| (i, table[&i])).collect();
             let batch: Vec<Entry> = (size..size + k).map(entry).collect();
             let sealed = seal(size, &front, batch, &signer).unwrap();
             assert_eq!(sealed.head.size, size + k);

@@ -47,32 +47,43 @@ pub(super) async fn lookup(
 }
 
 /// Each log entry with its envelope, proven against the log's newest checkpoint, so that a
-/// caller verifies it alone (SPEC §5.5); a v1 receipt from before the log as it was kept.
+/// caller verifies it alone (SPEC §5.5); a v1 receipt from before the log as it was kept. The
+/// proofs are computed together, from one read of the hashes they need.
 async fn envelopes(enf: &Enforcement, kept: Vec<LeaseReceipt>) -> Result<Vec<Value>, Refusal> {
     if kept.is_empty() {
         return Ok(Vec::new());
     }
     let head = enf.store.log_head().await.map_err(checks::store_refusal)?;
+    let proven: Vec<u64> = kept
+        .iter()
+        .filter_map(|r| r.index.filter(|i| *i < head.size))
+        .collect();
+    let proofs = log_read::compute(enf.store.as_ref(), |h| {
+        proven
+            .iter()
+            .map(|i| merkle::inclusion(*i, head.size, h))
+            .collect::<Result<Vec<_>, _>>()
+    })
+    .await
+    .map_err(checks::store_refusal)?
+    .unwrap_or_else(|e| {
+        tracing::error!(error = %e, "no inclusion proofs for a lease's receipts");
+        Vec::new()
+    });
+    let proofs: std::collections::HashMap<u64, _> = proven.into_iter().zip(proofs).collect();
     let mut out = Vec::with_capacity(kept.len());
     for r in kept {
         let Ok(receipt) = serde_json::from_slice::<Value>(&r.bytes) else {
             continue;
         };
-        let Some(index) = r.index.filter(|i| *i < head.size) else {
-            out.push(receipt);
-            continue;
-        };
-        let proof = log_read::compute(enf.store.as_ref(), |h| {
-            merkle::inclusion(index, head.size, h)
-        })
-        .await
-        .map_err(checks::store_refusal)?;
-        match proof {
-            Ok(p) => out.push(json!({
+        match r.index.and_then(|i| proofs.get(&i).map(|p| (i, p))) {
+            Some((index, p)) => out.push(json!({
                 "receipt": receipt, "index": index,
-                "inclusion": merkle::encode_proof(&p), "checkpoint": head.note,
+                "inclusion": merkle::encode_proof(p), "checkpoint": head.note,
             })),
-            Err(e) => tracing::error!(error = %e, index, "no inclusion proof for a kept receipt"),
+            // A v1 receipt, as kept.
+            None if r.index.is_none() => out.push(receipt),
+            None => {}
         }
     }
     Ok(out)

@@ -88,14 +88,15 @@ pub(super) fn verify_config(config: &Path, json: bool) -> Result<(), Failure> {
                     cfg.store_path.display()
                 )));
             }
-            if in_use(&cfg.store_path) && cfg.admin_addr.ends_with(":0") {
+            let running = in_use(&cfg.store_path);
+            if running && cfg.admin_addr.ends_with(":0") {
                 return Err(Failure::usage(format!(
                     "{}: the store is in use by a running sidecar whose admin listener has no fixed port (admin.addr {}): verify it with --url and --key",
                     cfg.store_path.display(),
                     cfg.admin_addr
                 )));
             }
-            if in_use(&cfg.store_path) {
+            if running {
                 // Its sidecar runs: read the log as it serves it.
                 let scheme = if cfg.admin_tls.is_some() {
                     "https"

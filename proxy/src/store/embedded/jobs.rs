@@ -2,7 +2,7 @@
 
 use crate::store::records::{self, CompensationStep};
 use crate::store::{LeaseRecord, LeaseState};
-use palisade_policy::log::batch::Frontier;
+use palisade_policy::log::merkle::Fetched;
 use palisade_policy::log::{self, Head, Signer};
 use palisade_policy::receipt::{Entry, ReceiptBody, ReceiptKind, SealedReceipt};
 use redb::{ReadableTable, WriteTransaction};
@@ -254,7 +254,7 @@ fn seal(
 ) -> Result<Head, StoreError> {
     let frontier = log::batch::frontier(head.size);
     let hashes = super::log::read_hashes(&t.hashes, &frontier)?;
-    let stored = Frontier::from_pairs(frontier.into_iter().zip(hashes));
+    let stored: Fetched = frontier.into_iter().zip(hashes).collect();
     let (targets, entries): (Vec<_>, Vec<_>) = pending
         .into_iter()
         .map(|p| ((p.answer, p.attach), p.entry))

@@ -171,24 +171,24 @@ fn recorded_later(
     Ok(record.is_some_and(|r| sweeper.lease_due(r.expires_at_ms) > at))
 }
 
-/// Removes up to `limit` receipts older than `keep_ms`, oldest first, and moves
-/// the chain's anchor past them. Returns when the oldest remaining receipt comes due.
-fn sweep_receipts(
-    t: &mut Tables<'_>,
+/// The keys of up to `limit` rows of `table` (receipts by sequence or log index, each JSON
+/// with an `at`) older than `keep_ms`, oldest first, and when the oldest remaining row comes
+/// due. A row whose time cannot be read is never removed by guessing: the scan stops at it
+/// (and looks again after a full retention period).
+fn due_receipts(
+    table: &redb::Table<'_, u64, &'static [u8]>,
     now: u64,
     keep_ms: u64,
     limit: usize,
-) -> Result<u64, StoreError> {
+) -> Result<(Vec<u64>, u64), StoreError> {
     let cutoff = now.saturating_sub(keep_ms);
-    let mut removed: Vec<(u64, Sha256Digest)> = Vec::new();
+    let mut due = Vec::new();
     let mut next_due = now.saturating_add(keep_ms);
-    for row in t.receipts.iter().map_err(unavailable)? {
-        let (seq, jcs) = row.map_err(unavailable)?;
+    for row in table.iter().map_err(unavailable)? {
+        let (key, jcs) = row.map_err(unavailable)?;
         let Some(at) = receipt_at_ms(jcs.value()) else {
-            // A receipt whose time cannot be read is never removed by guessing; the sweep
-            // stops at it (and tries again after a full retention period).
             tracing::warn!(
-                seq = seq.value(),
+                key = key.value(),
                 "receipt retention: a receipt without a readable `at`; sweep stopped"
             );
             break;
@@ -197,17 +197,35 @@ fn sweep_receipts(
             next_due = at.saturating_add(keep_ms);
             break;
         }
-        removed.push((seq.value(), Sha256Digest::of(jcs.value())));
-        if removed.len() >= limit {
+        due.push(key.value());
+        if due.len() >= limit {
             next_due = 0;
             break;
         }
     }
-    let Some(&(last_seq, last_digest)) = removed.last() else {
+    Ok((due, next_due))
+}
+
+/// Removes up to `limit` v1 receipts older than `keep_ms`, oldest first, and moves the
+/// chain's anchor past them. Returns when the oldest remaining receipt comes due.
+fn sweep_receipts(
+    t: &mut Tables<'_>,
+    now: u64,
+    keep_ms: u64,
+    limit: usize,
+) -> Result<u64, StoreError> {
+    let (removed, next_due) = due_receipts(&t.receipts, now, keep_ms, limit)?;
+    let Some(&last_seq) = removed.last() else {
         return Ok(next_due);
     };
+    let last_digest = t
+        .receipts
+        .get(last_seq)
+        .map_err(unavailable)?
+        .map(|v| Sha256Digest::of(v.value()))
+        .ok_or_else(|| unavailable("receipt retention: a receipt vanished mid-sweep"))?;
     let pruned_before = super::log::read_anchor(&t.meta)?.map_or(0, |a| a.pruned);
-    for (seq, _) in &removed {
+    for seq in &removed {
         t.delete_receipt(*seq)?;
     }
     let anchor = serde_json::json!({
@@ -228,28 +246,7 @@ fn sweep_entries(
     keep_ms: u64,
     limit: usize,
 ) -> Result<u64, StoreError> {
-    let cutoff = now.saturating_sub(keep_ms);
-    let mut removed = Vec::new();
-    let mut next_due = now.saturating_add(keep_ms);
-    for row in t.entries.iter().map_err(unavailable)? {
-        let (index, entry) = row.map_err(unavailable)?;
-        let Some(at) = receipt_at_ms(entry.value()) else {
-            tracing::warn!(
-                index = index.value(),
-                "receipt retention: a log entry without a readable `at`; sweep stopped"
-            );
-            break;
-        };
-        if at >= cutoff {
-            next_due = at.saturating_add(keep_ms);
-            break;
-        }
-        removed.push(index.value());
-        if removed.len() >= limit {
-            next_due = 0;
-            break;
-        }
-    }
+    let (removed, next_due) = due_receipts(&t.entries, now, keep_ms, limit)?;
     for index in removed {
         t.delete_entry(index)?;
     }

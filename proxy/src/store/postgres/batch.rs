@@ -17,8 +17,7 @@ use std::sync::Arc;
 
 use deadpool_postgres::{tokio_postgres, Pool};
 use futures_util::future::try_join_all;
-use palisade_policy::log::batch::Frontier;
-use palisade_policy::log::merkle::Hash;
+use palisade_policy::log::merkle::{Fetched, Hash};
 use palisade_policy::log::{self, Signer};
 use palisade_policy::receipt::{Entry, ReceiptBody, ReceiptKind, SealedReceipt};
 use tokio::sync::{mpsc, oneshot};
@@ -346,8 +345,13 @@ async fn append(
         .into_iter()
         .map(|p| ((p.answer, p.attach), p.entry))
         .unzip();
-    let sealed = log::seal::seal(size, &Frontier::from_pairs(fetched), entries, signer)
-        .map_err(|e| failed(unavailable_msg(&format!("receipt log: {e}"))))?;
+    let sealed = log::seal::seal(
+        size,
+        &Fetched(fetched.into_iter().collect()),
+        entries,
+        signer,
+    )
+    .map_err(|e| failed(unavailable_msg(&format!("receipt log: {e}"))))?;
     crate::telemetry::count_sealed(sealed.receipts.len());
     let (hash_idx, hashes): (Vec<i64>, Vec<Vec<u8>>) = sealed
         .hashes
