@@ -2,7 +2,8 @@
 //! - lease verification end to end (decode header + parse + JCS + verify_strict) against the
 //!   bare `verify_strict` call on the same message [≤ 1.3×];
 //! - JCS of 1 KiB [< 5 µs] and 64 KiB documents;
-//! - receipt signing.
+//! - receipt signing;
+//! - lease signatures checked in batches of 2–64 against one by one (issue 36), per lease.
 //!
 //! Run: `cargo bench -p palisade-policy` (or `benches/compare --micro`).
 
@@ -96,6 +97,47 @@ fn leases(c: &mut Criterion) {
             decoded.map(|raw| lease::verify(&raw, &trust, &cx).is_ok())
         })
     });
+    g.finish();
+
+    // Check 4 for n leases: n × verify_strict against one batch (`lease::check_signatures`).
+    let mut g = c.benchmark_group("lease check 4, per lease");
+    for n in [1usize, 2, 4, 8, 16, 64] {
+        let raws: Vec<Vec<u8>> = (0..n)
+            .map(|i| {
+                let mut f = lease.as_object().cloned().unwrap_or_default();
+                f.remove("signature");
+                f.insert("lease_id".into(), json!(format!("urn:lease:{i}")));
+                serde_json::to_vec(&lease::sign(f, &key)).unwrap_or_default()
+            })
+            .collect();
+        let prepared = || -> Vec<lease::Unsigned> {
+            raws.iter()
+                .filter_map(|r| lease::prepare(r, &trust).ok())
+                .collect()
+        };
+        assert_eq!(prepared().len(), n, "bench leases must prepare");
+        g.throughput(Throughput::Elements(n as u64));
+        g.bench_function(format!("one by one, {n}"), |b| {
+            b.iter_batched(
+                prepared,
+                |batch| {
+                    batch
+                        .into_iter()
+                        .map(|u| u.check_signature().is_ok())
+                        .filter(|ok| *ok)
+                        .count()
+                },
+                criterion::BatchSize::SmallInput,
+            )
+        });
+        g.bench_function(format!("batched, {n}"), |b| {
+            b.iter_batched(
+                prepared,
+                |batch| lease::check_signatures(batch).len(),
+                criterion::BatchSize::SmallInput,
+            )
+        });
+    }
     g.finish();
 }
 

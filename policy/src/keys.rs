@@ -16,6 +16,8 @@ use ed25519_dalek::{Signature, Signer as _, SigningKey, VerifyingKey};
 
 use crate::digest::Sha256Digest;
 
+pub mod batch;
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum KeyError {
     #[error("not an Ed25519 PKCS#8 PEM private key")]

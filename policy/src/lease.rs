@@ -20,7 +20,7 @@ use time::OffsetDateTime;
 use crate::codes::{ErrorCode, Refusal};
 use crate::digest::Sha256Digest;
 use crate::json::{self, MAX_SAFE_INTEGER};
-use crate::keys::{KeyPair, TrustStore};
+use crate::keys::{batch, KeyPair, TrustStore, TrustedKey};
 use crate::{canon, target};
 
 /// Upper bound on a decoded lease. Leases are a few hundred bytes; unknown members are allowed
@@ -181,6 +181,31 @@ pub fn verify(
     trust: &TrustStore,
     cx: &VerifyContext<'_>,
 ) -> Result<VerifiedLease, Refusal> {
+    prepare(raw, trust)?.check_signature()?.finish(cx)
+}
+
+/// A lease that passed checks 2–3 (well-formed, signed by a key this sidecar trusts) and whose
+/// signature is still to be checked, alone ([`Unsigned::check_signature`]) or with others
+/// ([`check_signatures`]). Owned, so it can wait in a batch.
+pub struct Unsigned {
+    lease: Lease,
+    normalized_target: String,
+    key: TrustedKey,
+    /// The JCS of the whole lease, signature included.
+    full: Vec<u8>,
+    /// The JCS of every member but `signature`: what the signature covers (check 4).
+    signing_input: Vec<u8>,
+}
+
+/// A lease whose signature verified (check 4); checks 5–8 remain ([`Signed::finish`]).
+pub struct Signed {
+    lease: Lease,
+    normalized_target: String,
+    full: Vec<u8>,
+}
+
+/// Checks 2–3.
+pub fn prepare(raw: &[u8], trust: &TrustStore) -> Result<Unsigned, Refusal> {
     // Check 2: well-formed.
     if raw.len() > MAX_LEASE_BYTES {
         return Err(malformed("lease exceeds the size limit"));
@@ -203,75 +228,129 @@ pub fn verify(
         )
     })?;
 
-    // Check 4: the signature covers the JCS of every member but `signature`. One pass writes
-    // the whole lease's JCS (its digest names the lease) and locates `signature` in it.
+    // One pass writes the whole lease's JCS (its digest names the lease) and locates
+    // `signature` in it; the signature covers the rest (check 4).
     let mut full = Vec::with_capacity(raw.len());
     let cut = canon::write_members_noting(&mut full, members, Some("signature"))
         .expect("parse_form found a signature member");
     let signing_input = canon::without(&full, cut);
-    if !key.verify(&signing_input, &lease.sig) {
-        return Err(Refusal::new(
-            ErrorCode::LeaseSignature,
-            "signature does not verify over the JCS form of the lease",
-        ));
+    Ok(Unsigned {
+        lease,
+        normalized_target,
+        key: key.clone(),
+        full,
+        signing_input,
+    })
+}
+
+impl Unsigned {
+    /// Check 4 alone (`verify_strict`).
+    pub fn check_signature(self) -> Result<Signed, Refusal> {
+        let ok = self.key.verify(&self.signing_input, &self.lease.sig);
+        self.signed(ok)
     }
 
-    // Check 5: the recovery window can be honoured.
-    if lease.t_req_ms > lease.t_granted_ms {
-        return Err(Refusal::new(
-            ErrorCode::RecoveryWindow,
-            "t_req_ms exceeds t_granted_ms",
-        ));
-    }
-
-    // Check 6: not from the future, not expired.
-    let start = match lease.issued_at_ms {
-        Some(issued) => {
-            if issued > cx.now_ms.saturating_add(cx.max_clock_skew_ms) {
-                return Err(Refusal::new(
-                    ErrorCode::ClockSkew,
-                    "issued_at is further in the future than max_clock_skew allows",
-                ));
-            }
-            issued
-        }
-        None => cx.first_seen.map_or(cx.now_ms, |f| f(&lease.lease_id)),
-    };
-    // t_granted_ms ≤ 2^53−1, so the sum cannot overflow an i64 for any sane start.
-    let expires_at_ms = start.saturating_add(lease.t_granted_ms as i64);
-    if cx.now_ms > expires_at_ms {
-        return Err(Refusal::new(
-            ErrorCode::LeaseExpired,
-            "the lease's recovery window has passed",
-        ));
-    }
-
-    if let Some(request) = cx.request {
-        // Check 7: the lease names this request's target.
-        if normalized_target != request.target {
+    fn signed(self, ok: bool) -> Result<Signed, Refusal> {
+        if !ok {
             return Err(Refusal::new(
-                ErrorCode::TargetMismatch,
-                "sor_target_uri does not name the requested resource",
+                ErrorCode::LeaseSignature,
+                "signature does not verify over the JCS form of the lease",
             ));
         }
-        // Check 8: the contract allows the recovery mode.
-        if let Some(rev) = request.reversibility {
-            if !rev.allows(lease.recovery_mode) {
+        Ok(Signed {
+            lease: self.lease,
+            normalized_target: self.normalized_target,
+            full: self.full,
+        })
+    }
+}
+
+/// Check 4 for several leases at once, each with the verdict [`Unsigned::check_signature`]
+/// gives (see [`crate::keys::batch`] for the one case that differs and why it may).
+pub fn check_signatures(leases: Vec<Unsigned>) -> Vec<Result<Signed, Refusal>> {
+    let verdicts = {
+        let items: Vec<batch::Item<'_>> = leases
+            .iter()
+            .map(|u| batch::Item {
+                key: &u.key,
+                message: &u.signing_input,
+                signature: &u.lease.sig,
+            })
+            .collect();
+        batch::verify_each(&items)
+    };
+    leases
+        .into_iter()
+        .zip(verdicts)
+        .map(|(u, ok)| u.signed(ok))
+        .collect()
+}
+
+impl Signed {
+    /// Checks 5–8.
+    pub fn finish(self, cx: &VerifyContext<'_>) -> Result<VerifiedLease, Refusal> {
+        let Signed {
+            lease,
+            normalized_target,
+            full,
+        } = self;
+        // Check 5: the recovery window can be honoured.
+        if lease.t_req_ms > lease.t_granted_ms {
+            return Err(Refusal::new(
+                ErrorCode::RecoveryWindow,
+                "t_req_ms exceeds t_granted_ms",
+            ));
+        }
+
+        // Check 6: not from the future, not expired.
+        let start = match lease.issued_at_ms {
+            Some(issued) => {
+                if issued > cx.now_ms.saturating_add(cx.max_clock_skew_ms) {
+                    return Err(Refusal::new(
+                        ErrorCode::ClockSkew,
+                        "issued_at is further in the future than max_clock_skew allows",
+                    ));
+                }
+                issued
+            }
+            None => cx.first_seen.map_or(cx.now_ms, |f| f(&lease.lease_id)),
+        };
+        // t_granted_ms ≤ 2^53−1, so the sum cannot overflow an i64 for any sane start.
+        let expires_at_ms = start.saturating_add(lease.t_granted_ms as i64);
+        if cx.now_ms > expires_at_ms {
+            return Err(Refusal::new(
+                ErrorCode::LeaseExpired,
+                "the lease's recovery window has passed",
+            ));
+        }
+
+        if let Some(request) = cx.request {
+            // Check 7: the lease names this request's target.
+            if normalized_target != request.target {
                 return Err(Refusal::new(
-                    ErrorCode::RecoveryMode,
-                    "recovery_mode is not allowed for an operation of this reversibility",
+                    ErrorCode::TargetMismatch,
+                    "sor_target_uri does not name the requested resource",
                 ));
             }
+            // Check 8: the contract allows the recovery mode.
+            if let Some(rev) = request.reversibility {
+                if !rev.allows(lease.recovery_mode) {
+                    return Err(Refusal::new(
+                        ErrorCode::RecoveryMode,
+                        "recovery_mode is not allowed for an operation of this reversibility",
+                    ));
+                }
+            }
         }
-    }
 
-    let digest = Sha256Digest::of(&full);
-    Ok(VerifiedLease {
-        lease,
-        expires_at_ms,
-        digest,
-        _proof: (),
-    })
+        let digest = Sha256Digest::of(&full);
+        Ok(VerifiedLease {
+            lease,
+            expires_at_ms,
+            digest,
+            _proof: (),
+        })
+    }
 }
 
 /// A lease this sidecar grants in process (an RCNS step, issue 35): signed with `key` like

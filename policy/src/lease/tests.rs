@@ -452,3 +452,37 @@ fn a_lease_granted_in_process_is_the_lease_verify_would_accept() {
     let refused = grant(undated, &issuer(), None).unwrap_err();
     assert_eq!(refused.code, ErrorCode::LeaseMalformed);
 }
+
+#[test]
+fn leases_checked_together_get_the_verdicts_each_gets_alone() {
+    let mut raws: Vec<Vec<u8>> = (0..12)
+        .map(|i| {
+            let mut f = fields();
+            f.insert("lease_id".into(), json!(format!("urn:lease:{i}")));
+            signed(f)
+        })
+        .collect();
+    // Lease 4's body changed after signing; lease 9 carries lease 2's signature.
+    let mut tampered: Value = serde_json::from_slice(&raws[4]).unwrap();
+    tampered["t_req_ms"] = json!(451);
+    raws[4] = serde_json::to_vec(&tampered).unwrap();
+    let two: Value = serde_json::from_slice(&raws[2]).unwrap();
+    let mut nine: Value = serde_json::from_slice(&raws[9]).unwrap();
+    nine["signature"] = two["signature"].clone();
+    raws[9] = serde_json::to_vec(&nine).unwrap();
+    let t = trust();
+    let batch: Vec<Unsigned> = raws.iter().map(|r| prepare(r, &t).unwrap()).collect();
+    let together: Vec<Result<Signed, Refusal>> = check_signatures(batch);
+    for (i, (raw, verdict)) in raws.iter().zip(together).enumerate() {
+        let alone = verify(raw, &t, &cx(facts(None))).map(|v| v.digest());
+        let batched = verdict
+            .and_then(|s| s.finish(&cx(facts(None))))
+            .map(|v| v.digest());
+        assert_eq!(
+            batched.as_ref().map_err(|r| r.code),
+            alone.as_ref().map_err(|r| r.code),
+            "lease {i}"
+        );
+        assert_eq!(batched.is_err(), i == 4 || i == 9, "lease {i}");
+    }
+}

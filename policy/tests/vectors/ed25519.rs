@@ -95,3 +95,63 @@ fn wycheproof_legacy_vectors_give_their_expected_result() {
     let counts = run_wycheproof("wycheproof/eddsa_test.json", |g| &g["key"]["pk"]);
     assert_eq!(counts, (84, 61));
 }
+
+/// Every Wycheproof vector whose key loads and whose signature is 64 bytes, checked together
+/// in batches (`keys::batch::verify_each`, issue 36) of every size from 2 to all of them: each
+/// verdict is the vector's expected result, whatever else shares its batch.
+#[test]
+fn wycheproof_vectors_batched_give_their_expected_result() {
+    use palisade_policy::keys::batch::{verify_each, Item};
+    struct Case {
+        key: TrustedKey,
+        msg: Vec<u8>,
+        sig: [u8; 64],
+        valid: bool,
+    }
+    let mut cases = Vec::new();
+    for (file, pk_of) in [
+        ("wycheproof/ed25519_test.json", ["publicKey", "pk"]),
+        ("wycheproof/eddsa_test.json", ["key", "pk"]),
+    ] {
+        let doc = load(file);
+        for group in doc["testGroups"].as_array().unwrap() {
+            let pk: Result<[u8; 32], _> = hex(&group[pk_of[0]][pk_of[1]]).try_into();
+            let Some(key) = pk.ok().and_then(|pk| TrustedKey::from_bytes(&pk, "v").ok()) else {
+                continue;
+            };
+            for t in group["tests"].as_array().unwrap() {
+                let Ok(sig) = <[u8; 64]>::try_from(hex(&t["sig"])) else {
+                    continue;
+                };
+                cases.push(Case {
+                    key: key.clone(),
+                    msg: hex(&t["msg"]),
+                    sig,
+                    valid: t["result"] == "valid",
+                });
+            }
+        }
+    }
+    let (valid, invalid) = (
+        cases.iter().filter(|c| c.valid).count(),
+        cases.iter().filter(|c| !c.valid).count(),
+    );
+    assert!(
+        valid > 150 && invalid > 50,
+        "{valid} valid, {invalid} invalid"
+    );
+    for size in [2, 3, 7, 16, 64, cases.len()] {
+        for chunk in cases.chunks(size) {
+            let items: Vec<Item<'_>> = chunk
+                .iter()
+                .map(|c| Item {
+                    key: &c.key,
+                    message: &c.msg,
+                    signature: &c.sig,
+                })
+                .collect();
+            let want: Vec<bool> = chunk.iter().map(|c| c.valid).collect();
+            assert_eq!(verify_each(&items), want, "batches of {size}");
+        }
+    }
+}

@@ -25,6 +25,8 @@ pub struct Enforcement {
     pub clock: AnchoredClock,
     pub first_seen: FirstSeen,
     pub drift: DriftSink,
+    /// Lease signatures waiting to be verified together (check 4, issue 36).
+    pub signatures: super::SignatureQueue,
 }
 
 impl Enforcement {
@@ -84,6 +86,7 @@ impl Enforcement {
             clock,
             first_seen: FirstSeen::default(),
             drift: DriftSink::start(&config.drift_sinks),
+            signatures: Default::default(),
         })
     }
 }

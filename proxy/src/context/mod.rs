@@ -17,6 +17,7 @@ mod enforcement;
 mod locks;
 mod rcns;
 mod request;
+mod signatures;
 
 pub use admission::{load_keys, AdmissionState, Admitted};
 pub use app::{AppState, QuoteChannelState};
@@ -25,3 +26,4 @@ pub use enforcement::Enforcement;
 pub use locks::{Drifted, FirstSeen};
 pub use rcns::RcnsState;
 pub use request::{Binding, Outcome, Routed, WriteContext};
+pub use signatures::SignatureQueue;

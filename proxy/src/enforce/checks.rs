@@ -65,7 +65,10 @@ pub async fn check(
             "the request's target cannot be formed (Host missing or invalid)",
         )
     })?;
-    // Checks 2–8. The window of a lease without issued_at starts when first seen (check 6).
+    // Checks 2–3, then check 4 batched with concurrent writes' leases, then checks 5–8. The
+    // window of a lease without issued_at starts when first seen (check 6).
+    let unsigned = lease::prepare(raw, &enf.trust)?;
+    let signed = enf.signatures.check(unsigned).await?;
     // Scoped so that the borrowed callback is gone before the next await (the future must be
     // Send for every lifetime).
     let verified = {
@@ -81,7 +84,7 @@ pub async fn check(
                 reversibility: binding.capability().map(|c| c.contract.reversibility),
             }),
         };
-        lease::verify(raw, &enf.trust, &cx)
+        signed.finish(&cx)
     };
     let verified = verified?;
     let l = verified.lease();

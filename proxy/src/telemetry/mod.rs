@@ -31,6 +31,8 @@ pub const LOCKFILE_INFO: &str = "palisade_lockfile_info";
 pub const JWKS_RELOADS: &str = "palisade_jwks_reloads_total";
 /// Jobs per store transaction (group commit at work); not in SPEC §9, an addition.
 pub const STORE_BATCH_JOBS: &str = "palisade_store_batch_jobs";
+/// Lease signatures verified together (issue 36); not in SPEC §9, an addition.
+pub const LEASE_BATCH_SIZE: &str = "palisade_lease_signature_batch";
 /// Receipts that could not be stored for a write that was already forwarded (the audit chain
 /// log does not show that write): the alert "receipt log failure" watches this.
 pub const RECEIPTS_NOT_STORED: &str = "palisade_receipts_not_stored_total";
@@ -126,6 +128,11 @@ pub fn metrics_handle() -> PrometheusHandle {
                     &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
                 )
                 .expect("bucket list is not empty")
+                .set_buckets_for_metric(
+                    Matcher::Full(LEASE_BATCH_SIZE.into()),
+                    &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
+                )
+                .expect("bucket list is not empty")
                 .build_recorder();
             let handle = recorder.handle();
             if metrics::set_global_recorder(recorder).is_err() {
@@ -171,6 +178,10 @@ fn describe() {
     );
     metrics::describe_gauge!(LOCKFILE_INFO, "1 for the lockfile digest in force.");
     metrics::describe_histogram!(STORE_BATCH_JOBS, "Jobs committed per store transaction.");
+    metrics::describe_histogram!(
+        LEASE_BATCH_SIZE,
+        "Lease signatures verified together in one batch."
+    );
     metrics::describe_counter!(LOG_ENTRIES, "Receipts integrated into the receipt log.");
     metrics::describe_counter!(
         LOG_CHECKPOINTS,
