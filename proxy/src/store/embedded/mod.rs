@@ -481,4 +481,6 @@ impl Store for EmbeddedStore {
 }
 
 #[cfg(test)]
+mod crash_points;
+#[cfg(test)]
 mod tests;
