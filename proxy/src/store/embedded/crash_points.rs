@@ -229,7 +229,7 @@ async fn recovery_time_for_a_journal_of_a_million_records() {
         bytes.extend_from_slice(&redo.bytes);
     }
     std::fs::write(&jpath, &bytes).unwrap();
-    let started = std::time::Instant::now();
+    let started = tokio::time::Instant::now();
     let store = EmbeddedStore::open(&path, key()).unwrap();
     let took = started.elapsed();
     println!(
