@@ -145,10 +145,12 @@ impl EmbeddedStore {
         };
         let writer_clock = clock.clone();
         let writer_signer = signer.clone();
+        let writer_path = path.to_owned();
         let writer = std::thread::Builder::new()
             .name("palisade-store".into())
             .spawn(move || {
                 let start = Start {
+                    path: writer_path,
                     journal,
                     signer: writer_signer,
                     head,
