@@ -58,9 +58,17 @@ use crate::store::{
 };
 
 use jobs::Job;
+
 use overlay::{Overlay, Seen};
 use tables::{unavailable, Part, ESCROWS, FENCES, LOG_HASHES, META, T_ESCROWS, T_FENCES};
 use writer::{journal_path, recover, writer, Shared, Start};
+
+/// redb's page cache (nine tenths read cache, one tenth write buffer). redb's default is
+/// 1 GiB, which a busy store fills within minutes: a 10-minute load grew the sidecar's RSS
+/// past 800 MB, over the Helm chart's 512 MiB limit (docs/performance.md, issue 36). The
+/// write path reads few pages more than once (random resource keys), and the journal, not
+/// the cache, makes a batch durable.
+pub const CACHE_BYTES: usize = 64 << 20;
 
 pub struct EmbeddedStore {
     db: Arc<Database>,
@@ -119,8 +127,10 @@ impl EmbeddedStore {
         retention: Retention,
         clock: SharedClock,
     ) -> Result<Self, StoreError> {
-        let db =
-            Database::create(path).map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
+        let db = Database::builder()
+            .set_cache_size(CACHE_BYTES)
+            .create(path)
+            .map_err(|e| unavailable(format!("{}: {e}", path.display())))?;
         // Create every table up front so readers never meet a missing one.
         let wtx = db.begin_write().map_err(unavailable)?;
         tables::create_all(&wtx)?;
