@@ -1,7 +1,8 @@
 //! The PTCL compensation lease (SPEC §5.1) and its verification (SPEC §5.2 checks 2–8).
 //!
-//! [`verify`] is the only way to obtain a [`VerifiedLease`]; pipeline stages that need a lease
-//! accept nothing else, so no write can reach the fence stage with an unchecked lease. The
+//! [`verify`] (or its steps: [`prepare`], [`check_signatures`] or
+//! [`Unsigned::check_signature`], then [`Signed::finish`]) is the only way to obtain a
+//! [`VerifiedLease`] but for [`grant`]; pipeline stages that need a lease accept nothing else, so no write can reach the fence stage with an unchecked lease. The
 //! checks run in the SPEC's order and stop at the first failure, so a lease that is wrong in
 //! two ways always gets the same code.
 //!
@@ -113,7 +114,7 @@ pub struct VerifiedLease {
     /// SHA-256 of the JCS of the whole lease, signature included: names this exact lease in
     /// receipts and the store.
     digest: Sha256Digest,
-    /// Private: only [`verify`] constructs a `VerifiedLease`.
+    /// Private: only [`Signed::finish`] (after checks 2–4) and [`grant`] construct one.
     _proof: (),
 }
 
