@@ -2,9 +2,10 @@
 //!
 //! [`verify`] (or its steps: [`prepare`], [`check_signatures`] or
 //! [`Unsigned::check_signature`], then [`Signed::finish`]) is the only way to obtain a
-//! [`VerifiedLease`] but for [`grant`]; pipeline stages that need a lease accept nothing else, so no write can reach the fence stage with an unchecked lease. The
-//! checks run in the SPEC's order and stop at the first failure, so a lease that is wrong in
-//! two ways always gets the same code.
+//! [`VerifiedLease`] but for [`grant`]; pipeline stages that need a lease accept nothing else,
+//! so no write can reach the fence stage with an unchecked lease. The checks run in the
+//! SPEC's order and stop at the first failure, so a lease that is wrong in two ways always
+//! gets the same code.
 //!
 //! Time is an argument: the caller passes "now" in Unix milliseconds (the proxy reads a
 //! monotonic clock anchored once at the wall clock) and, for leases without `issued_at`, the
