@@ -86,7 +86,9 @@ impl Journal {
                 let (records, end) = records_of(&bytes, g);
                 (g, records, end)
             }
-            None if bytes.is_empty() => (0, Vec::new(), DATA_START),
+            // Empty, or zero-filled by a first start that stopped before its header slot was
+            // written: nothing was ever journalled.
+            None if bytes.iter().all(|b| *b == 0) => (0, Vec::new(), DATA_START),
             None if bytes.starts_with(MAGIC)
                 || bytes
                     .get(SLOT as usize..)

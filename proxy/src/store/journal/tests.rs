@@ -149,3 +149,16 @@ fn malformed_changes_are_refused_not_guessed() {
     assert!(changes(&[1, 7, 0, 0, 0, 0]).is_none());
     assert!(changes(&[1, 1, 5, 0, 0, 0, b'a']).is_none());
 }
+
+#[test]
+fn a_zero_filled_journal_without_a_header_is_empty() {
+    // A first start that grew the file and stopped before writing its header slot.
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("j");
+    std::fs::write(&path, vec![0u8; GROW as usize]).unwrap();
+    let (mut j, recs) = Journal::open(&path).unwrap();
+    assert!(recs.is_empty(), "zeros are not a journal of empty records");
+    j.append(b"x").unwrap();
+    drop(j);
+    assert_eq!(reopen(&path), vec![b"x".to_vec()]);
+}
