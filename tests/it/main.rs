@@ -22,6 +22,7 @@ mod dataplane;
 mod enforce;
 mod identity;
 mod kubernetes;
+mod lease_batch;
 mod log;
 mod mcp;
 mod openapi;

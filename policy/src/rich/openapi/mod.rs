@@ -55,7 +55,7 @@ pub struct Imported {
 }
 
 impl Imported {
-    /// The line `lock import-openapi` ends with ([`coverage::summary`]).
+    /// The line `lock import-openapi` ends with (`coverage::summary`).
     pub fn summary(&self) -> String {
         coverage::summary(&self.coverage)
     }
