@@ -66,25 +66,19 @@ impl SignatureQueue {
 
     /// Takes everything queued and verifies it; later arrivals elect a new leader.
     fn run(&self) {
-        let waiting = {
+        let mut waiting = {
             let mut state = self.lock();
             state.led = false;
             std::mem::take(&mut state.waiting)
         };
-        if waiting.is_empty() {
-            return;
-        }
-        metrics::histogram!(crate::telemetry::LEASE_BATCH_SIZE).record(waiting.len() as f64);
-        #[cfg(test)]
-        self.batches
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let mut waiting = waiting.into_iter();
-        loop {
-            let chunk: Vec<_> = waiting.by_ref().take(MAX_BATCH).collect();
-            if chunk.is_empty() {
-                break;
-            }
-            let (leases, senders): (Vec<_>, Vec<_>) = chunk.into_iter().unzip();
+        while !waiting.is_empty() {
+            let rest = waiting.split_off(waiting.len().min(MAX_BATCH));
+            let (leases, senders): (Vec<_>, Vec<_>) =
+                std::mem::replace(&mut waiting, rest).into_iter().unzip();
+            metrics::histogram!(crate::telemetry::LEASE_BATCH_SIZE).record(leases.len() as f64);
+            #[cfg(test)]
+            self.batches
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             for (verdict, tx) in lease::check_signatures(leases).into_iter().zip(senders) {
                 // A waiter that went away (its client hung up) needs no verdict.
                 let _ = tx.send(verdict);

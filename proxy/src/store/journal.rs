@@ -42,7 +42,8 @@ const MAGIC: &[u8; 8] = b"PLSJRN02";
 const SLOT: u64 = 4096;
 /// Where records start: after the two header slots.
 pub const DATA_START: u64 = 2 * SLOT;
-const RECORD_HEAD: usize = 16;
+/// A record's head: length, CRC and generation.
+pub const RECORD_HEAD: usize = 16;
 /// The file grows by at least this much, zero-filled, so that later writes land in blocks
 /// that are already allocated and written.
 const GROW: u64 = 1 << 20;
@@ -169,15 +170,8 @@ impl Journal {
             // An old-format journal's records are replayed and reset first.
             return Err(std::io::Error::other("store journal: reset before writing"));
         }
-        let gen = self.generation.to_le_bytes();
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&gen);
-        crc.update(payload);
         let mut buf = Vec::with_capacity(payload.len() + RECORD_HEAD);
-        buf.extend_from_slice(&len.to_le_bytes());
-        buf.extend_from_slice(&crc.finalize().to_le_bytes());
-        buf.extend_from_slice(&gen);
-        buf.extend_from_slice(payload);
+        encode_record(&mut buf, len, self.generation, payload);
         let end = self.end + buf.len() as u64;
         let written = (if end > self.size {
             self.grow(end)
@@ -224,6 +218,18 @@ impl Journal {
         }
         Ok(())
     }
+}
+
+/// Appends one record of `generation` (`len` is `payload`'s length, already bounded).
+pub fn encode_record(out: &mut Vec<u8>, len: u32, generation: u64, payload: &[u8]) {
+    let gen = generation.to_le_bytes();
+    let mut crc = crc32fast::Hasher::new();
+    crc.update(&gen);
+    crc.update(payload);
+    out.extend_from_slice(&len.to_le_bytes());
+    out.extend_from_slice(&crc.finalize().to_le_bytes());
+    out.extend_from_slice(&gen);
+    out.extend_from_slice(payload);
 }
 
 /// The generation a header slot holds, if it is whole.

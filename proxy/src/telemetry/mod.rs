@@ -33,6 +33,8 @@ pub const JWKS_RELOADS: &str = "palisade_jwks_reloads_total";
 pub const STORE_BATCH_JOBS: &str = "palisade_store_batch_jobs";
 /// Lease signatures verified together (issue 36); not in SPEC §9, an addition.
 pub const LEASE_BATCH_SIZE: &str = "palisade_lease_signature_batch";
+/// Buckets of the two batch-size histograms (store jobs, lease signatures).
+const BATCH_BUCKETS: [f64; 10] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0];
 /// Receipts that could not be stored for a write that was already forwarded (the audit chain
 /// log does not show that write): the alert "receipt log failure" watches this.
 pub const RECEIPTS_NOT_STORED: &str = "palisade_receipts_not_stored_total";
@@ -123,15 +125,9 @@ pub fn metrics_handle() -> PrometheusHandle {
                     ],
                 )
                 .expect("bucket list is not empty")
-                .set_buckets_for_metric(
-                    Matcher::Full(STORE_BATCH_JOBS.into()),
-                    &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
-                )
+                .set_buckets_for_metric(Matcher::Full(STORE_BATCH_JOBS.into()), &BATCH_BUCKETS)
                 .expect("bucket list is not empty")
-                .set_buckets_for_metric(
-                    Matcher::Full(LEASE_BATCH_SIZE.into()),
-                    &[1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0],
-                )
+                .set_buckets_for_metric(Matcher::Full(LEASE_BATCH_SIZE.into()), &BATCH_BUCKETS)
                 .expect("bucket list is not empty")
                 .build_recorder();
             let handle = recorder.handle();

@@ -4,26 +4,13 @@
 //! that state must survive a second open (the snapshot and the journal agree after replay).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::Arc;
-
-use palisade_policy::keys::KeyPair;
-use palisade_policy::log::Signer;
 use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 
+use super::tests::key;
 use super::writer::journal_path;
 use super::EmbeddedStore;
-use crate::store::journal::{Journal, DATA_START};
+use crate::store::journal::{encode_record, Journal, DATA_START, RECORD_HEAD};
 use crate::store::{LeaseRecord, Store, WriteIntent};
-
-fn key() -> Arc<Signer> {
-    Arc::new(
-        Signer::new(
-            "test.example/palisade",
-            Arc::new(KeyPair::from_seed([4; 32])),
-        )
-        .unwrap(),
-    )
-}
 
 const RESOURCES: usize = 3;
 const OPS: usize = 24;
@@ -157,7 +144,7 @@ async fn a_crash_at_every_journal_boundary_opens_to_the_state_answered_before_it
     );
     let mut ends = vec![DATA_START as usize];
     for r in &records {
-        ends.push(ends.last().unwrap() + 16 + r.len());
+        ends.push(ends.last().unwrap() + RECORD_HEAD + r.len());
     }
 
     for (k, want) in expected.iter().enumerate() {
@@ -168,7 +155,7 @@ async fn a_crash_at_every_journal_boundary_opens_to_the_state_answered_before_it
             variants.push(("torn", journal[..half].to_vec()));
             // Corrupt: the next record whole but one byte of its payload wrong.
             let mut bad = journal[..ends[k + 1]].to_vec();
-            bad[ends[k] + 16] ^= 0x5a;
+            bad[ends[k] + RECORD_HEAD] ^= 0x5a;
             variants.push(("corrupt", bad));
         }
         for (how, bytes) in variants {
@@ -208,7 +195,6 @@ async fn recovery_time_for_a_journal_of_a_million_records() {
     drop(Journal::open(&jpath).unwrap());
     let mut bytes = std::fs::read(&jpath).unwrap();
     bytes.truncate(DATA_START as usize);
-    let generation = 1u64.to_le_bytes();
     for i in 0..RECORDS {
         let resource = format!("/items/{}", i % 100_000);
         let id = format!("urn:uuid:{i:032x}");
@@ -220,13 +206,7 @@ async fn recovery_time_for_a_journal_of_a_million_records() {
             &lease_key(&id, Part::Record, None),
             &record.to_bytes(),
         );
-        let mut crc = crc32fast::Hasher::new();
-        crc.update(&generation);
-        crc.update(&redo.bytes);
-        bytes.extend_from_slice(&(redo.bytes.len() as u32).to_le_bytes());
-        bytes.extend_from_slice(&crc.finalize().to_le_bytes());
-        bytes.extend_from_slice(&generation);
-        bytes.extend_from_slice(&redo.bytes);
+        encode_record(&mut bytes, redo.bytes.len() as u32, 1, &redo.bytes);
     }
     std::fs::write(&jpath, &bytes).unwrap();
     let started = tokio::time::Instant::now();

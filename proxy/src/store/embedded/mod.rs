@@ -58,14 +58,13 @@ use crate::store::{
 };
 
 use jobs::Job;
-
 use overlay::{Overlay, Seen};
 use tables::{unavailable, Part, ESCROWS, FENCES, LOG_HASHES, META, T_ESCROWS, T_FENCES};
 use writer::{journal_path, recover, writer, Shared, Start};
 
 /// redb's page cache (nine tenths read cache, one tenth write buffer). redb's default is
 /// 1 GiB, which a busy store fills within minutes: a 10-minute load grew the sidecar's RSS
-/// past 800 MB, over the Helm chart's 512 MiB limit (docs/performance.md, issue 36). The
+/// to 1.32 GB, over the Helm chart's 512 MiB limit (docs/performance.md, issue 36). The
 /// write path reads few pages more than once (random resource keys), and the journal, not
 /// the cache, makes a batch durable.
 pub const CACHE_BYTES: usize = 64 << 20;

@@ -9,7 +9,7 @@ use palisade_policy::log::{audit, Envelope};
 use palisade_policy::receipt::ReceiptKind;
 use serde::Deserialize as _;
 
-fn key() -> Arc<Signer> {
+pub(super) fn key() -> Arc<Signer> {
     Arc::new(
         Signer::new(
             "test.example/palisade",
