@@ -21,11 +21,11 @@ use support::*;
 
 const T1: &str = "urn:palisade:connector-profile:t1-jmespath:1";
 
-fn digest(doc: &Value) -> String {
+pub(crate) fn digest(doc: &Value) -> String {
     format!("sha-256:{}", Sha256Digest::of_json(doc).to_hex())
 }
 
-fn put_file(dir: &Path, doc: &Value) -> String {
+pub(crate) fn put_file(dir: &Path, doc: &Value) -> String {
     std::fs::write(
         dir.join(format!("{}.json", Sha256Digest::of_json(doc).to_hex())),
         serde_json::to_vec_pretty(doc).unwrap(),
@@ -64,7 +64,13 @@ fn v1() -> Value {
 /// A T1 connector from `source` to `target` and a qualification record of it, written to
 /// `contracts`; the lockfile's reference to both.
 /// Its precondition: SKUs in capitals, which the v2 contract does not demand.
-fn connector(contracts: &Path, source: &Value, target: &Value, id: &str, expr: &str) -> Value {
+pub(crate) fn connector(
+    contracts: &Path,
+    source: &Value,
+    target: &Value,
+    id: &str,
+    expr: &str,
+) -> Value {
     let conn = json!({"id": id, "class": "T1", "purpose": "structural-adaptation",
         "sourceDigest": digest(source), "targetDigest": digest(target),
         "transform": {"lang": "jmespath", "expr": expr},

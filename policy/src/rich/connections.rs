@@ -14,7 +14,10 @@
 //!
 //! A request routed to `source` is checked against the source contract's input, mapped by the
 //! request connector, checked against the target contract's input and sent as the target
-//! operation; with a `response` connector the answer comes back the same way. The compiler
+//! operation; with a `response` connector the answer comes back the same way. A GET connects
+//! to a GET (issue 37): its request connector maps the query ([`super::query_input`] to
+//! [`super::parameters::query_string`]) and its `response` connector, required there, the
+//! answer. The compiler
 //! refuses (§11.1): a connector, profile or qualification record missing from the bundle,
 //! connectors whose pinned digests are not the two contracts', profiles it does not run,
 //! qualification records that do not name the connector or did not qualify it (or expired),
@@ -36,6 +39,9 @@ pub struct Connection {
     pub source: usize,
     /// Index of the capability the SoR serves.
     pub target: usize,
+    /// A GET on both sides: the request connector maps the query (the source's as an object,
+    /// [`super::query_input`]), and the response connector maps the answer back.
+    pub read: bool,
     /// Source input → target input.
     pub request: Arc<Connector>,
     /// Target output → source output, when bound.
@@ -165,16 +171,37 @@ fn one(
         return None;
     }
     let (src, tgt) = (&inputs.capabilities[source], &inputs.capabilities[target]);
-    // Writes are mapped (their bodies are read before anything is decided); a read streams
-    // and is not re-addressed, so a connection on one would never run.
-    for (key, cap) in [("source", src), ("target", tgt)] {
-        let method = cap.operation.split(' ').next().unwrap_or_default();
-        if matches!(method, "GET" | "HEAD" | "OPTIONS") {
+    // A write's body is mapped; a read's query is mapped and its answer mapped back (issue
+    // 37). A read cannot stand in for a write, nor a write for a read; HEAD and OPTIONS have
+    // no answer to map.
+    let method = |cap: &Capability| {
+        cap.operation
+            .split(' ')
+            .next()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    let (sm, tm) = (method(src), method(tgt));
+    for (key, m) in [("source", &sm), ("target", &tm)] {
+        if matches!(m.as_str(), "HEAD" | "OPTIONS") {
             problems.push(Problem::new(
                 format!("{at}/{key}"),
-                format!("{method} operations are not mapped by connectors (reads stream); connect writes"),
+                format!("{m} operations have no body to map; connect a GET or a write"),
             ));
         }
+    }
+    let read = sm == "GET";
+    if read != (tm == "GET") {
+        problems.push(Problem::new(
+            format!("{at}/target"),
+            "a read connects to a read and a write to a write: one cannot stand in for the other",
+        ));
+    }
+    if read && c.get("response").is_none() {
+        problems.push(Problem::new(
+            format!("{at}/response"),
+            "is required on a read connection: the answer is what a read's connection maps",
+        ));
     }
     if let Some(missing) = missing_parameter(&src.operation, &tgt.operation) {
         problems.push(Problem::new(
@@ -217,6 +244,7 @@ fn one(
         id: id.to_owned(),
         source,
         target,
+        read,
         request: request?,
         response,
         on_drift,

@@ -53,6 +53,18 @@ pub fn check_parameters(
     )
 }
 
+/// A read's query as its connection's request connector maps it: declared names read as
+/// their schemas' types, others as text ([`parameters::query_map`]).
+pub fn query_input(
+    cap: &Capability,
+    query: Option<&str>,
+) -> Result<serde_json::Value, crate::Refusal> {
+    match cap.contract.parameters.as_ref() {
+        Some(p) => p.query_object(query),
+        None => parameters::plain_query_object(query),
+    }
+}
+
 /// Check 9 (SPEC §5.2, RICH §11.2): a request body against the capability's
 /// `structural.input`. The body must be I-JSON when there is a schema to check; the refusal
 /// names the failing location in the payload, never a value.

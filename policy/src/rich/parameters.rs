@@ -253,11 +253,35 @@ fn query_pairs(query: &str) -> Result<Vec<(String, String)>, Refusal> {
 }
 
 impl Parameter {
-    fn check_values(&self, values: &[&str], place: &str) -> Result<(), Refusal> {
-        let location = format!(
+    fn location(&self, place: &str) -> String {
+        format!(
             "/{place}/{}",
             self.name.replace('~', "~0").replace('/', "~1")
-        );
+        )
+    }
+
+    fn check_values(&self, values: &[&str], place: &str) -> Result<(), Refusal> {
+        let Some(value) = self.typed(values, place)? else {
+            return Ok(());
+        };
+        let Some(schema) = &self.schema else {
+            return Ok(());
+        };
+        schema.check(&value).map_err(|v| {
+            Refusal::new(
+                ErrorCode::ContractInput,
+                format!(
+                    "the {place} parameter violates structural.parameters at schema keyword {}",
+                    v.schema_location
+                ),
+            )
+            .with_location(self.location(place))
+        })
+    }
+
+    /// The parameter's text read as its schema's type; `None` when it is absent and may be.
+    fn typed(&self, values: &[&str], place: &str) -> Result<Option<Value>, Refusal> {
+        let location = self.location(place);
         let refuse = |why: String| {
             Refusal::new(ErrorCode::ContractInput, why).with_location(location.clone())
         };
@@ -267,7 +291,7 @@ impl Parameter {
                     "the {place} parameter is required by structural.parameters"
                 )));
             }
-            return Ok(());
+            return Ok(None);
         }
         let split: Vec<&str>;
         let values = match (self.kind, self.explode, values) {
@@ -305,15 +329,7 @@ impl Parameter {
             )
             .ok_or_else(|| refuse(format!("the {place} parameter is not of its schema's type")))?,
         };
-        let Some(schema) = &self.schema else {
-            return Ok(());
-        };
-        schema.check(&value).map_err(|v| {
-            refuse(format!(
-                "the {place} parameter violates structural.parameters at schema keyword {}",
-                v.schema_location
-            ))
-        })
+        Ok(Some(value))
     }
 }
 
@@ -347,6 +363,9 @@ pub fn path_values<'p>(operation: &'p str, path: &'p str) -> Vec<(&'p str, &'p s
         .filter_map(|(t, v)| Some((t.strip_prefix('{')?.strip_suffix('}')?, v)))
         .collect()
 }
+
+mod query_map;
+pub use query_map::{plain_query_object, query_string};
 
 #[cfg(test)]
 mod tests;

@@ -23,7 +23,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Response};
 use palisade_policy::drift::Action;
 use palisade_policy::receipt::ConnectorRef;
-use palisade_policy::rich::connector::ConnectorError;
+use palisade_policy::rich::connector::{Connector, ConnectorError};
 use palisade_policy::rich::{connections, Bundle, Capability, Connection, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
 
@@ -32,6 +32,9 @@ use crate::enforce::output::{self, Observed};
 use crate::enforce::receipts;
 use crate::enforce::written::Written;
 use crate::net::body::{self, CollectError, ProxyBody};
+
+mod read;
+pub(super) use read::read;
 
 /// Headers that describe the body as the agent sent it, and are wrong once it is mapped.
 const BODY_HEADERS: [&str; 4] = [
@@ -217,28 +220,58 @@ pub(super) async fn response(
         return resp;
     };
     let source = &bundle.capabilities[conn.source];
-    let (mut head, body) = resp.into_parts();
-    let bytes = match body::collect_proxy(body, state.config.max_response).await {
+    let (head, body) = resp.into_parts();
+    let bytes = match collect_answer(state, body, cx).await {
         Ok(b) => b,
-        Err(CollectError::TooLarge(_)) => {
-            let r = Refusal::new(
-                ErrorCode::ResponseTooLarge,
-                "the upstream response exceeds limits.max_response and cannot be mapped",
-            );
-            return output::blocked(state, &r, cx).await;
-        }
-        Err(CollectError::Read(_)) => {
-            let r = Refusal::new(
-                ErrorCode::UpstreamUnavailable,
-                "the upstream connection failed",
-            );
-            return output::blocked(state, &r, cx).await;
-        }
+        Err(resp) => return resp,
     };
     // The target's output contract has been applied by the write path already (under the
     // target binding's own drift policy); what is left is the mapping.
+    match map_answer(state, connector, source, &bytes) {
+        Ok(out) => mapped(head, out),
+        Err(refusal) => {
+            let unmapped = Unmapped {
+                conn,
+                connector,
+                head,
+                bytes,
+                commit: Some(commit),
+            };
+            unmapped.answer(state, refusal, cx).await
+        }
+    }
+}
+
+/// The answer's body, whole (≤ `limits.max_response`), or the refusal that it cannot be.
+async fn collect_answer(
+    state: &AppState,
+    body: ProxyBody,
+    cx: &WriteContext,
+) -> Result<Bytes, Response<ProxyBody>> {
+    let refusal = match body::collect_proxy(body, state.config.max_response).await {
+        Ok(b) => return Ok(b),
+        Err(CollectError::TooLarge(_)) => Refusal::new(
+            ErrorCode::ResponseTooLarge,
+            "the upstream response exceeds limits.max_response and cannot be mapped",
+        ),
+        Err(CollectError::Read(_)) => Refusal::new(
+            ErrorCode::UpstreamUnavailable,
+            "the upstream connection failed",
+        ),
+    };
+    Err(output::blocked(state, &refusal, cx).await)
+}
+
+/// The answer through the response connector and the source contract's `structural.output`:
+/// the mapped body, or why it cannot be (502).
+fn map_answer(
+    state: &AppState,
+    connector: &Connector,
+    source: &Capability,
+    bytes: &[u8],
+) -> Result<Bytes, Refusal> {
     let depth = state.config.max_json_depth;
-    let refusal = match palisade_policy::json::parse(&bytes, depth)
+    palisade_policy::json::parse(bytes, depth)
         .map_err(|_| {
             Refusal::new(
                 ErrorCode::ConnectorFailed,
@@ -249,36 +282,72 @@ pub(super) async fn response(
         .and_then(|v| {
             let out = connector.run(&v).map_err(connector_refusal)?;
             check(&source.contract.output, &out)?;
-            serde_json::to_vec(&out).map_err(|_| {
+            serde_json::to_vec(&out).map(Bytes::from).map_err(|_| {
                 Refusal::new(ErrorCode::Internal, "the mapped body could not be written")
             })
-        }) {
-        Ok(out) => {
-            head.headers.remove(http::header::CONTENT_LENGTH);
-            head.headers.remove("content-digest");
-            head.headers.remove("repr-digest");
-            head.headers.remove(http::header::ETAG);
-            return Response::from_parts(head, body::full(Bytes::from(out)));
-        }
-        Err(r) => r.with_status(502),
-    };
-    let observed = Observed {
-        identifier: None,
-        expected: Some(connector.digest.clone()),
-        evidence: bytes.to_vec(),
-        diagnostics: vec![("direction", "response".to_owned())],
-    };
-    if conn.on_drift == DriftPolicy::Notify {
-        output::report(state, &refusal, cx, Action::Notify, observed);
-        return Response::from_parts(head, body::full(bytes));
+        })
+        .map_err(|r| r.with_status(502))
+}
+
+/// The answer's head with the mapped body: headers that described the SoR's body go.
+fn mapped(mut head: http::response::Parts, out: Bytes) -> Response<ProxyBody> {
+    for h in [
+        http::header::CONTENT_LENGTH.as_str(),
+        "content-digest",
+        "repr-digest",
+        http::header::ETAG.as_str(),
+    ] {
+        head.headers.remove(h);
     }
-    output::report(state, &refusal, cx, Action::Blocked, observed);
-    // The write went through: say so, and hand its commit receipt on.
-    let mut p = output::blocked_problem(state, &refusal, cx).await;
-    p.extensions
-        .insert("upstream_status".into(), head.status.as_u16().into());
-    p.extensions.insert("commit_receipt".into(), commit);
-    output::with_receipt_header(p)
+    Response::from_parts(head, body::full(out))
+}
+
+/// An answer the response connector could not map.
+struct Unmapped<'a> {
+    conn: &'a Connection,
+    connector: &'a Connector,
+    head: http::response::Parts,
+    bytes: Bytes,
+    /// A write's commit receipt: the write happened, and the refusal says so.
+    commit: Option<serde_json::Value>,
+}
+
+impl Unmapped<'_> {
+    /// Under `notify`, the answer as the SoR gave it, with a drift event; under `fail-closed`,
+    /// 502 with a rejection receipt and a drift event.
+    async fn answer(
+        self,
+        state: &AppState,
+        refusal: Refusal,
+        cx: &WriteContext,
+    ) -> Response<ProxyBody> {
+        let Unmapped {
+            conn,
+            connector,
+            head,
+            bytes,
+            commit,
+        } = self;
+        let observed = Observed {
+            identifier: None,
+            expected: Some(connector.digest.clone()),
+            evidence: bytes.to_vec(),
+            diagnostics: vec![("direction", "response".to_owned())],
+        };
+        if conn.on_drift == DriftPolicy::Notify {
+            output::report(state, &refusal, cx, Action::Notify, observed);
+            return Response::from_parts(head, body::full(bytes));
+        }
+        output::report(state, &refusal, cx, Action::Blocked, observed);
+        let mut p = output::blocked_problem(state, &refusal, cx).await;
+        p.extensions
+            .insert("upstream_status".into(), head.status.as_u16().into());
+        if let Some(commit) = commit {
+            // The write went through: say so, and hand its commit receipt on.
+            p.extensions.insert("commit_receipt".into(), commit);
+        }
+        output::with_receipt_header(p)
+    }
 }
 
 /// The mapped answer against the source contract's `structural.output`.

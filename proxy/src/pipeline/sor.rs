@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! admission (a bound operation needs a token that admits it, before its body is read)
-//!   → read:  bound parameters; an output contract buffers and checks the answer
+//!   → read:  bound parameters; a read connection maps the query and the answer (RICH §9);
+//!            an output contract buffers and checks the answer
 //!            (SPEC §7, a qualified fallback may send it again); else streamed, fenced
 //!            resources answered with their epoch
 //!   → write: body read (≤ max_body); the admitted bound; a connection maps it (RICH §9);
@@ -76,6 +77,13 @@ pub(super) async fn answer(
                 };
                 let refused = receipts::record(state, refusal, &cx, evidence);
                 return (Box::pin(refused).await.into_response(), Outcome::Refused);
+            }
+            // A read connection (RICH §9, issue 37) maps the query and the answer.
+            if let (Some(b), Routed::Bound(i)) = (&bundle, routed) {
+                if b.connection_of(i).is_some_and(|c| c.read) {
+                    let read = connect::read(state, conn, parts, b, i, &mut cx);
+                    return Box::pin(read).await;
+                }
             }
             if cap.contract.output.is_some() {
                 let req = http::Request::from_parts(parts, body);

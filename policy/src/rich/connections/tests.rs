@@ -235,7 +235,10 @@ fn edges_and_templates_the_runtime_cannot_serve_are_refused() {
     c.refused("path parameter {sku} is not a parameter of the source's path");
     let mut c = Case::new();
     c.target_op = "GET /legacy/stock/{id}/allocate";
-    c.refused("GET operations are not mapped by connectors");
+    c.refused("a read connects to a read and a write to a write");
+    let mut c = Case::new();
+    c.target_op = "HEAD /legacy/stock/{id}/allocate";
+    c.refused("HEAD operations have no body to map");
     let mut c = Case::new();
     c.connection["target"] = json!("alloc-v3");
     c.refused("must name a capability of this lockfile");
@@ -267,4 +270,59 @@ fn target_paths_take_the_source_parameters_by_name() {
         Some("/b/2/c/1")
     );
     assert_eq!(target_path("PUT /a/{x}", "PUT /b/{x}", "/a/1/extra"), None);
+}
+
+/// A read connection: both sides GET, its answer mapped back, so a response connector is
+/// required.
+#[test]
+fn a_read_connects_to_a_read_and_maps_its_answer() {
+    let compile = |source_op: &str, target_op: &str, response: bool| {
+        let (v2, v1) = (v2(), v1());
+        let conn = connector("T1", &v2, &v1, "{sku: item}");
+        let back = connector("T1", &v1, &v2, "{allocationId: id}");
+        let (q1, q2) = (
+            qualification(&conn, "qualified", "2027-01-01T00:00:00Z"),
+            qualification(&back, "qualified", "2027-01-01T00:00:00Z"),
+        );
+        let mut connection = json!({"id": "r", "source": "v2", "target": "v1", "edgeKind": "data",
+            "connectorDigest": digest(&conn), "connectorProfile": PROFILE_T1,
+            "connectorQualificationDigest": digest(&q1)});
+        if response {
+            connection["response"] = json!({"connectorDigest": digest(&back),
+                "connectorProfile": PROFILE_T1, "connectorQualificationDigest": digest(&q2)});
+        }
+        let lock = json!({"bindingId": "urn:test:b/1", "capabilities": {
+            "v2": {"protocol": "http", "operation": source_op, "contractDigest": digest(&v2)},
+            "v1": {"protocol": "http", "operation": target_op, "contractDigest": digest(&v1)}},
+            "connections": [connection]});
+        let files: BTreeMap<_, _> = [&v2, &v1, &conn, &back, &q1, &q2]
+            .into_iter()
+            .map(file)
+            .collect();
+        Bundle::compile_at(
+            &serde_json::to_vec(&lock).unwrap(),
+            &files,
+            None,
+            Some(NOW_MS),
+        )
+        .map_err(|ps| ps.iter().map(ToString::to_string).collect::<Vec<_>>())
+    };
+    let b = compile("GET /v2/items/{id}", "GET /legacy/items/{id}", true).unwrap();
+    assert!(b.connections[0].read);
+    let b = compile("POST /v2/items/{id}", "POST /legacy/items/{id}", true).unwrap();
+    assert!(!b.connections[0].read);
+    let problems = compile("GET /v2/items/{id}", "GET /legacy/items/{id}", false).unwrap_err();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("is required on a read connection")),
+        "{problems:?}"
+    );
+    let problems = compile("GET /v2/items/{id}", "PUT /legacy/items/{id}", true).unwrap_err();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("a read connects to a read")),
+        "{problems:?}"
+    );
 }

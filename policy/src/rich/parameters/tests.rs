@@ -195,3 +195,41 @@ fn a_query_is_read_whole_or_refused_never_checked_on_a_prefix() {
     none.check(&[], Some(&filler(10 * MAX_QUERY_PAIRS)), &tenant)
         .unwrap();
 }
+
+/// A read connection's query (issue 37): declared names typed as checked, others text, a
+/// repeated undeclared name an array; the connector's object written back, its names in order.
+#[test]
+fn a_query_as_the_connector_reads_it_and_writes_it() {
+    let p = params();
+    let q = "pageSize=20&states=CLOSED&states=INPROGRESS&contactID=c%201&other=x&more=1&more=2";
+    assert_eq!(
+        p.query_object(Some(q)).unwrap(),
+        json!({"pageSize": 20, "states": ["CLOSED", "INPROGRESS"], "contactID": "c 1",
+               "other": "x", "more": ["1", "2"]})
+    );
+    // Text that is not the declared type is the contract's refusal, at its location.
+    let r = p
+        .query_object(Some("pageSize=many&contactID=c"))
+        .unwrap_err();
+    assert_eq!(r.code, ErrorCode::ContractInput);
+    assert_eq!(r.location.as_deref(), Some("/query/pageSize"));
+    assert_eq!(plain_query_object(None).unwrap(), json!({}));
+    assert_eq!(
+        query_string(&json!({"a b": "x&y", "n": 5, "t": true, "list": [1, "z"], "gone": null}))
+            .unwrap()
+            .as_deref(),
+        Some("a+b=x%26y&list=1&list=z&n=5&t=true")
+    );
+    assert_eq!(query_string(&json!({})).unwrap(), None);
+    for bad in [json!([1]), json!({"o": {"x": 1}}), json!({"l": [[1]]})] {
+        let r = query_string(&bad).unwrap_err();
+        assert_eq!(r.code, ErrorCode::ConnectorPostcondition, "{bad}");
+    }
+    assert_eq!(
+        query_string(&json!({"o": {"x": 1}}))
+            .unwrap_err()
+            .location
+            .as_deref(),
+        Some("/o")
+    );
+}
