@@ -54,7 +54,7 @@ pub fn check_parameters(
 }
 
 /// A read's query as its connection's request connector maps it: declared names read as
-/// their schemas' types, others as text ([`parameters::query_map`]).
+/// their schemas' types, others as text ([`parameters::query_string`] writes the answer back).
 pub fn query_input(
     cap: &Capability,
     query: Option<&str>,

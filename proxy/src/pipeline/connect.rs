@@ -33,11 +33,8 @@ use crate::enforce::receipts;
 use crate::enforce::written::Written;
 use crate::net::body::{self, CollectError, ProxyBody};
 
-mod read;
-pub(super) use read::read;
-
 /// Headers that describe the body as the agent sent it, and are wrong once it is mapped.
-const BODY_HEADERS: [&str; 4] = [
+pub(super) const BODY_HEADERS: [&str; 4] = [
     "content-length",
     "transfer-encoding",
     "content-digest",
@@ -116,7 +113,11 @@ pub(super) async fn request(
     Ok(Some((mapped, back, Routed::Bound(conn.target))))
 }
 
-fn reference(conn: &Connection, source: &Capability, target: &Capability) -> ConnectorRef {
+pub(super) fn reference(
+    conn: &Connection,
+    source: &Capability,
+    target: &Capability,
+) -> ConnectorRef {
     ConnectorRef {
         source_contract_digest: source.contract.digest.clone(),
         target_contract_digest: target.contract.digest.clone(),
@@ -160,7 +161,7 @@ fn map_request(
         .map_err(|_| Refusal::new(ErrorCode::Internal, "the mapped body could not be written"))
 }
 
-fn connector_refusal(e: ConnectorError) -> Refusal {
+pub(super) fn connector_refusal(e: ConnectorError) -> Refusal {
     match &e {
         ConnectorError::Precondition(v) => Refusal::new(ErrorCode::ConnectorFailed, e.to_string())
             .with_location(v.instance_location.clone()),
@@ -243,7 +244,7 @@ pub(super) async fn response(
 }
 
 /// The answer's body, whole (≤ `limits.max_response`), or the refusal that it cannot be.
-async fn collect_answer(
+pub(super) async fn collect_answer(
     state: &AppState,
     body: ProxyBody,
     cx: &WriteContext,
@@ -264,7 +265,7 @@ async fn collect_answer(
 
 /// The answer through the response connector and the source contract's `structural.output`:
 /// the mapped body, or why it cannot be (502).
-fn map_answer(
+pub(super) fn map_answer(
     state: &AppState,
     connector: &Connector,
     source: &Capability,
@@ -290,7 +291,7 @@ fn map_answer(
 }
 
 /// The answer's head with the mapped body: headers that described the SoR's body go.
-fn mapped(mut head: http::response::Parts, out: Bytes) -> Response<ProxyBody> {
+pub(super) fn mapped(mut head: http::response::Parts, out: Bytes) -> Response<ProxyBody> {
     for h in [
         http::header::CONTENT_LENGTH.as_str(),
         "content-digest",
@@ -303,19 +304,19 @@ fn mapped(mut head: http::response::Parts, out: Bytes) -> Response<ProxyBody> {
 }
 
 /// An answer the response connector could not map.
-struct Unmapped<'a> {
-    conn: &'a Connection,
-    connector: &'a Connector,
-    head: http::response::Parts,
-    bytes: Bytes,
+pub(super) struct Unmapped<'a> {
+    pub conn: &'a Connection,
+    pub connector: &'a Connector,
+    pub head: http::response::Parts,
+    pub bytes: Bytes,
     /// A write's commit receipt: the write happened, and the refusal says so.
-    commit: Option<serde_json::Value>,
+    pub commit: Option<serde_json::Value>,
 }
 
 impl Unmapped<'_> {
     /// Under `notify`, the answer as the SoR gave it, with a drift event; under `fail-closed`,
     /// 502 with a rejection receipt and a drift event.
-    async fn answer(
+    pub(super) async fn answer(
         self,
         state: &AppState,
         refusal: Refusal,

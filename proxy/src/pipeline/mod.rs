@@ -13,6 +13,7 @@
 
 mod admit;
 mod connect;
+mod connect_read;
 mod exchange;
 mod request_form;
 mod sor;

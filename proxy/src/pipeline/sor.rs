@@ -22,6 +22,7 @@ use palisade_policy::ErrorCode;
 
 use super::admit;
 use super::connect;
+use super::connect_read;
 use super::exchange::{Exchange, Kind};
 use crate::admission::Presented;
 use crate::context::{AppState, Outcome, Routed, WriteContext};
@@ -81,7 +82,7 @@ pub(super) async fn answer(
             // A read connection (RICH §9, issue 37) maps the query and the answer.
             if let (Some(b), Routed::Bound(i)) = (&bundle, routed) {
                 if b.connection_of(i).is_some_and(|c| c.read) {
-                    let read = connect::read(state, conn, parts, b, i, &mut cx);
+                    let read = connect_read::read(state, conn, parts, b, i, &mut cx);
                     return Box::pin(read).await;
                 }
             }

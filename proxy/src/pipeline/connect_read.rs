@@ -19,7 +19,7 @@ use http::Response;
 use palisade_policy::rich::{connections, Bundle, Capability, Connection};
 use palisade_policy::{ErrorCode, Refusal};
 
-use super::{map_answer, mapped, reference, Unmapped, BODY_HEADERS};
+use super::connect::{self, map_answer, mapped, reference, Unmapped, BODY_HEADERS};
 use crate::context::{AppState, Binding, Outcome, WriteContext};
 use crate::enforce::forward::forward_plain;
 use crate::enforce::output;
@@ -29,7 +29,7 @@ use crate::net::conn::ConnInfo;
 
 /// A read on a connection's source (`index`, whose connection is a read's). The agent's
 /// body, if any, is refused by its headers and never read.
-pub(in crate::pipeline) async fn read(
+pub(super) async fn read(
     state: &Arc<AppState>,
     conn_info: &Arc<ConnInfo>,
     parts: http::request::Parts,
@@ -83,7 +83,7 @@ pub(in crate::pipeline) async fn read(
         return (resp, outcome);
     }
     let (head, body) = resp.into_parts();
-    let bytes = match super::collect_answer(state, body, &source_cx).await {
+    let bytes = match connect::collect_answer(state, body, &source_cx).await {
         Ok(b) => b,
         Err(resp) => return (resp, Outcome::Refused),
     };
@@ -128,7 +128,10 @@ fn map_query(
     let path = connections::target_path(&source.operation, &target.operation, parts.uri.path())
         .ok_or_else(|| Refusal::new(ErrorCode::Internal, "the target path could not be formed"))?;
     let input = palisade_policy::rich::query_input(source, parts.uri.query())?;
-    let out = conn.request.run(&input).map_err(super::connector_refusal)?;
+    let out = conn
+        .request
+        .run(&input)
+        .map_err(connect::connector_refusal)?;
     let query = palisade_policy::rich::parameters::query_string(&out)?;
     // The mapped request against the legacy contract's parameters, before it is sent.
     let headers = crate::net::headers::values(&parts.headers);
