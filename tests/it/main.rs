@@ -17,6 +17,7 @@ mod bypass;
 mod caller;
 mod cli;
 mod connectors;
+mod connectors_mcp;
 mod connectors_read;
 mod contracts;
 mod dataplane;

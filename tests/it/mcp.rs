@@ -34,7 +34,7 @@ fn python() -> PathBuf {
 }
 
 /// `tests/mcp/server.py` on a free port; its executions log in a temp dir.
-struct McpServer {
+pub(crate) struct McpServer {
     child: Child,
     port: u16,
     dir: tempfile::TempDir,
@@ -48,7 +48,7 @@ impl Drop for McpServer {
 }
 
 impl McpServer {
-    async fn start() -> McpServer {
+    pub(crate) async fn start() -> McpServer {
         Self::start_with(&[]).await
     }
 
@@ -58,7 +58,7 @@ impl McpServer {
     }
 
     /// The server with `env` set (see `tests/mcp/server.py`).
-    async fn start_with(env: &[(&str, &str)]) -> McpServer {
+    pub(crate) async fn start_with(env: &[(&str, &str)]) -> McpServer {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -88,7 +88,7 @@ impl McpServer {
     }
 
     /// What the server executed (one line per state-changing tool run).
-    fn executions(&self) -> Vec<String> {
+    pub(crate) fn executions(&self) -> Vec<String> {
         std::fs::read_to_string(self.dir.path().join("exec.log"))
             .unwrap_or_default()
             .lines()
@@ -98,7 +98,7 @@ impl McpServer {
 }
 
 /// Runs `tests/mcp/client.py` against `url` in `mode` with `steps`; one JSON value per step.
-async fn client(url: String, mode: &'static str, steps: Value) -> Vec<Value> {
+pub(crate) async fn client(url: String, mode: &'static str, steps: Value) -> Vec<Value> {
     client_in(Vec::new(), url, mode, steps).await
 }
 
@@ -205,12 +205,12 @@ fn erp_tools(dir: &std::path::Path) -> BundleFiles {
 }
 
 /// A sidecar in front of the MCP server with `[mcp]` on and the ERP tools bound.
-fn sidecar(server: &McpServer, bundle: &BundleFiles) -> Palisade {
+pub(crate) fn sidecar(server: &McpServer, bundle: &BundleFiles) -> Palisade {
     sidecar_with(server, bundle, "")
 }
 
 /// [`sidecar`] with `extra` added to its configuration.
-fn sidecar_with(server: &McpServer, bundle: &BundleFiles, extra: &str) -> Palisade {
+pub(crate) fn sidecar_with(server: &McpServer, bundle: &BundleFiles, extra: &str) -> Palisade {
     let dir = tempfile::tempdir().unwrap();
     let sidecar = KeyPair::from_seed(SIDECAR_SEED);
     let agent = KeyPair::from_seed(AGENT_SEED);
@@ -245,7 +245,7 @@ async fn setup(
 }
 
 /// A lease for a tool call, as the object `params._meta.compensationLease` carries.
-fn tool_lease(tool: &str, epoch: u64) -> Value {
+pub(crate) fn tool_lease(tool: &str, epoch: u64) -> Value {
     tool_lease_mode(tool, epoch, "COMPENSATING_ACTION")
 }
 
@@ -257,7 +257,7 @@ fn tool_lease_mode(tool: &str, epoch: u64, mode: &str) -> Value {
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(b64).unwrap()).unwrap()
 }
 
-fn meta(lease: Value) -> Value {
+pub(crate) fn meta(lease: Value) -> Value {
     json!({"compensationLease": lease,
            "compensationInverse": serde_json::from_slice::<Value>(&inverse()).unwrap()})
 }

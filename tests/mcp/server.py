@@ -16,6 +16,9 @@ one line to EXEC_LOG, so a test can tell whether a call reached the server. The 
 - log_note(text): a write that answers text content only, no structuredContent.
 - add_tool(name): registers a new tool, so the server sends notifications/tools/list_changed.
 
+With LEVEL_TOOL set, one more write: set_level(sku, qty), which answers the level it set as
+structuredContent {"sku", "qty"} (the connector tests map it back).
+
 With PAGE_SIZE set in the environment, tools/list is paginated (nextCursor) in pages of that
 many tools. With ADD_CAP set, add never answers more than that (a fallback deployment that
 meets an output contract the primary breaks).
@@ -24,6 +27,7 @@ meets an output contract the primary breaks).
 import asyncio
 import os
 import sys
+from typing import TypedDict
 
 from mcp.server.mcpserver import Context, MCPServer
 from mcp_types import InputRequiredResult, ListToolsResult, ToolAnnotations
@@ -32,6 +36,7 @@ port = int(sys.argv[1])
 exec_log = sys.argv[2]
 PAGE_SIZE = int(os.environ.get("PAGE_SIZE", "0"))
 ADD_CAP = int(os.environ.get("ADD_CAP", "0"))
+LEVEL_TOOL = bool(os.environ.get("LEVEL_TOOL"))
 
 
 class TestServer(MCPServer):
@@ -124,6 +129,21 @@ async def add_tool(name: str, ctx: Context) -> str:
     server.add_tool(extra, name=name, description="Added at run time.")
     await ctx.session.send_tool_list_changed()
     return "added"
+
+
+class Level(TypedDict):
+    sku: str
+    qty: int
+
+
+if LEVEL_TOOL:
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=False, destructive_hint=True))
+    def set_level(sku: str, qty: int) -> Level:
+        """Set the stock level of an item, answering the level set."""
+        record(f"set_level {sku} {qty}")
+        stock[sku] = qty
+        return {"sku": sku, "qty": qty}
 
 
 if __name__ == "__main__":

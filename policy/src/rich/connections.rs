@@ -17,7 +17,8 @@
 //! operation; with a `response` connector the answer comes back the same way. A GET connects
 //! to a GET (issue 37): its request connector maps the query ([`super::query_input`] to
 //! [`super::parameters::query_string`]) and its `response` connector, required there, the
-//! answer. The compiler
+//! answer. An MCP tool connects to an MCP tool: its arguments are mapped, and its result's
+//! `structuredContent` back. The compiler
 //! refuses (§11.1): a connector, profile or qualification record missing from the bundle,
 //! connectors whose pinned digests are not the two contracts', profiles it does not run,
 //! qualification records that do not name the connector or did not qualify it (or expired),
@@ -128,14 +129,7 @@ fn one(
         let name = c.get(key).and_then(Value::as_str);
         let found = name.and_then(|n| inputs.capabilities.iter().position(|k| k.name == n));
         match found {
-            Some(i) if inputs.capabilities[i].protocol == Protocol::Http => Some(i),
-            Some(_) => {
-                problems.push(Problem::new(
-                    format!("{at}/{key}"),
-                    "connections join http capabilities only (MCP tools are pinned, not mapped)",
-                ));
-                None
-            }
+            Some(i) => Some(i),
             None => {
                 problems.push(Problem::new(
                     format!("{at}/{key}"),
@@ -171,6 +165,37 @@ fn one(
         return None;
     }
     let (src, tgt) = (&inputs.capabilities[source], &inputs.capabilities[target]);
+    if src.protocol != tgt.protocol {
+        problems.push(Problem::new(
+            format!("{at}/target"),
+            "a connection joins two capabilities of one protocol: an http operation to an http operation, an MCP tool to an MCP tool",
+        ));
+        return None;
+    }
+    if src.protocol == Protocol::Mcp {
+        // A tool call's arguments are mapped, and its result's structuredContent back (issue
+        // 37): no method or path to check.
+        let (s, t) = (&src.contract.digest, &tgt.contract.digest);
+        let request = connector(
+            c,
+            at,
+            (s, t),
+            Direction::Request,
+            inputs,
+            compiled,
+            problems,
+        );
+        let response = response_connector(c, at, (s, t), inputs, compiled, problems)?;
+        return Some(Connection {
+            id: id.to_owned(),
+            source,
+            target,
+            read: false,
+            request: request?,
+            response,
+            on_drift,
+        });
+    }
     // A write's body is mapped; a read's query is mapped and its answer mapped back (issue
     // 37). A read cannot stand in for a write, nor a write for a read; HEAD and OPTIONS have
     // no answer to map.
@@ -221,25 +246,7 @@ fn one(
         compiled,
         problems,
     );
-    let response = match c.get("response") {
-        None => None,
-        Some(Value::Object(r)) => {
-            let at = format!("{at}/response");
-            connector(
-                r,
-                &at,
-                (t, s),
-                Direction::Response,
-                inputs,
-                compiled,
-                problems,
-            )
-        }
-        Some(_) => {
-            problems.push(Problem::new(format!("{at}/response"), "must be an object"));
-            None
-        }
-    };
+    let response = response_connector(c, at, (s, t), inputs, compiled, problems)?;
     Some(Connection {
         id: id.to_owned(),
         source,
@@ -249,6 +256,29 @@ fn one(
         response,
         on_drift,
     })
+}
+
+/// The `response` member: `Some(None)` when there is none, `None` when it is not an object.
+fn response_connector(
+    c: &Map<String, Value>,
+    at: &str,
+    (s, t): (&str, &str),
+    inputs: &Inputs<'_>,
+    compiled: &mut BTreeMap<String, Option<Arc<Connector>>>,
+    problems: &mut Vec<Problem>,
+) -> Option<Option<Arc<Connector>>> {
+    match c.get("response") {
+        None => Some(None),
+        Some(Value::Object(r)) => {
+            let at = format!("{at}/response");
+            let way = Direction::Response;
+            Some(connector(r, &at, (t, s), way, inputs, compiled, problems))
+        }
+        Some(_) => {
+            problems.push(Problem::new(format!("{at}/response"), "must be an object"));
+            None
+        }
+    }
 }
 
 /// The connector a reference names, checked against the contracts it must join.

@@ -39,6 +39,8 @@ pub(crate) struct McpLeg {
     pub typed: bool,
     /// The tool's capability in the bundle that decides the call, routed once.
     pub routed: Routed,
+    /// A connected call's: its result mapped back to the agent-facing tool's (issue 37).
+    pub back: Option<Arc<super::connect::Back>>,
 }
 
 impl McpLeg {
@@ -56,6 +58,7 @@ impl McpLeg {
             id,
             typed,
             routed,
+            back: None,
         }
     }
 
@@ -150,7 +153,8 @@ impl Leg for McpLeg {
             ..
         } = d;
         // The output contract of the tool in the bundle that decided the write.
-        let rule = results::OutputRule::of(self.routed.binding(bundle.as_deref()).capability());
+        let cap = self.routed.binding(bundle.as_deref()).capability();
+        let rule = results::OutputRule::of_call(cap, self.back.clone());
         let commit = results::Commit { enf, permit, keep };
         let upstream = match (commit.permit.is_dry_run(), &state.shadow) {
             (false, _) => &state.upstream,

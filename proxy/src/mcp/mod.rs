@@ -41,6 +41,7 @@ use crate::net::problem::Problem;
 
 mod admit;
 mod call;
+mod connect;
 pub mod inverse;
 pub(crate) mod leg;
 pub mod pin;
@@ -161,7 +162,7 @@ pub(crate) async fn handle(
 async fn tool_call(
     state: &Arc<AppState>,
     conn: &Arc<ConnInfo>,
-    parts: http::request::Parts,
+    mut parts: http::request::Parts,
     bytes: Bytes,
     msg: Value,
     mut cx: WriteContext,
@@ -172,24 +173,13 @@ async fn tool_call(
         let refusal = Refusal::new(ErrorCode::BadRequest, "tools/call needs params.name");
         return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK).await;
     };
-    let name = call.name.clone();
-    cx.operation = format!("tools/call {name}");
+    cx.operation = format!("tools/call {}", call.name);
     let bundle = state.bundle.load_full();
     let routed = Routed::tool(bundle.as_deref(), &call.name);
     let binding = routed.binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
-    // A pinned tool last listed with another definition is not called (SPEC §7).
-    if let (Some(b), Some(cap)) = (bundle.as_deref(), binding.capability()) {
-        if cap.tool_digest.is_some()
-            && pinning::refuses_calls(cap.runtime.on_drift)
-            && state.mcp_drifted.is_drifted(&b.digest, &name)
-        {
-            let refusal = Refusal::new(
-                ErrorCode::ToolDrifted,
-                "the tool's listed definition no longer matches its pin",
-            );
-            return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK).await;
-        }
+    if let Some(refusal) = pin_drifted(state, bundle.as_deref(), &binding, &call.name) {
+        return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK).await;
     }
     // RICH admission (SPEC §13): the tool, its contract digest and the granted bound over
     // its arguments, before anything else is looked at.
@@ -198,6 +188,37 @@ async fn tool_call(
         Ok(()) => {}
         Err(refused) => return (admit::as_rpc(refused, id), Outcome::Refused),
     }
+    // A connection (RICH §9, issue 37) maps the call onto the legacy tool the server has;
+    // everything after this decides on the call the server will receive.
+    let (mut msg, mut bytes, mut call, mut routed, mut back) = (msg, bytes, call, routed, None);
+    if let (Some(b), Routed::Bound(index)) = (bundle.as_deref(), routed) {
+        match connect::map_call(b, index, msg.clone(), &mut parts.headers, &mut cx) {
+            Ok(None) => {}
+            Ok(Some(m)) => {
+                let Some(mapped_call) = call::ToolCall::of(&m.msg) else {
+                    let refusal =
+                        Refusal::new(ErrorCode::Internal, "the mapped call names no tool");
+                    return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK)
+                        .await;
+                };
+                (msg, bytes, call, routed, back) =
+                    (m.msg, m.bytes, mapped_call, Routed::Bound(m.target), m.back);
+                cx.operation = format!("tools/call {}", call.name);
+                cx.bind(Some(b), &routed.binding(Some(b)));
+                let binding = routed.binding(Some(b));
+                if let Some(refusal) = pin_drifted(state, Some(b), &binding, &call.name) {
+                    return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK)
+                        .await;
+                }
+            }
+            Err(refusal) => {
+                let lease = call.lease.as_deref();
+                let denied = refusal.into();
+                return refuse(state, &cx, denied, lease, &call.args, id, StatusCode::OK).await;
+            }
+        }
+    }
+    let binding = routed.binding(bundle.as_deref());
     // Every refusal from here names the call's lease (if any) and has its arguments as
     // evidence.
     let refused = |denied: Denied| {
@@ -212,7 +233,7 @@ async fn tool_call(
     else {
         return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
     };
-    let rule = results::OutputRule::of(binding.capability());
+    let rule = results::OutputRule::of_call(binding.capability(), back.clone());
     // A tool that only reads needs no lease; its input contract still holds.
     if let Some(cap) = binding.capability() {
         if cap.contract.side_effect == SideEffect::Read {
@@ -246,7 +267,8 @@ async fn tool_call(
         return refused(refusal.into()).await;
     }
     // The call as read above: parsed once.
-    let leg = leg::McpLeg::new(call, msg, &parts.headers, routed);
+    let mut leg = leg::McpLeg::new(call, msg, &parts.headers, routed);
+    leg.back = back;
     let w = engine::Write {
         parts,
         body: bytes,
@@ -258,6 +280,25 @@ async fn tool_call(
     Box::pin(engine::run(state, &enf, conn, w))
         .await
         .into_pair()
+}
+
+/// A pinned tool last listed with another definition is not called (SPEC §7): the refusal.
+fn pin_drifted(
+    state: &AppState,
+    bundle: Option<&palisade_policy::rich::Bundle>,
+    binding: &Binding<'_>,
+    name: &str,
+) -> Option<Refusal> {
+    let (b, cap) = (bundle?, binding.capability()?);
+    (cap.tool_digest.is_some()
+        && pinning::refuses_calls(cap.runtime.on_drift)
+        && state.mcp_drifted.is_drifted(&b.digest, name))
+    .then(|| {
+        Refusal::new(
+            ErrorCode::ToolDrifted,
+            "the tool's listed definition no longer matches its pin",
+        )
+    })
 }
 
 /// A `tools/list`: forwarded, and its result filtered against the pins on the way back,

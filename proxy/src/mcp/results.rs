@@ -32,6 +32,7 @@ use palisade_policy::rich::{Contract, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
 
+use super::connect::{map_result, Back, MappedResult};
 use crate::context::AppState;
 use crate::context::Enforcement;
 use crate::context::WriteContext;
@@ -53,6 +54,12 @@ pub fn is_interim(result: &Value) -> bool {
         .is_some_and(|t| t != "complete")
 }
 
+/// Whether `msg` is a JSON-RPC error or a result with `isError: true`: the error domain.
+fn is_error(msg: &Value) -> bool {
+    msg.get("result")
+        .is_none_or(|r| r.get("isError") == Some(&Value::Bool(true)))
+}
+
 /// The output contract a tool's answers are held to, and what its violation does.
 #[derive(Clone)]
 pub(crate) struct OutputRule {
@@ -60,6 +67,8 @@ pub(crate) struct OutputRule {
     pub on_drift: DriftPolicy,
     /// `qualified-fallback` of a read tool: where and what to send again.
     pub fallback: Option<Arc<Fallback>>,
+    /// A connected call's (issue 37): the result mapped back to the agent-facing tool's.
+    pub back: Option<Arc<Back>>,
 }
 
 /// A read tool's call, kept to be sent to the binding's fallback deployment.
@@ -77,6 +86,24 @@ impl OutputRule {
             contract: c.contract.clone(),
             on_drift: c.runtime.on_drift,
             fallback: None,
+            back: None,
+        })
+    }
+
+    /// The rule of `cap`, a connected call's target, whose result `back` maps: a rule even
+    /// when the target's contract has no output schema, since the mapping still runs.
+    pub fn of_call(
+        cap: Option<&palisade_policy::rich::Capability>,
+        back: Option<Arc<Back>>,
+    ) -> Option<Self> {
+        let Some(back) = back else {
+            return Self::of(cap);
+        };
+        cap.map(|c| Self {
+            contract: c.contract.clone(),
+            on_drift: c.runtime.on_drift,
+            fallback: None,
+            back: Some(back),
         })
     }
 
@@ -229,7 +256,16 @@ pub(super) async fn judge(
         return Some((msg, Verdict::Interim));
     }
     let refusal = match rule.and_then(|r| violation(state, cx, r, &msg)) {
-        None => return Some((msg, Verdict::Complete)),
+        None => match rule.and_then(|r| r.back.as_deref()) {
+            // A connected call's complete result, the target's contract met: mapped back.
+            Some(back) if !is_error(&msg) => match map_result(state, cx, back, msg) {
+                MappedResult::Mapped(m) | MappedResult::Passed(m) => {
+                    return Some((m, Verdict::Complete))
+                }
+                MappedResult::Refused(r) => r,
+            },
+            _ => return Some((msg, Verdict::Complete)),
+        },
         Some(Breach::Refused(refusal)) => refusal,
         Some(Breach::Fallback(f, refusal)) => match fallback_answer(state, cx, &f, id).await {
             Some(answer) => return Some((answer, Verdict::Complete)),

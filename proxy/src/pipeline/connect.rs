@@ -23,7 +23,7 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Response};
 use palisade_policy::drift::Action;
 use palisade_policy::receipt::ConnectorRef;
-use palisade_policy::rich::connector::{Connector, ConnectorError};
+use palisade_policy::rich::connector::Connector;
 use palisade_policy::rich::{connections, Bundle, Capability, Connection, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
 
@@ -143,7 +143,7 @@ fn map_request(
         .with_location("")
     })?;
     palisade_policy::rich::check_input_value(&source.contract, &input)?;
-    let out = conn.request.run(&input).map_err(connector_refusal)?;
+    let out = conn.request.run(&input).map_err(Refusal::from)?;
     if let Some(schema) = &target.contract.input {
         schema.check(&out).map_err(|v| {
             Refusal::new(
@@ -159,18 +159,6 @@ fn map_request(
     serde_json::to_vec(&out)
         .map(Bytes::from)
         .map_err(|_| Refusal::new(ErrorCode::Internal, "the mapped body could not be written"))
-}
-
-pub(super) fn connector_refusal(e: ConnectorError) -> Refusal {
-    match &e {
-        ConnectorError::Precondition(v) => Refusal::new(ErrorCode::ConnectorFailed, e.to_string())
-            .with_location(v.instance_location.clone()),
-        ConnectorError::Transform(_) => Refusal::new(ErrorCode::ConnectorFailed, e.to_string()),
-        ConnectorError::Postcondition(v) => {
-            Refusal::new(ErrorCode::ConnectorPostcondition, e.to_string())
-                .with_location(v.instance_location.clone())
-        }
-    }
 }
 
 /// Points the request at the target operation: its method, `path` with the query kept, and
@@ -281,7 +269,7 @@ pub(super) fn map_answer(
             .with_location("")
         })
         .and_then(|v| {
-            let out = connector.run(&v).map_err(connector_refusal)?;
+            let out = connector.run(&v).map_err(Refusal::from)?;
             check(&source.contract.output, &out)?;
             serde_json::to_vec(&out).map(Bytes::from).map_err(|_| {
                 Refusal::new(ErrorCode::Internal, "the mapped body could not be written")

@@ -128,10 +128,7 @@ fn map_query(
     let path = connections::target_path(&source.operation, &target.operation, parts.uri.path())
         .ok_or_else(|| Refusal::new(ErrorCode::Internal, "the target path could not be formed"))?;
     let input = palisade_policy::rich::query_input(source, parts.uri.query())?;
-    let out = conn
-        .request
-        .run(&input)
-        .map_err(connect::connector_refusal)?;
+    let out = conn.request.run(&input).map_err(Refusal::from)?;
     let query = palisade_policy::rich::parameters::query_string(&out)?;
     // The mapped request against the legacy contract's parameters, before it is sent.
     let headers = crate::net::headers::values(&parts.headers);

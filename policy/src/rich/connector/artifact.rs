@@ -99,6 +99,25 @@ impl std::fmt::Display for ConnectorError {
     }
 }
 
+impl From<ConnectorError> for crate::Refusal {
+    /// A precondition or transform that fails is `ERR_CONNECTOR_FAILED`, a postcondition
+    /// `ERR_CONNECTOR_POSTCONDITION`; each at the location it names.
+    fn from(e: ConnectorError) -> Self {
+        use crate::{ErrorCode, Refusal};
+        let detail = e.to_string();
+        match e {
+            ConnectorError::Precondition(v) => {
+                Refusal::new(ErrorCode::ConnectorFailed, detail).with_location(v.instance_location)
+            }
+            ConnectorError::Transform(_) => Refusal::new(ErrorCode::ConnectorFailed, detail),
+            ConnectorError::Postcondition(v) => {
+                Refusal::new(ErrorCode::ConnectorPostcondition, detail)
+                    .with_location(v.instance_location)
+            }
+        }
+    }
+}
+
 /// A transform error as a client may read it: the profile's own words, never a payload value
 /// (the JMESPath evaluator's messages can quote one, so they are replaced).
 fn disclosure_safe(e: &T1Error) -> String {
