@@ -29,6 +29,7 @@ mod log;
 mod mcp;
 mod openapi;
 mod rcns;
+mod rcns_mcp;
 mod receipt_log;
 mod replay;
 mod store;

@@ -7,7 +7,7 @@
 use percent_encoding::{utf8_percent_encode, AsciiSet, NON_ALPHANUMERIC};
 use serde_json::{json, Value};
 
-use crate::rich::recipes::{Recipe, Step};
+use crate::rich::recipes::{Recipe, Step, ToolStep};
 use crate::{ErrorCode, Refusal};
 
 /// Everything but RFC 3986's unreserved characters is encoded in a path value.
@@ -86,6 +86,56 @@ pub fn step_request(i: usize, step: &Step, cx: &Value) -> Result<StepRequest, Re
         method: method.to_owned(),
         path,
         body,
+    })
+}
+
+/// One tool step's call: the tool, its arguments, and the inverse tool call that compensates
+/// it (`{"tool", "arguments"}`, the form an agent's inverse takes; `None` for a read tool).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolRequest {
+    pub name: String,
+    pub arguments: Value,
+    pub inverse: Option<Value>,
+}
+
+/// Step `i`'s tool call, given the context; its inverse sees the call's `arguments` too.
+pub fn tool_request(i: usize, tool: &ToolStep, cx: &Value) -> Result<ToolRequest, Refusal> {
+    let arguments = match &tool.arguments {
+        Some(e) => e
+            .apply(cx)
+            .map_err(|_| unmappable(i, "the arguments expression could not be evaluated"))?,
+        None => json!({}),
+    };
+    if !arguments.is_object() {
+        return Err(unmappable(
+            i,
+            "a tool call's arguments must come out an object",
+        ));
+    }
+    let inverse = match &tool.inverse {
+        None => None,
+        Some((name, e)) => {
+            let mut icx = cx.clone();
+            icx["arguments"] = arguments.clone();
+            let args = e.apply(&icx).map_err(|_| {
+                unmappable(
+                    i,
+                    "the inverse's arguments expression could not be evaluated",
+                )
+            })?;
+            if !args.is_object() {
+                return Err(unmappable(
+                    i,
+                    "the inverse call's arguments must come out an object",
+                ));
+            }
+            Some(json!({"tool": name, "arguments": args}))
+        }
+    };
+    Ok(ToolRequest {
+        name: tool.name.clone(),
+        arguments,
+        inverse,
     })
 }
 

@@ -610,3 +610,32 @@ fn a_contract_is_invoked_only_by_its_agent_in_its_session_with_its_scopes() {
         Ok(())
     );
 }
+
+/// A step on an MCP tool (issue 37): its arguments built from the context, its inverse from
+/// the context and those arguments; what is not an object is refused at the step.
+#[test]
+fn a_tool_step_builds_its_call_and_its_inverse() {
+    use crate::rich::connector::t1::{Limits, T1};
+    use crate::rich::recipes::ToolStep;
+    let expr = |t: &str| T1::compile(t, Limits::default()).unwrap();
+    let step = ToolStep {
+        name: "set_level".into(),
+        arguments: Some(expr("{sku: input.sku, qty: steps[0].n}")),
+        inverse: Some(("set_level".into(), expr("{sku: arguments.sku, qty: `0`}"))),
+    };
+    let cx = compose::context(&json!({"sku": "A"}), &[json!({"n": 4})]);
+    let req = compose::tool_request(1, &step, &cx).unwrap();
+    assert_eq!(req.name, "set_level");
+    assert_eq!(req.arguments, json!({"sku": "A", "qty": 4}));
+    assert_eq!(
+        req.inverse,
+        Some(json!({"tool": "set_level", "arguments": {"sku": "A", "qty": 0}}))
+    );
+    let scalar = ToolStep {
+        arguments: Some(expr("input.sku")),
+        ..step
+    };
+    let r = compose::tool_request(1, &scalar, &cx).unwrap_err();
+    assert_eq!(r.code, ErrorCode::RcnsStepFailed);
+    assert_eq!(r.location.as_deref(), Some("/steps/1"));
+}

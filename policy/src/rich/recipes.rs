@@ -30,7 +30,9 @@ use std::sync::Arc;
 use serde_json::{Map, Value};
 
 use super::capability::{Capability, Protocol};
-use super::connector::t1::{Limits, T1};
+use super::connector::t1::T1;
+pub use super::recipe_steps::ToolStep;
+use super::recipe_steps::{compile_tool_step, expression};
 use super::schema::Schema;
 use super::Problem;
 
@@ -89,6 +91,8 @@ pub struct Step {
     pub path: BTreeMap<String, T1>,
     /// The request body's expression; `None` sends no body.
     pub body: Option<T1>,
+    /// A step on an MCP tool: its call (then `path` is empty and `body` `None`).
+    pub tool: Option<ToolStep>,
 }
 
 /// One recipe, compiled.
@@ -443,12 +447,15 @@ fn compile_step(
         return None;
     };
     let cap = &capabilities[index];
-    if cap.protocol != Protocol::Http {
-        problems.push(Problem::new(
-            format!("{at}/capability"),
-            "only HTTP capabilities compose (MCP tools do not, yet)",
-        ));
-        return None;
+    if cap.protocol == Protocol::Mcp {
+        let tool = compile_tool_step(s, at, cap, capabilities, problems)?;
+        return Some(Step {
+            capability: index,
+            operation: cap.operation.clone(),
+            path: BTreeMap::new(),
+            body: None,
+            tool: Some(tool),
+        });
     }
     let template = cap.operation.split_once(' ').map_or("", |(_, t)| t);
     let params: BTreeSet<&str> = template
@@ -484,26 +491,8 @@ fn compile_step(
         operation: cap.operation.clone(),
         path,
         body,
+        tool: None,
     })
-}
-
-fn expression(v: Option<&Value>, at: &str, problems: &mut Vec<Problem>) -> Option<T1> {
-    match v? {
-        Value::String(text) => match T1::compile(text, Limits::default()) {
-            Ok(e) => Some(e),
-            Err(e) => {
-                problems.push(Problem::new(
-                    at,
-                    format!("not a T1 JMESPath expression: {e}"),
-                ));
-                None
-            }
-        },
-        _ => {
-            problems.push(Problem::new(at, "must be a JMESPath expression (a string)"));
-            None
-        }
-    }
 }
 
 fn scope_list(

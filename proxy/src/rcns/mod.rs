@@ -20,6 +20,7 @@ mod inventory;
 mod invoke;
 mod propose;
 mod steps;
+mod tool_steps;
 
 use std::sync::Arc;
 

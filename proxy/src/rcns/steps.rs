@@ -9,7 +9,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::{header, HeaderValue, Response};
 use palisade_policy::lease::RecoveryMode;
-use palisade_policy::rcns::compose::{self, StepRequest};
+use palisade_policy::rcns::compose::{self, StepRequest, ToolRequest};
 use palisade_policy::rcns::recipes::Recipe;
 use palisade_policy::rcns::SynthesizedContract;
 use palisade_policy::receipt::Attribution;
@@ -80,12 +80,21 @@ impl Run {
         let mut done: Vec<Done> = Vec::new();
         for (i, step) in self.recipe.steps.iter().enumerate() {
             let cxv = compose::context(&input, &answers);
-            let req = compose::step_request(i, step, &cxv).and_then(|r| canonical(i, r));
-            let req = match req {
-                Ok(r) => r,
-                Err(r) => return self.fail(i, r, Vec::new(), done).await,
+            let ran = match &step.tool {
+                // A step on an MCP tool (issue 37).
+                Some(tool) => match compose::tool_request(i, tool, &cxv) {
+                    Ok(req) => self.tool_step(i, step.capability, req).await,
+                    Err(r) => return self.fail(i, r, Vec::new(), done).await,
+                },
+                None => {
+                    let req = compose::step_request(i, step, &cxv).and_then(|r| canonical(i, r));
+                    match req {
+                        Ok(req) => self.step(i, step.capability, req).await,
+                        Err(r) => return self.fail(i, r, Vec::new(), done).await,
+                    }
+                }
             };
-            match self.step(i, step.capability, req).await {
+            match ran {
                 Ok((answer, d)) => {
                     answers.push(answer);
                     done.extend(d);
@@ -223,39 +232,86 @@ impl Run {
         // A refusal or failure of ours names its code and the step's receipt (its rejection,
         // or the commit of a write that was sent); an upstream's error body is the SoR's and
         // stays out of the answer.
-        let mut extra = vec![("step_status", json!(status.as_u16()))];
-        if let Some(code) = code {
-            extra.push(("step_code", json!(code.as_str())));
-        }
-        if let Some(r) = &receipt {
-            extra.push(("step_receipt", r.clone()));
-        }
         // A commit receipt means the write was sent. The SoR's own 4xx did not apply it; a
         // 5xx, a timeout or an answer the output contract refused may have: that step is
         // compensated with the others.
-        let sent = receipt.filter(|r| r["receipt"]["kind"] == "commit");
+        let sent = receipt.clone().filter(|r| r["receipt"]["kind"] == "commit");
         let reached = match (sent, lease_id) {
             (Some(receipt), Some(lease_id)) if !status.is_client_error() => {
                 Some(Done { lease_id, receipt })
             }
             _ => None,
         };
-        let code = if status.is_client_error() {
-            status.as_u16()
-        } else {
-            502
+        let code = code.map(|c| c.as_str().to_owned());
+        Err(step_failed(code, status.as_u16(), receipt, reached))
+    }
+
+    /// Runs tool step `i`: its lease granted with the recipe's inverse tool call staged, the
+    /// call through the write engine (`tool_steps`).
+    async fn tool_step(
+        &self,
+        i: usize,
+        capability: usize,
+        req: ToolRequest,
+    ) -> Result<(Value, Option<Done>), Failed> {
+        let mut headers = http::HeaderMap::new();
+        for (name, value) in &self.parts.headers {
+            if !NOT_COPIED.contains(&name.as_str()) {
+                headers.append(name.clone(), value.clone());
+            }
+        }
+        headers::strip_hop_by_hop(&mut headers);
+        let mut scx = WriteContext::new(
+            http::Method::POST,
+            self.cx.trace_id.clone(),
+            format!("tools/call {}", req.name),
+        );
+        scx.caller = self.cx.caller.clone();
+        scx.attribution = self
+            .cx
+            .attribution
+            .clone()
+            .map(|a| Attribution { step: Some(i), ..a });
+        if let Err(refused) = self.admitted_input(i, Some(&req.arguments), &scx).await {
+            let (code, status) = (refused.refusal.code.as_str(), refused.refusal.status());
+            return Err(step_failed(
+                Some(code.into()),
+                status,
+                refused.receipt,
+                None,
+            ));
+        }
+        let Some(bundle) = &self.bundle else {
+            return Err(step_failed(Some("ERR_INTERNAL".into()), 500, None, None));
         };
-        let refusal = Refusal::new(
-            ErrorCode::RcnsStepFailed,
-            "a step of the composition did not succeed; every step that reached the SoR was compensated",
-        )
-        .with_status(code)
-        .with_reason("step-failed");
-        Err(Failed {
-            refusal,
-            extra,
-            reached,
-        })
+        let step = super::tool_steps::ToolStep {
+            state: &self.state,
+            enf: &self.enf,
+            conn: &self.conn,
+            headers,
+            cx: scx,
+            bundle,
+            capability,
+            req,
+            caller: self.conn.caller(&self.parts),
+            window_ms: self.window_ms(),
+        };
+        let out = step.run().await;
+        let done = |lease_id: Option<String>, receipt: Option<Value>| {
+            lease_id.map(|lease_id| Done {
+                lease_id,
+                receipt: receipt.unwrap_or(Value::Null),
+            })
+        };
+        if out.ok {
+            return Ok((out.answer, done(out.lease_id, out.receipt)));
+        }
+        let reached = if out.maybe_applied {
+            done(out.lease_id, out.receipt.clone())
+        } else {
+            None
+        };
+        Err(step_failed(out.code, out.status, out.receipt, reached))
     }
 
     /// The lease a write step runs under: SNAPSHOT_RESTORE, granted to the caller in process
@@ -274,16 +330,20 @@ impl Run {
         // covers; it is not what compensation sends.
         let nominal = json!({"method": req.method, "path": req.path});
         let inverse = palisade_policy::inverse::parse(nominal.to_string().as_bytes(), 8)?;
-        let window = u64::try_from(self.state.config.max_grant.as_millis())
-            .unwrap_or(u64::MAX)
-            .min(300_000);
         Ok(InProcessGrant {
             lease_id: format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             caller,
             mode: RecoveryMode::SnapshotRestore,
-            window_ms: window,
+            window_ms: self.window_ms(),
             inverse,
         })
+    }
+
+    /// A granted lease's recovery window: `max_grant`, at most five minutes.
+    fn window_ms(&self) -> u64 {
+        u64::try_from(self.state.config.max_grant.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(300_000)
     }
 
     /// Step `i`'s input against the bound its token granted, if admission applies to it.
@@ -386,6 +446,39 @@ impl Run {
             }));
         }
         metrics::counter!("palisade_rcns_invocations_total", "outcome" => outcome).increment(1);
+    }
+}
+
+/// A step that did not succeed: its status, the sidecar's code and the step's receipt as
+/// members of the answer; the composition's status is the step's 4xx, else 502.
+fn step_failed(
+    code: Option<String>,
+    status: u16,
+    receipt: Option<Value>,
+    reached: Option<Done>,
+) -> Failed {
+    let mut extra = vec![("step_status", json!(status))];
+    if let Some(code) = code {
+        extra.push(("step_code", json!(code)));
+    }
+    if let Some(r) = receipt {
+        extra.push(("step_receipt", r));
+    }
+    let status = if (400..500).contains(&status) {
+        status
+    } else {
+        502
+    };
+    let refusal = Refusal::new(
+        ErrorCode::RcnsStepFailed,
+        "a step of the composition did not succeed; every step that reached the SoR was compensated",
+    )
+    .with_status(status)
+    .with_reason("step-failed");
+    Failed {
+        refusal,
+        extra,
+        reached,
     }
 }
 
