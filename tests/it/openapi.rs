@@ -189,7 +189,7 @@ async fn examples_meet_the_imported_contracts_through_a_running_sidecar() {
     let agent = KeyPair::from_seed(AGENT_SEED);
     let client = http1_client();
     let mut epoch = 0u64;
-    let (mut forwarded, mut refused) = (0, 0);
+    let (mut forwarded, mut refused, mut mutations) = (0, 0, 0);
     for (doc, _) in DOCS {
         // OpenAPI does not say whether a write can be undone, so the import leaves it
         // `unknown`, which admits no compensating lease (check 8). The operator states it:
@@ -247,11 +247,15 @@ async fn examples_meet_the_imported_contracts_through_a_running_sidecar() {
                 })
                 .collect::<Vec<_>>()
                 .join("/");
-            let mut bodies = vec![(case["example"].clone(), case["valid"].as_bool().unwrap())];
-            if !case["mutated"].is_null() {
-                bodies.push((case["mutated"].clone(), false));
+            let mut bodies = vec![(
+                case["example"].clone(),
+                case["valid"].as_bool().unwrap(),
+                None,
+            )];
+            for m in case["mutations"].as_array().unwrap() {
+                bodies.push((m["body"].clone(), false, m["at"].as_str()));
             }
-            for (body, valid) in bodies {
+            for (body, valid, at) in bodies {
                 epoch += 1;
                 let bytes = serde_json::to_vec(&body).unwrap();
                 let before = s.upstream.requests().len();
@@ -307,6 +311,10 @@ async fn examples_meet_the_imported_contracts_through_a_running_sidecar() {
                     );
                     let problem: Value = serde_json::from_slice(&answer).unwrap();
                     assert_eq!(problem["code"], "ERR_CONTRACT_INPUT", "{name}");
+                    if let Some(at) = at {
+                        mutations += 1;
+                        assert_eq!(problem["violationLocation"], at, "{name}: {body}");
+                    }
                     assert_receipt_verifies(&problem["receipt"], "rejection");
                     assert!(
                         writes.is_empty(),
@@ -323,9 +331,10 @@ async fn examples_meet_the_imported_contracts_through_a_running_sidecar() {
     }
     // The documents' examples include both kinds; the test must have seen both.
     assert!(
-        forwarded >= 4 && refused >= 4,
-        "forwarded {forwarded}, refused {refused}"
+        forwarded >= 4 && refused >= 4 && mutations >= 20,
+        "forwarded {forwarded}, refused {refused}, one-property mutations {mutations}"
     );
+    eprintln!("Xero examples: {forwarded} forwarded, {refused} refused ({mutations} one-property mutations, each at its location)");
 }
 
 /// `--assert-formats` reaches the data plane: a malformed uuid in a body is refused only when

@@ -5,9 +5,9 @@
 For every operation with a JSON request-body example, prints one JSON line:
 {"name", "method", "template", "example", "valid", "mutated", "mutation"}: `valid` is what
 `jsonschema` (Draft 2020-12) says of the example against the input schema of the contract
-that `palisade lock import-openapi` wrote for that operation, and `mutated` is the example
-with one property broken (a wrong type, an enum value that is not listed) so that the same
-validator refuses it (null when no property can be broken that way). The document is read with
+that `palisade lock import-openapi` wrote for that operation, and `mutations` are the
+valid example with one property broken at a time (a wrong type, an enum value that is not
+listed), each one the same validator refuses, with the property's location. The document is read with
 PyYAML, timestamps left as the strings they are written as (a schema sees JSON).
 """
 
@@ -50,8 +50,11 @@ def resolve(schema, root):
     return schema
 
 
-def mutate(example, schema, validator):
+def mutations(example, schema, validator):
+    """Every one-property mutation of `example` the validator refuses: one per property that
+    can be broken (the first candidate that breaks it), with the property's location."""
     props = resolve(schema, schema).get("properties", {})
+    out = []
     for key in sorted(example):
         s = resolve(props.get(key, {}), schema)
         candidates = []
@@ -66,8 +69,9 @@ def mutate(example, schema, validator):
             m = copy.deepcopy(example)
             m[key] = c
             if not validator.is_valid(m):
-                return m, f"/{key}"
-    return None, None
+                out.append({"body": m, "at": "/" + key.replace("~", "~0").replace("/", "~1")})
+                break
+    return out
 
 
 base = lock["bindingId"]
@@ -89,13 +93,14 @@ for path, item in doc["paths"].items():
         name, cap = match[0]
         schema = contract(cap)["structural"]["input"]
         validator = Draft202012Validator(schema)
-        mutated, where = mutate(example, schema, validator)
+        valid = validator.is_valid(example)
         print(json.dumps({
             "name": name,
             "method": method.upper(),
             "template": cap["operation"].split(" ", 1)[1],
             "example": example,
-            "valid": validator.is_valid(example),
-            "mutated": mutated,
-            "mutation": where,
+            "valid": valid,
+            # Mutations of a valid example only: in an invalid one, the first violation the
+            # sidecar names may be the example's own.
+            "mutations": mutations(example, schema, validator) if valid else [],
         }))
