@@ -852,7 +852,7 @@ async fn the_password_is_never_shown() {
     let printed =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{printed}");
-    assert!(printed.contains("schema version 6"), "{printed}");
+    assert!(printed.contains("schema version 7"), "{printed}");
     assert!(!printed.contains(PASSWORD));
     let bad = cfg(
         "bad",
@@ -1112,5 +1112,5 @@ async fn a_newer_schema_is_refused_and_a_fresh_database_is_migrated() {
     let out = run(Command::new(bin())
         .args(["store", "migrate", "--config"])
         .arg(&fresh));
-    assert_eq!(out.trim(), "ok: postgres schema version 6");
+    assert_eq!(out.trim(), "ok: postgres schema version 7");
 }

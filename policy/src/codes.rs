@@ -22,6 +22,8 @@ pub enum DriftCategory {
     Rate,
     /// RCNS (seed 000): a proposal or a synthesized contract the sidecar refused.
     Negotiation,
+    /// SPEC §14: a write an operator's freeze stopped.
+    Freeze,
 }
 
 impl DriftCategory {
@@ -37,6 +39,7 @@ impl DriftCategory {
             Self::Idempotency => "idempotency",
             Self::Rate => "rate",
             Self::Negotiation => "negotiation",
+            Self::Freeze => "freeze",
         }
     }
 }
@@ -156,6 +159,10 @@ codes! {
     QuoteExpired = "ERR_QUOTE_EXPIRED", 410, "Quote-channel message expired", Some(Lease);
     QuoteNonceReused = "ERR_QUOTE_NONCE_REUSED", 409, "Nonce already used by another message", Some(Idempotency);
     RateLimited = "ERR_RATE_LIMITED", 429, "Rate limit exceeded", Some(Rate);
+    // SPEC §14: a runaway agent stopped. Over a write budget (a rule of `[budgets]`), and
+    // under an operator's freeze.
+    WriteBudget = "ERR_WRITE_BUDGET", 429, "Write budget exhausted", Some(Rate);
+    Frozen = "ERR_FROZEN", 423, "Writes frozen by an operator", Some(Freeze);
     // Seed 001 §6.3: the negotiation relay's per-transaction cap (drift: an agent past its
     // share), and its whole store's (capacity, not drift).
     RelayTxFull = "ERR_RELAY_TX_FULL", 429, "Per-transaction message cap reached", Some(Rate);

@@ -34,6 +34,7 @@ pub mod codes;
 pub mod digest;
 pub mod drift;
 pub mod fence;
+pub mod freeze;
 pub mod inverse;
 pub mod json;
 pub mod keys;

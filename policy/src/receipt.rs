@@ -34,6 +34,9 @@ pub enum ReceiptKind {
     /// An AIP-2.1 quote-channel message delivered to the agent behind the sidecar (SPEC §13):
     /// no lease, no SoR write; its `request_digest` is the message's. Our addition too.
     Delivery,
+    /// SPEC §14: an operator's freeze made or lifted (`outcome` `frozen` or `unfrozen`),
+    /// naming who (`by`) and the freeze (`freeze_id`).
+    Freeze,
 }
 
 /// The unsigned content of a receipt. Optional members are left out when absent.
@@ -80,6 +83,12 @@ pub struct ReceiptBody {
     /// top-level members.
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     pub attribution: Option<Attribution>,
+    /// A `freeze` entry's: who made or lifted it (SPEC §14).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub by: Option<String>,
+    /// A `freeze` entry's, and a write it refused: the freeze's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub freeze_id: Option<String>,
     /// RFC 3339.
     pub at: String,
 }
@@ -126,6 +135,8 @@ impl ReceiptBody {
             caller: None,
             connector: None,
             attribution: None,
+            by: None,
+            freeze_id: None,
             at,
         }
     }

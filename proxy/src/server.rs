@@ -184,6 +184,7 @@ impl Server {
         crate::control::reload::spawn_triggers(state.clone(), watched);
         crate::admission::jwks::spawn_watch(state.clone());
         crate::control::witnesses::spawn(state.clone());
+        crate::control::freeze::spawn_poll(state.clone());
         let tls = tls.map(|(acceptor, resolver)| {
             tokio::spawn(resolver.clone().watch(CERT_POLL));
             (acceptor, resolver)

@@ -22,6 +22,7 @@ mod connectors_read;
 mod contracts;
 mod dataplane;
 mod enforce;
+mod freeze;
 mod identity;
 mod kubernetes;
 mod lease_batch;

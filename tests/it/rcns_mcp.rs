@@ -193,6 +193,28 @@ async fn a_recipe_of_tool_calls_commits_whole_or_is_compensated_by_inverse_tool_
         .map(|e| e["outcome"].as_str().unwrap())
         .collect();
     assert_eq!(outcomes, ["committed", "compensated"]);
+
+    // The emergency stop (SPEC §14) holds for a composed tool call too: the operation
+    // `mcp:tool/set_level` frozen, the first step is refused before check 1 and nothing runs.
+    let freeze =
+        json!({"scope": "operation", "value": "mcp:tool/set_level", "reason": "stock audit"});
+    let req = Request::post(format!("http://{}/admin/v1/freeze", p.admin))
+        .header("content-type", "application/json")
+        .body(full(freeze.to_string()))
+        .unwrap();
+    let (parts, made) = support::send(&http1_client(), req).await;
+    assert_eq!(parts.status, StatusCode::CREATED);
+    let made: Value = serde_json::from_slice(&made).unwrap();
+    let input = json!({"sku": "R-5", "qty": 1, "sku2": "R-6", "extra": 1});
+    let (parts, b) = send(&p, "RESTOCK", "/restock", &invoke, &input).await;
+    assert_eq!(parts.status.as_u16(), 423, "{b}");
+    assert_eq!(
+        (b["step"].as_u64(), b["step_code"].as_str()),
+        (Some(0), Some("ERR_FROZEN"))
+    );
+    let rejection = verified_receipt(&b["step_receipt"]);
+    assert_eq!(rejection["freeze_id"], made["id"]);
+    assert_eq!(server.executions().len(), 4, "nothing more ran");
 }
 
 /// The compiler's side: a write tool step without its inverse, and an inverse naming a tool

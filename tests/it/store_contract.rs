@@ -183,6 +183,7 @@ pub async fn idempotency_keys_are_reserved_stored_and_expire(store: &dyn Store, 
             expires_ms: T0 + HOUR,
         }),
         escrow: None,
+        freeze: None,
     };
     let sealed = store
         .append_receipt_with(body(1, None, ReceiptKind::Commit), attach)
@@ -239,6 +240,7 @@ pub async fn escrow_updates_are_compare_and_set(store: &dyn Store, _clock: &SetC
     let before = store.log_head().await.unwrap().size;
     let reject = Attachments {
         idempotency: None,
+        freeze: None,
         escrow: Some(EscrowUpdate {
             id: "e1".into(),
             expect: Some(EscrowState::Held),
@@ -258,6 +260,7 @@ pub async fn escrow_updates_are_compare_and_set(store: &dyn Store, _clock: &SetC
     // The release's end, with its receipt in the record.
     let released = Attachments {
         idempotency: None,
+        freeze: None,
         escrow: Some(EscrowUpdate {
             id: "e1".into(),
             expect: Some(EscrowState::Releasing),

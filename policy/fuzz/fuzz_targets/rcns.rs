@@ -7,8 +7,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use palisade_policy::rcns::compose::{context, step_request};
-use palisade_policy::rcns::recipes::Step;
+use palisade_policy::rcns::compose::{context, step_request, tool_request};
+use palisade_policy::rcns::recipes::{Step, ToolStep};
 use palisade_policy::rcns::{evaluate, Caller, Proposal};
 use palisade_policy::rich::connector::t1::{Limits, T1};
 
@@ -20,6 +20,17 @@ static STEP: LazyLock<Step> = LazyLock::new(|| Step {
         ("line".into(), T1::compile("input.line", Limits::default()).unwrap()),
     ]),
     body: Some(T1::compile("input", Limits::default()).unwrap()),
+    tool: None,
+});
+
+/// A step on an MCP tool (issue 37): arguments and inverse from the input.
+static TOOL: LazyLock<ToolStep> = LazyLock::new(|| ToolStep {
+    name: "set_level".into(),
+    arguments: Some(T1::compile("input", Limits::default()).unwrap()),
+    inverse: Some((
+        "set_level".into(),
+        T1::compile("{sku: arguments.sku, qty: `0`}", Limits::default()).unwrap(),
+    )),
 });
 
 fuzz_target!(|data: &[u8]| {
@@ -41,5 +52,11 @@ fuzz_target!(|data: &[u8]| {
             "{input}"
         );
         assert_eq!(req.path.split('/').count(), 5, "{}", req.path);
+    }
+    if let Ok(call) = tool_request(0, &TOOL, &context(&input, &[])) {
+        assert!(call.arguments.is_object(), "{input}");
+        let inverse = call.inverse.expect("a write tool's inverse");
+        assert_eq!(inverse["tool"], "set_level");
+        assert!(inverse["arguments"].is_object());
     }
 });

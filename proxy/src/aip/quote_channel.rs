@@ -226,6 +226,7 @@ async fn deliver(
     };
     let attach = Attachments {
         idempotency: Some(record),
+        freeze: None,
         escrow: None,
     };
     match enf.store.append_receipt_with(receipt, attach).await {

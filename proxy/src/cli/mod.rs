@@ -71,6 +71,10 @@ enum Command {
     /// State store tools (SPEC §10).
     #[command(subcommand)]
     Store(StoreCommand),
+    /// Stop writes now at every replica: an operator's freeze (SPEC §14), or `--list` them.
+    Freeze(freeze::FreezeArgs),
+    /// Lift a freeze by its id.
+    Unfreeze(freeze::UnfreezeArgs),
 }
 
 #[derive(Debug, Subcommand)]
@@ -295,6 +299,8 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             crate::cli::demo::run(port).map_err(|e| Failure::usage(format!("{e:#}")))
         }
         Command::Replay(args) => run_replay(args),
+        Command::Freeze(args) => freeze::freeze(args),
+        Command::Unfreeze(args) => freeze::unfreeze(args),
         Command::Keygen { out } => keygen(&out),
         Command::Lease(LeaseCommand::Sign {
             key,
@@ -471,6 +477,7 @@ mod audit;
 mod compat;
 pub mod demo;
 mod failure;
+mod freeze;
 mod import_openapi;
 pub(crate) mod keys;
 mod migrate;

@@ -27,6 +27,8 @@ pub struct Enforcement {
     pub drift: DriftSink,
     /// Lease signatures waiting to be verified together (check 4, issue 36).
     pub signatures: super::SignatureQueue,
+    /// The operators' freezes in force (SPEC §14).
+    pub freezes: super::Freezes,
 }
 
 impl Enforcement {
@@ -77,7 +79,13 @@ impl Enforcement {
                 .context("store")?,
             ),
         };
+        // A freeze made before a restart holds from the first request after it.
+        let freezes = super::Freezes::default();
+        freezes.changed(super::Freezes::decode(
+            &store.freezes().await.context("store: the freezes")?,
+        ));
         Ok(Self {
+            freezes,
             key,
             log,
             cosigned: Arc::default(),

@@ -193,6 +193,18 @@ async fn respond(
         };
         return Ok(resp);
     }
+    if let Some(rest) = path.strip_prefix("/admin/v1/freeze") {
+        let by = admin_auth::who(&state.config, req.headers(), peer_spiffe_id.as_deref());
+        return Ok(match (req.method().clone(), rest) {
+            (Method::POST, "" | "/") => crate::control::freeze::make(state, req, by).await,
+            (Method::GET, "" | "/") => crate::control::freeze::list(state).await,
+            (Method::DELETE, r) => match r.strip_prefix('/').filter(|id| !id.is_empty()) {
+                Some(id) => crate::control::freeze::lift(state, id, by).await,
+                None => text(StatusCode::NOT_FOUND, "not found\n"),
+            },
+            _ => text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
+        });
+    }
     if let Some(rest) = path.strip_prefix("/admin/v1/escrow") {
         let resp = match (req.method(), rest) {
             (&Method::GET, "" | "/") => escrow::list(state).await,

@@ -64,6 +64,23 @@ pub(super) fn allowed(
 }
 
 /// Whether `headers` carry `Authorization: Bearer <the token in token_file>`.
+/// Who an allowed admin call is, for the receipts that name them (a freeze's `by`): the
+/// client certificate's SPIFFE ID when it is an allowed one, else the admin token's holder,
+/// else (no credential configured: loopback only) the listener's own name.
+pub(super) fn who(
+    config: &crate::config::Config,
+    headers: &HeaderMap,
+    peer_spiffe_id: Option<&str>,
+) -> String {
+    if let Some(id) = peer_spiffe_id.filter(|id| config.admin_spiffe_ids.iter().any(|a| a == id)) {
+        return id.to_owned();
+    }
+    match &config.admin_token_file {
+        Some(f) if authorized(f, headers) => "admin-token".to_owned(),
+        _ => "admin-listener".to_owned(),
+    }
+}
+
 pub(super) fn authorized(token_file: &Path, headers: &HeaderMap) -> bool {
     let Some(expected) = read_token(token_file) else {
         tracing::warn!(file = %token_file.display(), "admin.token_file unreadable or empty; refusing admin calls");

@@ -186,6 +186,7 @@ pub async fn reject(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
     };
     let attach = Attachments {
         idempotency: None,
+        freeze: None,
         escrow: Some(EscrowUpdate {
             id: id.clone(),
             expect: Some(EscrowState::Held),

@@ -16,6 +16,7 @@ pub mod admin;
 pub mod admin_auth;
 pub mod bundle;
 pub mod escrow;
+pub mod freeze;
 pub mod log;
 pub mod rcns;
 pub mod reload;

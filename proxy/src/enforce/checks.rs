@@ -130,9 +130,8 @@ pub async fn check(
         .await
         .map_err(store_refusal)?;
     let at_epoch = |refusal| Denied {
-        refusal,
         current_epoch: Some(current),
-        peer: None,
+        ..Denied::from(refusal)
     };
     fence::check_epoch(current, l.cas_fence_epoch).map_err(at_epoch)?;
     // Check 12 applies to HTTP resources only (`facts.headers` is `None` for a tool call).
@@ -265,6 +264,7 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
                 ),
                 current_epoch: Some(current),
                 peer: None,
+                extra: Vec::new(),
             })
         }
     }

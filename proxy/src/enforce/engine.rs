@@ -33,6 +33,7 @@ use crate::enforce::escrow;
 use crate::enforce::facts::{InProcessGrant, Requester, WriteFacts};
 use crate::enforce::idempotency::{self, Begin};
 use crate::enforce::permit::{Denied, Disposition};
+use crate::enforce::stop;
 use crate::enforce::written::Written;
 use crate::net::body::ProxyBody;
 use crate::net::conn::ConnInfo;
@@ -60,6 +61,9 @@ pub(crate) trait Leg: Send + Sync + Sized + 'static {
         binding: &Binding<'_>,
         who: &Requester,
     ) -> WriteFacts<'a>;
+
+    /// The write's operation, as freezes and budgets name it (SPEC §14).
+    fn operation_key(&self, parts: &http::request::Parts, binding: &Binding<'_>) -> String;
 
     /// What the write's idempotency key is read from and judged by.
     fn key<'a>(&'a self, parts: &'a http::request::Parts, body: &'a [u8]) -> KeyRequest<'a>;
@@ -124,6 +128,15 @@ pub(crate) async fn run<L: Leg>(
     let binding = leg.routed().binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
     let who = Requester::of(&state.config, &parts, conn);
+    let facts = WriteFacts {
+        granted: grant,
+        ..leg.facts(&parts, &body, &binding, &who)
+    };
+    // SPEC §14: an operator's freeze, before check 1 (and before a key is reserved).
+    let keys = stop::Keys::of(leg.operation_key(&parts, &binding), &facts, &who);
+    if let Some(denied) = stop::frozen(enf, &keys) {
+        return leg.refuse(state, denied, &cx, &parts, &body).await;
+    }
     let keep = {
         let key = leg.key(&parts, &body);
         let required = binding
@@ -150,10 +163,6 @@ pub(crate) async fn run<L: Leg>(
             Ok(Some(Begin::Replay { resp, receipt })) => return leg.replay(resp, receipt).await,
             Err(refusal) => return leg.refuse(state, refusal.into(), &cx, &parts, &body).await,
         }
-    };
-    let facts = WriteFacts {
-        granted: grant,
-        ..leg.facts(&parts, &body, &binding, &who)
     };
     let checked = checks::check(
         &state.config,
@@ -230,6 +239,11 @@ pub(crate) async fn release<L: Leg>(
     let binding = leg.routed().binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
     let facts = leg.facts(&parts, &body, &binding, who);
+    // A freeze made while the write was held stops its release too (SPEC §14).
+    let keys = stop::Keys::of(leg.operation_key(&parts, &binding), &facts, who);
+    if let Some(denied) = stop::frozen(enf, &keys) {
+        return leg.refuse(state, denied, &cx, &parts, &body).await;
+    }
     let checked = checks::check(
         &state.config,
         enf,

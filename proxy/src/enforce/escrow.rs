@@ -174,6 +174,7 @@ pub(crate) async fn hold(
     let resp_body = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
     let attach = Attachments {
         idempotency: pending.as_ref().map(|p| p.record(&resp, &resp_body)),
+        freeze: None,
         escrow: Some(EscrowUpdate {
             id,
             expect: None,

@@ -29,5 +29,6 @@ pub mod permit;
 pub mod preimage;
 pub mod receipts;
 pub mod send;
+pub mod stop;
 pub mod write;
 pub mod written;

@@ -27,6 +27,8 @@ pub struct Denied {
     pub current_epoch: Option<u64>,
     /// Check 12's GET met another deployment identity: the peer, for the drift event.
     pub peer: Option<Mismatch>,
+    /// Members the problem carries beside ours (a freeze's `freeze_id` and `reason`).
+    pub extra: Vec<(String, serde_json::Value)>,
 }
 
 impl From<Refusal> for Denied {
@@ -35,6 +37,7 @@ impl From<Refusal> for Denied {
             refusal,
             current_epoch: None,
             peer: None,
+            extra: Vec::new(),
         }
     }
 }

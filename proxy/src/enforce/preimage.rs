@@ -68,6 +68,7 @@ pub(crate) async fn fetch_state(
                 ),
                 current_epoch: None,
                 peer: Some(m),
+                extra: Vec::new(),
             },
             _ => unavailable(),
         }

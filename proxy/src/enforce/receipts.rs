@@ -288,6 +288,12 @@ async fn keep(
         caller: cx.caller.clone(),
         connector: cx.connector.clone(),
         attribution: cx.attribution.clone(),
+        // A write a freeze stopped names the freeze (SPEC §14).
+        freeze_id: ev
+            .extra
+            .iter()
+            .find(|(k, _)| k == "freeze_id")
+            .and_then(|(_, v)| v.as_str().map(str::to_owned)),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             ReceiptKind::Rejection,
@@ -373,13 +379,14 @@ pub(crate) async fn refuse_denied(
         refusal,
         current_epoch,
         peer,
+        extra,
     } = denied;
     let evidence = Evidence {
         lease,
         body,
         current_epoch,
         peer: peer.as_ref(),
-        extra: Vec::new(),
+        extra,
     };
     record(state, refusal, cx, evidence).await
 }

@@ -232,6 +232,7 @@ pub(crate) async fn settle(
         Keep::Nothing => Attachments::default(),
         Keep::Key(pending) => Attachments {
             idempotency: Some(pending.record(r, &buffered)),
+            freeze: None,
             escrow: None,
         },
         Keep::Escrow { id, record } => {
@@ -248,6 +249,7 @@ pub(crate) async fn settle(
             };
             Attachments {
                 idempotency: None,
+                freeze: None,
                 escrow: Some(EscrowUpdate {
                     id: id.clone(),
                     expect: Some(EscrowState::Releasing),

@@ -137,6 +137,14 @@ impl Leg for HttpLeg {
         }
     }
 
+    /// The lockfile's operation, or `METHOD <canonical path>` for an unbound write.
+    fn operation_key(&self, parts: &http::request::Parts, binding: &Binding<'_>) -> String {
+        match binding.capability() {
+            Some(c) => c.operation.clone(),
+            None => format!("{} {}", parts.method, parts.uri.path()),
+        }
+    }
+
     async fn refuse(
         &self,
         state: &AppState,

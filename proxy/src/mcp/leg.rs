@@ -103,6 +103,11 @@ impl Leg for McpLeg {
         self.call.facts(binding, who, body, &parts.headers)
     }
 
+    /// `mcp:tool/<name>` (SPEC §14).
+    fn operation_key(&self, _parts: &http::request::Parts, _binding: &Binding<'_>) -> String {
+        format!("mcp:tool/{}", self.call.name)
+    }
+
     /// Judged by tool and arguments, not by JSON-RPC id or lease, which differ on a retry.
     fn key<'a>(&'a self, parts: &'a http::request::Parts, _body: &'a [u8]) -> KeyRequest<'a> {
         let fingerprinted = palisade_policy::canon::to_vec(

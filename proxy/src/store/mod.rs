@@ -30,7 +30,7 @@ use palisade_policy::log::Head;
 use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
 pub use rcns::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord};
 pub use records::{
-    Attachments, EscrowRecord, EscrowState, EscrowUpdate, HeldProtocol, HeldRequest,
+    Attachments, EscrowRecord, EscrowState, EscrowUpdate, FreezeChange, HeldProtocol, HeldRequest,
     IdempotencyRecord, LeaseRecord, LeaseState, StoredOutcome,
 };
 pub use relay::{RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery};
@@ -318,6 +318,10 @@ pub trait Store: Send + Sync {
         owner: Option<&'a str>,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<RcnsRecord>, StoreError>>;
+
+    /// Every freeze stored (SPEC §14), as written (made with
+    /// [`Store::append_receipt_with`] and [`Attachments::freeze`], beside its receipt).
+    fn freezes(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>>;
 
     /// Every retained entry of the receipt log, in index order.
     fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {

@@ -310,6 +310,15 @@ pub struct Attachments {
     pub idempotency: Option<IdempotencyRecord>,
     /// SPEC §5.4: an escrow's new state.
     pub escrow: Option<EscrowUpdate>,
+    /// SPEC §14: a freeze made or lifted, with the receipt that says so.
+    pub freeze: Option<FreezeChange>,
+}
+
+/// A freeze made (`record`: its JSON) or lifted (`None`).
+#[derive(Debug, Clone)]
+pub struct FreezeChange {
+    pub id: String,
+    pub record: Option<Vec<u8>>,
 }
 
 /// An idempotency key's stored outcome. The store adds the sealed receipt and the expiry to

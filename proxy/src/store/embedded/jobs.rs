@@ -276,6 +276,9 @@ fn seal(
             let bytes = records::sealed_outcome(idem, &receipt.value);
             t.put_idempotency(&idem.key, &bytes, idem.expires_ms.max(0) as u64)?;
         }
+        if let Some(f) = &attach.freeze {
+            t.set_freeze(&f.id, f.record.as_deref())?;
+        }
         answers[at] = Answer::Receipt(Some(Box::new(receipt)));
     }
     t.put_meta(LOG_HEAD, &sealed.head.to_bytes())?;

@@ -17,15 +17,14 @@
 //! passes `writer::CHECKPOINT_BYTES`, after a second without writes, and on a clean stop,
 //! which also removes the emptied journal. The commit count matters most: redb reuses the
 //! pages a commit replaced only after a durable commit, so checkpoints are what keep the
-//! file's size proportional to the data it holds. Opening the
-//! store replays whatever the journal holds first.
+//! file's size proportional to the data it holds. Opening replays the journal first.
 //!
 //! Batches share a redb transaction ([`writer::COMMIT_BATCHES`] of them per commit), so redb
 //! lags the journal by a few batches. Point reads (`epoch`, `inverse`, idempotency keys,
 //! escrows) look in the [`overlay`] of durable-but-uncommitted changes first, then in a redb
 //! read transaction on the caller's thread: they never wait for the writer. Range reads
-//! (a lease's receipts, the receipt log, relay pages, escrow lists) first ask the writer to
-//! commit when it holds uncommitted batches ([`EmbeddedStore::settle`]).
+//! (a lease's receipts, the receipt log, relay pages, escrow lists, freezes) first ask the
+//! writer to commit when it holds uncommitted batches ([`EmbeddedStore::settle`]).
 
 mod jobs;
 mod log;
@@ -33,6 +32,7 @@ mod overlay;
 mod rcns;
 mod reads;
 mod relay;
+mod replay;
 mod sweep;
 mod tables;
 mod writer;
@@ -79,9 +79,8 @@ pub struct EmbeddedStore {
     overlay: Arc<Overlay>,
     /// Batches in the writer's open transaction.
     unsettled: Arc<AtomicU64>,
-    /// Set when a batch or a commit fails; it stays set (the writer refuses every later job)
-    /// until a restart replays the journal (`writer::Open::broken` says why); `/readyz`
-    /// reports it.
+    /// Set when a batch or a commit fails, until a restart replays the journal (the writer
+    /// refuses every later job; `writer::Open::broken` says why); `/readyz` reports it.
     failed: Arc<AtomicBool>,
     /// Joined on drop, so the file's lock is released when the store is gone.
     writer: Option<std::thread::JoinHandle<()>>,
@@ -318,6 +317,10 @@ impl Store for EmbeddedStore {
 
     fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<EscrowRecord>, StoreError>> {
         Box::pin(self.read_escrows(limit))
+    }
+
+    fn freezes(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
+        Box::pin(self.read_freezes())
     }
 
     fn stage(

@@ -9,7 +9,8 @@ use crate::store::{EscrowRecord, StoreError, StoredOutcome};
 use super::jobs::Job;
 use super::overlay::Seen;
 use super::tables::{
-    lease_key, unavailable, Part, ESCROWS, IDEMPOTENCY, LEASE_DATA, T_IDEMPOTENCY, T_LEASE_DATA,
+    lease_key, unavailable, Part, ESCROWS, FREEZES, IDEMPOTENCY, LEASE_DATA, T_IDEMPOTENCY,
+    T_LEASE_DATA,
 };
 use super::EmbeddedStore;
 
@@ -68,6 +69,22 @@ impl EmbeddedStore {
     }
 
     /// Up to `limit` escrow records, in id order (UUIDv7: by creation).
+    /// Every freeze stored (SPEC §14), as written. A file from before freezes has none.
+    pub(super) async fn read_freezes(&self) -> Result<Vec<Vec<u8>>, StoreError> {
+        self.settle().await?;
+        let rtx = self.db.begin_read().map_err(unavailable)?;
+        let table = match rtx.open_table(FREEZES) {
+            Ok(t) => t,
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
+            Err(e) => return Err(unavailable(e)),
+        };
+        let mut out = Vec::new();
+        for row in table.iter().map_err(unavailable)? {
+            out.push(row.map_err(unavailable)?.1.value().to_vec());
+        }
+        Ok(out)
+    }
+
     pub(super) async fn read_escrows(&self, limit: usize) -> Result<Vec<EscrowRecord>, StoreError> {
         self.settle().await?;
         let rtx = self.db.begin_read().map_err(unavailable)?;

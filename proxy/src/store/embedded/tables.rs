@@ -3,7 +3,7 @@
 
 use redb::{ReadableTable, TableDefinition};
 
-use crate::store::journal::{self, Redo};
+use crate::store::journal::Redo;
 use crate::store::StoreError;
 
 /// Resource key → last committed epoch. Byte keys: redb would check `&str` keys for UTF-8 on
@@ -65,6 +65,9 @@ pub(super) const IDEMPOTENCY_EXPIRY: TableDefinition<(u64, &str), ()> =
 /// Escrow id (UUIDv7, so ids sort by creation) → escrow record (JSON).
 pub(super) const ESCROWS: TableDefinition<&str, &[u8]> = TableDefinition::new("escrows");
 
+/// Freeze id → the freeze (SPEC §14; `policy::freeze::Freeze`, JSON).
+pub(super) const FREEZES: TableDefinition<&str, &[u8]> = TableDefinition::new("freezes");
+
 /// (due time in unix ms, lease id): when a lease's data may be removed (its expiry plus
 /// [`crate::store::Retention::leases`]). Lets the writer sweep them oldest first.
 pub(super) const LEASE_EXPIRY: TableDefinition<(u64, &str), ()> =
@@ -109,6 +112,7 @@ pub(super) const T_ESCROW_DUE: u8 = 11;
 pub(super) const T_RCNS: u8 = 12;
 pub(super) const T_LOG_ENTRIES: u8 = 13;
 pub(super) const T_LOG_HASHES: u8 = 14;
+pub(super) const T_FREEZES: u8 = 15;
 
 /// Creates every table (a new file), so that readers never meet a missing one.
 pub(super) fn create_all(wtx: &redb::WriteTransaction) -> Result<(), StoreError> {
@@ -126,6 +130,7 @@ pub(super) fn create_all(wtx: &redb::WriteTransaction) -> Result<(), StoreError>
     wtx.open_table(RCNS).map_err(unavailable)?;
     wtx.open_table(LOG_ENTRIES).map_err(unavailable)?;
     wtx.open_table(LOG_HASHES).map_err(unavailable)?;
+    wtx.open_table(FREEZES).map_err(unavailable)?;
     Ok(())
 }
 
@@ -150,6 +155,7 @@ pub(super) struct Tables<'t> {
     pub(super) rcns: redb::Table<'t, &'static [u8], &'static [u8]>,
     pub(super) entries: redb::Table<'t, u64, &'static [u8]>,
     pub(super) hashes: redb::Table<'t, u64, &'static [u8]>,
+    pub(super) freezes: redb::Table<'t, &'static str, &'static [u8]>,
     pub(super) redo: Redo,
     /// The batch's time (unix ms), read once from the store's clock: every expiry the batch
     /// sets or judges is relative to it.
@@ -179,6 +185,7 @@ impl<'t> Tables<'t> {
             rcns: wtx.open_table(RCNS).map_err(unavailable)?,
             entries: wtx.open_table(LOG_ENTRIES).map_err(unavailable)?,
             hashes: wtx.open_table(LOG_HASHES).map_err(unavailable)?,
+            freezes: wtx.open_table(FREEZES).map_err(unavailable)?,
             redo: Redo::default(),
             now_ms,
         })
@@ -330,134 +337,24 @@ impl<'t> Tables<'t> {
         Ok(())
     }
 
-    pub(super) fn put_escrow(&mut self, id: &str, value: &[u8]) -> Result<(), StoreError> {
-        self.escrows.insert(id, value).map_err(unavailable)?;
-        self.redo.put(T_ESCROWS, id.as_bytes(), value);
+    /// A freeze made (`Some`, its record) or lifted (SPEC §14).
+    pub(super) fn set_freeze(&mut self, id: &str, value: Option<&[u8]>) -> Result<(), StoreError> {
+        match value {
+            Some(v) => {
+                self.freezes.insert(id, v).map_err(unavailable)?;
+                self.redo.put(T_FREEZES, id.as_bytes(), v);
+            }
+            None => {
+                self.freezes.remove(id).map_err(unavailable)?;
+                self.redo.delete(T_FREEZES, id.as_bytes());
+            }
+        }
         Ok(())
     }
 
-    /// Applies one journal change (nothing is recorded: it is already in the journal).
-    pub(super) fn replay(&mut self, c: &journal::Change<'_>) -> Result<(), StoreError> {
-        let bad = || unavailable("store journal: a change cannot be applied");
-        let text = |b: &[u8]| std::str::from_utf8(b).map(str::to_owned).map_err(|_| bad());
-        let u64_of = |b: &[u8]| {
-            <[u8; 8]>::try_from(b)
-                .map(u64::from_be_bytes)
-                .map_err(|_| bad())
-        };
-        // `expiry_key`'s layout: due time (big-endian), then the name.
-        let due_key = |k: &[u8]| -> Result<(u64, String), StoreError> {
-            Ok((
-                u64_of(k.get(..8).ok_or_else(bad)?)?,
-                text(k.get(8..).ok_or_else(bad)?)?,
-            ))
-        };
-        match (c.table, c.value) {
-            (T_FENCES, Some(v)) => {
-                self.fences.insert(c.key, u64_of(v)?).map_err(unavailable)?;
-            }
-            (T_LEASE_DATA, Some(v)) => {
-                self.leases.insert(c.key, v).map_err(unavailable)?;
-            }
-            (T_LEASE_DATA, None) => {
-                self.leases.remove(c.key).map_err(unavailable)?;
-            }
-            (T_RECEIPTS, Some(v)) => {
-                self.receipts
-                    .insert(u64_of(c.key)?, v)
-                    .map_err(unavailable)?;
-            }
-            (T_RECEIPTS, None) => {
-                self.receipts.remove(u64_of(c.key)?).map_err(unavailable)?;
-            }
-            (T_LEASE_EXPIRY, value) => {
-                let (at, id) = due_key(c.key)?;
-                if value.is_some() {
-                    self.lease_expiry
-                        .insert((at, id.as_str()), ())
-                        .map_err(unavailable)?;
-                } else {
-                    self.lease_expiry
-                        .remove((at, id.as_str()))
-                        .map_err(unavailable)?;
-                }
-            }
-            (T_META, Some(v)) => {
-                self.meta
-                    .insert(text(c.key)?.as_str(), v)
-                    .map_err(unavailable)?;
-            }
-            (T_IDEMPOTENCY, Some(v)) => {
-                self.idempotency
-                    .insert(text(c.key)?.as_str(), v)
-                    .map_err(unavailable)?;
-            }
-            (T_IDEMPOTENCY, None) => {
-                self.idempotency
-                    .remove(text(c.key)?.as_str())
-                    .map_err(unavailable)?;
-            }
-            (T_IDEMPOTENCY_EXPIRY, value) => {
-                let (at, key) = due_key(c.key)?;
-                if value.is_some() {
-                    self.expiry
-                        .insert((at, key.as_str()), ())
-                        .map_err(unavailable)?;
-                } else {
-                    self.expiry
-                        .remove((at, key.as_str()))
-                        .map_err(unavailable)?;
-                }
-            }
-            (T_RELAY_MESSAGES, Some(v)) => {
-                self.relay.insert(u64_of(c.key)?, v).map_err(unavailable)?;
-            }
-            (T_RELAY_MESSAGES, None) => {
-                self.relay.remove(u64_of(c.key)?).map_err(unavailable)?;
-            }
-            (T_RELAY_INDEX, Some(v)) => {
-                self.relay_index.insert(c.key, v).map_err(unavailable)?;
-            }
-            (T_RELAY_INDEX, None) => {
-                self.relay_index.remove(c.key).map_err(unavailable)?;
-            }
-            (T_LOG_ENTRIES, Some(v)) => {
-                self.entries
-                    .insert(u64_of(c.key)?, v)
-                    .map_err(unavailable)?;
-            }
-            (T_LOG_ENTRIES, None) => {
-                self.entries.remove(u64_of(c.key)?).map_err(unavailable)?;
-            }
-            (T_LOG_HASHES, Some(v)) => {
-                self.hashes.insert(u64_of(c.key)?, v).map_err(unavailable)?;
-            }
-            (T_RCNS, Some(v)) => drop(self.rcns.insert(c.key, v).map_err(unavailable)?),
-            (T_RCNS, None) => drop(self.rcns.remove(c.key).map_err(unavailable)?),
-            (T_ESCROWS, Some(v)) => {
-                self.escrows
-                    .insert(text(c.key)?.as_str(), v)
-                    .map_err(unavailable)?;
-            }
-            (T_ESCROWS, None) => {
-                self.escrows
-                    .remove(text(c.key)?.as_str())
-                    .map_err(unavailable)?;
-            }
-            (T_ESCROW_DUE, value) => {
-                let (at, id) = due_key(c.key)?;
-                if value.is_some() {
-                    self.escrow_due
-                        .insert((at, id.as_str()), ())
-                        .map_err(unavailable)?;
-                } else {
-                    self.escrow_due
-                        .remove((at, id.as_str()))
-                        .map_err(unavailable)?;
-                }
-            }
-            _ => return Err(bad()),
-        }
+    pub(super) fn put_escrow(&mut self, id: &str, value: &[u8]) -> Result<(), StoreError> {
+        self.escrows.insert(id, value).map_err(unavailable)?;
+        self.redo.put(T_ESCROWS, id.as_bytes(), value);
         Ok(())
     }
 }

@@ -269,6 +269,7 @@ async fn escrows_go_with_their_leases_data_whatever_their_state() {
     let attach = Attachments {
         idempotency: None,
         escrow: Some(hold("old-held", past)),
+        freeze: None,
     };
     store.append_receipt_with(body(0), attach).await.unwrap();
     assert!(store.escrow_put(hold("new", future)).await.unwrap());

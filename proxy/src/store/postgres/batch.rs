@@ -370,6 +370,11 @@ async fn append(
                 .await
                 .map_err(failed)?;
         }
+        if let Some(f) = &attach.freeze {
+            super::tx::set_freeze(tx, &f.id, f.record.as_deref())
+                .await
+                .map_err(failed)?;
+        }
         if let Some(idem) = &attach.idempotency {
             let bytes = records::sealed_outcome(idem, &receipt.value);
             outcomes.insert(idem.key.as_str(), (bytes, idem.expires_ms));

@@ -310,6 +310,10 @@ impl Store for PostgresStore {
         })
     }
 
+    fn freezes(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
+        Box::pin(self.read_freezes())
+    }
+
     fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<EscrowRecord>, StoreError>> {
         Box::pin(async move {
             let client = self.client().await?;

@@ -1,4 +1,4 @@
-//! Reads of one row, shared by the trait's lookups.
+//! Reads shared by the trait's lookups.
 
 use crate::store::StoreError;
 
@@ -19,5 +19,15 @@ impl super::PostgresStore {
             .await
             .map_err(unavailable)?;
         Ok(row.map(|r| r.get(0)))
+    }
+
+    /// Every freeze (SPEC §14), oldest first (ids are UUIDv7).
+    pub(super) async fn read_freezes(&self) -> Result<Vec<Vec<u8>>, StoreError> {
+        let client = self.client().await?;
+        let rows = client
+            .query("SELECT record FROM freezes ORDER BY id", &[])
+            .await
+            .map_err(unavailable)?;
+        Ok(rows.iter().map(|r| r.get::<_, Vec<u8>>(0)).collect())
     }
 }

@@ -64,6 +64,8 @@ const MIGRATIONS: &[&str] = &[
      CREATE TABLE log_head (id smallint PRIMARY KEY CHECK (id = 1), size bigint NOT NULL,
                             note text NOT NULL);
      INSERT INTO log_head (id, size, note) VALUES (1, 0, '');",
+    // 7: the operators' freezes (SPEC §14), each stored with the receipt that made it.
+    "CREATE TABLE freezes (id text PRIMARY KEY, record bytea NOT NULL);",
 ];
 
 /// The advisory lock key that serialises migrations across replicas ("palisade" in ASCII).

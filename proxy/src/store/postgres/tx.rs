@@ -91,6 +91,30 @@ pub(super) async fn put_escrow(
     Ok(())
 }
 
+/// A freeze made (`Some`, its record) or lifted (SPEC §14).
+pub(super) async fn set_freeze(
+    tx: &tokio_postgres::Transaction<'_>,
+    id: &str,
+    record: Option<&[u8]>,
+) -> Result<(), StoreError> {
+    let done = match record {
+        Some(bytes) => {
+            tx.execute(
+                "INSERT INTO freezes (id, record) VALUES ($1, $2)
+                 ON CONFLICT (id) DO UPDATE SET record = EXCLUDED.record",
+                &[&id, &bytes],
+            )
+            .await
+        }
+        None => {
+            tx.execute("DELETE FROM freezes WHERE id = $1", &[&id])
+                .await
+        }
+    };
+    done.map_err(unavailable)?;
+    Ok(())
+}
+
 /// Sets a lease record's `state`, if the record exists.
 pub(super) async fn set_lease_state(
     tx: &tokio_postgres::Transaction<'_>,
