@@ -19,6 +19,8 @@ mod store_contract;
 mod client;
 #[path = "postgres/cluster.rs"]
 mod cluster;
+#[path = "postgres/freeze.rs"]
+mod freeze;
 #[path = "postgres/shared.rs"]
 mod shared;
 
@@ -1113,4 +1115,12 @@ async fn a_newer_schema_is_refused_and_a_fresh_database_is_migrated() {
         .args(["store", "migrate", "--config"])
         .arg(&fresh));
     assert_eq!(out.trim(), "ok: postgres schema version 7");
+}
+
+/// A freeze posted at one replica holds at the others within 1 s under load (SPEC §14).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_freeze_holds_at_every_replica_within_a_second() {
+    let _heavy = HEAVY.lock().await;
+    let fleet = Fleet::start().await;
+    freeze::a_freeze_holds_at_every_replica_within_a_second(&fleet).await;
 }

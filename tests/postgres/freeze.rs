@@ -1,0 +1,184 @@
+//! The emergency stop across replicas (SPEC §14, issue 38): a freeze posted at one replica
+//! holds at the others within 1 s under load, measured; no write that begins after it took
+//! effect at a replica is forwarded there; its removal reaches them the same way.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use http::{Request, StatusCode};
+use palisade_policy::keys::KeyPair;
+use serde_json::{json, Value};
+use tokio::time::Instant;
+
+use super::client::*;
+use super::support::writes::*;
+use super::support::*;
+
+/// One write as a load task saw it: when it began, at which replica, what it got.
+struct Seen {
+    began: Instant,
+    replica: usize,
+    status: Option<StatusCode>,
+    code: Option<String>,
+}
+
+/// Leased writes to fresh resources from `tasks` clients over `bases`, until `stop`.
+async fn load(bases: Vec<String>, tasks: usize, stop: Arc<AtomicBool>) -> Vec<Seen> {
+    let mut handles = Vec::new();
+    for t in 0..tasks {
+        let (bases, stop) = (bases.clone(), stop.clone());
+        handles.push(tokio::spawn(async move {
+            let agent = KeyPair::from_seed(AGENT_SEED);
+            let mut out = Vec::new();
+            let mut n = 0usize;
+            while !stop.load(Ordering::Relaxed) {
+                let replica = (t + n) % bases.len();
+                let path = format!("/items/frz-{t}-{n}");
+                n += 1;
+                let lease = lease_for(&agent, &path, 1, |_| {});
+                let began = Instant::now();
+                let g = got(try_send(leased_put(&bases[replica], &path, &lease, None, "{}")).await);
+                out.push(Seen {
+                    began,
+                    replica,
+                    status: g.status,
+                    code: g.code,
+                });
+            }
+            out
+        }));
+    }
+    let mut all = Vec::new();
+    for h in handles {
+        all.extend(h.await.unwrap());
+    }
+    all
+}
+
+async fn admin(p: &Palisade, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
+    let req = Request::builder()
+        .method(method)
+        .uri(format!("http://{}{path}", p.admin))
+        .header("content-type", "application/json")
+        .body(full(body.map(|b| b.to_string()).unwrap_or_default()))
+        .unwrap();
+    let (parts, bytes) = send(&http1_client(), req).await;
+    (
+        parts.status,
+        serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+    )
+}
+
+/// Per replica: how long after `from` its last forwarded write began (the freeze took effect
+/// there by then), and whether a write was forwarded after one was refused as frozen.
+fn effect(seen: &[Seen], replica: usize, from: Instant) -> (Duration, bool) {
+    let mut mine: Vec<&Seen> = seen
+        .iter()
+        .filter(|s| s.replica == replica && s.began >= from)
+        .collect();
+    mine.sort_by_key(|s| s.began);
+    let last_ok = mine
+        .iter()
+        .filter(|s| s.status == Some(StatusCode::OK))
+        .map(|s| s.began - from)
+        .max()
+        .unwrap_or_default();
+    let first_frozen = mine
+        .iter()
+        .position(|s| s.code.as_deref() == Some("ERR_FROZEN"));
+    let forwarded_after =
+        first_frozen.is_some_and(|i| mine[i..].iter().any(|s| s.status == Some(StatusCode::OK)));
+    (last_ok, forwarded_after)
+}
+
+pub async fn a_freeze_holds_at_every_replica_within_a_second(fleet: &super::Fleet) {
+    let socket = fleet.socket.as_str();
+    let replicas = [
+        fleet.replica(socket),
+        fleet.replica(socket),
+        fleet.replica(socket),
+    ];
+    let bases: Vec<String> = replicas.iter().map(|p| p.url("")).collect();
+    let stop = Arc::new(AtomicBool::new(false));
+    let loading = tokio::spawn(load(bases, 12, stop.clone()));
+    tokio::time::sleep(Duration::from_millis(800)).await;
+
+    // Posted at replica 0; in force there before the answer, at the others by their poll.
+    let (status, made) = admin(
+        &replicas[0],
+        "POST",
+        "/admin/v1/freeze",
+        Some(json!({"scope": "all", "reason": "runaway agent"})),
+    )
+    .await;
+    let answered = Instant::now();
+    assert_eq!(status, StatusCode::CREATED, "{made}");
+    tokio::time::sleep(Duration::from_millis(1800)).await;
+    let id = made["id"].as_str().unwrap().to_owned();
+    let (status, lifted) = admin(
+        &replicas[1],
+        "DELETE",
+        &format!("/admin/v1/freeze/{id}"),
+        None,
+    )
+    .await;
+    let lifted_at = Instant::now();
+    assert_eq!(status, StatusCode::OK, "{lifted}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let seen = loading.await.unwrap();
+
+    let (during, after): (Vec<Seen>, Vec<Seen>) =
+        seen.into_iter().partition(|s| s.began < lifted_at);
+    let mut report = Vec::new();
+    for r in 0..3 {
+        let (took, forwarded_after) = effect(&during, r, answered);
+        report.push(format!("replica {r}: {} ms", took.as_millis()));
+        assert!(
+            took <= Duration::from_secs(1),
+            "replica {r}: a write began {took:?} after the freeze's answer and was forwarded"
+        );
+        assert!(
+            !forwarded_after,
+            "replica {r}: a write was forwarded after one was refused as frozen"
+        );
+        assert!(
+            during
+                .iter()
+                .any(|s| s.replica == r && s.code.as_deref() == Some("ERR_FROZEN")),
+            "replica {r} refused nothing"
+        );
+    }
+    eprintln!(
+        "the freeze held after its answer, under load, at {}",
+        report.join(", ")
+    );
+    // Lifted at replica 1: every replica forwards again, within a second of the answer.
+    for r in 0..3 {
+        let late_refusal = after
+            .iter()
+            .filter(|s| s.replica == r && s.code.as_deref() == Some("ERR_FROZEN"))
+            .map(|s| s.began - lifted_at)
+            .max();
+        assert!(
+            late_refusal.is_none_or(|d| d <= Duration::from_secs(1)),
+            "replica {r}: still frozen {late_refusal:?} after the removal"
+        );
+        assert!(
+            after
+                .iter()
+                .any(|s| s.replica == r && s.status == Some(StatusCode::OK)),
+            "replica {r} forwarded nothing after the removal"
+        );
+    }
+    // The freeze and its removal are in the one log, naming who.
+    let (_, list) = admin(&replicas[2], "GET", "/admin/v1/freeze", None).await;
+    assert_eq!(list["freezes"], json!([]), "{list}");
+    let made = verified_receipt(&made["receipt"]);
+    let lifted = verified_receipt(&lifted["receipt"]);
+    assert_eq!(
+        (made["outcome"].as_str(), lifted["outcome"].as_str()),
+        (Some("frozen"), Some("unfrozen"))
+    );
+}
