@@ -19,10 +19,10 @@ mod store_contract;
 mod client;
 #[path = "postgres/cluster.rs"]
 mod cluster;
-#[path = "postgres/freeze.rs"]
-mod freeze;
 #[path = "postgres/shared.rs"]
 mod shared;
+#[path = "postgres/stop.rs"]
+mod stop;
 
 use std::collections::HashMap;
 use std::process::Command;
@@ -1122,5 +1122,13 @@ async fn a_newer_schema_is_refused_and_a_fresh_database_is_migrated() {
 async fn a_freeze_holds_at_every_replica_within_a_second() {
     let _heavy = HEAVY.lock().await;
     let fleet = Fleet::start().await;
-    freeze::a_freeze_holds_at_every_replica_within_a_second(&fleet).await;
+    stop::a_freeze_holds_at_every_replica_within_a_second(&fleet).await;
+}
+
+/// A write budget is one count for the fleet: three replicas under a 3N-way race forward N.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_budget_is_one_count_for_the_fleet() {
+    let _heavy = HEAVY.lock().await;
+    let fleet = Fleet::start().await;
+    stop::a_budget_is_one_count_for_the_fleet(&fleet).await;
 }

@@ -29,6 +29,7 @@
 
 pub mod admission;
 pub mod aip2;
+pub mod budget;
 pub mod canon;
 pub mod codes;
 pub mod digest;

@@ -11,6 +11,7 @@
 
 pub mod admission;
 pub mod aip2;
+mod budgets;
 mod collector;
 mod model;
 pub mod raw;
@@ -97,6 +98,7 @@ impl Config {
                 .then(|| section(&mut table, "rcns", &mut c)),
             log: section(&mut table, "log", &mut c),
             receipts: section(&mut table, "receipts", &mut c),
+            budgets: section(&mut table, "budgets", &mut c),
         };
         for key in table.keys() {
             c.push(key, "unknown key");

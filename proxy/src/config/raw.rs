@@ -154,4 +154,5 @@ pub struct RawConfig {
     pub admission: Option<super::admission::RawAdmission>,
     pub rcns: Option<super::rcns::RawRcns>,
     pub receipts: super::receipts::RawReceipts,
+    pub budgets: super::budgets::RawBudgets,
 }

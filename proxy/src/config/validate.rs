@@ -267,6 +267,7 @@ impl RawConfig {
         }
 
         let receipts = self.receipts.validate(c, public_base.as_deref());
+        let budgets = self.budgets.validate(c);
         let rcns = self.rcns.map(|r| r.validate(c));
         if rcns.is_some() && (writes.is_empty() || self.rich.lockfile.is_none()) {
             c.push(
@@ -282,6 +283,7 @@ impl RawConfig {
         }
 
         Config {
+            budgets,
             aip2,
             admission,
             rcns,

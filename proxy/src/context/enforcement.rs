@@ -29,6 +29,8 @@ pub struct Enforcement {
     pub signatures: super::SignatureQueue,
     /// The operators' freezes in force (SPEC §14).
     pub freezes: super::Freezes,
+    /// `[budgets] rules` (SPEC §14).
+    pub budgets: Vec<palisade_policy::budget::Rule>,
 }
 
 impl Enforcement {
@@ -86,6 +88,7 @@ impl Enforcement {
         ));
         Ok(Self {
             freezes,
+            budgets: config.budgets.clone(),
             key,
             log,
             cosigned: Arc::default(),

@@ -4,6 +4,7 @@
 //! unbound? (404) → 1 lease present (428) → 2–8 policy::lease::verify
 //!   → 10 inverse staged and matching → [per-resource lock]
 //!   → 11 fence epoch (store read) → 12 pre-image (upstream GET)
+//!   → write budgets (SPEC §14: one unit of every rule spent, 429 over any)
 //!   → durable: advance epoch + stage inverse (store, fsync) → Permit
 //! ```
 //! The caller forwards the write while holding the [`Permit`] (and so the resource's lock),
@@ -24,20 +25,31 @@ use crate::context::{Binding, Enforcement};
 use crate::enforce::facts::{InProcessGrant, Requester, WriteFacts};
 use crate::enforce::permit::{Denied, Permit};
 use crate::enforce::preimage::fetch_state;
+use crate::enforce::stop::Keys;
 use crate::net::upstream::Upstream;
-use crate::store::{Advance, LeaseRecord, LeaseState, ResourceGuard, StoreError, WriteIntent};
+use crate::store::{
+    Advance, BudgetSpend, BudgetVerdict, LeaseRecord, LeaseState, ResourceGuard, StoreError,
+    WriteIntent,
+};
+
+/// Where in its life a write is checked, and its keys (SPEC §14).
+pub(crate) struct Stage<'a> {
+    pub releasing: bool,
+    pub keys: &'a Keys,
+}
 
 /// Runs checks in SPEC order; `Ok` means the write may go on as its [`Permit::disposition`]
-/// says. `releasing`: an escrowed write being released (it is forwarded, not held again).
-pub async fn check(
+/// says. `stage.releasing`: an escrowed write being released (forwarded, not held again).
+pub(crate) async fn check(
     config: &Config,
     enf: &Enforcement,
     upstream: &Upstream,
     facts: WriteFacts<'_>,
     who: &Requester,
     binding: Binding<'_>,
-    releasing: bool,
+    stage: Stage<'_>,
 ) -> Result<Permit, Denied> {
+    let Stage { releasing, keys } = stage;
     // SPEC §4.2: without a lockfile every write is unbound.
     if binding.capability().is_none() && config.unbound_writes == UnboundWrites::Deny {
         return Err(Refusal::new(
@@ -47,7 +59,7 @@ pub async fn check(
         .into());
     }
     if let Some(grant) = &facts.granted {
-        return granted(config, enf, upstream, &facts, grant, binding).await;
+        return granted(config, enf, upstream, &facts, grant, binding, keys).await;
     }
     // Check 1.
     let carried = facts.lease.as_ref().ok_or_else(|| {
@@ -169,6 +181,7 @@ pub async fn check(
             inverse: staged.map(|s| s.jcs),
             snapshot,
             releasing,
+            keys,
         },
     )
     .await
@@ -186,6 +199,7 @@ struct Fenced<'a> {
     inverse: Option<Vec<u8>>,
     snapshot: Option<Vec<u8>>,
     releasing: bool,
+    keys: &'a Keys,
 }
 
 /// The durable part of a permit: the epoch advanced (with the lease record, its inverse and
@@ -203,6 +217,7 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
         inverse,
         snapshot,
         releasing,
+        keys,
     } = f;
     let l = verified.lease();
     // A dry run passes every check the real write would, but moves nothing; so does an
@@ -245,18 +260,39 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
         inverse,
         snapshot,
     };
+    // SPEC §14: the write passed every check; it spends its budgets just before its epoch
+    // moves (a refused one spends nothing, and one that goes nowhere gets them back).
+    let spent = spend_budgets(enf, keys).await?;
     let waited = tokio::time::Instant::now();
     // The lock's confirmation travels beside the advance (it shows the lock held at that
     // moment, as well as after it: a lock is lost only with its session).
     let (advanced, confirmed) = tokio::join!(enf.store.advance(intent), enf.store.confirm(&guard));
     metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "advance")
         .record(waited.elapsed().as_secs_f64());
-    match advanced.map_err(store_refusal)? {
+    let refund = || async {
+        if let Err(e) = enf.store.budget_refund(spent.clone()).await {
+            tracing::warn!(error = %e, "budget spends of a write not sent were not given back");
+        }
+    };
+    let advanced = match advanced {
+        Ok(a) => a,
+        Err(e) => {
+            refund().await;
+            return Err(store_refusal(e).into());
+        }
+    };
+    match advanced {
         // The lock must still be held as the write leaves (a shared store's can be lost with
         // its database session); the fence stays advanced either way, so a retry needs a new
         // lease, as after an uncertain commit.
-        Advance::Advanced => confirmed.map_err(store_refusal)?,
+        Advance::Advanced => {
+            if let Err(e) = confirmed {
+                refund().await;
+                return Err(store_refusal(e).into());
+            }
+        }
         Advance::Stale { current } => {
+            refund().await;
             return Err(Denied {
                 refusal: Refusal::new(
                     ErrorCode::StaleFenceEpoch,
@@ -265,7 +301,7 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
                 current_epoch: Some(current),
                 peer: None,
                 extra: Vec::new(),
-            })
+            });
         }
     }
     Ok(Permit {
@@ -290,6 +326,7 @@ async fn granted(
     facts: &WriteFacts<'_>,
     g: &InProcessGrant,
     binding: Binding<'_>,
+    keys: &Keys,
 ) -> Result<Permit, Denied> {
     let target = facts.target.clone().ok_or_else(|| {
         Refusal::new(
@@ -360,9 +397,65 @@ async fn granted(
             inverse: Some(g.inverse.jcs.clone()),
             snapshot,
             releasing: false,
+            keys,
         },
     )
     .await
+}
+
+/// Spends one unit of every `[budgets]` rule (SPEC §14) for a write about to move its epoch:
+/// the rows spent (none without rules), or 429 `ERR_WRITE_BUDGET` naming the rule, with the
+/// seconds until one more write fits (`Retry-After`).
+async fn spend_budgets(enf: &Enforcement, keys: &Keys) -> Result<Vec<Vec<u8>>, Denied> {
+    if enf.budgets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let w = keys.as_write();
+    let spends = enf
+        .budgets
+        .iter()
+        .map(|r| BudgetSpend {
+            key: r.key(&w),
+            limit: r.limit,
+            window_ms: r.window_ms,
+        })
+        .collect();
+    match enf
+        .store
+        .budget_spend(spends)
+        .await
+        .map_err(store_refusal)?
+    {
+        BudgetVerdict::Spent(rows) => {
+            for r in enf.budgets.iter() {
+                metrics::counter!("palisade_budget_spent_total", "rule" => r.name.clone())
+                    .increment(1);
+            }
+            Ok(rows)
+        }
+        BudgetVerdict::Over {
+            rule,
+            retry_after_ms,
+        } => {
+            let name = enf.budgets.get(rule).map_or("", |r| r.name.as_str());
+            metrics::counter!("palisade_budget_refusals_total", "rule" => name.to_owned())
+                .increment(1);
+            let refusal = Refusal::new(
+                ErrorCode::WriteBudget,
+                "the write is over the write budget its rule names: it may be sent again after Retry-After",
+            );
+            Err(Denied {
+                extra: vec![
+                    ("rule".to_owned(), serde_json::Value::from(name)),
+                    (
+                        "retry_after".to_owned(),
+                        serde_json::Value::from(retry_after_ms.div_ceil(1000)),
+                    ),
+                ],
+                ..Denied::from(refusal)
+            })
+        }
+    }
 }
 
 /// Check 9: the body (or a tool call's arguments) against the bound contract's

@@ -171,7 +171,10 @@ pub(crate) async fn run<L: Leg>(
         facts,
         &who,
         binding,
-        false,
+        checks::Stage {
+            releasing: false,
+            keys: &keys,
+        },
     );
     let permit = match checked.await {
         Ok(p) => p,
@@ -251,7 +254,10 @@ pub(crate) async fn release<L: Leg>(
         facts,
         who,
         binding,
-        true,
+        checks::Stage {
+            releasing: true,
+            keys: &keys,
+        },
     );
     match checked.await {
         Ok(permit) => {

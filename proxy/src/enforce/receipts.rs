@@ -211,6 +211,13 @@ impl Refused {
     /// those the protocol added.
     pub fn headers(&self) -> Vec<(http::HeaderName, HeaderValue)> {
         let mut out = self.added.clone();
+        // A write budget's refusal says when one more write fits (SPEC §14).
+        let retry = self.extra.iter().find(|(k, _)| k == "retry_after");
+        if let (ErrorCode::WriteBudget, Some((_, v))) = (self.refusal.code, retry) {
+            if let Some(secs) = v.as_u64() {
+                out.push((http::header::RETRY_AFTER, HeaderValue::from(secs)));
+            }
+        }
         if let Some(v) = self.receipt.as_ref().and_then(receipt_header_value) {
             out.push((http::HeaderName::from_static(RECEIPT_HEADER), v));
         }

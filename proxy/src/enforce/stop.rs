@@ -39,7 +39,7 @@ impl Keys {
         }
     }
 
-    fn as_write(&self) -> WriteKeys<'_> {
+    pub fn as_write(&self) -> WriteKeys<'_> {
         WriteKeys {
             caller: self.caller.as_deref(),
             operation: &self.operation,

@@ -30,8 +30,8 @@ use palisade_policy::log::Head;
 use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
 pub use rcns::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord};
 pub use records::{
-    Attachments, EscrowRecord, EscrowState, EscrowUpdate, FreezeChange, HeldProtocol, HeldRequest,
-    IdempotencyRecord, LeaseRecord, LeaseState, StoredOutcome,
+    Attachments, BudgetSpend, BudgetVerdict, EscrowRecord, EscrowState, EscrowUpdate, FreezeChange,
+    HeldProtocol, HeldRequest, IdempotencyRecord, LeaseRecord, LeaseState, StoredOutcome,
 };
 pub use relay::{RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery};
 
@@ -322,6 +322,16 @@ pub trait Store: Send + Sync {
     /// Every freeze stored (SPEC §14), as written (made with
     /// [`Store::append_receipt_with`] and [`Attachments::freeze`], beside its receipt).
     fn freezes(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>>;
+
+    /// SPEC §14: checks every rule's sliding window at the store's now and, when all have room,
+    /// spends one unit of each, atomically (exact across replicas sharing the store).
+    fn budget_spend(
+        &self,
+        spends: Vec<BudgetSpend>,
+    ) -> BoxFuture<'_, Result<BudgetVerdict, StoreError>>;
+
+    /// Gives back what [`Store::budget_spend`] spent for a write that then went nowhere.
+    fn budget_refund(&self, spent: Vec<Vec<u8>>) -> BoxFuture<'_, Result<(), StoreError>>;
 
     /// Every retained entry of the receipt log, in index order.
     fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {

@@ -401,3 +401,21 @@ mod tests {
         assert!(!escrow_state_is(Some(b"not json"), Some(EscrowState::Held)));
     }
 }
+
+/// One rule's part of a write's budget check (SPEC §14): its key and window.
+#[derive(Debug, Clone)]
+pub struct BudgetSpend {
+    pub key: [u8; 16],
+    pub limit: u32,
+    pub window_ms: u64,
+}
+
+/// What a budget check did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum BudgetVerdict {
+    /// Every rule had room: one unit of each spent, named by these (for a refund).
+    Spent(Vec<Vec<u8>>),
+    /// Rule `rule` (its index in the check) had none; one more fits after `retry_after_ms`.
+    /// Nothing was spent.
+    Over { rule: usize, retry_after_ms: u64 },
+}

@@ -10,8 +10,8 @@ use tokio::sync::oneshot;
 
 use crate::store::journal::Journal;
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, RcnsPut, RcnsPutMode, RcnsRecord,
-    RelayLimits, RelayMessage, RelayPosted, StoreError, WriteIntent,
+    Advance, Attachments, BudgetSpend, BudgetVerdict, Compensation, EscrowUpdate, RcnsPut,
+    RcnsPutMode, RcnsRecord, RelayLimits, RelayMessage, RelayPosted, StoreError, WriteIntent,
 };
 
 use super::sweep::Sweeper;
@@ -43,6 +43,11 @@ pub(super) enum Job {
         Box<(RcnsRecord, RcnsPutMode)>,
         oneshot::Sender<Result<RcnsPut, StoreError>>,
     ),
+    /// SPEC §14: a budget check and spend, or a refund (`Err`: the spent rows).
+    Budget(
+        Box<Result<Vec<BudgetSpend>, Vec<Vec<u8>>>>,
+        oneshot::Sender<Result<BudgetVerdict, StoreError>>,
+    ),
     /// Commit the open transaction to redb, so a range read sees every answered change.
     Settle(oneshot::Sender<Result<(), StoreError>>),
 }
@@ -56,6 +61,7 @@ pub(super) enum Answer {
     EscrowPut(bool),
     RelayPost(RelayPosted),
     RcnsPut(RcnsPut),
+    Budget(BudgetVerdict),
     Settle,
 }
 
@@ -174,6 +180,13 @@ pub(super) fn apply(
                     let (message, limits) = &**job;
                     answers.push(Answer::RelayPost(relay::post(&mut t, message, *limits)?));
                 }
+                Job::Budget(job, _) => answers.push(Answer::Budget(match &**job {
+                    Ok(spends) => super::budgets::spend(&mut t, spends)?,
+                    Err(spent) => {
+                        super::budgets::refund(&mut t, spent)?;
+                        BudgetVerdict::Spent(Vec::new())
+                    }
+                })),
                 Job::RcnsPut(job, _) => {
                     let (record, mode) = &**job;
                     answers.push(Answer::RcnsPut(rcns::store(&mut t, record, *mode)?));
@@ -315,6 +328,9 @@ impl Job {
             (Job::RcnsPut(_, reply), Answer::RcnsPut(p)) => {
                 let _ = reply.send(Ok(p));
             }
+            (Job::Budget(_, reply), Answer::Budget(v)) => {
+                let _ = reply.send(Ok(v));
+            }
             (Job::Settle(reply), Answer::Settle) => {
                 let _ = reply.send(Ok(()));
             }
@@ -332,6 +348,7 @@ impl Job {
             Job::EscrowPut(_, reply) => drop(reply.send(Err(e))),
             Job::RelayPost(_, reply) => drop(reply.send(Err(e))),
             Job::RcnsPut(_, reply) => drop(reply.send(Err(e))),
+            Job::Budget(_, reply) => drop(reply.send(Err(e))),
             Job::Settle(reply) => drop(reply.send(Err(e))),
         }
     }

@@ -1,31 +1,24 @@
-//! The `embedded` store: one local redb file, ACID, for a single sidecar replica.
+//! The `embedded` store: one local redb file, ACID, for a single sidecar replica. Why redb:
+//! pure Rust, one file, copy-on-write B-trees with checksummed commits, so a crash leaves the
+//! last committed transaction intact (docs/decisions.md, "State store").
 //!
-//! Why redb: pure Rust (no C toolchain or server), one file, copy-on-write B-trees with
-//! checksummed commits, so a crash at any instant leaves the last committed transaction intact
-//! (no WAL replay to get wrong); `Durability::Immediate` fsyncs on commit.
+//! One writer thread owns every write transaction: it takes every job waiting, applies them in
+//! order in *one* transaction, makes it durable once, then answers (group commit). The receipt
+//! log's head lives there, so receipts are totally ordered and each batch's are integrated
+//! under one checkpoint (`jobs::seal`). Durable means the batch is in the redo journal
+//! ([`super::journal`]), fsync'd; redb commits without its own fsync, and a durable redb
+//! commit (a checkpoint) follows every `writer::CHECKPOINT_COMMITS` commits, past
+//! `writer::CHECKPOINT_BYTES` of journal, after a second without writes, and on a clean stop.
+//! Checkpoints keep the file proportional to its data (redb reuses pages only after a durable
+//! commit). Opening replays the journal first.
 //!
-//! Writes go through one writer thread that owns every write transaction. Callers send jobs
-//! over a channel; the thread takes every job waiting, applies them in arrival order in *one*
-//! transaction, makes it durable once, then answers each caller. Under load, many writes
-//! share an fsync (group commit); alone, a write pays one. The receipt log's head lives in
-//! that thread, so receipts are totally ordered without a lock, and each batch's receipts are
-//! integrated under one checkpoint (`jobs::seal`).
-//!
-//! Durable means: the batch's changes are appended to the redo journal ([`super::journal`])
-//! and fsync'd, then the redb transaction commits without its own fsync. A durable redb
-//! commit (a checkpoint) follows every `writer::CHECKPOINT_COMMITS` commits, when the journal
-//! passes `writer::CHECKPOINT_BYTES`, after a second without writes, and on a clean stop,
-//! which also removes the emptied journal. The commit count matters most: redb reuses the
-//! pages a commit replaced only after a durable commit, so checkpoints are what keep the
-//! file's size proportional to the data it holds. Opening replays the journal first.
-//!
-//! Batches share a redb transaction ([`writer::COMMIT_BATCHES`] of them per commit), so redb
-//! lags the journal by a few batches. Point reads (`epoch`, `inverse`, idempotency keys,
-//! escrows) look in the [`overlay`] of durable-but-uncommitted changes first, then in a redb
-//! read transaction on the caller's thread: they never wait for the writer. Range reads
-//! (a lease's receipts, the receipt log, relay pages, escrow lists, freezes) first ask the
-//! writer to commit when it holds uncommitted batches ([`EmbeddedStore::settle`]).
+//! Batches share a redb transaction ([`writer::COMMIT_BATCHES`] per commit), so redb lags the
+//! journal by a few batches. Point reads look in the [`overlay`] of durable-but-uncommitted
+//! changes first, then in a read transaction on the caller's thread; range reads (a lease's
+//! receipts, the log, relay pages, escrow lists, freezes) first ask the writer to commit
+//! ([`EmbeddedStore::settle`]). Budgets are checked and spent in the writer (`budgets`).
 
+mod budgets;
 mod jobs;
 mod log;
 mod overlay;
@@ -51,10 +44,10 @@ use tokio::sync::oneshot;
 
 use crate::clock::{AnchoredClock, SharedClock};
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowRecord, EscrowUpdate, KeyState, LeaseReceipt,
-    LeaseRecord, LogEntries, RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord, ReceiptLog, RelayEntry,
-    RelayLimits, RelayMessage, RelayPosted, RelayQuery, ResourceGuard, Retention, Store,
-    StoreError, WriteIntent,
+    Advance, Attachments, BudgetSpend, BudgetVerdict, Compensation, EscrowRecord, EscrowUpdate,
+    KeyState, LeaseReceipt, LeaseRecord, LogEntries, RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord,
+    ReceiptLog, RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery, ResourceGuard,
+    Retention, Store, StoreError, WriteIntent,
 };
 
 use jobs::Job;
@@ -62,31 +55,28 @@ use overlay::{Overlay, Seen};
 use tables::{unavailable, Part, ESCROWS, FENCES, LOG_HASHES, META, T_ESCROWS, T_FENCES};
 use writer::{journal_path, recover, writer, Shared, Start};
 
-/// redb's page cache (nine tenths read cache, one tenth write buffer). redb's default is
-/// 1 GiB, which a busy store fills within minutes: a 10-minute load grew the sidecar's RSS
-/// to 1.32 GB, over the Helm chart's 512 MiB limit (docs/performance.md, issue 36). The
-/// write path reads few pages more than once (random resource keys), and the journal, not
-/// the cache, makes a batch durable.
+/// redb's page cache. Its default, 1 GiB, grew the sidecar's RSS to 1.32 GB in a 10-minute
+/// load, over the chart's 512 MiB limit (docs/performance.md, issue 36); writes read few pages
+/// twice, and the journal, not the cache, makes a batch durable.
 pub const CACHE_BYTES: usize = 64 << 20;
 
 pub struct EmbeddedStore {
     db: Arc<Database>,
     /// To the writer thread. The thread ends when the store (the last sender) is dropped.
     jobs: mpsc::Sender<Job>,
-    /// Batches committed by the writer: lets tests and metrics see group commit.
+    /// Batches committed by the writer (tests and metrics see group commit).
     commits: Arc<AtomicU64>,
     /// Durable changes redb does not hold yet (see the module doc).
     overlay: Arc<Overlay>,
-    /// Batches in the writer's open transaction.
-    unsettled: Arc<AtomicU64>,
+    unsettled: Arc<AtomicU64>, // batches in the writer's open transaction
     /// Set when a batch or a commit fails, until a restart replays the journal (the writer
     /// refuses every later job; `writer::Open::broken` says why); `/readyz` reports it.
     failed: Arc<AtomicBool>,
     /// Joined on drop, so the file's lock is released when the store is gone.
     writer: Option<std::thread::JoinHandle<()>>,
-    /// Per-resource write locks: the file has one owner, so in-process locks suffice.
+    /// Per-resource write locks (the file has one owner: in process suffices).
     locks: crate::store::locks::ResourceLocks,
-    /// Idempotency reservations, in process for the same reason.
+    /// Idempotency reservations (in process, as the locks).
     keys: Arc<crate::store::locks::InFlightKeys>,
     /// The store's time (expiry of keys, relay messages, RCNS records), shared with the writer.
     clock: SharedClock,
@@ -193,9 +183,7 @@ impl EmbeddedStore {
             .send(job)
             .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))
     }
-}
 
-impl EmbeddedStore {
     fn ask<T>(
         &self,
         make: impl FnOnce(oneshot::Sender<Result<T, StoreError>>) -> Job,
@@ -317,6 +305,18 @@ impl Store for EmbeddedStore {
 
     fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<EscrowRecord>, StoreError>> {
         Box::pin(self.read_escrows(limit))
+    }
+
+    fn budget_spend(
+        &self,
+        s: Vec<BudgetSpend>,
+    ) -> BoxFuture<'_, Result<BudgetVerdict, StoreError>> {
+        self.ask(|tx| Job::Budget(Box::new(Ok(s)), tx))
+    }
+
+    fn budget_refund(&self, spent: Vec<Vec<u8>>) -> BoxFuture<'_, Result<(), StoreError>> {
+        let asked = self.ask(|tx| Job::Budget(Box::new(Err(spent)), tx));
+        Box::pin(async move { asked.await.map(drop) })
     }
 
     fn freezes(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {

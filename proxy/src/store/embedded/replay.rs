@@ -121,6 +121,8 @@ impl Tables<'_> {
                     None => drop(self.freezes.remove(id.as_str()).map_err(unavailable)?),
                 }
             }
+            (T_BUDGETS, Some(_)) => drop(self.budgets.insert(c.key, ()).map_err(unavailable)?),
+            (T_BUDGETS, None) => drop(self.budgets.remove(c.key).map_err(unavailable)?),
             (T_ESCROW_DUE, value) => {
                 let (at, id) = due_key(c.key)?;
                 if value.is_some() {

@@ -67,6 +67,9 @@ pub(super) const ESCROWS: TableDefinition<&str, &[u8]> = TableDefinition::new("e
 
 /// Freeze id → the freeze (SPEC §14; `policy::freeze::Freeze`, JSON).
 pub(super) const FREEZES: TableDefinition<&str, &[u8]> = TableDefinition::new("freezes");
+/// Budget spends (SPEC §14): `key (16) · at_ms (8, BE) · seq (8, BE)`, no value
+/// (`embedded::budgets`).
+pub(super) const BUDGETS: TableDefinition<&[u8], ()> = TableDefinition::new("budgets");
 
 /// (due time in unix ms, lease id): when a lease's data may be removed (its expiry plus
 /// [`crate::store::Retention::leases`]). Lets the writer sweep them oldest first.
@@ -113,6 +116,7 @@ pub(super) const T_RCNS: u8 = 12;
 pub(super) const T_LOG_ENTRIES: u8 = 13;
 pub(super) const T_LOG_HASHES: u8 = 14;
 pub(super) const T_FREEZES: u8 = 15;
+pub(super) const T_BUDGETS: u8 = 16;
 
 /// Creates every table (a new file), so that readers never meet a missing one.
 pub(super) fn create_all(wtx: &redb::WriteTransaction) -> Result<(), StoreError> {
@@ -131,6 +135,7 @@ pub(super) fn create_all(wtx: &redb::WriteTransaction) -> Result<(), StoreError>
     wtx.open_table(LOG_ENTRIES).map_err(unavailable)?;
     wtx.open_table(LOG_HASHES).map_err(unavailable)?;
     wtx.open_table(FREEZES).map_err(unavailable)?;
+    wtx.open_table(BUDGETS).map_err(unavailable)?;
     Ok(())
 }
 
@@ -156,6 +161,7 @@ pub(super) struct Tables<'t> {
     pub(super) entries: redb::Table<'t, u64, &'static [u8]>,
     pub(super) hashes: redb::Table<'t, u64, &'static [u8]>,
     pub(super) freezes: redb::Table<'t, &'static str, &'static [u8]>,
+    pub(super) budgets: redb::Table<'t, &'static [u8], ()>,
     pub(super) redo: Redo,
     /// The batch's time (unix ms), read once from the store's clock: every expiry the batch
     /// sets or judges is relative to it.
@@ -186,6 +192,7 @@ impl<'t> Tables<'t> {
             entries: wtx.open_table(LOG_ENTRIES).map_err(unavailable)?,
             hashes: wtx.open_table(LOG_HASHES).map_err(unavailable)?,
             freezes: wtx.open_table(FREEZES).map_err(unavailable)?,
+            budgets: wtx.open_table(BUDGETS).map_err(unavailable)?,
             redo: Redo::default(),
             now_ms,
         })

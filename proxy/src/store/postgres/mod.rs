@@ -1,18 +1,15 @@
 //! The `postgres` store (SPEC §10): the same contract as the embedded one, for any number of
 //! sidecars sharing one PostgreSQL database, so that they behave as one sidecar.
 //!
-//! Every method is one transaction; `COMMIT` (with the server's `synchronous_commit = on`) is
-//! the durable point. The fence compare-and-advance is one `INSERT … ON CONFLICT DO UPDATE …
-//! WHERE epoch < new`, so two replicas racing for one epoch cannot both win. The receipt log
-//! is one log for all replicas: a batch takes the `log_head` row `FOR UPDATE`, so replicas
-//! integrate in turn and never sign two inconsistent checkpoints. The per-resource write lock is a session advisory lock on a
-//! connection from a pool of its own (two pools: a lock holder waiting for a work connection
-//! could otherwise starve the pool it holds), released when the guard drops, and by the
-//! server when a replica dies (its session ends).
-//!
-//! Fence advances and receipt appends go through one writer task per replica that commits
-//! them in batches ([`batch`]); idempotency reservations are rows every replica sees
-//! ([`keys`]); one replica at a time sweeps what retention lets go ([`sweep`]).
+//! Every method is one transaction; `COMMIT` (`synchronous_commit = on`) is the durable point.
+//! The fence compare-and-advance is one `INSERT … ON CONFLICT DO UPDATE … WHERE epoch < new`,
+//! so two replicas racing for one epoch cannot both win. One receipt log for all replicas: a
+//! batch takes `log_head` `FOR UPDATE`, so replicas integrate in turn. The per-resource write
+//! lock is a session advisory lock on a pool of its own (a lock holder waiting for a work
+//! connection could otherwise starve the pool it holds), released with the guard, or by the
+//! server when a replica dies. Fence advances and receipts go through one writer task per
+//! replica ([`batch`]); idempotency reservations are shared rows ([`keys`]); one replica at a
+//! time sweeps what retention lets go ([`sweep`]); budgets are one function call (`reads`).
 
 mod batch;
 mod connect;
@@ -50,30 +47,26 @@ use crate::store::{
     RcnsPut, RcnsPutMode, RcnsRecord, ReceiptLog, RelayEntry, RelayLimits, RelayMessage,
     RelayPosted, RelayQuery, ResourceGuard, Store, StoreError, WriteIntent,
 };
-use crate::store::{EscrowRecord, LeaseRecord};
+use crate::store::{BudgetSpend, BudgetVerdict, EscrowRecord, LeaseRecord};
 
 pub struct PostgresStore {
     pool: Pool,
-    /// Connections that hold a resource's advisory lock (see the module doc).
-    locks: Pool,
-    /// To this replica's batch writer.
-    jobs: mpsc::Sender<Job>,
-    /// Ends the sweeper when the store goes.
+    locks: Pool, // connections holding a resource's advisory lock (the module doc)
+    jobs: mpsc::Sender<Job>, // to this replica's batch writer
+    /// Ended when the store goes.
     sweeper: Option<tokio::task::JoinHandle<()>>,
-    /// One relay post at a time per replica: posts queue on the database's `relay_head` row
-    /// anyway, and each waiting post would hold a pooled connection that fence writes need.
+    /// One relay post at a time per replica: posts queue on `relay_head` anyway, and each
+    /// waiting one would hold a pooled connection that fence writes need.
     relay_gate: tokio::sync::Mutex<()>,
     /// The store's time (see [`Connect::clock`]).
     clock: SharedClock,
-    /// Signs the log's checkpoints (the batch writer's copy); here for the empty log's.
+    /// Signs the log's checkpoints (the batch writer's copy), here for the empty log's.
     signer: Arc<Signer>,
 }
 
 impl Drop for PostgresStore {
     fn drop(&mut self) {
-        if let Some(h) = &self.sweeper {
-            h.abort();
-        }
+        self.sweeper.as_ref().map(tokio::task::JoinHandle::abort);
     }
 }
 
@@ -308,6 +301,17 @@ impl Store for PostgresStore {
             row.map(|r| EscrowRecord::from_bytes(r.get::<_, &[u8]>(0)))
                 .transpose()
         })
+    }
+
+    fn budget_spend(
+        &self,
+        s: Vec<BudgetSpend>,
+    ) -> BoxFuture<'_, Result<BudgetVerdict, StoreError>> {
+        Box::pin(self.spend_budget(s))
+    }
+
+    fn budget_refund(&self, spent: Vec<Vec<u8>>) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.refund_budget(spent))
     }
 
     fn freezes(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {

@@ -1,6 +1,7 @@
-//! The emergency stop across replicas (SPEC §14, issue 38): a freeze posted at one replica
-//! holds at the others within 1 s under load, measured; no write that begins after it took
-//! effect at a replica is forwarded there; its removal reaches them the same way.
+//! Stopping a runaway agent across replicas (SPEC §14, issue 38): a freeze posted at one
+//! replica holds at the others within 1 s under load, measured; no write that begins after it
+//! took effect at a replica is forwarded there; its removal reaches them the same way. A write
+//! budget is one count for the fleet, exact under a race.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -181,4 +182,56 @@ pub async fn a_freeze_holds_at_every_replica_within_a_second(fleet: &super::Flee
         (made["outcome"].as_str(), lifted["outcome"].as_str()),
         (Some("frozen"), Some("unfrozen"))
     );
+}
+
+/// Three replicas with a budget of `N` per minute per caller; `3N` valid writes at once,
+/// spread over them: `N` forwarded, the rest 429, and the upstream saw `N`.
+pub async fn a_budget_is_one_count_for_the_fleet(fleet: &super::Fleet) {
+    const N: usize = 20;
+    let dir = tempfile::tempdir().unwrap();
+    let replicas: Vec<Palisade> = (0..3)
+        .map(|_| {
+            let dir = tempfile::tempdir().unwrap();
+            let extra = format!(
+                "kind = \"postgres\"\nurl = \"{}\"\n[ptcl]\npre_image = \"off\"\n[budgets]\nrules = [{{ name = \"fleet\", per = [\"caller\"], limit = {N}, window = \"1m\" }}]\n",
+                fleet.socket
+            );
+            let text = write_config(&fleet.upstream, dir.path(), "", &extra);
+            Palisade::start_in(dir, &text)
+        })
+        .collect();
+    drop(dir);
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let mut tasks = Vec::new();
+    for i in 0..3 * N {
+        let base = replicas[i % 3].url("");
+        let path = format!("/items/budget-{i}");
+        let lease = lease_for(&agent, &path, 1, |_| {});
+        tasks.push(tokio::spawn(async move {
+            let mut req = leased_put(&base, &path, &lease, None, "{}");
+            req.headers_mut()
+                .insert("authorization", "Bearer fleet-agent".parse().unwrap());
+            got(try_send(req).await)
+        }));
+    }
+    let mut ok = 0;
+    for t in tasks {
+        let g = t.await.unwrap();
+        match g.status {
+            Some(StatusCode::OK) => ok += 1,
+            Some(StatusCode::TOO_MANY_REQUESTS) => {
+                assert_eq!(g.code.as_deref(), Some("ERR_WRITE_BUDGET"));
+                assert!(g.receipt.is_some(), "a receipted refusal");
+            }
+            other => panic!("{other:?} {g:?}"),
+        }
+    }
+    assert_eq!(ok, N, "forwarded across the fleet under a budget of {N}");
+    let seen = fleet
+        .upstream
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path_and_query.starts_with("/items/budget-"))
+        .count();
+    assert_eq!(seen, N, "the upstream saw {seen}");
 }
