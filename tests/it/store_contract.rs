@@ -502,6 +502,91 @@ pub async fn rcns_records_keep_caps_and_expire(store: &dyn Store, clock: &SetClo
 /// Runs each scenario above as a test of its own on the store `$open` makes: an async fn
 /// returning `(Arc<dyn Store>, Arc<SetClock>, guard)`, the guard keeping the store's files or
 /// database alive until the test ends.
+/// SPEC §14: a budget's window slides exactly; a check over any rule spends nothing; a refund
+/// gives the units back; freezes are stored with their receipt, and lifted the same way.
+pub async fn budgets_slide_and_freezes_are_stored_with_their_receipts(
+    store: &dyn Store,
+    clock: &SetClock,
+) {
+    use palisade::store::{BudgetSpend, BudgetVerdict, FreezeChange};
+    let rule = |key: u8, limit: u32| BudgetSpend {
+        key: [key; 16],
+        limit,
+        window_ms: 10_000,
+    };
+    let spent = |v: BudgetVerdict| match v {
+        BudgetVerdict::Spent(rows) => rows,
+        other => panic!("{other:?}"),
+    };
+    let first = spent(
+        store
+            .budget_spend(vec![rule(1, 2), rule(2, 5)])
+            .await
+            .unwrap(),
+    );
+    assert_eq!(first.len(), 2);
+    clock.advance(Duration::from_secs(4));
+    spent(
+        store
+            .budget_spend(vec![rule(1, 2), rule(2, 5)])
+            .await
+            .unwrap(),
+    );
+    // Rule 1 is full: nothing of rule 2 is spent either, and one fits 6 s later.
+    assert_eq!(
+        store
+            .budget_spend(vec![rule(2, 5), rule(1, 2)])
+            .await
+            .unwrap(),
+        BudgetVerdict::Over {
+            rule: 1,
+            retry_after_ms: 6_000
+        }
+    );
+    // A refund gives a unit back.
+    store.budget_refund(first).await.unwrap();
+    spent(store.budget_spend(vec![rule(1, 2)]).await.unwrap());
+    assert!(matches!(
+        store.budget_spend(vec![rule(1, 2)]).await.unwrap(),
+        BudgetVerdict::Over { rule: 0, .. }
+    ));
+    // The window slides: 10 s after the second spend, both it and the refunded one are gone.
+    clock.advance(Duration::from_secs(10));
+    spent(store.budget_spend(vec![rule(1, 2)]).await.unwrap());
+    // Rule 2's two spends (at 0 s and 4 s) left its window too: five fit again, not six.
+    for _ in 0..5 {
+        spent(store.budget_spend(vec![rule(2, 5)]).await.unwrap());
+    }
+    assert!(matches!(
+        store.budget_spend(vec![rule(2, 5)]).await.unwrap(),
+        BudgetVerdict::Over { rule: 0, .. }
+    ));
+
+    // A freeze, stored with its receipt; then lifted with another.
+    let freeze = |record: Option<&[u8]>| Attachments {
+        freeze: Some(FreezeChange {
+            id: "0193-f".into(),
+            record: record.map(<[u8]>::to_vec),
+        }),
+        ..Attachments::default()
+    };
+    assert!(store.freezes().await.unwrap().is_empty());
+    let made = store
+        .append_receipt_with(
+            body(1, None, ReceiptKind::Freeze),
+            freeze(Some(b"{\"id\":1}")),
+        )
+        .await
+        .unwrap();
+    assert!(made.is_some());
+    assert_eq!(store.freezes().await.unwrap(), [b"{\"id\":1}".to_vec()]);
+    store
+        .append_receipt_with(body(2, None, ReceiptKind::Freeze), freeze(None))
+        .await
+        .unwrap();
+    assert!(store.freezes().await.unwrap().is_empty());
+}
+
 macro_rules! contract_tests {
     ($open:path) => {
         $crate::store_contract::contract_tests!(
@@ -512,7 +597,8 @@ macro_rules! contract_tests {
             escrow_updates_are_compare_and_set,
             a_lease_is_compensated_at_most_once,
             relay_messages_dedup_cap_page_and_expire,
-            rcns_records_keep_caps_and_expire
+            rcns_records_keep_caps_and_expire,
+            budgets_slide_and_freezes_are_stored_with_their_receipts
         );
     };
     (@ $open:path, $($name:ident),*) => {

@@ -27,6 +27,7 @@ struct Seen {
     inverses: Vec<Option<Vec<u8>>>,
     log_size: u64,
     log_entries: usize,
+    freezes: Vec<Vec<u8>>,
 }
 
 async fn seen(store: &EmbeddedStore) -> Seen {
@@ -48,14 +49,15 @@ async fn seen(store: &EmbeddedStore) -> Seen {
         inverses,
         log_size: head.size,
         log_entries: entries.len(),
+        freezes: store.freezes().await.unwrap(),
     }
 }
 
-/// Operation `i`: a fence advance with its lease and inverse, a receipt, a staged inverse, or
-/// a compensation, in turn.
+/// Operation `i`: a fence advance with its lease and inverse, a receipt, a staged inverse, a
+/// compensation, or a freeze made or lifted with its receipt (SPEC §14), in turn.
 async fn op(store: &EmbeddedStore, i: usize) {
     let resource = format!("/r{}", i % RESOURCES);
-    match i % 4 {
+    match i % 5 {
         0 => {
             let epoch = i as u64 + 1;
             let intent = WriteIntent {
@@ -91,8 +93,23 @@ async fn op(store: &EmbeddedStore, i: usize) {
             .stage(lease(i), None, Some(format!("inverse {i}").into_bytes()))
             .await
             .unwrap(),
-        _ => {
+        3 => {
             store.begin_compensation(lease(i - 3)).await.unwrap();
+        }
+        _ => {
+            // Made at 4, 14, 24…; lifted five operations later.
+            let id = format!("f{}", i / 10);
+            let record = (i % 10 == 4).then(|| format!("{{\"id\":\"{id}\"}}").into_bytes());
+            let attach = crate::store::Attachments {
+                freeze: Some(crate::store::FreezeChange { id, record }),
+                ..Default::default()
+            };
+            let body = ReceiptBody::new(
+                format!("urn:uuid:f{i}"),
+                ReceiptKind::Freeze,
+                "2026-12-06T00:00:00.000Z".into(),
+            );
+            store.append_receipt_with(body, attach).await.unwrap();
         }
     }
 }
