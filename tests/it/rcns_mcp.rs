@@ -107,7 +107,9 @@ async fn a_recipe_of_tool_calls_commits_whole_or_is_compensated_by_inverse_tool_
     let server = McpServer::start_with(&[("LEVEL_TOOL", "1")]).await;
     let dir = tempfile::tempdir().unwrap();
     let b = bundle(dir.path());
-    let p = sidecar_with(&server, &b, &callers(dir.path()));
+    // A write budget on the tool (SPEC §14): composed tool calls spend it like any write.
+    let budgets = "[budgets]\nrules = [{ name = \"levels\", per = [\"operation\"], limit = 5, window = \"1m\" }]\n";
+    let p = sidecar_with(&server, &b, &(callers(dir.path()) + budgets));
     let proposal = json!({"method": "PROPOSE", "parameters": {"endpoint": {
         "method": "RESTOCK", "path": "/restock", "description": "restock",
         "semantic": {"intent": "restock two items"},
@@ -215,6 +217,33 @@ async fn a_recipe_of_tool_calls_commits_whole_or_is_compensated_by_inverse_tool_
     let rejection = verified_receipt(&b["step_receipt"]);
     assert_eq!(rejection["freeze_id"], made["id"]);
     assert_eq!(server.executions().len(), 4, "nothing more ran");
+
+    // Lifted: the tool's budget (5 a minute; 3 spent by the composed writes above, none by the
+    // refused ones) lets one more composition through, and stops the next at its first step.
+    let id = made["id"].as_str().unwrap();
+    let req = Request::delete(format!("http://{}/admin/v1/freeze/{id}", p.admin))
+        .body(full(""))
+        .unwrap();
+    assert_eq!(
+        support::send(&http1_client(), req).await.0.status,
+        StatusCode::OK
+    );
+    let input = json!({"sku": "R-7", "qty": 1, "sku2": "R-8", "extra": 1});
+    let (parts, out) = send(&p, "RESTOCK", "/restock", &invoke, &input).await;
+    assert_eq!(parts.status, StatusCode::OK, "{out}");
+    let input = json!({"sku": "R-9", "qty": 1, "sku2": "R-10", "extra": 1});
+    let (parts, b) = send(&p, "RESTOCK", "/restock", &invoke, &input).await;
+    assert_eq!(parts.status.as_u16(), 429, "{b}");
+    assert_eq!(
+        (b["step"].as_u64(), b["step_code"].as_str()),
+        (Some(0), Some("ERR_WRITE_BUDGET"))
+    );
+    assert_receipt_verifies(&b["step_receipt"], "rejection");
+    assert_eq!(
+        server.executions()[4..],
+        ["set_level R-7 1", "set_level R-8 2"],
+        "the composition over budget ran nothing"
+    );
 }
 
 /// The compiler's side: a write tool step without its inverse, and an inverse naming a tool
