@@ -172,30 +172,44 @@ fn one(
         ));
         return None;
     }
-    if src.protocol == Protocol::Mcp {
-        // A tool call's arguments are mapped, and its result's structuredContent back (issue
-        // 37): no method or path to check.
-        let (s, t) = (&src.contract.digest, &tgt.contract.digest);
-        let request = connector(
-            c,
-            at,
-            (s, t),
-            Direction::Request,
-            inputs,
-            compiled,
-            problems,
-        );
-        let response = response_connector(c, at, (s, t), inputs, compiled, problems)?;
-        return Some(Connection {
-            id: id.to_owned(),
-            source,
-            target,
-            read: false,
-            request: request?,
-            response,
-            on_drift,
-        });
-    }
+    // A tool call's arguments are mapped, and its result's structuredContent back (issue 37):
+    // no method or path to check. An HTTP connection's are.
+    let read = match src.protocol {
+        Protocol::Mcp => false,
+        Protocol::Http => http_pair(c, at, src, tgt, problems),
+    };
+    let (s, t) = (&src.contract.digest, &tgt.contract.digest);
+    let request = connector(
+        c,
+        at,
+        (s, t),
+        Direction::Request,
+        inputs,
+        compiled,
+        problems,
+    );
+    let response = response_connector(c, at, (s, t), inputs, compiled, problems)?;
+    Some(Connection {
+        id: id.to_owned(),
+        source,
+        target,
+        read,
+        request: request?,
+        response,
+        on_drift,
+    })
+}
+
+/// The checks of an HTTP pair: a GET connects to a GET and maps its answer, a write to a
+/// write; HEAD and OPTIONS have no answer to map; every target path parameter comes from the
+/// source's path. Whether it is a read connection.
+fn http_pair(
+    c: &Map<String, Value>,
+    at: &str,
+    src: &Capability,
+    tgt: &Capability,
+    problems: &mut Vec<Problem>,
+) -> bool {
     // A write's body is mapped; a read's query is mapped and its answer mapped back (issue
     // 37). A read cannot stand in for a write, nor a write for a read; HEAD and OPTIONS have
     // no answer to map.
@@ -236,26 +250,7 @@ fn one(
             ),
         ));
     }
-    let (s, t) = (&src.contract.digest, &tgt.contract.digest);
-    let request = connector(
-        c,
-        at,
-        (s, t),
-        Direction::Request,
-        inputs,
-        compiled,
-        problems,
-    );
-    let response = response_connector(c, at, (s, t), inputs, compiled, problems)?;
-    Some(Connection {
-        id: id.to_owned(),
-        source,
-        target,
-        read,
-        request: request?,
-        response,
-        on_drift,
-    })
+    read
 }
 
 /// The `response` member: `Some(None)` when there is none, `None` when it is not an object.

@@ -66,6 +66,50 @@ pub fn query_input(
     }
 }
 
+/// RICH §11.2 duty 5: a connector's output against the target contract's `structural.input`
+/// before the target is invoked; `ERR_CONNECTOR_POSTCONDITION` at the failing location.
+pub fn check_mapped_input(target: &Contract, v: &serde_json::Value) -> Result<(), crate::Refusal> {
+    mapped(
+        target.input.as_ref(),
+        v,
+        "the connector's output violates the target contract's structural.input",
+        "",
+    )
+}
+
+/// A response connector's output against the source contract's `structural.output`, its
+/// location under `at` (where the mapped value sits in the answer).
+pub fn check_mapped_output(
+    source: &Contract,
+    v: &serde_json::Value,
+    at: &str,
+) -> Result<(), crate::Refusal> {
+    mapped(
+        source.output.as_ref(),
+        v,
+        "the mapped answer violates the source contract's structural.output",
+        at,
+    )
+}
+
+fn mapped(
+    schema: Option<&Schema>,
+    v: &serde_json::Value,
+    what: &str,
+    at: &str,
+) -> Result<(), crate::Refusal> {
+    let Some(schema) = schema else {
+        return Ok(());
+    };
+    schema.check(v).map_err(|violation| {
+        crate::Refusal::new(
+            crate::ErrorCode::ConnectorPostcondition,
+            format!("{what} at schema keyword {}", violation.schema_location),
+        )
+        .with_location(format!("{at}{}", violation.instance_location))
+    })
+}
+
 /// Check 9 (SPEC §5.2, RICH §11.2): a request body against the capability's
 /// `structural.input`. The body must be I-JSON when there is a schema to check; the refusal
 /// names the failing location in the payload, never a value.

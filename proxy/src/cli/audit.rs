@@ -15,9 +15,6 @@ use std::path::Path;
 
 use http::{Request, StatusCode};
 use http_body_util::BodyExt as _;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::keys::TrustStore;
 use palisade_policy::log::audit::{self, AuditError, Audited};
@@ -334,37 +331,18 @@ fn name_entry(e: AuditError) -> String {
 struct Admin {
     base: String,
     token: Option<String>,
-    client: Client<hyper_rustls::HttpsConnector<HttpConnector>, http_body_util::Full<bytes::Bytes>>,
+    client: super::admin_client::AdminClient,
 }
 
 impl Admin {
     fn new(url: &str, token_file: Option<&Path>) -> Result<Self, Failure> {
         let token = token_file
-            .map(|f| {
-                std::fs::read_to_string(f)
-                    .map(|t| t.lines().next().unwrap_or("").trim().to_owned())
-                    .map_err(|e| Failure::usage(format!("--token-file {}: {e}", f.display())))
-            })
-            .transpose()?
-            // A file of named tokens (`name:token`): the first one's token.
-            .map(|t| {
-                t.split_once(':')
-                    .map_or(t.clone(), |(_, tok)| tok.to_owned())
-            });
-        let tls = crate::net::tls::client_config(None, None)
-            .map_err(|e| Failure::usage(format!("TLS: {e}")))?;
-        let mut http = HttpConnector::new();
-        http.enforce_http(false);
-        http.set_connect_timeout(Some(std::time::Duration::from_secs(5)));
-        let https = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_tls_config(tls)
-            .https_or_http()
-            .enable_http1()
-            .wrap_connector(http);
+            .map(super::admin_client::token_file)
+            .transpose()?;
         Ok(Self {
             base: format!("{}/admin/v1/log/", url.trim_end_matches('/')),
             token,
-            client: Client::builder(TokioExecutor::new()).build(https),
+            client: super::admin_client::client()?,
         })
     }
 

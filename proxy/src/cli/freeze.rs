@@ -14,9 +14,6 @@ use std::path::PathBuf;
 
 use http::{Method, Request};
 use http_body_util::BodyExt as _;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Value};
 
 use super::failure::Failure;
@@ -119,17 +116,7 @@ fn call(admin: &AdminArgs, method: Method, path: &str, body: Option<Value>) -> R
 
 fn token(admin: &AdminArgs) -> Result<Option<String>, Failure> {
     if let Some(f) = &admin.token_file {
-        let text = std::fs::read_to_string(f)
-            .map_err(|e| Failure::usage(format!("--token-file {}: {e}", f.display())))?;
-        let first = text.lines().next().unwrap_or("").trim();
-        let token = first.split_once(':').map_or(first, |(_, t)| t).trim();
-        if token.is_empty() {
-            return Err(Failure::usage(format!(
-                "--token-file {}: empty",
-                f.display()
-            )));
-        }
-        return Ok(Some(token.to_owned()));
+        return super::admin_client::token_file(f).map(Some);
     }
     Ok(std::env::var("PALISADE_ADMIN_TOKEN")
         .ok()
@@ -143,18 +130,7 @@ async fn send(
     token: Option<&str>,
     body: Option<Value>,
 ) -> Result<(http::StatusCode, bytes::Bytes), Failure> {
-    let tls = crate::net::tls::client_config(None, None)
-        .map_err(|e| Failure::usage(format!("TLS: {e}")))?;
-    let mut http = HttpConnector::new();
-    http.enforce_http(false);
-    http.set_connect_timeout(Some(std::time::Duration::from_secs(5)));
-    let https = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_tls_config(tls)
-        .https_or_http()
-        .enable_http1()
-        .wrap_connector(http);
-    let client: Client<_, http_body_util::Full<bytes::Bytes>> =
-        Client::builder(TokioExecutor::new()).build(https);
+    let client = super::admin_client::client()?;
     let mut req = Request::builder().method(method).uri(url);
     if let Some(t) = token {
         req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));

@@ -473,6 +473,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
     }
 }
 
+mod admin_client;
 mod audit;
 mod compat;
 pub mod demo;

@@ -83,14 +83,9 @@ pub async fn lift(state: Arc<AppState>, id: &str, by: String) -> Response<ProxyB
         );
     };
     let _one = enf.freezes.changes.lock().await;
-    let stored = match enf.store.freezes().await {
-        Ok(s) => Freezes::decode(&s),
-        Err(_) => {
-            return problem(
-                ErrorCode::StoreUnavailable,
-                "the state store cannot be read",
-            )
-        }
+    let stored = match stored(&enf).await {
+        Ok(s) => s,
+        Err(resp) => return resp,
     };
     if !stored.iter().any(|f| f.id == id) {
         return problem(ErrorCode::NotFound, "no freeze with this id");
@@ -111,14 +106,9 @@ pub async fn list(state: Arc<AppState>) -> Response<ProxyBody> {
     let Some(enf) = state.enforcement.clone() else {
         return body::json_response(StatusCode::OK, &json!({"freezes": []}));
     };
-    let stored = match enf.store.freezes().await {
-        Ok(s) => Freezes::decode(&s),
-        Err(_) => {
-            return problem(
-                ErrorCode::StoreUnavailable,
-                "the state store cannot be read",
-            )
-        }
+    let stored = match stored(&enf).await {
+        Ok(s) => s,
+        Err(resp) => return resp,
     };
     let now = enf.clock.now_ms();
     let list: Vec<Value> = stored
@@ -130,6 +120,17 @@ pub async fn list(state: Arc<AppState>) -> Response<ProxyBody> {
         })
         .collect();
     body::json_response(StatusCode::OK, &json!({ "freezes": list }))
+}
+
+/// The freezes as the store has them (every replica's).
+async fn stored(enf: &Enforcement) -> Result<Vec<Freeze>, Response<ProxyBody>> {
+    match enf.store.freezes().await {
+        Ok(s) => Ok(Freezes::decode(&s)),
+        Err(_) => Err(problem(
+            ErrorCode::StoreUnavailable,
+            "the state store cannot be read",
+        )),
+    }
 }
 
 /// Stores the change with its receipt, then puts the store's list in force here (or, if the

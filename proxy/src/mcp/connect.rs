@@ -82,19 +82,7 @@ pub(crate) fn map_call(
     let mapped = palisade_policy::rich::check_input_value(&source.contract, &arguments)
         .and_then(|()| conn.request.run(&arguments).map_err(Refusal::from))
         .and_then(|out| {
-            let Some(schema) = &target.contract.input else {
-                return Ok(out);
-            };
-            schema.check(&out).map(|()| out.clone()).map_err(|v| {
-                Refusal::new(
-                    ErrorCode::ConnectorPostcondition,
-                    format!(
-                        "the connector's output violates the target contract's structural.input at schema keyword {}",
-                        v.schema_location
-                    ),
-                )
-                .with_location(v.instance_location)
-            })
+            palisade_policy::rich::check_mapped_input(&target.contract, &out).map(|()| out)
         });
     let out = mapped?;
     if let Some(params) = msg.get_mut("params").and_then(Value::as_object_mut) {
@@ -151,18 +139,9 @@ pub(crate) fn map_result(
             .connector
             .run(c)
             .map_err(Refusal::from)
-            .and_then(|out| match &back.source.output {
-                Some(schema) => schema.check(&out).map(|()| out.clone()).map_err(|v| {
-                    Refusal::new(
-                        ErrorCode::ConnectorPostcondition,
-                        format!(
-                            "the mapped result violates the source contract's structural.output at schema keyword {}",
-                            v.schema_location
-                        ),
-                    )
-                    .with_location(format!("/structuredContent{}", v.instance_location))
-                }),
-                None => Ok(out),
+            .and_then(|out| {
+                let at = "/structuredContent";
+                palisade_policy::rich::check_mapped_output(&back.source, &out, at).map(|()| out)
             }),
     };
     match mapped {

@@ -34,7 +34,7 @@ use crate::enforce::written::Written;
 use crate::net::body::{self, CollectError, ProxyBody};
 
 /// Headers that describe the body as the agent sent it, and are wrong once it is mapped.
-pub(super) const BODY_HEADERS: [&str; 4] = [
+const BODY_HEADERS: [&str; 4] = [
     "content-length",
     "transfer-encoding",
     "content-digest",
@@ -144,18 +144,7 @@ fn map_request(
     })?;
     palisade_policy::rich::check_input_value(&source.contract, &input)?;
     let out = conn.request.run(&input).map_err(Refusal::from)?;
-    if let Some(schema) = &target.contract.input {
-        schema.check(&out).map_err(|v| {
-            Refusal::new(
-                ErrorCode::ConnectorPostcondition,
-                format!(
-                    "the connector's output violates the target contract's structural.input at schema keyword {}",
-                    v.schema_location
-                ),
-            )
-            .with_location(v.instance_location)
-        })?;
-    }
+    palisade_policy::rich::check_mapped_input(&target.contract, &out)?;
     serde_json::to_vec(&out)
         .map(Bytes::from)
         .map_err(|_| Refusal::new(ErrorCode::Internal, "the mapped body could not be written"))
@@ -174,15 +163,20 @@ fn readdress(parts: &mut http::request::Parts, target_op: &str, path: &str, len:
         Some(q) => format!("{path}?{q}"),
         None => path.to_owned(),
     };
+    retarget(parts, &pq);
+    parts
+        .headers
+        .insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
+}
+
+/// Points the request at `pq` (origin form) and drops the headers of the body it had.
+pub(super) fn retarget(parts: &mut http::request::Parts, pq: &str) {
     let mut uri = std::mem::take(&mut parts.uri).into_parts();
     uri.path_and_query = pq.parse().ok();
     parts.uri = http::Uri::from_parts(uri).unwrap_or_else(|_| http::Uri::from_static("/"));
     for h in BODY_HEADERS {
         parts.headers.remove(h);
     }
-    parts
-        .headers
-        .insert(http::header::CONTENT_LENGTH, HeaderValue::from(len));
 }
 
 /// Maps a committed answer back: the response connector, then the source's output contract
@@ -270,7 +264,7 @@ pub(super) fn map_answer(
         })
         .and_then(|v| {
             let out = connector.run(&v).map_err(Refusal::from)?;
-            check(&source.contract.output, &out)?;
+            palisade_policy::rich::check_mapped_output(&source.contract, &out, "")?;
             serde_json::to_vec(&out).map(Bytes::from).map_err(|_| {
                 Refusal::new(ErrorCode::Internal, "the mapped body could not be written")
             })
@@ -337,24 +331,4 @@ impl Unmapped<'_> {
         }
         output::with_receipt_header(p)
     }
-}
-
-/// The mapped answer against the source contract's `structural.output`.
-fn check(
-    schema: &Option<palisade_policy::rich::Schema>,
-    v: &serde_json::Value,
-) -> Result<(), Refusal> {
-    let Some(schema) = schema else {
-        return Ok(());
-    };
-    schema.check(v).map_err(|violation| {
-        Refusal::new(
-            ErrorCode::ConnectorPostcondition,
-            format!(
-                "the mapped response violates the source contract's structural.output at schema keyword {}",
-                violation.schema_location
-            ),
-        )
-        .with_location(violation.instance_location)
-    })
 }

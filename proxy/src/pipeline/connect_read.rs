@@ -19,7 +19,7 @@ use http::Response;
 use palisade_policy::rich::{connections, Bundle, Capability, Connection};
 use palisade_policy::{ErrorCode, Refusal};
 
-use super::connect::{self, map_answer, mapped, reference, Unmapped, BODY_HEADERS};
+use super::connect::{self, map_answer, mapped, reference, Unmapped};
 use crate::context::{AppState, Binding, Outcome, WriteContext};
 use crate::enforce::forward::forward_plain;
 use crate::enforce::output;
@@ -163,10 +163,5 @@ fn readdress(parts: &mut http::request::Parts, path: &str, query: Option<&str>) 
         Some(q) => format!("{path}?{q}"),
         None => path.to_owned(),
     };
-    let mut uri = std::mem::take(&mut parts.uri).into_parts();
-    uri.path_and_query = pq.parse().ok();
-    parts.uri = http::Uri::from_parts(uri).unwrap_or_else(|_| http::Uri::from_static("/"));
-    for h in BODY_HEADERS {
-        parts.headers.remove(h);
-    }
+    connect::retarget(parts, &pq);
 }

@@ -165,12 +165,7 @@ impl Run {
             })?
             .into_parts()
             .0;
-        for (name, value) in &self.parts.headers {
-            if !NOT_COPIED.contains(&name.as_str()) {
-                sp.headers.append(name.clone(), value.clone());
-            }
-        }
-        headers::strip_hop_by_hop(&mut sp.headers);
+        sp.headers = self.step_headers();
         // The step acts for the invocation's caller: the same one, not worked out again.
         sp.extensions
             .insert(crate::net::conn::Caller(self.cx.caller.clone()));
@@ -192,17 +187,7 @@ impl Run {
             }
             None => Bytes::new(),
         };
-        let mut scx = WriteContext::new(
-            sp.method.clone(),
-            self.cx.trace_id.clone(),
-            format!("{} {}", req.method, req.path),
-        );
-        scx.caller = self.cx.caller.clone();
-        scx.attribution = self
-            .cx
-            .attribution
-            .clone()
-            .map(|a| Attribution { step: Some(i), ..a });
+        let scx = self.step_cx(i, sp.method.clone(), format!("{} {}", req.method, req.path));
         let written = match self.admitted_input(i, req.body.as_ref(), &scx).await {
             Err(refused) => Written::refused(refused),
             Ok(()) => {
@@ -254,24 +239,8 @@ impl Run {
         capability: usize,
         req: ToolRequest,
     ) -> Result<(Value, Option<Done>), Failed> {
-        let mut headers = http::HeaderMap::new();
-        for (name, value) in &self.parts.headers {
-            if !NOT_COPIED.contains(&name.as_str()) {
-                headers.append(name.clone(), value.clone());
-            }
-        }
-        headers::strip_hop_by_hop(&mut headers);
-        let mut scx = WriteContext::new(
-            http::Method::POST,
-            self.cx.trace_id.clone(),
-            format!("tools/call {}", req.name),
-        );
-        scx.caller = self.cx.caller.clone();
-        scx.attribution = self
-            .cx
-            .attribution
-            .clone()
-            .map(|a| Attribution { step: Some(i), ..a });
+        let headers = self.step_headers();
+        let scx = self.step_cx(i, http::Method::POST, format!("tools/call {}", req.name));
         if let Err(refused) = self.admitted_input(i, Some(&req.arguments), &scx).await {
             let (code, status) = (refused.refusal.code.as_str(), refused.refusal.status());
             return Err(step_failed(
@@ -337,6 +306,30 @@ impl Run {
             window_ms: self.window_ms(),
             inverse,
         })
+    }
+
+    /// The invocation's headers a step carries (not RCNS's, PTCL's or the body's).
+    fn step_headers(&self) -> http::HeaderMap {
+        let mut out = http::HeaderMap::new();
+        for (name, value) in &self.parts.headers {
+            if !NOT_COPIED.contains(&name.as_str()) {
+                out.append(name.clone(), value.clone());
+            }
+        }
+        headers::strip_hop_by_hop(&mut out);
+        out
+    }
+
+    /// Step `i`'s context: the invocation's caller and trace, its attribution with the step.
+    fn step_cx(&self, i: usize, method: http::Method, operation: String) -> WriteContext {
+        let mut scx = WriteContext::new(method, self.cx.trace_id.clone(), operation);
+        scx.caller = self.cx.caller.clone();
+        scx.attribution = self
+            .cx
+            .attribution
+            .clone()
+            .map(|a| Attribution { step: Some(i), ..a });
+        scx
     }
 
     /// A granted lease's recovery window: `max_grant`, at most five minutes.

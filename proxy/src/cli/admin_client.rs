@@ -1,0 +1,44 @@
+//! A client of a sidecar's admin listener, shared by the commands that call one (`audit
+//! verify --url`, `freeze`): http or https (the platform's roots), a 5 s connect timeout, and
+//! the admin token read from a file.
+
+use std::path::Path;
+
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+use super::failure::Failure;
+
+pub(super) type AdminClient =
+    Client<hyper_rustls::HttpsConnector<HttpConnector>, http_body_util::Full<bytes::Bytes>>;
+
+pub(super) fn client() -> Result<AdminClient, Failure> {
+    let tls = crate::net::tls::client_config(None, None)
+        .map_err(|e| Failure::usage(format!("TLS: {e}")))?;
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_connect_timeout(Some(std::time::Duration::from_secs(5)));
+    let https = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_tls_config(tls)
+        .https_or_http()
+        .enable_http1()
+        .wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new()).build(https))
+}
+
+/// The token in a token file: its first line, or of a file of named tokens (`name:token`),
+/// the first one's token.
+pub(super) fn token_file(f: &Path) -> Result<String, Failure> {
+    let text = std::fs::read_to_string(f)
+        .map_err(|e| Failure::usage(format!("--token-file {}: {e}", f.display())))?;
+    let first = text.lines().next().unwrap_or("").trim();
+    let token = first.split_once(':').map_or(first, |(_, t)| t).trim();
+    if token.is_empty() {
+        return Err(Failure::usage(format!(
+            "--token-file {}: empty",
+            f.display()
+        )));
+    }
+    Ok(token.to_owned())
+}
