@@ -854,7 +854,7 @@ async fn the_password_is_never_shown() {
     let printed =
         String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{printed}");
-    assert!(printed.contains("schema version 7"), "{printed}");
+    assert!(printed.contains("schema version 8"), "{printed}");
     assert!(!printed.contains(PASSWORD));
     let bad = cfg(
         "bad",
@@ -1114,7 +1114,7 @@ async fn a_newer_schema_is_refused_and_a_fresh_database_is_migrated() {
     let out = run(Command::new(bin())
         .args(["store", "migrate", "--config"])
         .arg(&fresh));
-    assert_eq!(out.trim(), "ok: postgres schema version 7");
+    assert_eq!(out.trim(), "ok: postgres schema version 8");
 }
 
 /// A freeze posted at one replica holds at the others within 1 s under load (SPEC §14).
