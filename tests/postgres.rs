@@ -1005,16 +1005,24 @@ async fn retention_sweeps_in_rounds_and_audit_verify_starts_at_the_anchor() {
         };
         assert!(keeping_nothing.escrow_put(held).await.unwrap());
     }
+    // A budget key and spend a day old (SPEC §14: no window reaches them), and a fresh spend.
+    cluster.query(
+        "INSERT INTO budget_keys (key, last_ms) VALUES ('\\x01', 1), ('\\x02', 9223372036854775000);
+         INSERT INTO budget_spends (key, at_ms) VALUES ('\\x01', 1), ('\\x02', 9223372036854775000)",
+    );
     let mut left = before;
     for _ in 0..100 {
         left = cluster
             .query("SELECT count(*) FROM log_entries")
             .parse()
             .unwrap();
+        let budget_rows = cluster.query(
+            "SELECT (SELECT count(*) FROM budget_keys) + (SELECT count(*) FROM budget_spends)",
+        );
         let lease_rows = cluster
             .query("SELECT count(*) FROM lease_data WHERE lease_id = 'urn:uuid:expired-long-ago'");
         let escrow_rows = cluster.query("SELECT count(*) FROM escrows WHERE id = 'escrow-swept'");
-        if left == 0 && lease_rows == "0" && escrow_rows == "0" {
+        if left == 0 && lease_rows == "0" && escrow_rows == "0" && budget_rows == "2" {
             break;
         }
         // The sweeper's first round runs at once; the next one after its pause or a full round.
@@ -1022,6 +1030,11 @@ async fn retention_sweeps_in_rounds_and_audit_verify_starts_at_the_anchor() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(left, 0, "receipts were not swept ({before} before)");
+    assert_eq!(
+        cluster.query("SELECT encode(key, 'hex') FROM budget_spends"),
+        "02",
+        "the day-old budget spend was swept, the fresh one kept"
+    );
     assert_eq!(keeping_nothing.escrow("escrow-swept").await.unwrap(), None);
     assert!(keeping_nothing
         .escrow("escrow-kept")

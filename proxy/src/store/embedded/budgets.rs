@@ -1,13 +1,15 @@
-//! Write budgets in the embedded store (SPEC §14): each spend a row of [`BUDGETS`], keyed
-//! `rule key · at_ms · seq`, so a key's window is one range. The check and the spend run in
-//! the writer thread, in the batch's transaction: atomic, and durable with the batch.
+//! Write budgets in the embedded store (SPEC §14): each spend a row of `BUDGETS`, keyed
+//! `rule key · at_ms · seq`, so a key's window is one range, and of `BUDGET_AGE` (`at_ms ·
+//! rule key · seq`), so the sweep removes what no window can hold any more (older than the
+//! longest window, a day) oldest first, whatever key it is under. The check and the spend run
+//! in the writer thread, in the batch's transaction: atomic, and durable with the batch.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::LazyLock;
 
 use redb::ReadableTable;
 
-use super::tables::{unavailable, Tables, T_BUDGETS};
+use super::tables::{unavailable, Tables, T_BUDGETS, T_BUDGET_AGE};
 use crate::store::{BudgetSpend, BudgetVerdict, StoreError};
 
 /// Tells apart spends of one key in one millisecond; seeded from the wall clock so that a
@@ -27,6 +29,59 @@ fn row(key: &[u8; 16], at_ms: u64, seq: u64) -> Vec<u8> {
     r
 }
 
+/// A `BUDGETS` row's `BUDGET_AGE` twin: the time first.
+fn aged(row: &[u8]) -> Vec<u8> {
+    let mut r = Vec::with_capacity(32);
+    r.extend_from_slice(row.get(16..24).unwrap_or_default());
+    r.extend_from_slice(row.get(..16).unwrap_or_default());
+    r.extend_from_slice(row.get(24..).unwrap_or_default());
+    r
+}
+
+/// The `BUDGETS` row of a `BUDGET_AGE` one.
+fn unaged(age: &[u8]) -> Vec<u8> {
+    let mut r = Vec::with_capacity(32);
+    r.extend_from_slice(age.get(8..24).unwrap_or_default());
+    r.extend_from_slice(age.get(..8).unwrap_or_default());
+    r.extend_from_slice(age.get(24..).unwrap_or_default());
+    r
+}
+
+fn insert(t: &mut Tables<'_>, r: &[u8]) -> Result<(), StoreError> {
+    let a = aged(r);
+    t.budgets.insert(r, ()).map_err(unavailable)?;
+    t.budget_age.insert(a.as_slice(), ()).map_err(unavailable)?;
+    t.redo.put(T_BUDGETS, r, &[]);
+    t.redo.put(T_BUDGET_AGE, &a, &[]);
+    Ok(())
+}
+
+fn remove(t: &mut Tables<'_>, r: &[u8]) -> Result<(), StoreError> {
+    let a = aged(r);
+    if t.budgets.remove(r).map_err(unavailable)?.is_some() {
+        t.budget_age.remove(a.as_slice()).map_err(unavailable)?;
+        t.redo.delete(T_BUDGETS, r);
+        t.redo.delete(T_BUDGET_AGE, &a);
+    }
+    Ok(())
+}
+
+/// Removes at most `limit` spends older than the longest window any rule may have.
+pub(super) fn sweep(t: &mut Tables<'_>, now: u64, limit: usize) -> Result<(), StoreError> {
+    let before = now.saturating_sub(palisade_policy::budget::MAX_WINDOW_MS);
+    let old: Vec<Vec<u8>> = t
+        .budget_age
+        .range(..before.to_be_bytes().as_slice())
+        .map_err(unavailable)?
+        .take(limit)
+        .map(|r| r.map(|(k, _)| k.value().to_vec()).map_err(unavailable))
+        .collect::<Result<_, _>>()?;
+    for a in old {
+        remove(t, &unaged(&a))?;
+    }
+    Ok(())
+}
+
 /// Checks every rule's window at the batch's now; spends one unit of each if all have room.
 /// Rows that left their window are removed on the way.
 pub(super) fn spend(
@@ -44,8 +99,7 @@ pub(super) fn spend(
             .map(|r| r.map(|(k, _)| k.value().to_vec()).map_err(unavailable))
             .collect::<Result<_, _>>()?;
         for k in gone {
-            t.budgets.remove(k.as_slice()).map_err(unavailable)?;
-            t.redo.delete(T_BUDGETS, &k);
+            remove(t, &k)?;
         }
         let times: Vec<i64> = t
             .budgets
@@ -74,8 +128,7 @@ pub(super) fn spend(
     let mut spent = Vec::with_capacity(spends.len());
     for s in spends {
         let r = row(&s.key, now, SEQ.fetch_add(1, Ordering::Relaxed));
-        t.budgets.insert(r.as_slice(), ()).map_err(unavailable)?;
-        t.redo.put(T_BUDGETS, &r, &[]);
+        insert(t, &r)?;
         spent.push(r);
     }
     Ok(BudgetVerdict::Spent(spent))
@@ -84,13 +137,7 @@ pub(super) fn spend(
 /// Removes spends a write made and then did not use.
 pub(super) fn refund(t: &mut Tables<'_>, spent: &[Vec<u8>]) -> Result<(), StoreError> {
     for r in spent {
-        if t.budgets
-            .remove(r.as_slice())
-            .map_err(unavailable)?
-            .is_some()
-        {
-            t.redo.delete(T_BUDGETS, r);
-        }
+        remove(t, r)?;
     }
     Ok(())
 }

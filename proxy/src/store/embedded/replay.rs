@@ -123,6 +123,10 @@ impl Tables<'_> {
             }
             (T_BUDGETS, Some(_)) => drop(self.budgets.insert(c.key, ()).map_err(unavailable)?),
             (T_BUDGETS, None) => drop(self.budgets.remove(c.key).map_err(unavailable)?),
+            (T_BUDGET_AGE, Some(_)) => {
+                drop(self.budget_age.insert(c.key, ()).map_err(unavailable)?);
+            }
+            (T_BUDGET_AGE, None) => drop(self.budget_age.remove(c.key).map_err(unavailable)?),
             (T_ESCROW_DUE, value) => {
                 let (at, id) = due_key(c.key)?;
                 if value.is_some() {

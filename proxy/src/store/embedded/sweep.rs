@@ -1,7 +1,7 @@
 //! Removing what the store no longer has to keep, a bounded amount per transaction so that a
 //! sweep never makes one commit long: expired idempotency keys (SPEC §5.6), the data of leases
 //! past their retention and the escrows held under them, receipts past
-//! `store.receipt_retention`, relay messages past their TTL.
+//! `store.receipt_retention`, relay messages past their TTL, budget spends past any window.
 //!
 //! Each sweep runs inside a batch's transaction, so its deletions are journalled and durable
 //! with the batch; the pages they free are reused after the next checkpoint.
@@ -58,6 +58,7 @@ impl Sweeper {
         sweep_leases(t, self, now, limit)?;
         sweep_escrows(t, now, limit)?;
         super::relay::sweep(t, now, limit)?;
+        super::budgets::sweep(t, now, limit)?;
         super::rcns::sweep(t, now, limit)?;
         if let Some(keep) = self.retention.receipts {
             if now >= self.receipts_due_ms {

@@ -70,6 +70,8 @@ pub(super) const FREEZES: TableDefinition<&str, &[u8]> = TableDefinition::new("f
 /// Budget spends (SPEC §14): `key (16) · at_ms (8, BE) · seq (8, BE)`, no value
 /// (`embedded::budgets`).
 pub(super) const BUDGETS: TableDefinition<&[u8], ()> = TableDefinition::new("budgets");
+/// The same spends by age (`at_ms · key · seq`), so the sweep finds the oldest first.
+pub(super) const BUDGET_AGE: TableDefinition<&[u8], ()> = TableDefinition::new("budget_age");
 
 /// (due time in unix ms, lease id): when a lease's data may be removed (its expiry plus
 /// [`crate::store::Retention::leases`]). Lets the writer sweep them oldest first.
@@ -117,6 +119,7 @@ pub(super) const T_LOG_ENTRIES: u8 = 13;
 pub(super) const T_LOG_HASHES: u8 = 14;
 pub(super) const T_FREEZES: u8 = 15;
 pub(super) const T_BUDGETS: u8 = 16;
+pub(super) const T_BUDGET_AGE: u8 = 17;
 
 /// Creates every table (a new file), so that readers never meet a missing one.
 pub(super) fn create_all(wtx: &redb::WriteTransaction) -> Result<(), StoreError> {
@@ -136,6 +139,7 @@ pub(super) fn create_all(wtx: &redb::WriteTransaction) -> Result<(), StoreError>
     wtx.open_table(LOG_HASHES).map_err(unavailable)?;
     wtx.open_table(FREEZES).map_err(unavailable)?;
     wtx.open_table(BUDGETS).map_err(unavailable)?;
+    wtx.open_table(BUDGET_AGE).map_err(unavailable)?;
     Ok(())
 }
 
@@ -162,6 +166,7 @@ pub(super) struct Tables<'t> {
     pub(super) hashes: redb::Table<'t, u64, &'static [u8]>,
     pub(super) freezes: redb::Table<'t, &'static str, &'static [u8]>,
     pub(super) budgets: redb::Table<'t, &'static [u8], ()>,
+    pub(super) budget_age: redb::Table<'t, &'static [u8], ()>,
     pub(super) redo: Redo,
     /// The batch's time (unix ms), read once from the store's clock: every expiry the batch
     /// sets or judges is relative to it.
@@ -193,6 +198,7 @@ impl<'t> Tables<'t> {
             hashes: wtx.open_table(LOG_HASHES).map_err(unavailable)?,
             freezes: wtx.open_table(FREEZES).map_err(unavailable)?,
             budgets: wtx.open_table(BUDGETS).map_err(unavailable)?,
+            budget_age: wtx.open_table(BUDGET_AGE).map_err(unavailable)?,
             redo: Redo::default(),
             now_ms,
         })

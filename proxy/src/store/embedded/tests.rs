@@ -618,3 +618,47 @@ async fn rcns_records_keep_their_caps_expire_and_survive_reopening() {
         1
     );
 }
+
+/// Budget spends no window can reach (older than a day) are swept, whatever key they are under,
+/// so a key never spent again leaves nothing behind (SPEC §14).
+#[tokio::test]
+async fn budget_spends_a_day_old_are_swept() {
+    use crate::store::{BudgetSpend, BudgetVerdict};
+    use redb::ReadableTableMetadata as _;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = SetClock::at(T0);
+    let store = open_at(&dir.path().join("s.redb"), retention(0, None), &clock);
+    let spend = |key: u8| BudgetSpend {
+        key: [key; 16],
+        limit: 10,
+        window_ms: 60_000,
+    };
+    for k in 0..3 {
+        let v = store.budget_spend(vec![spend(k)]).await.unwrap();
+        assert!(matches!(v, BudgetVerdict::Spent(_)));
+    }
+    let rows = |store: &EmbeddedStore| {
+        let rtx = store.db.begin_read().unwrap();
+        let n = rtx
+            .open_table(super::tables::BUDGETS)
+            .unwrap()
+            .len()
+            .unwrap();
+        let m = rtx
+            .open_table(super::tables::BUDGET_AGE)
+            .unwrap()
+            .len()
+            .unwrap();
+        (n, m)
+    };
+    store.settle().await.unwrap();
+    assert_eq!(rows(&store), (3, 3));
+    clock.advance(std::time::Duration::from_secs(86_401));
+    nudge(&store).await;
+    store.settle().await.unwrap();
+    assert_eq!(
+        rows(&store),
+        (0, 0),
+        "swept: nothing of the three keys is left"
+    );
+}

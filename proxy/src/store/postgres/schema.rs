@@ -66,22 +66,24 @@ const MIGRATIONS: &[&str] = &[
      INSERT INTO log_head (id, size, note) VALUES (1, 0, '');",
     // 7: the operators' freezes (SPEC §14), each stored with the receipt that made it.
     "CREATE TABLE freezes (id text PRIMARY KEY, record bytea NOT NULL);",
-    // 8: write budgets (SPEC §14): a row per spend, a row per key to lock, and the check and
-    // spend as one function, so a write pays one round trip. Each statement of a PL/pgSQL
+    // 8: write budgets (SPEC §14): a row per spend, a row per key to lock (and to sweep when
+    // unused for a day), and the check and spend as one function: one round trip a write. Each statement of a PL/pgSQL
     // function takes a new snapshot (READ COMMITTED), so the count after the lock sees every
     // spend committed by whoever held it: the count is exact across replicas.
-    "CREATE TABLE budget_keys (key bytea PRIMARY KEY);
+    "CREATE TABLE budget_keys (key bytea PRIMARY KEY, last_ms bigint NOT NULL);
+     CREATE INDEX budget_keys_last ON budget_keys (last_ms);
      CREATE TABLE budget_spends (id bigserial PRIMARY KEY, key bytea NOT NULL, at_ms bigint NOT NULL);
      CREATE INDEX budget_spends_key ON budget_spends (key, at_ms);
+     CREATE INDEX budget_spends_at ON budget_spends (at_ms);
      CREATE FUNCTION palisade_budget_spend(keys bytea[], limits bigint[], windows bigint[],
          now_ms bigint, OUT over int, OUT retry_ms bigint, OUT ids bigint[])
      LANGUAGE plpgsql AS $$
      DECLARE i int; n bigint; leaving bigint;
      BEGIN
        over := 0; retry_ms := 0; ids := '{}';
-       INSERT INTO budget_keys (key) SELECT DISTINCT k FROM unnest(keys) AS k ORDER BY 1
-         ON CONFLICT DO NOTHING;
-       PERFORM 1 FROM budget_keys WHERE key = ANY(keys) ORDER BY key FOR UPDATE;
+       -- Upserted in key order, each row locked by its update until this call commits.
+       INSERT INTO budget_keys (key, last_ms) SELECT DISTINCT k, now_ms FROM unnest(keys) AS k
+         ORDER BY 1 ON CONFLICT (key) DO UPDATE SET last_ms = EXCLUDED.last_ms;
        FOR i IN 1 .. coalesce(array_length(keys, 1), 0) LOOP
          DELETE FROM budget_spends WHERE key = keys[i] AND at_ms <= now_ms - windows[i];
          SELECT count(*) INTO n FROM budget_spends WHERE key = keys[i];

@@ -2,7 +2,7 @@
 //! statements): expired idempotency keys and lapsed reservations, the data of leases past
 //! `store.lease_retention` and the escrows held under them, receipts past
 //! `store.receipt_retention` with the chain's anchor moved past them, negotiation-relay
-//! messages past their TTL. Every replica runs the sweeper; a transaction-level advisory lock lets one
+//! messages past their TTL, budget spends and keys a day old. Every replica runs the sweeper; a transaction-level advisory lock lets one
 //! at a time work, and each round removes a bounded number of rows so no transaction is long.
 
 use deadpool_postgres::{Object, Pool};
@@ -134,6 +134,21 @@ pub(super) async fn round(
             .await
             .map_err(unavailable)?;
     }
+    // Budget spends and keys no window can reach any more (the longest is a day).
+    let day_ago = now.saturating_sub(palisade_policy::budget::MAX_WINDOW_MS as i64);
+    let mut budgets = 0;
+    for statement in [
+        "DELETE FROM budget_spends WHERE id IN
+           (SELECT id FROM budget_spends WHERE at_ms <= $1 LIMIT $2)",
+        "DELETE FROM budget_keys WHERE key IN
+           (SELECT key FROM budget_keys WHERE last_ms <= $1 LIMIT $2)",
+    ] {
+        let n = tx
+            .execute(statement, &[&day_ago, &PER_ROUND])
+            .await
+            .map_err(unavailable)?;
+        budgets = budgets.max(n);
+    }
     let relay = super::relay::sweep(&tx, now, PER_ROUND).await?;
     let rcns = super::rcns::sweep(&tx, now, PER_ROUND).await?;
     tx.commit().await.map_err(unavailable)?;
@@ -143,7 +158,8 @@ pub(super) async fn round(
         || escrows >= limit
         || receipts >= limit
         || relay >= limit
-        || rcns >= limit)
+        || rcns >= limit
+        || budgets >= limit)
 }
 
 /// The anchor and every retained receipt, read in one snapshot.
