@@ -330,3 +330,34 @@ fn spiffe_ids_need_a_client_ca_and_must_be_spiffe_ids() {
         );
     }
 }
+
+/// Named admin tokens (SPEC §9): `name:token` lines, each call attributed to its token's name.
+/// A freeze made with bob's token names bob in its receipt; a token that is no one's is 401.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn named_tokens_attribute_each_admin_call() {
+    let s = guarded("alice:tok-alice-19\nbob:tok-bob-27").await;
+    let body = r#"{"scope":"all","reason":"drill"}"#;
+    let freeze = |token: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-X", "POST", "-w", "\n%{http_code}", "-H"])
+            .arg(format!("Authorization: Bearer {token}"))
+            .args(["-H", "content-type: application/json", "--data", body])
+            .arg(format!("http://{}/admin/v1/freeze", s.p.admin))
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (code.trim().parse::<u16>().unwrap(), body.to_owned())
+    };
+    let (code, made) = freeze("tok-bob-27");
+    assert_eq!(code, 201, "{made}");
+    let made: Value = serde_json::from_str(&made).unwrap();
+    assert_eq!(verified_receipt(&made["receipt"])["by"], "bob");
+    assert_eq!(made["freeze"]["by"], "bob");
+    for wrong in ["bob:tok-bob-27", "tok-bob", "alice"] {
+        let (code, doc) = freeze(wrong);
+        assert_eq!(code, 401, "{wrong}: {doc}");
+    }
+    let (code, list) = curl(&s.p, "GET", "/admin/v1/freeze", Some("tok-alice-19"));
+    assert_eq!(code, 200, "{list}");
+}

@@ -14,6 +14,10 @@
 //!
 //! Without any credential the listener is loopback-only (`config` refuses anything else),
 //! where only the pod's own containers reach it.
+//!
+//! Every admin action is attributed to a name (SPEC §9, issue 39): the token file may hold
+//! named tokens, one `name:token` a line (a name is 1–64 of `A–Z a–z 0–9 . _ -`; a line
+//! without one is the token of `admin-token`), and an mTLS caller is named by its SPIFFE ID.
 
 use std::path::Path;
 
@@ -46,63 +50,90 @@ pub(crate) fn read_token(path: &Path) -> Option<String> {
     (text.len() as u64 <= MAX_TOKEN_FILE && !token.is_empty()).then(|| token.to_owned())
 }
 
-/// Whether a guarded call may go ahead: no credential configured (a loopback listener), the
-/// admin token, or a verified client certificate whose SPIFFE ID is allowed. Either
-/// credential is enough; the token file is read only when the certificate does not settle it.
+/// The named tokens of a token file's text: `name:token` lines, or a bare token (`admin-token`).
+fn named_tokens(text: &str) -> Vec<(&str, &str)> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(|l| match l.split_once(':') {
+            Some((name, token)) if is_name(name) && !token.trim().is_empty() => {
+                (name, token.trim())
+            }
+            _ => ("admin-token", l),
+        })
+        .collect()
+}
+
+fn is_name(s: &str) -> bool {
+    (1..=64).contains(&s.len())
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+/// Whether a guarded call may go on.
 pub(super) fn allowed(
     config: &crate::config::Config,
     headers: &HeaderMap,
     peer_spiffe_id: Option<&str>,
 ) -> bool {
     let token = config.admin_token_file.as_deref();
-    let ids = &config.admin_spiffe_ids;
-    if token.is_none() && ids.is_empty() {
+    if token.is_none() && config.admin_spiffe_ids.is_empty() {
         return true;
     }
-    peer_spiffe_id.is_some_and(|id| ids.iter().any(|a| a == id))
-        || token.is_some_and(|f| authorized(f, headers))
+    caller(config, headers, peer_spiffe_id).is_some()
 }
 
-/// Whether `headers` carry `Authorization: Bearer <the token in token_file>`.
-/// Who an allowed admin call is, for the receipts that name them (a freeze's `by`): the
-/// client certificate's SPIFFE ID when it is an allowed one, else the admin token's holder,
-/// else (no credential configured: loopback only) the listener's own name.
+/// The name of an admin call's credential: the allowed client certificate's SPIFFE ID, or the
+/// name of the token presented; `None` when it presents neither.
+pub(super) fn caller(
+    config: &crate::config::Config,
+    headers: &HeaderMap,
+    peer_spiffe_id: Option<&str>,
+) -> Option<String> {
+    if let Some(id) = peer_spiffe_id.filter(|id| config.admin_spiffe_ids.iter().any(|a| a == id)) {
+        return Some(id.to_owned());
+    }
+    config
+        .admin_token_file
+        .as_deref()
+        .and_then(|f| authorized(f, headers))
+}
+
+/// Who an allowed admin call is, for the receipts that name them (a freeze's `by`, an
+/// approval's `approver`): its credential's name, or (no credential configured: loopback
+/// only) the listener's own name.
 pub(super) fn who(
     config: &crate::config::Config,
     headers: &HeaderMap,
     peer_spiffe_id: Option<&str>,
 ) -> String {
-    if let Some(id) = peer_spiffe_id.filter(|id| config.admin_spiffe_ids.iter().any(|a| a == id)) {
-        return id.to_owned();
-    }
-    match &config.admin_token_file {
-        Some(f) if authorized(f, headers) => "admin-token".to_owned(),
-        _ => "admin-listener".to_owned(),
-    }
+    caller(config, headers, peer_spiffe_id).unwrap_or_else(|| "admin-listener".to_owned())
 }
 
-pub(super) fn authorized(token_file: &Path, headers: &HeaderMap) -> bool {
-    let Some(expected) = read_token(token_file) else {
+/// The name of the token in `token_file` that `headers` present, compared in constant time
+/// against every one (so which one matched does not show in the timing either).
+pub(super) fn authorized(token_file: &Path, headers: &HeaderMap) -> Option<String> {
+    let Some(text) = read_token(token_file) else {
         tracing::warn!(file = %token_file.display(), "admin.token_file unreadable or empty; refusing admin calls");
-        return false;
+        return None;
     };
-    let Some(given) = headers
+    let given = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.split_once(' '))
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, t)| t.trim())
-    else {
-        return false;
-    };
-    let (a, b) = (
-        Sha256Digest::of(given.as_bytes()),
-        Sha256Digest::of(expected.as_bytes()),
-    );
-    a.0.ct_eq(&b.0).into()
+        .map(|(_, t)| t.trim())?;
+    let given = Sha256Digest::of(given.as_bytes());
+    let mut found = None;
+    for (name, token) in named_tokens(&text) {
+        let matched: bool = given.0.ct_eq(&Sha256Digest::of(token.as_bytes()).0).into();
+        if matched && found.is_none() {
+            found = Some(name.to_owned());
+        }
+    }
+    found
 }
 
-/// 401 with the challenge RFC 6750 §3 asks for.
 pub(super) fn refused() -> Response<ProxyBody> {
     let mut resp = Problem::new(
         ErrorCode::AdminUnauthorized,
@@ -132,8 +163,11 @@ mod tests {
             h.insert(header::AUTHORIZATION, v.parse().expect("value"));
             h
         };
-        assert!(authorized(&file, &with("Bearer s3cret-token")));
-        assert!(authorized(&file, &with("bearer s3cret-token")));
+        assert_eq!(
+            authorized(&file, &with("Bearer s3cret-token")).as_deref(),
+            Some("admin-token")
+        );
+        assert!(authorized(&file, &with("bearer s3cret-token")).is_some());
         for wrong in [
             "Bearer s3cret",
             "Bearer s3cret-token2",
@@ -141,15 +175,40 @@ mod tests {
             "s3cret-token",
             "Bearer ",
         ] {
-            assert!(!authorized(&file, &with(wrong)), "{wrong}");
+            assert!(authorized(&file, &with(wrong)).is_none(), "{wrong}");
         }
-        assert!(!authorized(&file, &HeaderMap::new()));
+        assert!(authorized(&file, &HeaderMap::new()).is_none());
         std::fs::write(&file, "  \n").expect("write");
         assert!(
-            !authorized(&file, &with("Bearer ")),
+            authorized(&file, &with("Bearer ")).is_none(),
             "an empty file refuses everything"
         );
-        assert!(!authorized(&dir.path().join("missing"), &with("Bearer x")));
+        assert!(authorized(&dir.path().join("missing"), &with("Bearer x")).is_none());
+        // Named tokens: each call is its token's name; a line that names nothing is
+        // `admin-token`'s (a token may hold a colon).
+        std::fs::write(
+            &file,
+            "alice:tok-a\nbob:tok-b\nhex:with:colons\nbad name:tok-c\n",
+        )
+        .expect("write");
+        assert_eq!(
+            authorized(&file, &with("Bearer tok-a")).as_deref(),
+            Some("alice")
+        );
+        assert_eq!(
+            authorized(&file, &with("Bearer tok-b")).as_deref(),
+            Some("bob")
+        );
+        assert_eq!(
+            authorized(&file, &with("Bearer with:colons")).as_deref(),
+            Some("hex")
+        );
+        assert_eq!(
+            authorized(&file, &with("Bearer bad name:tok-c")).as_deref(),
+            Some("admin-token")
+        );
+        assert!(authorized(&file, &with("Bearer tok-c")).is_none());
+        assert!(authorized(&file, &with("Bearer alice:tok-a")).is_none());
     }
 
     #[test]
