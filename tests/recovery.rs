@@ -354,8 +354,9 @@ async fn escrow_holds_until_an_operator_decides_and_rechecks_on_release() {
     let (status, doc) = admin_post(s.p.admin, &format!("/admin/v1/escrow/{rejected}/reject")).await;
     assert_eq!(status, StatusCode::OK);
     assert_eq!(doc["state"], "rejected");
-    assert_receipt_verifies(&doc["receipt"], "escrow");
+    assert_receipt_verifies(&doc["receipt"], "approval");
     assert_eq!(doc["receipt"]["receipt"]["outcome"], "rejected");
+    assert_eq!(doc["receipt"]["receipt"]["approver"], "admin-listener");
     let (status, _) = admin_post(s.p.admin, &format!("/admin/v1/escrow/{rejected}/approve")).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(puts_to(&s.upstream, "/items/2"), 0);

@@ -34,6 +34,9 @@ pub enum ReceiptKind {
     /// An AIP-2.1 quote-channel message delivered to the agent behind the sidecar (SPEC §13):
     /// no lease, no SoR write; its `request_digest` is the message's. Our addition too.
     Delivery,
+    /// SPEC §9: an operator approved or rejected a held write (`outcome` `approved` or
+    /// `rejected`), naming the `approver` and the `escrow_id`.
+    Approval,
     /// SPEC §14: an operator's freeze made or lifted (`outcome` `frozen` or `unfrozen`),
     /// naming who (`by`) and the freeze (`freeze_id`).
     Freeze,
@@ -89,6 +92,11 @@ pub struct ReceiptBody {
     /// A `freeze` entry's, and a write it refused: the freeze's id.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub freeze_id: Option<String>,
+    /// An `approval` entry's: who decided, on which escrow (SPEC §9).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approver: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub escrow_id: Option<String>,
     /// RFC 3339.
     pub at: String,
 }
@@ -137,6 +145,8 @@ impl ReceiptBody {
             attribution: None,
             by: None,
             freeze_id: None,
+            approver: None,
+            escrow_id: None,
             at,
         }
     }

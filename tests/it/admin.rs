@@ -33,11 +33,16 @@ fn curl(p: &Palisade, method: &str, path: &str, token: Option<&str>) -> (u16, St
 
 /// A sidecar whose admin listener takes the token in `dir/admin-token`.
 async fn guarded(token: &str) -> Setup {
+    guarded_with(token, "").await
+}
+
+/// [`guarded`], with `more` configuration after it.
+async fn guarded_with(token: &str, more: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("admin-token");
     std::fs::write(&file, format!("{token}\n")).unwrap();
     let extra = format!(
-        "[admin]\naddr = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n",
+        "[admin]\naddr = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n{more}",
         file.display()
     );
     start_in(Upstream::start().await, dir, &extra)
@@ -45,13 +50,17 @@ async fn guarded(token: &str) -> Setup {
 
 /// Holds a HUMAN_ESCROW write to `/items/1`; returns the escrow id.
 async fn hold(s: &Setup) -> String {
+    hold_at(s, "/items/1").await
+}
+
+async fn hold_at(s: &Setup, path: &str) -> String {
     let agent = KeyPair::from_seed(AGENT_SEED);
-    let lease = lease_for(&agent, "/items/1", 1, |f| {
+    let lease = lease_for(&agent, path, 1, |f| {
         f.insert("recovery_mode".into(), json!("HUMAN_ESCROW"));
     });
     let (parts, body) = send(
         &http1_client(),
-        put(&s.p, "/items/1", Some(&lease), Some(&inverse())),
+        put(&s.p, path, Some(&lease), Some(&inverse())),
     )
     .await;
     assert_eq!(
@@ -360,4 +369,88 @@ async fn named_tokens_attribute_each_admin_call() {
     }
     let (code, list) = curl(&s.p, "GET", "/admin/v1/freeze", Some("tok-alice-19"));
     assert_eq!(code, 200, "{list}");
+}
+
+/// The two-person rule (SPEC §9): with `escrow.approvals_required = 2`, one approval leaves the
+/// write held (202), the same name again is refused and counts once, a second name releases it
+/// exactly once; each approval and a rejection are receipts of kind `approval` naming the
+/// approver, bound to the escrow and its request's digest; one rejection rejects.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_named_approvers_release_a_held_write() {
+    let s = guarded_with(
+        "alice:tok-alice-19\nbob:tok-bob-27",
+        "[escrow]\napprovals_required = 2\n",
+    )
+    .await;
+    let id = hold(&s).await;
+    let approve = format!("/admin/v1/escrow/{id}/approve");
+    let (code, body) = curl(&s.p, "POST", &approve, Some("tok-alice-19"));
+    assert_eq!(code, 202, "{body}");
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["state"], "held");
+    assert_eq!(doc["approvals"], json!(["alice"]));
+    let r = verified_receipt(&doc["receipt"]);
+    assert_eq!(
+        (
+            r["kind"].as_str(),
+            r["outcome"].as_str(),
+            r["approver"].as_str()
+        ),
+        (Some("approval"), Some("approved"), Some("alice"))
+    );
+    assert_eq!(r["escrow_id"], id.as_str());
+    assert_eq!(
+        r["request_digest"],
+        format!("sha256:{}", sha256_hex(br#"{"qty":1150}"#))
+    );
+    // The same name again counts once: refused, still one approval, nothing sent.
+    let (code, body) = curl(&s.p, "POST", &approve, Some("tok-alice-19"));
+    assert_eq!(code, 400, "{body}");
+    assert_eq!(puts(&s), 0);
+    // A second name releases it, once.
+    let (code, body) = curl(&s.p, "POST", &approve, Some("tok-bob-27"));
+    assert_eq!(code, 200, "{body}");
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["state"], "released", "{doc}");
+    assert_eq!(doc["approvals"], json!(["alice", "bob"]));
+    assert_eq!(puts(&s), 1);
+    let (code, _) = curl(&s.p, "POST", &approve, Some("tok-bob-27"));
+    assert_eq!(code, 409);
+    assert_eq!(puts(&s), 1, "released exactly once");
+
+    // One rejection rejects, whatever was approved before; it names the approver.
+    let other = hold_at(&s, "/items/2").await;
+    let (code, _) = curl(
+        &s.p,
+        "POST",
+        &format!("/admin/v1/escrow/{other}/approve"),
+        Some("tok-alice-19"),
+    );
+    assert_eq!(code, 202);
+    let (code, body) = curl(
+        &s.p,
+        "POST",
+        &format!("/admin/v1/escrow/{other}/reject"),
+        Some("tok-bob-27"),
+    );
+    assert_eq!(code, 200, "{body}");
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(doc["state"], "rejected");
+    let r = verified_receipt(&doc["receipt"]);
+    assert_eq!(
+        (
+            r["kind"].as_str(),
+            r["outcome"].as_str(),
+            r["approver"].as_str()
+        ),
+        (Some("approval"), Some("rejected"), Some("bob"))
+    );
+    let (code, _) = curl(
+        &s.p,
+        "POST",
+        &format!("/admin/v1/escrow/{other}/approve"),
+        Some("tok-bob-27"),
+    );
+    assert_eq!(code, 409);
+    assert_eq!(puts(&s), 1, "the rejected write never left");
 }

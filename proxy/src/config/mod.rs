@@ -99,6 +99,7 @@ impl Config {
             log: section(&mut table, "log", &mut c),
             receipts: section(&mut table, "receipts", &mut c),
             budgets: section(&mut table, "budgets", &mut c),
+            escrow: section(&mut table, "escrow", &mut c),
         };
         for key in table.keys() {
             c.push(key, "unknown key");

@@ -58,6 +58,8 @@ pub enum Sink {
 /// A validated configuration. Every field has its SPEC default filled in.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `escrow.approvals_required` (SPEC §9): distinct approvers before a held write goes.
+    pub escrow_approvals: usize,
     /// `[budgets] rules` (SPEC §14): none unless configured.
     pub budgets: Vec<palisade_policy::budget::Rule>,
     /// `[aip2]`: the AIP-2.1 quote-channel guard, when the section is present.

@@ -155,4 +155,11 @@ pub struct RawConfig {
     pub rcns: Option<super::rcns::RawRcns>,
     pub receipts: super::receipts::RawReceipts,
     pub budgets: super::budgets::RawBudgets,
+    pub escrow: RawEscrow,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct RawEscrow {
+    pub approvals_required: Option<i64>,
 }

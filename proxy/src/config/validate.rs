@@ -268,6 +268,17 @@ impl RawConfig {
 
         let receipts = self.receipts.validate(c, public_base.as_deref());
         let budgets = self.budgets.validate(c);
+        let escrow_approvals = match self.escrow.approvals_required {
+            None => 1,
+            Some(n) if (1..=16).contains(&n) => n as usize,
+            Some(_) => {
+                c.push(
+                    "escrow.approvals_required",
+                    "expected 1 to 16 distinct approvers",
+                );
+                1
+            }
+        };
         let rcns = self.rcns.map(|r| r.validate(c));
         if rcns.is_some() && (writes.is_empty() || self.rich.lockfile.is_none()) {
             c.push(
@@ -284,6 +295,7 @@ impl RawConfig {
 
         Config {
             budgets,
+            escrow_approvals,
             aip2,
             admission,
             rcns,

@@ -206,14 +206,15 @@ async fn respond(
         });
     }
     if let Some(rest) = path.strip_prefix("/admin/v1/escrow") {
+        let by = admin_auth::who(&state.config, req.headers(), peer_spiffe_id.as_deref());
         let resp = match (req.method(), rest) {
             (&Method::GET, "" | "/") => escrow::list(state).await,
             (&Method::POST, r) => match r.strip_prefix('/').and_then(|r| r.split_once('/')) {
                 Some((id, "approve")) if !id.is_empty() => {
-                    escrow::approve(state, id.to_owned()).await
+                    escrow::approve(state, id.to_owned(), by).await
                 }
                 Some((id, "reject")) if !id.is_empty() => {
-                    escrow::reject(state, id.to_owned()).await
+                    escrow::reject(state, id.to_owned(), by).await
                 }
                 _ => text(StatusCode::NOT_FOUND, "not found\n"),
             },

@@ -21,15 +21,102 @@ use crate::mcp::leg::McpLeg;
 use crate::net::body::{self, ProxyBody};
 use crate::store::{Attachments, EscrowRecord, EscrowState, EscrowUpdate, HeldProtocol};
 
-/// `POST /admin/v1/escrow/{id}/approve`: releases a held write; every check runs again.
-pub async fn approve(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
+/// One decision at a time in this process: an approval reads the names so far and adds one.
+static DECISIONS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// `POST /admin/v1/escrow/{id}/approve` by `by`: an approval (a receipt of kind `approval`
+/// naming the approver, bound to the escrow, its lease and its request digest); once
+/// `escrow.approvals_required` distinct names have approved, the write is released and every
+/// check runs again. The same name twice counts once: the repeat is refused.
+pub async fn approve(state: Arc<AppState>, id: String, by: String) -> Response<ProxyBody> {
     let Some(enf) = state.enforcement.clone() else {
         return problem(ErrorCode::NotFound, "write enforcement is off");
     };
-    // The release runs to its end even if the operator's connection goes away.
-    let task = tokio::spawn(async move { release(&state, &enf, &id).await });
+    // The decision runs to its end even if the operator's connection goes away.
+    let task = tokio::spawn(async move {
+        let one = DECISIONS.lock().await;
+        let rec = match load(&enf, &id).await {
+            Ok(r) if r.state == EscrowState::Held => r,
+            Ok(_) => return not_held(),
+            Err(resp) => return resp,
+        };
+        if rec.approvals.contains(&by) {
+            return problem(
+                ErrorCode::BadRequest,
+                "this approver has approved this write already: one name counts once",
+            );
+        }
+        let mut approvals = rec.approvals.clone();
+        approvals.push(by.clone());
+        let record = EscrowRecord {
+            approvals,
+            ..rec.clone()
+        };
+        let enough = record.approvals.len() >= state.config.escrow_approvals;
+        if let Err(resp) = decide(&enf, &rec, "approved", &by, record).await {
+            return resp;
+        }
+        if !enough {
+            return match load(&enf, &id).await {
+                Ok(rec) => body::json_response(StatusCode::ACCEPTED, &status_doc(&rec)),
+                Err(resp) => resp,
+            };
+        }
+        // The release (held → releasing, compare-and-set) needs no other decision held back.
+        drop(one);
+        release(&state, &enf, &id).await
+    });
     task.await
         .unwrap_or_else(|_| problem(ErrorCode::Internal, "the release could not be completed"))
+}
+
+/// An approval or a rejection: its receipt (kind `approval`), stored with the escrow's new
+/// record if the escrow is still held.
+async fn decide(
+    enf: &Enforcement,
+    rec: &EscrowRecord,
+    outcome: &str,
+    by: &str,
+    record: EscrowRecord,
+) -> Result<(), Response<ProxyBody>> {
+    let request_digest = rec.request.as_ref().and_then(|r| {
+        use base64::Engine as _;
+        let body = base64::engine::general_purpose::STANDARD
+            .decode(&r.body_b64)
+            .ok()?;
+        Some(palisade_policy::digest::Sha256Digest::of(&body).to_string())
+    });
+    let body = ReceiptBody {
+        outcome: Some(outcome.into()),
+        approver: Some(by.to_owned()),
+        escrow_id: Some(rec.escrow_id.clone()),
+        lease_id: Some(rec.lease_id.clone()),
+        method: rec.request.as_ref().map(|r| r.method.clone()),
+        request_digest,
+        trace_id: Some(rec.trace_id.clone()),
+        ..ReceiptBody::new(
+            format!("urn:uuid:{}", uuid::Uuid::new_v4()),
+            ReceiptKind::Approval,
+            enf.now_rfc3339(),
+        )
+    };
+    let attach = Attachments {
+        escrow: Some(EscrowUpdate {
+            id: rec.escrow_id.clone(),
+            expect: Some(EscrowState::Held),
+            record,
+            expires_at_ms: None,
+        }),
+        ..Attachments::default()
+    };
+    match enf.store.append_receipt_with(body, attach).await {
+        Ok(Some(_)) => Ok(()),
+        Ok(None) => Err(not_held()),
+        Err(_) => Err(problem(
+            ErrorCode::StoreUnavailable,
+            "the state store cannot record the decision",
+        )),
+    }
 }
 
 async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Response<ProxyBody> {
@@ -156,54 +243,29 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
     }
 }
 
-/// `POST /admin/v1/escrow/{id}/reject`: drops a held write with an escrow receipt.
-pub async fn reject(state: Arc<AppState>, id: String) -> Response<ProxyBody> {
+/// `POST /admin/v1/escrow/{id}/reject` by `by`: one rejection rejects; its receipt (kind
+/// `approval`, outcome `rejected`) names the approver.
+pub async fn reject(state: Arc<AppState>, id: String, by: String) -> Response<ProxyBody> {
     let Some(enf) = state.enforcement.clone() else {
         return problem(ErrorCode::NotFound, "write enforcement is off");
     };
+    let _one = DECISIONS.lock().await;
     let rec = match load(&enf, &id).await {
-        Ok(r) => r,
+        Ok(r) if r.state == EscrowState::Held => r,
+        Ok(_) => return not_held(),
         Err(resp) => return resp,
     };
-    if rec.state != EscrowState::Held {
-        return not_held();
-    }
     let rejected = EscrowRecord {
         state: EscrowState::Rejected,
         rejected_at: Some(enf.now_rfc3339()),
         ..rec.decided()
     };
-    let body = ReceiptBody {
-        outcome: Some("rejected".into()),
-        lease_id: Some(rec.lease_id.clone()),
-        method: rec.request.as_ref().map(|r| r.method.clone()),
-        trace_id: Some(rec.trace_id.clone()),
-        ..ReceiptBody::new(
-            format!("urn:uuid:{}", uuid::Uuid::new_v4()),
-            ReceiptKind::Escrow,
-            enf.now_rfc3339(),
-        )
-    };
-    let attach = Attachments {
-        idempotency: None,
-        freeze: None,
-        escrow: Some(EscrowUpdate {
-            id: id.clone(),
-            expect: Some(EscrowState::Held),
-            record: rejected,
-            expires_at_ms: None,
-        }),
-    };
-    match enf.store.append_receipt_with(body, attach).await {
-        Ok(Some(_)) => match load(&enf, &id).await {
-            Ok(rec) => body::json_response(StatusCode::OK, &status_doc(&rec)),
-            Err(resp) => resp,
-        },
-        Ok(None) => not_held(),
-        Err(_) => problem(
-            ErrorCode::StoreUnavailable,
-            "the state store cannot record the rejection",
-        ),
+    if let Err(resp) = decide(&enf, &rec, "rejected", &by, rejected).await {
+        return resp;
+    }
+    match load(&enf, &id).await {
+        Ok(rec) => body::json_response(StatusCode::OK, &status_doc(&rec)),
+        Err(resp) => resp,
     }
 }
 

@@ -142,6 +142,7 @@ pub(crate) async fn hold(
         body_b64: None,
         code: None,
         receipt: None,
+        approvals: Vec::new(),
     };
     let doc = json!({"escrow_id": id, "state": "held", "location": location});
     let (status, doc) = match &answer {

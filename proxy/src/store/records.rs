@@ -206,6 +206,9 @@ pub struct EscrowRecord {
     /// The receipt sealed with the record's last change.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub receipt: Option<Value>,
+    /// The names that approved it so far (SPEC §9: `escrow.approvals_required` distinct ones).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<String>,
 }
 
 impl EscrowRecord {
@@ -227,6 +230,7 @@ impl EscrowRecord {
             body_b64: None,
             code: None,
             receipt: None,
+            approvals: Vec::new(),
         }
     }
 
