@@ -869,8 +869,8 @@ async fn no_body_or_header_secret_reaches_receipts_events_logs_or_metrics() {
         .into_iter()
         .map(|r| String::from_utf8(r).unwrap())
         .collect();
-    // commit, 3 rejections, dry-run, escrow hold, escrow release's commit
-    assert_eq!(receipts.len(), 7);
+    // commit, 3 rejections, dry-run, escrow hold, the approval, the release's commit
+    assert_eq!(receipts.len(), 8);
     for (what, text) in [
         ("logs and drift events", logs.as_str()),
         ("metrics", metrics.as_str()),
