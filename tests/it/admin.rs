@@ -384,7 +384,28 @@ async fn two_named_approvers_release_a_held_write() {
     .await;
     let id = hold(&s).await;
     let approve = format!("/admin/v1/escrow/{id}/approve");
-    let (code, body) = curl(&s.p, "POST", &approve, Some("tok-alice-19"));
+    // An approval bound to another request than the one held approves nothing.
+    let with_body = |token: &str, body: &str| {
+        let out = Command::new("curl")
+            .args(["-s", "-X", "POST", "-w", "\n%{http_code}", "-H"])
+            .arg(format!("Authorization: Bearer {token}"))
+            .args(["--data", body])
+            .arg(format!("http://{}{approve}", s.p.admin))
+            .output()
+            .expect("curl");
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let (body, code) = text.rsplit_once('\n').unwrap();
+        (code.trim().parse::<u16>().unwrap(), body.to_owned())
+    };
+    let held = format!("sha256:{}", sha256_hex(br#"{"qty":1150}"#));
+    let wrong = format!("{{\"request_digest\":\"sha256:{}\"}}", "0".repeat(64));
+    let (code, body) = with_body("tok-alice-19", &wrong);
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("request_digest"), "{body}");
+    let (code, body) = with_body(
+        "tok-alice-19",
+        &format!("{{\"request_digest\":\"{held}\"}}"),
+    );
     assert_eq!(code, 202, "{body}");
     let doc: Value = serde_json::from_str(&body).unwrap();
     assert_eq!(doc["state"], "held");

@@ -207,11 +207,12 @@ async fn respond(
     }
     if let Some(rest) = path.strip_prefix("/admin/v1/escrow") {
         let by = admin_auth::who(&state.config, req.headers(), peer_spiffe_id.as_deref());
-        let resp = match (req.method(), rest) {
-            (&Method::GET, "" | "/") => escrow::list(state).await,
-            (&Method::POST, r) => match r.strip_prefix('/').and_then(|r| r.split_once('/')) {
+        let resp = match (req.method().clone(), rest) {
+            (Method::GET, "" | "/") => escrow::list(state).await,
+            (Method::POST, r) => match r.strip_prefix('/').and_then(|r| r.split_once('/')) {
                 Some((id, "approve")) if !id.is_empty() => {
-                    escrow::approve(state, id.to_owned(), by).await
+                    let id = id.to_owned();
+                    escrow::approve(state, id, by, req.into_body()).await
                 }
                 Some((id, "reject")) if !id.is_empty() => {
                     escrow::reject(state, id.to_owned(), by).await

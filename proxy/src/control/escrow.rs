@@ -28,9 +28,28 @@ static DECISIONS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// naming the approver, bound to the escrow, its lease and its request digest); once
 /// `escrow.approvals_required` distinct names have approved, the write is released and every
 /// check runs again. The same name twice counts once: the repeat is refused.
-pub async fn approve(state: Arc<AppState>, id: String, by: String) -> Response<ProxyBody> {
+pub async fn approve(
+    state: Arc<AppState>,
+    id: String,
+    by: String,
+    body: hyper::body::Incoming,
+) -> Response<ProxyBody> {
     let Some(enf) = state.enforcement.clone() else {
         return problem(ErrorCode::NotFound, "write enforcement is off");
+    };
+    // What the approver saw, if the approval names it (`{"request_digest", "contract_digest"}`).
+    let saw = match body::read_request_body(body, 16 * 1024).await {
+        Ok(b) if b.is_empty() => Value::Null,
+        Ok(b) => match palisade_policy::json::parse(&b, 4) {
+            Ok(v @ Value::Object(_)) => v,
+            _ => return problem(ErrorCode::BadRequest, "an approval's body is a JSON object"),
+        },
+        Err(_) => {
+            return problem(
+                ErrorCode::BadRequest,
+                "an approval's body is at most 16 KiB",
+            )
+        }
     };
     // The decision runs to its end even if the operator's connection goes away.
     let task = tokio::spawn(async move {
@@ -40,6 +59,19 @@ pub async fn approve(state: Arc<AppState>, id: String, by: String) -> Response<P
             Ok(_) => return not_held(),
             Err(resp) => return resp,
         };
+        // Bound to the exact write: an approval that names another request or contract than
+        // the one held approves nothing.
+        for (member, held) in [
+            ("request_digest", &rec.request_digest),
+            ("contract_digest", &rec.contract_digest),
+        ] {
+            if let Some(named) = saw.get(member) {
+                if named.as_str() != held.as_deref() {
+                    let why = format!("the approval's {member} is not the held write's");
+                    return problem(ErrorCode::BadRequest, &why);
+                }
+            }
+        }
         if rec.approvals.contains(&by) {
             return problem(
                 ErrorCode::BadRequest,
@@ -79,13 +111,7 @@ async fn decide(
     by: &str,
     record: EscrowRecord,
 ) -> Result<(), Response<ProxyBody>> {
-    let request_digest = rec.request.as_ref().and_then(|r| {
-        use base64::Engine as _;
-        let body = base64::engine::general_purpose::STANDARD
-            .decode(&r.body_b64)
-            .ok()?;
-        Some(palisade_policy::digest::Sha256Digest::of(&body).to_string())
-    });
+    let request_digest = rec.request_digest.clone();
     let body = ReceiptBody {
         outcome: Some(outcome.into()),
         approver: Some(by.to_owned()),

@@ -209,6 +209,12 @@ pub struct EscrowRecord {
     /// The names that approved it so far (SPEC §9: `escrow.approvals_required` distinct ones).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub approvals: Vec<String>,
+    /// The contract the write was held under (an approval may name it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract_digest: Option<String>,
+    /// `sha256:` of the held request's body (an approval may name it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_digest: Option<String>,
 }
 
 impl EscrowRecord {
@@ -231,6 +237,8 @@ impl EscrowRecord {
             code: None,
             receipt: None,
             approvals: Vec::new(),
+            contract_digest: None,
+            request_digest: None,
         }
     }
 
