@@ -402,6 +402,9 @@ async fn two_named_approvers_release_a_held_write() {
     let (code, body) = with_body("tok-alice-19", &wrong);
     assert_eq!(code, 400, "{body}");
     assert!(body.contains("request_digest"), "{body}");
+    let (code, body) = with_body("tok-alice-19", "not json");
+    assert_eq!(code, 400, "{body}");
+    assert!(body.contains("JSON object"), "{body}");
     let (code, body) = with_body(
         "tok-alice-19",
         &format!("{{\"request_digest\":\"{held}\"}}"),

@@ -27,6 +27,29 @@ pub(super) fn client() -> Result<AdminClient, Failure> {
     Ok(Client::builder(TokioExecutor::new()).build(https))
 }
 
+/// Sends `req` to `url`: its status and body (at most `max` bytes), within 30 s.
+pub(super) async fn call(
+    client: &AdminClient,
+    req: http::Request<http_body_util::Full<bytes::Bytes>>,
+    url: &str,
+    max: usize,
+) -> Result<(http::StatusCode, bytes::Bytes), Failure> {
+    use http_body_util::BodyExt as _;
+    let resp = tokio::time::timeout(std::time::Duration::from_secs(30), client.request(req))
+        .await
+        .map_err(|_| Failure::refused(format!("{url}: no answer in 30 s")))?
+        .map_err(|e| {
+            Failure::refused(format!("{url}: {}", crate::net::upstream::error_chain(&e)))
+        })?;
+    let status = resp.status();
+    let body = http_body_util::Limited::new(resp.into_body(), max)
+        .collect()
+        .await
+        .map_err(|e| Failure::refused(format!("{url}: {e}")))?
+        .to_bytes();
+    Ok((status, body))
+}
+
 /// The token in a token file: its first line, or of a file of named tokens (`name:token`),
 /// the first one's token.
 pub(super) fn token_file(f: &Path) -> Result<String, Failure> {

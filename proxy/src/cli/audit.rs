@@ -14,7 +14,6 @@
 use std::path::Path;
 
 use http::{Request, StatusCode};
-use http_body_util::BodyExt as _;
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::keys::TrustStore;
 use palisade_policy::log::audit::{self, AuditError, Audited};
@@ -356,19 +355,7 @@ impl Admin {
         let req = req
             .body(http_body_util::Full::default())
             .map_err(|e| Failure::usage(format!("{url}: {e}")))?;
-        let resp =
-            tokio::time::timeout(std::time::Duration::from_secs(30), self.client.request(req))
-                .await
-                .map_err(|_| Failure::refused(format!("{url}: no answer in 30 s")))?
-                .map_err(|e| {
-                    Failure::refused(format!("{url}: {}", crate::net::upstream::error_chain(&e)))
-                })?;
-        let status = resp.status();
-        let body = http_body_util::Limited::new(resp.into_body(), MAX_ANSWER)
-            .collect()
-            .await
-            .map_err(|e| Failure::refused(format!("{url}: {e}")))?
-            .to_bytes();
+        let (status, body) = super::admin_client::call(&self.client, req, &url, MAX_ANSWER).await?;
         match status {
             StatusCode::OK => Ok(Some(body.to_vec())),
             StatusCode::GONE => Ok(None),

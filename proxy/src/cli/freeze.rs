@@ -13,7 +13,6 @@
 use std::path::PathBuf;
 
 use http::{Method, Request};
-use http_body_util::BodyExt as _;
 use serde_json::{json, Value};
 
 use super::failure::Failure;
@@ -142,17 +141,5 @@ async fn send(
     let req = req
         .body(http_body_util::Full::new(bytes::Bytes::from(bytes)))
         .map_err(|e| Failure::usage(format!("{url}: {e}")))?;
-    let resp = tokio::time::timeout(std::time::Duration::from_secs(30), client.request(req))
-        .await
-        .map_err(|_| Failure::refused(format!("{url}: no answer in 30 s")))?
-        .map_err(|e| {
-            Failure::refused(format!("{url}: {}", crate::net::upstream::error_chain(&e)))
-        })?;
-    let status = resp.status();
-    let body = http_body_util::Limited::new(resp.into_body(), MAX_ANSWER)
-        .collect()
-        .await
-        .map_err(|e| Failure::refused(format!("{url}: {e}")))?
-        .to_bytes();
-    Ok((status, body))
+    super::admin_client::call(&client, req, url, MAX_ANSWER).await
 }

@@ -144,7 +144,7 @@ pub(crate) async fn hold(
         receipt: None,
         approvals: Vec::new(),
         contract_digest: cx.contract_digest.clone(),
-        request_digest: Some(palisade_policy::digest::Sha256Digest::of(&bytes).to_string()),
+        request_digest: Some(permit.request_digest().to_string()),
     };
     let doc = json!({"escrow_id": id, "state": "held", "location": location});
     let (status, doc) = match &answer {

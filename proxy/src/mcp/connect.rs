@@ -55,7 +55,7 @@ pub(crate) struct Mapped {
 pub(crate) fn map_call(
     bundle: &Bundle,
     index: usize,
-    mut msg: Value,
+    msg: &Value,
     headers: &mut http::HeaderMap,
     cx: &mut WriteContext,
 ) -> Result<Option<Mapped>, Refusal> {
@@ -85,6 +85,8 @@ pub(crate) fn map_call(
             palisade_policy::rich::check_mapped_input(&target.contract, &out).map(|()| out)
         });
     let out = mapped?;
+    // Copied only for a connected call: every other tool call goes on as it came.
+    let mut msg = msg.clone();
     if let Some(params) = msg.get_mut("params").and_then(Value::as_object_mut) {
         params.insert("name".into(), Value::String(target.operation.clone()));
         params.insert("arguments".into(), out);

@@ -192,7 +192,7 @@ async fn tool_call(
     // everything after this decides on the call the server will receive.
     let (mut msg, mut bytes, mut call, mut routed, mut back) = (msg, bytes, call, routed, None);
     if let (Some(b), Routed::Bound(index)) = (bundle.as_deref(), routed) {
-        match connect::map_call(b, index, msg.clone(), &mut parts.headers, &mut cx) {
+        match connect::map_call(b, index, &msg, &mut parts.headers, &mut cx) {
             Ok(None) => {}
             Ok(Some(m)) => {
                 let Some(mapped_call) = call::ToolCall::of(&m.msg) else {
