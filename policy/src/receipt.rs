@@ -97,6 +97,10 @@ pub struct ReceiptBody {
     pub approver: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub escrow_id: Option<String>,
+    /// An `approval` entry's: the operator's reason, as they wrote it (at most 280 characters;
+    /// an operator's words, never a payload).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// RFC 3339.
     pub at: String,
 }
@@ -147,6 +151,7 @@ impl ReceiptBody {
             freeze_id: None,
             approver: None,
             escrow_id: None,
+            reason: None,
             at,
         }
     }

@@ -16,7 +16,7 @@ use support::writes::*;
 use support::*;
 
 /// `curl` against the admin listener: the status and the body.
-fn curl(p: &Palisade, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
+pub(crate) fn curl(p: &Palisade, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
     let mut cmd = Command::new("curl");
     cmd.args(["-s", "-X", method, "-w", "\n%{http_code}"]);
     if let Some(t) = token {

@@ -20,6 +20,7 @@ mod cli;
 mod connectors;
 mod connectors_mcp;
 mod connectors_read;
+mod console;
 mod contracts;
 mod dataplane;
 mod enforce;

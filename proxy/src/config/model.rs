@@ -60,6 +60,10 @@ pub enum Sink {
 pub struct Config {
     /// `escrow.approvals_required` (SPEC §9): distinct approvers before a held write goes.
     pub escrow_approvals: usize,
+    /// `escrow.webhook`: where a held write is announced (`escrow_held`, no payload).
+    pub escrow_webhook: Option<String>,
+    /// `escrow.console_url`: the console as operators reach it, for the announcement's link.
+    pub escrow_console_url: Option<String>,
     /// `[budgets] rules` (SPEC §14): none unless configured.
     pub budgets: Vec<palisade_policy::budget::Rule>,
     /// `[aip2]`: the AIP-2.1 quote-channel guard, when the section is present.

@@ -162,4 +162,6 @@ pub struct RawConfig {
 #[serde(default)]
 pub struct RawEscrow {
     pub approvals_required: Option<i64>,
+    pub webhook: Option<String>,
+    pub console_url: Option<String>,
 }

@@ -279,6 +279,20 @@ impl RawConfig {
                 1
             }
         };
+        let url_of = |key: &str, value: Option<String>, c: &mut Collector<'_>| {
+            let v = value?;
+            match v.parse::<http::Uri>() {
+                Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {
+                    Some(v)
+                }
+                _ => {
+                    c.push(key, "expected an absolute http(s) URL");
+                    None
+                }
+            }
+        };
+        let escrow_webhook = url_of("escrow.webhook", self.escrow.webhook, c);
+        let escrow_console_url = url_of("escrow.console_url", self.escrow.console_url, c);
         let rcns = self.rcns.map(|r| r.validate(c));
         if rcns.is_some() && (writes.is_empty() || self.rich.lockfile.is_none()) {
             c.push(
@@ -296,6 +310,8 @@ impl RawConfig {
         Config {
             budgets,
             escrow_approvals,
+            escrow_webhook,
+            escrow_console_url,
             aip2,
             admission,
             rcns,

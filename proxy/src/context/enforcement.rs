@@ -31,6 +31,9 @@ pub struct Enforcement {
     pub freezes: super::Freezes,
     /// `[budgets] rules` (SPEC §14).
     pub budgets: Vec<palisade_policy::budget::Rule>,
+    /// `escrow.webhook`: where each held write is announced (SPEC §9), delivered as the drift
+    /// webhook sink delivers.
+    pub escrow_hook: Option<crate::telemetry::webhook::Webhook>,
 }
 
 impl Enforcement {
@@ -86,7 +89,23 @@ impl Enforcement {
         freezes.changed(super::Freezes::decode(
             &store.freezes().await.context("store: the freezes")?,
         ));
+        let escrow_hook = match &config.escrow_webhook {
+            Some(url) => {
+                metrics::describe_counter!(
+                    "palisade_escrow_notifications_dropped_total",
+                    "Held-write announcements (escrow.webhook) dropped: queue full or not delivered."
+                );
+                let dropped = metrics::counter!("palisade_escrow_notifications_dropped_total");
+                Some(
+                    crate::telemetry::webhook::Webhook::start(url, dropped).map_err(|e| {
+                        anyhow::anyhow!(e.replace("drift.sinks.webhook", "escrow.webhook"))
+                    })?,
+                )
+            }
+            None => None,
+        };
         Ok(Self {
+            escrow_hook,
             freezes,
             budgets: config.budgets.clone(),
             key,

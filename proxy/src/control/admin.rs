@@ -140,6 +140,26 @@ async fn respond(
                 ),
             });
         }
+        (&Method::GET, "/admin/v1/whoami") => {
+            // Who this credential is (the console's login checks it): its name, and how many
+            // distinct names release a held write.
+            let name = admin_auth::who(&state.config, req.headers(), peer_spiffe_id.as_deref());
+            return Ok(json(
+                StatusCode::OK,
+                serde_json::json!({"name": name,
+                    "approvals_required": state.config.escrow_approvals}),
+            ));
+        }
+        (&Method::GET, "/admin/v1/budgets") => {
+            return Ok(json(
+                StatusCode::OK,
+                crate::control::freeze::budgets(&state),
+            ));
+        }
+        (&Method::GET, "/admin/v1/drift-events/stream") => {
+            let stream = crate::control::drift_stream::stream;
+            return Ok(stream(&state, req.uri().query(), req.headers()));
+        }
         (&Method::GET, "/admin/v1/drift-events") => {
             // ?after=<cursor>&limit=N (default 100, at most 1000).
             let mut after = 0u64;
@@ -215,13 +235,21 @@ async fn respond(
                     escrow::approve(state, id, by, req.into_body()).await
                 }
                 Some((id, "reject")) if !id.is_empty() => {
-                    escrow::reject(state, id.to_owned(), by).await
+                    let id = id.to_owned();
+                    escrow::reject(state, id, by, req.into_body()).await
                 }
                 _ => text(StatusCode::NOT_FOUND, "not found\n"),
+            },
+            (Method::GET, r) => match r.strip_prefix('/').filter(|id| !id.contains('/')) {
+                Some(id) => crate::control::escrow_view::detail(&state, id).await,
+                None => text(StatusCode::NOT_FOUND, "not found\n"),
             },
             _ => text(StatusCode::NOT_FOUND, "not found\n"),
         };
         return Ok(resp);
+    }
+    if let (&Method::GET, Some(rest)) = (req.method(), path.strip_prefix("/ui")) {
+        return Ok(crate::control::console::asset(rest));
     }
     Ok(match (req.method(), path) {
         (&Method::GET, "/healthz") => text(StatusCode::OK, "ok\n"),

@@ -37,19 +37,9 @@ pub async fn approve(
     let Some(enf) = state.enforcement.clone() else {
         return problem(ErrorCode::NotFound, "write enforcement is off");
     };
-    // What the approver saw, if the approval names it (`{"request_digest", "contract_digest"}`).
-    let saw = match body::read_request_body(body, 16 * 1024).await {
-        Ok(b) if b.is_empty() => Value::Null,
-        Ok(b) => match palisade_policy::json::parse(&b, 4) {
-            Ok(v @ Value::Object(_)) => v,
-            _ => return problem(ErrorCode::BadRequest, "an approval's body is a JSON object"),
-        },
-        Err(_) => {
-            return problem(
-                ErrorCode::BadRequest,
-                "an approval's body is at most 16 KiB",
-            )
-        }
+    let said = match Said::read(body).await {
+        Ok(s) => s,
+        Err(resp) => return resp,
     };
     // The decision runs to its end even if the operator's connection goes away.
     let task = tokio::spawn(async move {
@@ -59,18 +49,16 @@ pub async fn approve(
             Ok(_) => return not_held(),
             Err(resp) => return resp,
         };
-        // Bound to the exact write: an approval that names another request or contract than
-        // the one held approves nothing.
-        for (member, held) in [
-            ("request_digest", &rec.request_digest),
-            ("contract_digest", &rec.contract_digest),
-        ] {
-            if let Some(named) = saw.get(member) {
-                if named.as_str() != held.as_deref() {
-                    let why = format!("the approval's {member} is not the held write's");
-                    return problem(ErrorCode::BadRequest, &why);
-                }
-            }
+        if let Err(why) = said.names(&rec) {
+            return problem(ErrorCode::BadRequest, &why);
+        }
+        // A lease that ran out cannot carry the write any more: approving it would only
+        // record a decision its release must refuse.
+        if crate::control::escrow_view::expired(&rec, enf.clock.now_ms()) {
+            return problem(
+                ErrorCode::LeaseExpired,
+                "the held write's lease has expired: it can no longer be approved",
+            );
         }
         if rec.approvals.contains(&by) {
             return problem(
@@ -85,7 +73,12 @@ pub async fn approve(
             ..rec.clone()
         };
         let enough = record.approvals.len() >= state.config.escrow_approvals;
-        if let Err(resp) = decide(&enf, &rec, "approved", &by, record).await {
+        let decision = Decision {
+            outcome: "approved",
+            by: &by,
+            reason: said.reason.clone(),
+        };
+        if let Err(resp) = decide(&enf, &rec, decision, record).await {
             return resp;
         }
         if !enough {
@@ -102,19 +95,88 @@ pub async fn approve(
         .unwrap_or_else(|_| problem(ErrorCode::Internal, "the release could not be completed"))
 }
 
+/// What an approval or a rejection says of itself (its optional JSON body):
+/// `{"request_digest", "contract_digest"}` as the operator saw them, and a `reason`.
+struct Said {
+    saw: Value,
+    reason: Option<String>,
+}
+
+/// Longest reason kept, in characters.
+const MAX_REASON: usize = 280;
+
+impl Said {
+    async fn read(body: hyper::body::Incoming) -> Result<Said, Response<ProxyBody>> {
+        let saw = match body::read_request_body(body, 16 * 1024).await {
+            Ok(b) if b.is_empty() => Value::Null,
+            Ok(b) => match palisade_policy::json::parse(&b, 4) {
+                Ok(v @ Value::Object(_)) => v,
+                _ => {
+                    return Err(problem(
+                        ErrorCode::BadRequest,
+                        "a decision's body is a JSON object",
+                    ))
+                }
+            },
+            Err(_) => {
+                return Err(problem(
+                    ErrorCode::BadRequest,
+                    "a decision's body is at most 16 KiB",
+                ))
+            }
+        };
+        let reason = match saw.get("reason") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(r)) if r.chars().count() <= MAX_REASON => {
+                Some(r.trim().to_owned()).filter(|r| !r.is_empty())
+            }
+            Some(_) => {
+                return Err(problem(
+                    ErrorCode::BadRequest,
+                    "a decision's reason is text of at most 280 characters",
+                ))
+            }
+        };
+        Ok(Said { saw, reason })
+    }
+
+    /// Bound to the exact write: a decision that names another request or contract than the
+    /// one held decides nothing.
+    fn names(&self, rec: &EscrowRecord) -> Result<(), String> {
+        for (member, held) in [
+            ("request_digest", &rec.request_digest),
+            ("contract_digest", &rec.contract_digest),
+        ] {
+            if let Some(named) = self.saw.get(member) {
+                if named.as_str() != held.as_deref() {
+                    return Err(format!("the decision's {member} is not the held write's"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A decision as its receipt names it.
+struct Decision<'a> {
+    outcome: &'static str,
+    by: &'a str,
+    reason: Option<String>,
+}
+
 /// An approval or a rejection: its receipt (kind `approval`), stored with the escrow's new
 /// record if the escrow is still held.
 async fn decide(
     enf: &Enforcement,
     rec: &EscrowRecord,
-    outcome: &str,
-    by: &str,
+    decision: Decision<'_>,
     record: EscrowRecord,
 ) -> Result<(), Response<ProxyBody>> {
     let request_digest = rec.request_digest.clone();
     let body = ReceiptBody {
-        outcome: Some(outcome.into()),
-        approver: Some(by.to_owned()),
+        outcome: Some(decision.outcome.into()),
+        approver: Some(decision.by.to_owned()),
+        reason: decision.reason,
         escrow_id: Some(rec.escrow_id.clone()),
         lease_id: Some(rec.lease_id.clone()),
         method: rec.request.as_ref().map(|r| r.method.clone()),
@@ -271,9 +333,18 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
 
 /// `POST /admin/v1/escrow/{id}/reject` by `by`: one rejection rejects; its receipt (kind
 /// `approval`, outcome `rejected`) names the approver.
-pub async fn reject(state: Arc<AppState>, id: String, by: String) -> Response<ProxyBody> {
+pub async fn reject(
+    state: Arc<AppState>,
+    id: String,
+    by: String,
+    body: hyper::body::Incoming,
+) -> Response<ProxyBody> {
     let Some(enf) = state.enforcement.clone() else {
         return problem(ErrorCode::NotFound, "write enforcement is off");
+    };
+    let said = match Said::read(body).await {
+        Ok(s) => s,
+        Err(resp) => return resp,
     };
     let _one = DECISIONS.lock().await;
     let rec = match load(&enf, &id).await {
@@ -281,12 +352,20 @@ pub async fn reject(state: Arc<AppState>, id: String, by: String) -> Response<Pr
         Ok(_) => return not_held(),
         Err(resp) => return resp,
     };
+    if let Err(why) = said.names(&rec) {
+        return problem(ErrorCode::BadRequest, &why);
+    }
     let rejected = EscrowRecord {
         state: EscrowState::Rejected,
         rejected_at: Some(enf.now_rfc3339()),
         ..rec.decided()
     };
-    if let Err(resp) = decide(&enf, &rec, "rejected", &by, rejected).await {
+    let decision = Decision {
+        outcome: "rejected",
+        by: &by,
+        reason: said.reason,
+    };
+    if let Err(resp) = decide(&enf, &rec, decision, rejected).await {
         return resp;
     }
     match load(&enf, &id).await {

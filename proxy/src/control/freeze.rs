@@ -208,3 +208,30 @@ pub fn spawn_poll(state: Arc<AppState>) {
         }
     });
 }
+
+/// `GET /admin/v1/budgets`: the `[budgets]` rules in force (SPEC §14). What each has spent is
+/// in `palisade_budget_spent_total` and `palisade_budget_refusals_total`.
+pub fn budgets(state: &AppState) -> serde_json::Value {
+    use palisade_policy::budget::Dim;
+    let rules: Vec<serde_json::Value> = state
+        .enforcement
+        .as_ref()
+        .map(|e| e.budgets.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            let per: Vec<&str> = r
+                .per
+                .iter()
+                .map(|d| match d {
+                    Dim::Caller => "caller",
+                    Dim::Operation => "operation",
+                    Dim::Resource => "resource",
+                })
+                .collect();
+            serde_json::json!({"name": r.name, "per": per, "limit": r.limit,
+                "window_ms": r.window_ms})
+        })
+        .collect();
+    serde_json::json!({ "rules": rules })
+}

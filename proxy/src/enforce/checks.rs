@@ -162,9 +162,10 @@ pub(crate) async fn check(
     } else {
         None
     };
-    // SNAPSHOT_RESTORE keeps what the write replaces.
+    // SNAPSHOT_RESTORE keeps what the write replaces; a held write, for its operator's diff.
     let snapshot = match (l.recovery_mode, &pre_image) {
         (lease::RecoveryMode::SnapshotRestore, Some(state)) => Some(state.snapshot()),
+        (lease::RecoveryMode::HumanEscrow, Some(state)) if !releasing => Some(state.snapshot()),
         _ => None,
     };
     let pre_image = pre_image.map(|s| s.digest);
@@ -235,6 +236,7 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
             pre_image,
             lease: verified,
             released: releasing,
+            held_snapshot: snapshot,
         });
     }
 
@@ -311,6 +313,7 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
         pre_image,
         lease: verified,
         released: releasing,
+        held_snapshot: None,
     })
 }
 

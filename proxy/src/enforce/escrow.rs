@@ -62,6 +62,7 @@ pub(crate) fn status_doc(record: &EscrowRecord) -> Value {
     let outside = EscrowRecord {
         request: None,
         caller: None,
+        pre_image: None,
         ..record.clone()
     };
     serde_json::to_value(outside).unwrap_or(Value::Null)
@@ -79,6 +80,28 @@ pub(crate) enum Answer {
         typed: bool,
         lease: Option<Vec<u8>>,
     },
+}
+
+/// The `escrow_held` announcement of a hold (`escrow.webhook`): who, what, until when, and
+/// where in the console; never the request.
+fn announce(state: &AppState, record: &EscrowRecord) -> Value {
+    let link = state.config.escrow_console_url.as_deref().map(|base| {
+        let base = base.split('#').next().unwrap_or(base);
+        format!("{base}#/escrow/{}", record.escrow_id)
+    });
+    json!({
+        "event": "escrow_held",
+        "escrow_id": record.escrow_id,
+        "operation": record.operation,
+        "caller": record.caller,
+        "contract_digest": record.contract_digest,
+        "held_at": record.held_at,
+        "lease_expires_at": record
+            .lease_expires_at_ms
+            .map(palisade_policy::lease::format_rfc3339_ms),
+        "approvals_required": state.config.escrow_approvals,
+        "link": link,
+    })
 }
 
 /// Holds a permitted HUMAN_ESCROW write: 202 (or a tool result) with its Location and an
@@ -145,6 +168,10 @@ pub(crate) async fn hold(
         approvals: Vec::new(),
         contract_digest: cx.contract_digest.clone(),
         request_digest: Some(permit.request_digest().to_string()),
+        lease_expires_at_ms: Some(permit.expires_at_ms()),
+        pre_image: permit
+            .held_snapshot()
+            .and_then(|s| serde_json::from_slice(s).ok()),
     };
     let doc = json!({"escrow_id": id, "state": "held", "location": location});
     let (status, doc) = match &answer {
@@ -175,6 +202,8 @@ pub(crate) async fn hold(
         ..receipts::permit_receipt(enf, &permit, cx, ReceiptKind::Escrow)
     };
     let resp_body = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
+    // Announced once the hold is durable: a link to the write in the console, no payload.
+    let announcement = enf.escrow_hook.as_ref().map(|_| announce(state, &record));
     let attach = Attachments {
         idempotency: pending.as_ref().map(|p| p.record(&resp, &resp_body)),
         freeze: None,
@@ -187,6 +216,9 @@ pub(crate) async fn hold(
     };
     match enf.store.append_receipt_with(body, attach).await {
         Ok(Some(sealed)) => {
+            if let (Some(hook), Some(a)) = (&enf.escrow_hook, announcement) {
+                hook.offer(a);
+            }
             if let Some(v) = receipts::receipt_header_value(&sealed.value) {
                 resp.headers_mut().insert(headers::RECEIPT_HEADER, v);
             }

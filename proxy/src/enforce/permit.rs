@@ -17,6 +17,9 @@ pub struct Permit {
     pub(super) pre_image: Option<Sha256Digest>,
     /// An escrowed write on its release: forwarded, not held again.
     pub(super) released: bool,
+    /// A write to hold: the resource as check 12 fetched it (`preimage::State::snapshot`),
+    /// kept with the escrow for the operator's diff.
+    pub(super) held_snapshot: Option<Vec<u8>>,
 }
 
 /// A refused write: the refusal, and the resource's epoch when the refusal came from the
@@ -90,5 +93,10 @@ impl Permit {
 
     pub fn pre_image(&self) -> Option<Sha256Digest> {
         self.pre_image
+    }
+
+    /// The resource as it was fetched before a held write (see `held_snapshot`).
+    pub fn held_snapshot(&self) -> Option<&[u8]> {
+        self.held_snapshot.as_deref()
     }
 }

@@ -215,6 +215,13 @@ pub struct EscrowRecord {
     /// `sha256:` of the held request's body (an approval may name it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request_digest: Option<String>,
+    /// When the held write's lease expires (unix ms): it cannot be approved after that.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lease_expires_at_ms: Option<i64>,
+    /// The resource as check 12 fetched it before the hold (`{"absent":true}` or
+    /// `{"content_type","body_b64"}`), for the operator's diff; never shown to the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pre_image: Option<Value>,
 }
 
 impl EscrowRecord {
@@ -239,6 +246,8 @@ impl EscrowRecord {
             approvals: Vec::new(),
             contract_digest: None,
             request_digest: None,
+            lease_expires_at_ms: None,
+            pre_image: None,
         }
     }
 
@@ -256,6 +265,7 @@ impl EscrowRecord {
     pub fn decided(&self) -> Self {
         Self {
             request: None,
+            pre_image: None,
             ..self.clone()
         }
     }

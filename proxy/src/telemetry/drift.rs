@@ -97,6 +97,8 @@ pub struct DriftSink {
     /// (sequence number, event): the sequence is the admin API's paging cursor.
     recent: Arc<Mutex<Recent>>,
     dropped: metrics::Counter,
+    /// The newest event's sequence number, for the admin API's live stream.
+    newest: Arc<tokio::sync::watch::Sender<u64>>,
 }
 
 impl DriftSink {
@@ -166,6 +168,7 @@ impl DriftSink {
             tx,
             recent: Arc::default(),
             dropped,
+            newest: Arc::new(tokio::sync::watch::channel(0).0),
         }
     }
 
@@ -185,6 +188,7 @@ impl DriftSink {
             recent.next_seq += 1;
             let seq = recent.next_seq;
             recent.events.push_back((seq, value.clone()));
+            self.newest.send_replace(seq);
         }
         if self.tx.try_send(value).is_err() {
             self.dropped.increment(1);
@@ -208,6 +212,25 @@ impl DriftSink {
             return;
         };
         self.push(value);
+    }
+
+    /// Wakes on every new event (its value: the newest sequence number).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.newest.subscribe()
+    }
+
+    /// As [`DriftSink::page`], each event with its sequence number.
+    pub fn since(&self, after: u64, limit: usize) -> Vec<(u64, serde_json::Value)> {
+        let Ok(recent) = self.recent.lock() else {
+            return Vec::new();
+        };
+        recent
+            .events
+            .iter()
+            .filter(|(seq, _)| *seq > after)
+            .take(limit)
+            .cloned()
+            .collect()
     }
 
     /// Up to `limit` kept events after cursor `after` (0: from the oldest kept), oldest first.

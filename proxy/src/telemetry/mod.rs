@@ -11,7 +11,7 @@
 //! queue and never block a request. This layer uses only `config` and `net`.
 
 pub mod drift;
-mod webhook;
+pub mod webhook;
 
 use std::io::IsTerminal as _;
 use std::sync::OnceLock;
