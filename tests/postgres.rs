@@ -15,6 +15,8 @@ mod support;
 #[path = "it/store_contract.rs"]
 mod store_contract;
 
+#[path = "postgres/approvals.rs"]
+mod approvals;
 #[path = "postgres/client.rs"]
 mod client;
 #[path = "postgres/cluster.rs"]
@@ -1144,4 +1146,6 @@ async fn a_budget_is_one_count_for_the_fleet() {
     let _heavy = HEAVY.lock().await;
     let fleet = Fleet::start().await;
     stop::a_budget_is_one_count_for_the_fleet(&fleet).await;
+    // The same fleet: two approvers at two replicas at once.
+    approvals::two_approvers_at_two_replicas(&fleet).await;
 }

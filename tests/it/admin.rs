@@ -37,7 +37,7 @@ async fn guarded(token: &str) -> Setup {
 }
 
 /// [`guarded`], with `more` configuration after it.
-async fn guarded_with(token: &str, more: &str) -> Setup {
+pub(crate) async fn guarded_with(token: &str, more: &str) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("admin-token");
     std::fs::write(&file, format!("{token}\n")).unwrap();
@@ -53,7 +53,7 @@ async fn hold(s: &Setup) -> String {
     hold_at(s, "/items/1").await
 }
 
-async fn hold_at(s: &Setup, path: &str) -> String {
+pub(crate) async fn hold_at(s: &Setup, path: &str) -> String {
     let agent = KeyPair::from_seed(AGENT_SEED);
     let lease = lease_for(&agent, path, 1, |f| {
         f.insert("recovery_mode".into(), json!("HUMAN_ESCROW"));
@@ -298,6 +298,26 @@ async fn escrow_approval_by_an_allowed_spiffe_client_certificate() {
     );
     assert_eq!(code, 200, "{list}");
     assert!(list.contains(&id), "{list}");
+    // The console's sign-in with a client certificate: whoami names the SPIFFE ID, and the
+    // console's page itself needs no credential.
+    let (code, me) = curl_tls(
+        &s.p,
+        &pki,
+        "GET",
+        "/admin/v1/whoami",
+        Some("operator"),
+        None,
+    );
+    assert_eq!(code, 200, "{me}");
+    assert_eq!(
+        serde_json::from_str::<Value>(&me).unwrap()["name"],
+        operator
+    );
+    let (code, _) = curl_tls(&s.p, &pki, "GET", "/admin/v1/whoami", Some("other"), None);
+    assert_eq!(code, 401);
+    let (code, page) = curl_tls(&s.p, &pki, "GET", "/ui/", None, None);
+    assert_eq!(code, 200);
+    assert!(page.contains("console.js"), "{page}");
     // The operator's certificate releases the write, once.
     let (code, body) = curl_tls(&s.p, &pki, "POST", &approve, Some("operator"), None);
     assert_eq!(code, 200, "{body}");

@@ -21,6 +21,7 @@ mod connectors;
 mod connectors_mcp;
 mod connectors_read;
 mod console;
+mod console_api;
 mod contracts;
 mod dataplane;
 mod enforce;

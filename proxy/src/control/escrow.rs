@@ -199,7 +199,15 @@ async fn decide(
     };
     match enf.store.append_receipt_with(body, attach).await {
         Ok(Some(_)) => Ok(()),
-        Ok(None) => Err(not_held()),
+        // Another replica's decision came first: decided, or (still held) approved by
+        // someone else meanwhile, so this approval was counted against a stale list.
+        Ok(None) => Err(match load(enf, &rec.escrow_id).await {
+            Ok(now) if now.state == EscrowState::Held => problem(
+                ErrorCode::EscrowNotHeld,
+                "the escrow's approvals changed meanwhile (another replica): read it again and decide again",
+            ),
+            _ => not_held(),
+        }),
         Err(_) => Err(problem(
             ErrorCode::StoreUnavailable,
             "the state store cannot record the decision",

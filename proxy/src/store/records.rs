@@ -283,6 +283,24 @@ pub fn escrow_state_is(current: Option<&[u8]>, expect: Option<EscrowState>) -> b
     }
 }
 
+/// Whether `update` applies to an escrow whose stored record is `current`: the escrow is in
+/// the state the update expects, and an approval (held → held) adds exactly one name to the
+/// names stored, so that two replicas approving at once cannot both write over one list (the
+/// second finds the list changed and is refused, to be tried again).
+pub fn escrow_update_applies(current: Option<&[u8]>, update: &EscrowUpdate) -> bool {
+    if !escrow_state_is(current, update.expect) {
+        return false;
+    }
+    if update.expect == Some(EscrowState::Held) && update.record.state == EscrowState::Held {
+        let Some(stored) = current.and_then(|b| EscrowRecord::from_bytes(b).ok()) else {
+            return false;
+        };
+        let new = &update.record.approvals;
+        return new.len() == stored.approvals.len() + 1 && new.starts_with(&stored.approvals);
+    }
+    true
+}
+
 /// An escrow update's record as stored in a receipt's transaction: with the receipt.
 pub fn sealed_escrow(update: &EscrowUpdate, receipt: &Value) -> Vec<u8> {
     EscrowRecord {
@@ -421,6 +439,34 @@ mod tests {
         assert!(!escrow_state_is(Some(&bytes), Some(EscrowState::Releasing)));
         assert!(!escrow_state_is(Some(&bytes), None));
         assert!(!escrow_state_is(Some(b"not json"), Some(EscrowState::Held)));
+        // An approval adds one name to the names stored, or applies not at all.
+        let approval = |names: &[&str]| EscrowUpdate {
+            id: "e".into(),
+            expect: Some(EscrowState::Held),
+            record: EscrowRecord {
+                approvals: names.iter().map(|n| (*n).to_owned()).collect(),
+                ..EscrowRecord::held("e", "l")
+            },
+            expires_at_ms: None,
+        };
+        assert!(escrow_update_applies(Some(&bytes), &approval(&["alice"])));
+        assert!(!escrow_update_applies(
+            Some(&bytes),
+            &approval(&["alice", "bob"])
+        ));
+        let alice = approval(&["alice"]).record.to_bytes();
+        assert!(escrow_update_applies(
+            Some(&alice),
+            &approval(&["alice", "bob"])
+        ));
+        assert!(
+            !escrow_update_applies(Some(&alice), &approval(&["bob"])),
+            "a lost update"
+        );
+        assert!(!escrow_update_applies(
+            Some(&alice),
+            &approval(&["carol", "bob"])
+        ));
     }
 }
 

@@ -166,7 +166,7 @@ pub(super) fn apply(
                     answers.push(Answer::Staged);
                 }
                 Job::EscrowPut(update, _) => {
-                    let ok = escrow_state_is(&t.escrows, &update.id, update.expect)?;
+                    let ok = escrow_state_is(&t.escrows, update)?;
                     if ok {
                         t.put_escrow(&update.id, &update.record.to_bytes())?;
                         if let Some(exp) = update.expires_at_ms {
@@ -194,7 +194,7 @@ pub(super) fn apply(
                 Job::Receipt(job, _) => {
                     let (body, entry, attach) = &**job;
                     if let Some(update) = &attach.escrow {
-                        if !escrow_state_is(&t.escrows, &update.id, update.expect)? {
+                        if !escrow_state_is(&t.escrows, update)? {
                             answers.push(Answer::Receipt(None));
                             continue;
                         }

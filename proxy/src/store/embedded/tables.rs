@@ -372,16 +372,15 @@ impl<'t> Tables<'t> {
     }
 }
 
-/// Whether the escrow `id` is in the state `expect` (`None`: absent).
+/// Whether `update` applies to its escrow as stored (`records::escrow_update_applies`).
 pub(super) fn escrow_state_is(
     escrows: &redb::Table<&str, &[u8]>,
-    id: &str,
-    expect: Option<crate::store::EscrowState>,
+    update: &crate::store::EscrowUpdate,
 ) -> Result<bool, StoreError> {
-    let current = escrows.get(id).map_err(unavailable)?;
-    Ok(crate::store::records::escrow_state_is(
+    let current = escrows.get(update.id.as_str()).map_err(unavailable)?;
+    Ok(crate::store::records::escrow_update_applies(
         current.as_ref().map(|v| v.value()),
-        expect,
+        update,
     ))
 }
 

@@ -295,10 +295,7 @@ async fn append(
     for (at, (body, entry, attach)) in appends {
         if let Some(update) = &attach.escrow {
             // In turn, not pipelined: a later job may depend on an earlier one's update.
-            if !escrow_state_is(tx, &update.id, update.expect)
-                .await
-                .map_err(failed)?
-            {
+            if !escrow_state_is(tx, update).await.map_err(failed)? {
                 answers[*at] = Some(Answer::Append(None));
                 continue;
             }

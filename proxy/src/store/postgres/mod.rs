@@ -273,7 +273,7 @@ impl Store for PostgresStore {
                 tx.commit().await.map_err(unavailable)?;
                 return Ok(n == 1);
             }
-            if !escrow_state_is(&tx, &update.id, update.expect).await? {
+            if !escrow_state_is(&tx, &update).await? {
                 return Ok(false);
             }
             put_escrow(

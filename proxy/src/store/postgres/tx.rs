@@ -2,7 +2,7 @@
 
 use crate::store::records::{self, CompensationStep};
 use crate::store::Compensation;
-use crate::store::{EscrowState, LeaseRecord, LeaseState};
+use crate::store::{EscrowUpdate, LeaseRecord, LeaseState};
 use deadpool_postgres::tokio_postgres;
 
 use crate::store::StoreError;
@@ -55,12 +55,13 @@ pub(super) async fn put_part(
     Ok(())
 }
 
-/// Whether escrow `id` is in state `expect` (`None`: absent), locking its row if present.
+/// Whether `update` applies to its escrow as stored (`records::escrow_update_applies`),
+/// locking the escrow's row if present.
 pub(super) async fn escrow_state_is(
     tx: &tokio_postgres::Transaction<'_>,
-    id: &str,
-    expect: Option<EscrowState>,
+    update: &EscrowUpdate,
 ) -> Result<bool, StoreError> {
+    let id = update.id.as_str();
     let row = tx
         .query_opt(
             "SELECT record FROM escrows WHERE id = $1 FOR UPDATE",
@@ -69,7 +70,7 @@ pub(super) async fn escrow_state_is(
         .await
         .map_err(unavailable)?;
     let current: Option<&[u8]> = row.as_ref().map(|r| r.get(0));
-    Ok(records::escrow_state_is(current, expect))
+    Ok(records::escrow_update_applies(current, update))
 }
 
 /// Stores escrow `id`'s record; `expires_ms` (its lease's expiry) when it is created, kept
