@@ -96,9 +96,13 @@ def axe(view):
 
 
 def shot(name):
+    """The whole page (up to 2000 px tall), for docs/console/."""
     if SHOTS:
         os.makedirs(SHOTS, exist_ok=True)
+        tall = d.execute_script("return document.documentElement.scrollHeight")
+        d.set_window_size(1280, max(700, min(int(tall) + 160, 2000)))
         d.save_screenshot(os.path.join(SHOTS, f"console-{name}.png"))
+        d.set_window_size(1280, 900)
 
 
 def sign_in(token, name):
