@@ -99,6 +99,7 @@ Palisade demo
   sample inventory SoR  http://{sor_addr}   (data in {d}/inventory.json)
   sidecar data plane    http://{data}
   sidecar admin         http://{admin}      (/healthz /readyz /metrics)
+  operators' console    http://{admin}/ui/  (drift events as they happen, fences, the log)
   config, keys, store   {d}
 
 Try, in another shell:
