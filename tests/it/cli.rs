@@ -533,8 +533,34 @@ fn the_demo_does_what_it_prints() {
     }
     // Keep draining the demo's output so it never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
-    let out = Command::new("bash").args(["-c", &script]).output().unwrap();
+    // `python3` is the venv's (scripts/test.sh), with the agent library from the tree, as a
+    // newcomer has it after `pip install ./clients/python`.
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let path = format!(
+        "{}:{}",
+        repo.join("target/pyenv/bin").display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let out = Command::new("bash")
+        .args(["-c", &script])
+        .env("PATH", path)
+        .env("PYTHONPATH", repo.join("clients/python/src"))
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).to_lowercase();
+    // The Python flow: written, refused, compensated, with its receipts verified.
+    for said in [
+        "python: written 200 epoch 3 commit receipt verified",
+        "python: refused err_contract_input at /qty",
+        "python: compensated compensation qty 1200",
+    ] {
+        assert!(
+            text.contains(said),
+            "{said}: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
     let statuses: Vec<&str> = text
         .lines()
         // `curl -s` output has no trailing newline: a status line may follow it on one line.

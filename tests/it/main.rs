@@ -32,6 +32,7 @@ mod lease_batch;
 mod log;
 mod mcp;
 mod openapi;
+mod python_client;
 mod rcns;
 mod rcns_mcp;
 mod receipt_log;

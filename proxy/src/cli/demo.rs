@@ -180,6 +180,24 @@ Try, in another shell:
 
   curl -s http://{admin}/metrics | grep palisade_refusals_total | grep -v ' 0$'
 
+# The same flow from Python, with the agent library (pip install ./clients/python):
+python3 - <<'PY'
+import httpx
+from palisade_agent import Agent, ContractViolation
+vkey = httpx.get("http://{admin}/admin/v1/log/key").text      # the log's key, from the operator
+item = {{"sku": "BOLT-M8", "qty": 1150, "warehouse": "BER-1"}}
+undo = {{"method": "PUT", "path": "/api/v2/items/1", "body": {{**item, "qty": 1200}}}}
+with Agent("http://{data}", authorization="Bearer demo-agent", vkey=vkey) as agent:
+    done = agent.write("PUT", "/api/v2/items/1", json=item, inverse=undo)   # lease, fence, receipt
+    print("python: written", done.status, "epoch", done.epoch, done.receipt["kind"], "receipt verified")
+    try:
+        agent.write("PUT", "/api/v2/items/1", json={{**item, "qty": -3}}, inverse=undo)
+    except ContractViolation as refused:
+        print("python: refused", refused.code, "at", refused.location)
+    undone = agent.compensate(done.lease_id)
+    print("python: compensated", undone.receipt["kind"], "qty", agent.read("/api/v2/items/1").json()["qty"])
+PY
+
 Stop with Ctrl-C, then check the receipt log:    {exe} audit verify --config {d}/palisade.toml
 "#
         );

@@ -52,13 +52,12 @@ pub async fn approve(
         if let Err(why) = said.names(&rec) {
             return problem(ErrorCode::BadRequest, &why);
         }
-        // A lease that ran out cannot carry the write any more: approving it would only
-        // record a decision its release must refuse.
+        // A lease that ran out cannot carry the write any more: no approval is recorded for
+        // it (it could never count); the release is refused at once, as on any release
+        // after expiry (state `refused`, `ERR_LEASE_EXPIRED`, its receipt and drift event).
         if crate::control::escrow_view::expired(&rec, enf.clock.now_ms()) {
-            return problem(
-                ErrorCode::LeaseExpired,
-                "the held write's lease has expired: it can no longer be approved",
-            );
+            drop(one);
+            return release(&state, &enf, &id).await;
         }
         if rec.approvals.contains(&by) {
             return problem(
