@@ -37,6 +37,7 @@ mod rcns;
 mod rcns_mcp;
 mod receipt_log;
 mod replay;
+mod runtimes;
 mod store;
 mod store_contract;
 mod witness;

@@ -229,34 +229,46 @@ pub(super) fn run(config: &Path) -> Result<(), Failure> {
     for w in warnings {
         tracing::warn!("{w}");
     }
-    let runtime = runtime_for(std::thread::available_parallelism().map_or(1, usize::from))
+    // available_parallelism respects the CPU quota a pod's cgroup sets.
+    let cpus = std::thread::available_parallelism().map_or(1, usize::from);
+    let (runtime, runtimes) = runtime_for(cfg.runtime_threads.unwrap_or(cpus))
         .map_err(|e| Failure::usage(format!("runtime: {e}")))?;
     runtime
         .block_on(async {
             let server = crate::server::Server::bind(cfg).await?;
-            server.run(crate::server::shutdown_signal()).await
+            server
+                .run_sharded(crate::server::shutdown_signal(), runtimes)
+                .await
         })
         .map_err(|e| Failure::usage(format!("{e:#}")))
 }
 
-/// The sidecar's runtime. On one CPU (a pod limited to one core, a process pinned to one)
-/// the work-stealing scheduler has nobody to steal from, and its cross-thread handoffs cost
-/// more than they save: a current-thread runtime does the same work with less CPU
-/// (docs/performance.md). `PALISADE_RUNTIME=multi_thread|current_thread` overrides it.
-fn runtime_for(cpus: usize) -> std::io::Result<tokio::runtime::Runtime> {
-    let single = match std::env::var("PALISADE_RUNTIME").as_deref() {
-        Ok("current_thread") => true,
-        Ok("multi_thread") => false,
-        _ => cpus <= 1,
-    };
-    if single {
-        tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()
-    } else {
-        tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
+/// The sidecar's runtimes (issue 41): a current-thread runtime here, and as many data-plane
+/// runtimes in all as `threads` (one per CPU by default, `runtime.threads` otherwise), each
+/// with its own listener (`server::shards`): no work-stealing handoffs between threads, no
+/// request crossing one. `PALISADE_RUNTIME=multi_thread` instead runs everything on one
+/// tokio multi-thread runtime, and `PALISADE_RUNTIME=current_thread` on one current-thread
+/// runtime (the shapes before issue 41, kept to compare and to test the single shape).
+fn runtime_for(threads: usize) -> std::io::Result<(tokio::runtime::Runtime, usize)> {
+    match std::env::var("PALISADE_RUNTIME").as_deref() {
+        Ok("multi_thread") => Ok((
+            tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()?,
+            1,
+        )),
+        Ok("current_thread") => Ok((
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?,
+            1,
+        )),
+        _ => Ok((
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?,
+            threads.max(1),
+        )),
     }
 }
 
@@ -266,12 +278,14 @@ mod tests {
     use tokio::runtime::RuntimeFlavor;
 
     #[test]
-    fn one_cpu_gets_a_current_thread_runtime() {
+    fn one_current_thread_runtime_per_data_plane_thread() {
         if std::env::var("PALISADE_RUNTIME").is_ok() {
             return; // the override decides, not the CPU count
         }
-        let flavor = |cpus| super::runtime_for(cpus).unwrap().handle().runtime_flavor();
-        assert_eq!(flavor(1), RuntimeFlavor::CurrentThread);
-        assert_eq!(flavor(2), RuntimeFlavor::MultiThread);
+        for threads in [0, 1, 2, 8] {
+            let (rt, runtimes) = super::runtime_for(threads).unwrap();
+            assert_eq!(rt.handle().runtime_flavor(), RuntimeFlavor::CurrentThread);
+            assert_eq!(runtimes, threads.max(1));
+        }
     }
 }

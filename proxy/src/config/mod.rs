@@ -100,6 +100,7 @@ impl Config {
             receipts: section(&mut table, "receipts", &mut c),
             budgets: section(&mut table, "budgets", &mut c),
             escrow: section(&mut table, "escrow", &mut c),
+            runtime: section(&mut table, "runtime", &mut c),
         };
         for key in table.keys() {
             c.push(key, "unknown key");

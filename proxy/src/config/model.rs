@@ -64,6 +64,8 @@ pub struct Config {
     pub escrow_webhook: Option<String>,
     /// `escrow.console_url`: the console as operators reach it, for the announcement's link.
     pub escrow_console_url: Option<String>,
+    /// `runtime.threads`: data-plane runtimes (`None`: one per available CPU).
+    pub runtime_threads: Option<usize>,
     /// `[budgets] rules` (SPEC §14): none unless configured.
     pub budgets: Vec<palisade_policy::budget::Rule>,
     /// `[aip2]`: the AIP-2.1 quote-channel guard, when the section is present.

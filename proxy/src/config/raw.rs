@@ -156,6 +156,13 @@ pub struct RawConfig {
     pub receipts: super::receipts::RawReceipts,
     pub budgets: super::budgets::RawBudgets,
     pub escrow: RawEscrow,
+    pub runtime: RawRuntime,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+pub struct RawRuntime {
+    pub threads: Option<i64>,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -291,6 +291,14 @@ impl RawConfig {
                 }
             }
         };
+        let runtime_threads = match self.runtime.threads {
+            None => None,
+            Some(n) if (1..=256).contains(&n) => Some(n as usize),
+            Some(_) => {
+                c.push("runtime.threads", "expected 1 to 256 data-plane runtimes");
+                None
+            }
+        };
         let escrow_webhook = url_of("escrow.webhook", self.escrow.webhook, c);
         let escrow_console_url = url_of("escrow.console_url", self.escrow.console_url, c);
         let rcns = self.rcns.map(|r| r.validate(c));
@@ -312,6 +320,7 @@ impl RawConfig {
             escrow_approvals,
             escrow_webhook,
             escrow_console_url,
+            runtime_threads,
             aip2,
             admission,
             rcns,

@@ -189,7 +189,9 @@ class Agent:
         try:
             request = next(steps)
             while True:
-                request = steps.send(self.http.send(request, auth=None))
+                response = self.http.send(request, auth=None)
+                response.read()
+                request = steps.send(response)
         except StopIteration as done:
             return done.value[0]
 
@@ -231,6 +233,18 @@ class AsyncAgent:
 
     async def read(self, path: str, **kw: Any) -> httpx.Response:
         return await self.http.get(path, **kw)
+
+    async def lease(self, path: str, **spec: Any) -> dict[str, Any]:
+        """As `Agent.lease`, awaited."""
+        steps = self.http.auth._lease(self.http.build_request("PUT", path), LeaseSpec(**{**self.settings.spec.__dict__, **spec}))  # type: ignore[union-attr]
+        try:
+            request = next(steps)
+            while True:
+                response = await self.http.send(request, auth=None)
+                await response.aread()
+                request = steps.send(response)
+        except StopIteration as done:
+            return done.value[0]
 
     async def compensate(self, lease_id: str) -> WriteResult:
         r = await self.http.post(f"/.well-known/ptcl/v1/leases/{lease_id}/compensate", extensions={RAW: True})

@@ -8,6 +8,9 @@
 //! 3. the listener is closed (new connections are refused) and in-flight requests get up to
 //!    `listen.drain_timeout` to finish, then remaining connections are dropped.
 
+mod accept;
+mod shards;
+
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::atomic::Ordering;
@@ -15,26 +18,20 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use hyper::service::service_fn;
-use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::conn::auto;
 use hyper_util::server::graceful::GracefulShutdown;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 use tokio_rustls::TlsAcceptor;
 
 use crate::config::Config;
 use crate::context::AppState;
 use crate::control::admin;
-use crate::net::bound::Bound;
-use crate::net::conn::ConnInfo;
 use crate::net::tls::{self, ReloadingCert};
 use crate::net::upstream::Upstream;
-use crate::pipeline;
 use crate::telemetry;
 
-/// How long new connections are still accepted after shutdown begins.
-pub const ACCEPT_GRACE: Duration = Duration::from_secs(1);
+pub use accept::ACCEPT_GRACE;
+use accept::{http_builder, Acceptor};
 /// How often the listener's certificate files are checked for rotation.
 pub const CERT_POLL: Duration = Duration::from_secs(1);
 
@@ -114,8 +111,13 @@ impl Server {
             })?),
             None => None,
         };
-        let data = TcpListener::bind(&config.listen_addr)
+        // SO_REUSEPORT, so that the other data-plane runtimes can bind beside it (`shards`).
+        let data_addr = tokio::net::lookup_host(&config.listen_addr)
             .await
+            .ok()
+            .and_then(|mut a| a.next())
+            .with_context(|| format!("listen.addr: cannot resolve {}", config.listen_addr))?;
+        let data = shards::reuse_port_listener(data_addr)
             .with_context(|| format!("listen.addr: cannot bind {}", config.listen_addr))?;
         let admin = TcpListener::bind(&config.admin_addr)
             .await
@@ -154,8 +156,19 @@ impl Server {
             .expect("a bound listener has an address")
     }
 
-    /// Serves until `shutdown` completes, then drains (see the module docs).
+    /// Serves until `shutdown` completes, then drains (see the module docs), on this runtime
+    /// only.
     pub async fn run(self, shutdown: impl Future<Output = ()>) -> anyhow::Result<()> {
+        self.run_sharded(shutdown, 1).await
+    }
+
+    /// As [`Server::run`], with the data plane on `runtimes` runtimes: this one and
+    /// `runtimes - 1` current-thread runtimes on threads of their own (`shards`).
+    pub async fn run_sharded(
+        self,
+        shutdown: impl Future<Output = ()>,
+        runtimes: usize,
+    ) -> anyhow::Result<()> {
         let Server {
             data,
             admin,
@@ -191,21 +204,25 @@ impl Server {
         });
         let acceptor = tls.as_ref().map(|(a, _)| a.clone());
 
-        let mut builder = auto::Builder::new(TokioExecutor::new());
-        builder
-            .http1()
-            .timer(TokioTimer::new())
-            .header_read_timeout(state.config.header_timeout)
-            .keep_alive(true);
-        builder.http2().timer(TokioTimer::new());
+        let builder = http_builder(&state);
         let graceful = GracefulShutdown::new();
         let permits = Arc::new(Semaphore::new(state.config.max_connections));
+        let shards = shards::spawn(
+            runtimes.saturating_sub(1),
+            &shards::Shared {
+                state: state.clone(),
+                tls: acceptor.clone(),
+                permits: permits.clone(),
+                addr: data.local_addr()?,
+            },
+        );
 
         tracing::info!(
             data = %data.local_addr()?,
             admin = %admin_addr,
             tls = acceptor.is_some(),
             upstream = %state.config.upstream_url,
+            runtimes = runtimes.max(1),
             "palisade listening"
         );
 
@@ -223,6 +240,7 @@ impl Server {
         }
         state.draining.store(true, Ordering::Relaxed);
         tracing::info!("shutdown requested: draining");
+        shards.drain();
         // Keep accepting for a moment: endpoints take time to learn we are not ready.
         let _ = tokio::time::timeout(ACCEPT_GRACE, accept.run()).await;
         drop(accept);
@@ -237,123 +255,12 @@ impl Server {
                 "drain timeout reached; closing remaining connections"
             );
         }
+        shards.join().await;
         let _ = admin_stop_tx.send(true);
         let _ = admin_task.await;
         tracing::info!("palisade stopped");
         Ok(())
     }
-}
-
-/// The accept loop's parts, so the loop can run again during the drain grace.
-struct Acceptor<'a> {
-    listener: &'a TcpListener,
-    /// Bounds concurrent connections (`limits.max_connections`). A permit lives as long as
-    /// its connection; accept waits for one, leaving excess clients in the kernel backlog.
-    permits: Arc<Semaphore>,
-    state: &'a Arc<AppState>,
-    builder: auto::Builder<TokioExecutor>,
-    tls: Option<TlsAcceptor>,
-    graceful: &'a GracefulShutdown,
-}
-
-impl Acceptor<'_> {
-    /// Accepts connections forever; cancel it by dropping the future.
-    async fn run(&self) {
-        loop {
-            let permit = self
-                .permits
-                .clone()
-                .acquire_owned()
-                .await
-                .expect("the semaphore is never closed");
-            let (stream, peer) = match self.listener.accept().await {
-                Ok(a) => a,
-                Err(e) => {
-                    // EMFILE and friends: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            };
-            let _ = stream.set_nodelay(true);
-            let state = self.state.clone();
-            let builder = self.builder.clone();
-            let tls = self.tls.clone();
-            let watcher = self.graceful.watcher();
-            tokio::spawn(async move {
-                let _permit = permit;
-                serve_connection(stream, peer, state, builder, tls, watcher).await;
-            });
-        }
-    }
-}
-
-async fn serve_connection(
-    stream: TcpStream,
-    peer: SocketAddr,
-    state: Arc<AppState>,
-    builder: auto::Builder<TokioExecutor>,
-    acceptor: Option<TlsAcceptor>,
-    watcher: hyper_util::server::graceful::Watcher,
-) {
-    let header_timeout = state.config.header_timeout;
-    let result = match acceptor {
-        None => {
-            let info = ConnInfo::new(peer, false, None, Some(Bound::default()));
-            serve_http(stream, info, state, &builder, watcher).await
-        }
-        // Boxed: a TLS stream's state is large, and unboxed it would size the task of every
-        // plain connection too (issue 19: memory per connection).
-        Some(acceptor) => {
-            Box::pin(async move {
-                // The handshake counts against header_timeout: a client that stalls in TLS is
-                // cut off like one that stalls in HTTP.
-                let accepting = tokio::time::timeout(header_timeout, acceptor.accept(stream));
-                let tls = match accepting.await {
-                    Ok(Ok(s)) => s,
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, error = %e, "TLS handshake failed");
-                        return Ok(());
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
-                        return Ok(());
-                    }
-                };
-                // Under mTLS the verified leaf certificate is the caller's identity (SPEC §5.7).
-                let client_cert = tls
-                    .get_ref()
-                    .1
-                    .peer_certificates()
-                    .and_then(|c| c.first())
-                    .map(|leaf| leaf.as_ref().to_vec());
-                let info = ConnInfo::new(peer, true, client_cert, Some(Bound::default()));
-                serve_http(tls, info, state, &builder, watcher).await
-            })
-            .await
-        }
-    };
-    if let Err(e) = result {
-        tracing::debug!(%peer, error = %e, "connection ended with an error");
-    }
-}
-
-/// Serves HTTP/1.1 or HTTP/2 on one connection, plain or TLS, until it closes or the drain
-/// ends it.
-async fn serve_http<I>(
-    io: I,
-    info: ConnInfo,
-    state: Arc<AppState>,
-    builder: &auto::Builder<TokioExecutor>,
-    watcher: hyper_util::server::graceful::Watcher,
-) -> Result<(), Box<dyn std::error::Error + Send + Sync>>
-where
-    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-{
-    let info = Arc::new(info);
-    let svc = service_fn(move |req| pipeline::handle(state.clone(), info.clone(), req));
-    let conn = builder.serve_connection(TokioIo::new(io), svc).into_owned();
-    watcher.watch(conn).await
 }
 
 /// Completes on SIGTERM or Ctrl-C (SIGINT).
