@@ -22,6 +22,7 @@ command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)            # loopback in 
 command -v npm >/dev/null 2>&1 || need_pkgs+=(nodejs npm)         # the TypeScript SDK's server-everything
 command -v chromium >/dev/null 2>&1 || need_pkgs+=(chromium)           # the console's browser test
 command -v chromedriver >/dev/null 2>&1 || need_pkgs+=(chromium-driver)  # (tests/it/console.rs)
+command -v podman >/dev/null 2>&1 || need_pkgs+=(podman runc)       # the image, run (tests/it/image.rs)
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need_pkgs+=(postgresql)  # tests/postgres.rs starts a throw-away cluster
 if [ ${#need_pkgs[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then

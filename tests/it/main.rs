@@ -27,6 +27,7 @@ mod dataplane;
 mod enforce;
 mod freeze;
 mod identity;
+mod image;
 mod kubernetes;
 mod lease_batch;
 mod log;
