@@ -176,7 +176,8 @@ class Sidecar:
         self.proc.wait(timeout=10)
 
 
-def sidecar_like(demo: Demo, name: str, extra: str = "", upstream: str | None = None) -> Sidecar:
+def sidecar_like(demo: Demo, name: str, extra: str = "", upstream: str | None = None,
+                 upstream_timeout: str | None = None) -> Sidecar:
     """Another sidecar with the demo's keys, bundle and SoR (or `upstream`), a store of its
     own, and `extra` configuration."""
     text = (demo.dir / "palisade.toml").read_text()
@@ -184,6 +185,8 @@ def sidecar_like(demo: Demo, name: str, extra: str = "", upstream: str | None = 
     if upstream is not None:
         text = re.sub(r'(\[upstream\]\nurl = )"[^"]*"', rf'\1"{upstream}"', text)
     text = re.sub(r'addr = "127\.0\.0\.1:\d+"', 'addr = "127.0.0.1:0"', text)
+    if upstream_timeout is not None:
+        text = re.sub(r'(\[upstream\]\nurl = "[^"]*"\ntimeout = )"[^"]*"', rf'\1"{upstream_timeout}"', text)
     text = re.sub(r'\[rcns\]\n[^\[]*', '', text)  # not needed here, and it would need the pre-image
     path = demo.dir / f"{name}.toml"
     path.write_text(text + extra)

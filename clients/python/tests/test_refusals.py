@@ -191,3 +191,77 @@ def test_stops_and_outages(demo, path):
                off.vkey, kind="commit")
     finally:
         off.stop()
+
+
+def test_form_size_timeout_and_admission(demo, path, tmp_path):
+    """Refusals that need a sidecar of another shape: a body limit, an upstream that never
+    answers, admission by access tokens (minted here by PyJWT)."""
+    import json as _json
+    import socket
+    import time
+
+    import jwt
+    from cryptography.hazmat.primitives.asymmetric import ed25519
+    from jwt.algorithms import OKPAlgorithm
+
+    from palisade_agent import AdmissionRefused
+
+    small = sidecar_like(demo, "small", '[limits]\nmax_body = "1KiB"\n')
+    try:
+        agent = Agent(small.url, authorization="Bearer sizes")
+        # Refused before the body is read whole: no receipt (docs/decisions.md, data-plane codes).
+        expect(RequestFormRefused, "ERR_BODY_TOO_LARGE", lambda: agent.write(
+            "PUT", path, json={**ITEM, "sku": "X" * 2048}, inverse=undo(path)), small.vkey, receipted=False)
+    finally:
+        small.stop()
+
+    # An upstream that takes the connection and never answers: forwarded, then 504.
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(64)
+    port = silent.getsockname()[1]
+    slow = sidecar_like(demo, "silent", '[ptcl]\npre_image = "off"\n', upstream=f"http://127.0.0.1:{port}",
+                        upstream_timeout="1s")
+    try:
+        agent = Agent(slow.url, authorization="Bearer timeouts")
+        t = time.monotonic()
+        e = expect(Unavailable, "ERR_UPSTREAM_TIMEOUT", lambda: agent.write(
+            "PUT", path, json=ITEM, inverse=undo(path)), slow.vkey, kind="commit")
+        assert e.receipt["receipt"]["outcome"] == "uncertain" and time.monotonic() - t < 10
+    finally:
+        slow.stop()
+        silent.close()
+
+    key = ed25519.Ed25519PrivateKey.generate()  # TEST ONLY key, made for this run
+    jwk = _json.loads(OKPAlgorithm.to_jwk(key.public_key()))
+    jwk.update({"kid": "client-test", "alg": "EdDSA", "use": "sig"})
+    (demo.dir / "as-jwks.json").write_text(_json.dumps({"keys": [jwk]}))
+    lock = _json.loads((demo.dir / "bundle" / "lock.json").read_text())
+    digest = lock["capabilities"]["items.put"]["contractDigest"]
+
+    def token(operation: str) -> str:
+        now = int(time.time())
+        claims = {"iss": "https://as.example.com", "aud": "https://erp.example.com/client-test", "sub": "agent-9",
+                  "iat": now, "exp": now + 600, "client_id": "planner",
+                  "authorization_details": [{"type": "rich_binding", "operations": [
+                      {"operation": operation, "contractDigest": digest}]}]}
+        return jwt.encode(claims, key, algorithm="EdDSA", headers={"kid": "client-test", "typ": "at+jwt"})
+
+    admitted = sidecar_like(demo, "admission", f'[admission]\nmode = "required"\nresource = "https://erp.example.com/client-test"\n'
+                                               f'jwks = ["{demo.dir}/as-jwks.json"]\nissuers = ["https://as.example.com"]\n'
+                                               f'algorithms = ["EdDSA"]\n')
+    try:
+        signer = LocalSigner.from_pem(Path(demo.dir / "agent.pem"))
+        good = Agent(admitted.url, authorization="Bearer " + token("PUT /api/v2/items/{id}"), leases=signer,
+                     vkey=admitted.vkey)
+        assert good.write("PUT", path, json=ITEM, inverse=undo(path)).receipt["kind"] == "commit"
+        other = Agent(admitted.url, authorization="Bearer " + token("POST /api/v2/items"), leases=signer)
+        e = expect(AdmissionRefused, "ERR_NOT_ADMITTED", lambda: other.write("PUT", path, json=ITEM, inverse=undo(path)),
+                   admitted.vkey)
+        assert e.status == 403
+        forged = Agent(admitted.url, authorization="Bearer not.a.token", leases=signer)
+        e = expect(AdmissionRefused, "ERR_TOKEN_INVALID", lambda: forged.write("PUT", path, json=ITEM, inverse=undo(path)),
+                   admitted.vkey)
+        assert e.status == 401
+    finally:
+        admitted.stop()
