@@ -44,7 +44,15 @@ async fn every_runtime_serves_and_drains() {
          [runtime]\nthreads = 3\n",
         upstream.url()
     ));
-    let before = data_threads(p.pid());
+    // A thread takes its name once it runs: wait for both.
+    let named = Instant::now() + Duration::from_secs(5);
+    let before = loop {
+        let threads = data_threads(p.pid());
+        if threads.len() == 2 || Instant::now() > named {
+            break threads;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
     let names: Vec<&str> = before.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
