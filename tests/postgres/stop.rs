@@ -19,6 +19,8 @@ use super::support::*;
 /// One write as a load task saw it: when it began, at which replica, what it got.
 struct Seen {
     began: Instant,
+    /// When its answer arrived: a refusal shows the freeze in force at the replica by then.
+    ended: Instant,
     replica: usize,
     status: Option<StatusCode>,
     code: Option<String>,
@@ -42,6 +44,7 @@ async fn load(bases: Vec<String>, tasks: usize, stop: Arc<AtomicBool>) -> Vec<Se
                 let g = got(try_send(leased_put(&bases[replica], &path, &lease, None, "{}")).await);
                 out.push(Seen {
                     began,
+                    ended: Instant::now(),
                     replica,
                     status: g.status,
                     code: g.code,
@@ -72,7 +75,8 @@ async fn admin(p: &Palisade, method: &str, path: &str, body: Option<Value>) -> (
 }
 
 /// Per replica: how long after `from` its last forwarded write began (the freeze took effect
-/// there by then), and whether a write was forwarded after one was refused as frozen.
+/// there by then), and whether a write that began after one was refused as frozen was
+/// forwarded.
 fn effect(seen: &[Seen], replica: usize, from: Instant) -> (Duration, bool) {
     let mut mine: Vec<&Seen> = seen
         .iter()
@@ -85,11 +89,18 @@ fn effect(seen: &[Seen], replica: usize, from: Instant) -> (Duration, bool) {
         .map(|s| s.began - from)
         .max()
         .unwrap_or_default();
-    let first_frozen = mine
+    // A write refused as frozen shows the freeze in force at the replica by the time its
+    // answer came back (not by the time it began: with a runtime per CPU, a write that began
+    // earlier may be checked later than one that began after it).
+    let frozen_by = mine
         .iter()
-        .position(|s| s.code.as_deref() == Some("ERR_FROZEN"));
-    let forwarded_after =
-        first_frozen.is_some_and(|i| mine[i..].iter().any(|s| s.status == Some(StatusCode::OK)));
+        .filter(|s| s.code.as_deref() == Some("ERR_FROZEN"))
+        .map(|s| s.ended)
+        .min();
+    let forwarded_after = frozen_by.is_some_and(|t| {
+        mine.iter()
+            .any(|s| s.began > t && s.status == Some(StatusCode::OK))
+    });
     (last_ok, forwarded_after)
 }
 
