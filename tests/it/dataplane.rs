@@ -259,7 +259,13 @@ async fn rotated_certificate_files_are_served_without_a_restart() {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    assert!(p.logs().contains("listener certificate reloaded"));
+    // The log line is written as the new certificate goes in; the test reads the sidecar's
+    // output on a thread of its own, which may be a moment behind.
+    let logged = Instant::now() + Duration::from_secs(5);
+    while !p.logs().contains("listener certificate reloaded") {
+        assert!(Instant::now() < logged, "no reload logged: {}", p.logs());
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
