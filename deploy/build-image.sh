@@ -58,5 +58,10 @@ if [ -z "$base" ]; then
   podman_ import -q "$work/base.tar" localhost/palisade-base:local >/dev/null
   base=localhost/palisade-base:local
 fi
+old=$(podman_ image inspect "$TAG" --format '{{.Id}}' 2>/dev/null || true)
 podman_ build -q --build-arg "BASE=$base" -f deploy/Containerfile.prebuilt -t "$TAG" "$work/ctx" >/dev/null
+# The image this tag named before is left dangling by the rebuild: remove it (unless a
+# container still uses it), so that repeated builds do not fill the disk.
+new=$(podman_ image inspect "$TAG" --format '{{.Id}}')
+if [ -n "$old" ] && [ "$old" != "$new" ]; then podman_ rmi "$old" >/dev/null 2>&1 || true; fi
 echo "$TAG $(podman_ image inspect "$TAG" --format '{{.Size}}') bytes"

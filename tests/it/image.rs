@@ -21,9 +21,9 @@ use crate::support::bundles::{contract, qty_schema, write_bundle, BundleFiles};
 use crate::support::writes::*;
 use crate::support::*;
 
-const TAG: &str = "localhost/palisade:it";
+pub const TAG: &str = "localhost/palisade:it";
 
-fn podman(args: &[&str]) -> Output {
+pub fn podman(args: &[&str]) -> Output {
     let mut cmd = Command::new("podman");
     if Path::new("/usr/sbin/runc").exists() {
         cmd.args(["--runtime", "/usr/sbin/runc"]);
@@ -41,7 +41,7 @@ fn containers_conf() -> PathBuf {
     path
 }
 
-fn text(o: &Output) -> String {
+pub fn text(o: &Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&o.stdout),
@@ -93,12 +93,20 @@ fn bundle_files(b: &BundleFiles) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_image_runs_as_the_chart_runs_it() {
+/// Builds the image from this build's binary once for the tests that run it; `Err` says why
+/// they are skipped (no podman, or podman that cannot run containers here).
+pub fn built_image() -> Result<(), String> {
+    static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+    BUILT.get_or_init(build_image).clone()
+}
+
+fn build_image() -> Result<(), String> {
     let can = Command::new("podman").arg("--version").output();
     if can.as_ref().map_or(true, |o| !o.status.success()) {
-        eprintln!("SKIPPED: podman is not installed here (scripts/test.sh installs podman and runc as root)");
-        return;
+        return Err(
+            "podman is not installed here (scripts/test.sh installs podman and runc as root)"
+                .into(),
+        );
     }
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let built = Command::new(repo.join("deploy/build-image.sh"))
@@ -108,6 +116,29 @@ async fn the_image_runs_as_the_chart_runs_it() {
         .output()
         .unwrap();
     assert!(built.status.success(), "{}", text(&built));
+    let probe = podman(&[
+        "run",
+        "--rm",
+        "--network=none",
+        "--read-only",
+        TAG,
+        "--version",
+    ]);
+    if !probe.status.success() && text(&probe).contains("OCI runtime") {
+        return Err(format!(
+            "podman cannot run containers here: {}",
+            text(&probe)
+        ));
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_image_runs_as_the_chart_runs_it() {
+    if let Err(why) = tokio::task::spawn_blocking(built_image).await.unwrap() {
+        eprintln!("SKIPPED: {why}");
+        return;
+    }
     let version = podman(&[
         "run",
         "--rm",
@@ -116,13 +147,6 @@ async fn the_image_runs_as_the_chart_runs_it() {
         TAG,
         "--version",
     ]);
-    if !version.status.success() && text(&version).contains("OCI runtime") {
-        eprintln!(
-            "SKIPPED: podman cannot run containers here: {}",
-            text(&version)
-        );
-        return;
-    }
     assert_eq!(
         String::from_utf8_lossy(&version.stdout).trim(),
         format!("palisade {}", env!("CARGO_PKG_VERSION"))

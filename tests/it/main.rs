@@ -28,6 +28,7 @@ mod enforce;
 mod freeze;
 mod identity;
 mod image;
+mod image_pod;
 mod kubernetes;
 mod lease_batch;
 mod log;

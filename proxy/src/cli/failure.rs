@@ -16,6 +16,11 @@ impl Failure {
         }
     }
 
+    /// An error's whole chain, as a usage failure (exit 2).
+    pub(crate) fn chain(e: anyhow::Error) -> Self {
+        Self::usage(format!("{e:#}"))
+    }
+
     pub(crate) fn usage(line: impl Into<String>) -> Self {
         Self {
             code: 2,

@@ -34,6 +34,8 @@ enum Command {
         #[arg(long, default_value_t = 8080)]
         port: u16,
     },
+    /// Run the demo's sample SoR alone: the SoR container beside the image in a test pod.
+    SampleSor(sample_sor::Args),
     /// Replay recorded traffic (HAR 1.2) against a target, open loop (SPEC §12).
     Replay(ReplayArgs),
     /// Write a new Ed25519 PKCS#8 PEM private key; print its kid and public key.
@@ -295,9 +297,8 @@ pub fn main() -> ExitCode {
 fn dispatch(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Run { config } => run(&config),
-        Command::Demo { port } => {
-            crate::cli::demo::run(port).map_err(|e| Failure::usage(format!("{e:#}")))
-        }
+        Command::Demo { port } => demo::run(port).map_err(Failure::chain),
+        Command::SampleSor(args) => sample_sor::run(args).map_err(Failure::chain),
         Command::Replay(args) => run_replay(args),
         Command::Freeze(args) => freeze::freeze(args),
         Command::Unfreeze(args) => freeze::unfreeze(args),

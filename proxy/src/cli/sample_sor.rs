@@ -31,6 +31,35 @@ const MAX_BODY: u64 = 1 << 20;
 /// The legacy API refuses allocations to this sales order (409 `ORDER_CLOSED`).
 pub const CLOSED_ORDER: &str = "SO-0000";
 
+/// `palisade sample-sor`: the inventory API on its own, as an image's second container runs it.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// The address to serve on (the chart's `sor.port`, on loopback inside the pod).
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    listen: std::net::SocketAddr,
+    /// The data file (created, with three items, when missing).
+    #[arg(long, default_value = "/tmp/palisade-sample-sor.json")]
+    data: PathBuf,
+}
+
+pub fn run(args: Args) -> anyhow::Result<()> {
+    crate::telemetry::init_logging();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        let sor = SampleSor::open(&args.data)?;
+        let listener = TcpListener::bind(args.listen).await?;
+        tracing::info!(addr = %args.listen, data = %args.data.display(), "sample SoR serving");
+        // SIGTERM ends it at once: it holds no connection state worth draining.
+        tokio::select! {
+            () = sor.serve(listener) => {}
+            () = crate::server::shutdown_signal() => {}
+        }
+        Ok(())
+    })
+}
+
 pub struct SampleSor {
     data_file: PathBuf,
     state: Mutex<Inventory>,
