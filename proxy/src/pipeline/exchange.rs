@@ -128,16 +128,15 @@ impl OnEnd for Box<AccessLine> {
             return;
         }
         let ex = &self.ex;
-        tracing::info!(
-            target: "palisade::access",
-            method = %ex.method,
-            path = %ex.path,
-            status = self.status,
-            duration_ms = ex.start.elapsed().as_secs_f64() * 1000.0,
+        telemetry::access_log::write(&telemetry::access_log::AccessFields {
+            method: ex.method.as_str(),
+            path: &ex.path,
+            status: self.status,
+            duration_ms: ex.start.elapsed().as_secs_f64() * 1000.0,
             bytes,
-            trace_id = %ex.trace_id,
-            outcome = self.outcome,
-        );
+            trace_id: &ex.trace_id,
+            outcome: self.outcome,
+        });
     }
 }
 

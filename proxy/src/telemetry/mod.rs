@@ -10,6 +10,7 @@
 //! Drift events ([`drift`]) go to their sinks (stdout, a file, a webhook) through a bounded
 //! queue and never block a request. This layer uses only `config` and `net`.
 
+pub mod access_log;
 pub mod drift;
 pub mod webhook;
 
@@ -199,11 +200,15 @@ pub fn init_logging() {
     let _ = if std::io::stdout().is_terminal() {
         builder.try_init()
     } else {
-        builder
+        let installed = builder
             .json()
             .flatten_event(true)
             .with_current_span(false)
-            .try_init()
+            .try_init();
+        if installed.is_ok() {
+            access_log::use_json_stdout();
+        }
+        installed
     };
 }
 
