@@ -67,6 +67,14 @@ if [ "$(cat "$node_dir/.package" 2>/dev/null)" != "$want" ]; then
   echo "$want" > "$node_dir/.package"
 fi
 
+# The book (book.toml, docs/): mdBook from crates.io, built once into cargo's bin directory
+# (no server or file watcher: only `mdbook build` is used). tests/it/book.rs builds the book
+# and checks its links.
+if ! mdbook --version 2>/dev/null | grep -q 'v0\.5\.4'; then
+  say "mdbook 0.5.4 (cargo install, once)"
+  cargo install --quiet --locked mdbook --version 0.5.4 --no-default-features --features search
+fi
+
 # SETUP_ONLY=1: stop here (benches/mcp/run uses the venv this makes).
 [ "${SETUP_ONLY:-0}" = 1 ] && exit 0
 

@@ -13,6 +13,7 @@ mod admin;
 mod admission;
 mod aip2;
 mod architecture;
+mod book;
 mod budget;
 mod bypass;
 mod caller;
