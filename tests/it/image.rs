@@ -154,6 +154,13 @@ async fn the_image_runs_as_the_chart_runs_it() {
     // Non-root, and no shell to exec into.
     let id = podman(&["image", "inspect", TAG, "--format", "{{.Config.User}}"]);
     assert_eq!(String::from_utf8_lossy(&id.stdout).trim(), "65532:65532");
+    // mimalloc's lazy arena commit, for the memory figure the README reports.
+    let env = podman(&["image", "inspect", TAG, "--format", "{{.Config.Env}}"]);
+    assert!(
+        String::from_utf8_lossy(&env.stdout).contains("MIMALLOC_ARENA_EAGER_COMMIT=0"),
+        "{}",
+        text(&env)
+    );
     let sh = podman(&[
         "run",
         "--rm",
