@@ -329,6 +329,11 @@ async fn a_body_over_max_body_on_a_buffered_route_gets_413_and_reaches_nothing()
     assert_eq!(doc["code"], "ERR_BODY_TOO_LARGE");
     assert_eq!(doc["status"], 413);
     assert_eq!(doc["type"], "urn:palisade:error:body-too-large");
+    // A refused write leaves its rejection receipt like any other (SPEC §5.5).
+    assert_eq!(doc["receipt"]["receipt"]["kind"], "rejection", "{doc}");
+    assert_eq!(doc["receipt"]["receipt"]["code"], "ERR_BODY_TOO_LARGE");
+    assert_eq!(doc["receipt"]["receipt"]["method"], "PUT");
+    assert!(parts.headers.contains_key("agent-commit-receipt"));
 
     // Chunked, no length: refused once the limit is passed.
     let chunks = futures_util::stream::iter((0..20).map(|_| {
@@ -341,8 +346,12 @@ async fn a_body_over_max_body_on_a_buffered_route_gets_413_and_reaches_nothing()
             http_body_util::StreamBody::new(chunks),
         ))
         .unwrap();
-    let (parts, _) = send(&http1_client(), req).await;
+    let (parts, body) = send(&http1_client(), req).await;
     assert_eq!(parts.status, StatusCode::PAYLOAD_TOO_LARGE);
+    let doc: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(doc["receipt"]["receipt"]["code"], "ERR_BODY_TOO_LARGE");
+    // Two receipts, the log's indices 0 and 1.
+    assert_eq!(doc["receipt"]["index"], 1, "{doc}");
     assert!(upstream.requests().is_empty(), "the upstream saw nothing");
 
     // At the limit the body is read, and the next stage (the lease) decides.

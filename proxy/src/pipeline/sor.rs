@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use http::Response;
 use hyper::body::Incoming;
-use palisade_policy::ErrorCode;
+use palisade_policy::{ErrorCode, Refusal};
 
 use super::admit;
 use super::connect;
@@ -105,12 +105,14 @@ pub(super) async fn answer(
     let bytes = match body::read_request_body(body, state.config.max_body).await {
         Ok(bytes) => bytes,
         Err(CollectError::TooLarge(limit)) => {
-            state.metrics.refusal(ErrorCode::BodyTooLarge);
+            // A refused write like any other (SPEC §5.5): counted, and receipted when
+            // enforcement is on, through the one refusal path. No drift event: the code has
+            // no drift category (a size limit is not a contract violation).
             let detail = format!("request body exceeds limits.max_body ({limit} bytes)");
-            return (
-                problem(ex, ErrorCode::BodyTooLarge, &detail),
-                Outcome::Refused,
-            );
+            cx.bind(bundle.as_deref(), &binding);
+            let refusal = Refusal::new(ErrorCode::BodyTooLarge, detail);
+            let refused = receipts::record(state, refusal, &cx, Evidence::default());
+            return (Box::pin(refused).await.into_response(), Outcome::Refused);
         }
         Err(CollectError::Read(e)) => {
             tracing::debug!(error = %e, "request body read failed");
