@@ -383,3 +383,52 @@ fn the_configuration_reference_names_every_key_of_every_table() {
     assert!(tables >= 10 && keys >= 60, "{tables} tables, {keys} keys");
     eprintln!("{tables} tables, {keys} keys documented");
 }
+
+#[test]
+fn every_route_the_admin_router_and_the_sidecar_serve_is_in_the_openapi_document() {
+    let read = |p: &str| std::fs::read_to_string(repo().join(p)).unwrap();
+    let doc = read("docs/reference/openapi.yaml");
+    let paths: Vec<&str> = doc
+        .lines()
+        .filter(|l| l.starts_with("  /") && l.ends_with(':'))
+        .map(|l| l.trim().trim_end_matches(':'))
+        .collect();
+    let documented = |route: &str| paths.iter().any(|p| p.starts_with(route));
+    // The admin router's routes and prefixes: its string literals that are paths.
+    let admin = read("proxy/src/control/admin.rs");
+    let mut routes: Vec<String> = admin
+        .split('"')
+        .skip(1)
+        .step_by(2)
+        .filter(|s| {
+            s.starts_with("/admin/") || ["/healthz", "/readyz", "/metrics", "/ui"].contains(s)
+        })
+        .map(str::to_owned)
+        .collect();
+    // The receipt log's sub-routes (control/log.rs).
+    for sub in ["checkpoint", "key", "proof", "consistency", "tile/"] {
+        assert!(read("proxy/src/control/log.rs").contains(&format!("\"{sub}")));
+        routes.push(format!("/admin/v1/log/{sub}"));
+    }
+    // The data plane's own prefixes.
+    for (file, name) in [
+        ("proxy/src/authority/lease_record.rs", "PREFIX"),
+        ("proxy/src/enforce/escrow.rs", "PREFIX"),
+        ("proxy/src/rcns/headers.rs", "WELL_KNOWN"),
+        ("proxy/src/aip/relay.rs", "PREFIX"),
+    ] {
+        let src = read(file);
+        let line = src
+            .lines()
+            .find(|l| l.starts_with(&format!("pub const {name}: &str = ")))
+            .unwrap_or_else(|| panic!("{file}: no {name}"));
+        routes.push(line.split('"').nth(1).unwrap().to_owned());
+    }
+    assert!(routes.len() >= 20, "{routes:?}");
+    for r in &routes {
+        assert!(
+            documented(r),
+            "the binary serves {r} but docs/reference/openapi.yaml has no path for it"
+        );
+    }
+}
