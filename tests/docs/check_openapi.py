@@ -1,14 +1,15 @@
 """The sidecar's OpenAPI document (docs/reference/openapi.yaml) against the running binary.
 
-    python tests/docs/check_openapi.py OPENAPI.yaml ADMIN_URL DATA_URL
+    python tests/docs/check_openapi.py OPENAPI.yaml ADMIN_URL DATA_URL [REQUIRES_URL]
 
 Validates the document with openapi-spec-validator (an independent validator of OpenAPI 3.1),
 then calls every documented operation on a running sidecar (`palisade demo`, started by
 tests/it/book.rs): path and query parameters and bodies from the document's examples. Each
 answer must be one the operation documents (status and media type), and must not be the
 router's own "no such route" answer, so a documented route the binary does not serve fails.
-Paths marked `x-palisade-requires` (served only with a config section the demo lacks, e.g.
-the AIP-2.1 relay) are validated but not called, and counted as such.
+Paths marked `x-palisade-requires` are served only with a config section the demo lacks (the
+AIP-2.1 relay): they are called on REQUIRES_URL, a sidecar configured with it, or else only
+validated and counted as not called.
 Prints one line per operation and exits 1 on the first mismatch.
 """
 
@@ -51,6 +52,7 @@ def route_miss(base_is_admin, status, ctype, body):
 
 def main():
     path, admin, data = sys.argv[1:4]
+    requires = sys.argv[4] if len(sys.argv) > 4 else None
     spec = yaml.safe_load(open(path))
     validate(spec)
     print(f"ok   {path}: valid OpenAPI {spec['openapi']} (openapi-spec-validator)")
@@ -63,13 +65,15 @@ def main():
                 operations += 1
                 # Served only when a config section the demo lacks is present: validated
                 # above, not called.
-                if item.get("x-palisade-requires"):
-                    skipped += 1
-                    print(f"skip {method.upper():6} {route} (needs {item['x-palisade-requires']})")
-                    continue
                 server = (op.get("servers") or spec["servers"])[0]["url"]
                 is_admin = server == ADMIN_DEFAULT
                 base = admin if is_admin else data
+                if item.get("x-palisade-requires"):
+                    if not requires:
+                        skipped += 1
+                        print(f"skip {method.upper():6} {route} (needs {item['x-palisade-requires']})")
+                        continue
+                    base = requires
                 url_path, query = route, {}
                 for p in [resolve(spec, p) for p in op.get("parameters", [])]:
                     if "example" not in p:

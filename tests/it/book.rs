@@ -243,10 +243,17 @@ fn the_openapi_document_is_valid_and_the_binary_serves_every_operation_in_it() {
     );
     let scratch = tempfile::tempdir().unwrap();
     let (mut demo, data, admin) = start_demo(scratch.path());
+    // The operations the demo does not serve (`x-palisade-requires`: the AIP-2.1 relay), on
+    // a sidecar configured with `[aip2]`.
+    let dir = tempfile::tempdir().unwrap();
+    let aip2 = "[aip2]\nkernels = { 84532 = \"0x9d25A874f046185d9237Cd4954C88D2B74B0021b\" }\n\
+                relay = true\n";
+    let text = crate::support::writes::write_config_for("http://127.0.0.1:9", dir.path(), "", aip2);
+    let relay = crate::support::Palisade::start(&text);
     let out = Command::new(python)
         .arg(repo().join("tests/docs/check_openapi.py"))
         .arg(repo().join("docs/reference/openapi.yaml"))
-        .args([&admin, &data])
+        .args([&admin, &data, relay.url("").trim_end_matches('/')])
         .output()
         .unwrap();
     let _ = demo.kill();
