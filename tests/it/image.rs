@@ -93,14 +93,15 @@ fn bundle_files(b: &BundleFiles) -> Vec<(String, Vec<u8>)> {
     out
 }
 
-/// Builds the image from this build's binary once for the tests that run it; `Err` says why
-/// they are skipped (no podman, or podman that cannot run containers here).
-pub fn built_image() -> Result<(), String> {
-    static BUILT: std::sync::OnceLock<Result<(), String>> = std::sync::OnceLock::new();
+/// Builds the image from this build's binary once for the tests that run it: `Ok` holds what
+/// `--version` printed in a container of it; `Err` says why they are skipped (no podman, or
+/// podman that cannot run containers here).
+pub fn built_image() -> Result<String, String> {
+    static BUILT: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
     BUILT.get_or_init(build_image).clone()
 }
 
-fn build_image() -> Result<(), String> {
+fn build_image() -> Result<String, String> {
     let can = Command::new("podman").arg("--version").output();
     if can.as_ref().map_or(true, |o| !o.status.success()) {
         return Err(
@@ -130,27 +131,21 @@ fn build_image() -> Result<(), String> {
             text(&probe)
         ));
     }
-    Ok(())
+    assert!(probe.status.success(), "{}", text(&probe));
+    Ok(String::from_utf8_lossy(&probe.stdout).trim().to_owned())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_image_runs_as_the_chart_runs_it() {
-    if let Err(why) = tokio::task::spawn_blocking(built_image).await.unwrap() {
-        eprintln!("SKIPPED: {why}");
-        return;
-    }
-    let version = podman(&[
-        "run",
-        "--rm",
-        "--network=none",
-        "--read-only",
-        TAG,
-        "--version",
-    ]);
-    assert_eq!(
-        String::from_utf8_lossy(&version.stdout).trim(),
-        format!("palisade {}", env!("CARGO_PKG_VERSION"))
-    );
+    let version = match tokio::task::spawn_blocking(built_image).await.unwrap() {
+        Ok(version) => version,
+        Err(why) => {
+            eprintln!("SKIPPED: {why}");
+            return;
+        }
+    };
+    // `--version` in the image, on a read-only root with no network (the build's probe).
+    assert_eq!(version, format!("palisade {}", env!("CARGO_PKG_VERSION")));
     // Non-root, and no shell to exec into.
     let id = podman(&["image", "inspect", TAG, "--format", "{{.Config.User}}"]);
     assert_eq!(String::from_utf8_lossy(&id.stdout).trim(), "65532:65532");
@@ -248,12 +243,12 @@ async fn the_image_runs_as_the_chart_runs_it() {
     let started = Instant::now();
     let out = podman(&run);
     assert!(out.status.success(), "{}", text(&out));
-    let _cleanup = scopeguard(name.clone());
+    let _cleanup = Remove(name.clone());
     let admin_url = |path: &str| format!("http://127.0.0.1:{admin}{path}");
-    let http = reqwest_like();
+    let http = http1_client();
     let mut ready = false;
     while started.elapsed() < Duration::from_secs(20) {
-        if get(&http, &admin_url("/readyz")).await.0 == StatusCode::OK {
+        if get_json(&admin_url("/readyz"), None).await.0 == StatusCode::OK {
             ready = true;
             break;
         }
@@ -324,19 +319,7 @@ async fn the_image_runs_as_the_chart_runs_it() {
         .map(|(n, b)| (n.as_str(), b.clone()))
         .collect();
     configmap_version(&config, "v2", &refs2);
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, doc) = get(&http, &admin_url("/admin/v1/lockfile")).await;
-        if doc["digest"] == second.digest.as_str() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the new bundle never took: {doc} {}",
-            logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    await_bundle(&admin_url(""), None, &second.digest, logs).await;
     let lease = lease_for(&agent, "/items/3", 1, |_| {});
     let (parts, body) = send(&http, put("/items/3", Some(lease))).await;
     assert_eq!(parts.status, StatusCode::UNPROCESSABLE_ENTITY);
@@ -377,18 +360,14 @@ async fn the_image_runs_as_the_chart_runs_it() {
     );
 }
 
-type Client =
-    hyper_util::client::legacy::Client<hyper_util::client::legacy::connect::HttpConnector, BoxBody>;
-
-fn reqwest_like() -> Client {
-    http1_client()
-}
-
-async fn get(http: &Client, url: &str) -> (StatusCode, Value) {
-    match http
-        .request(Request::get(url).body(full("")).unwrap())
-        .await
-    {
+/// A GET answered with JSON (`Null` when it is not), with an admin token when given; a
+/// connection refused reads as 503, as a container still starting.
+pub async fn get_json(url: &str, token: Option<&str>) -> (StatusCode, Value) {
+    let mut req = Request::get(url);
+    if let Some(token) = token {
+        req = req.header("authorization", format!("Bearer {token}"));
+    }
+    match http1_client().request(req.body(full("")).unwrap()).await {
         Ok(resp) => {
             let status = resp.status();
             let body = http_body_util::BodyExt::collect(resp.into_body())
@@ -401,6 +380,29 @@ async fn get(http: &Client, url: &str) -> (StatusCode, Value) {
     }
 }
 
+/// Waits (15 s at most) until the admin listener at `admin` reports `digest` as the bundle in
+/// force; `logs` says why not.
+pub async fn await_bundle(
+    admin: &str,
+    token: Option<&str>,
+    digest: &str,
+    logs: impl Fn() -> String,
+) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let (_, doc) = get_json(&format!("{admin}/admin/v1/lockfile"), token).await;
+        if doc["digest"] == digest {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the new bundle never took: {doc}\n{}",
+            logs()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// Removes the container however the test ends.
 struct Remove(String);
 
@@ -408,8 +410,4 @@ impl Drop for Remove {
     fn drop(&mut self) {
         let _ = podman(&["rm", "-f", self.0.as_str()]);
     }
-}
-
-fn scopeguard(name: String) -> Remove {
-    Remove(name)
 }

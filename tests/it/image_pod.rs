@@ -16,16 +16,15 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-use http::{Request, StatusCode};
+use http::StatusCode;
 use palisade_policy::keys::KeyPair;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
 
-use crate::image::{built_image, podman, text, TAG};
+use crate::image::{await_bundle, built_image, get_json, podman, text, TAG};
 use crate::support::bundles::{contract, write_bundle, DIALECT};
 use crate::support::writes::*;
-use crate::support::*;
 
 const POD: &str = "erp-palisade";
 const SIDECAR: &str = "erp-palisade-palisade";
@@ -67,24 +66,6 @@ fn replace_file(path: &Path, bytes: &[u8]) {
     let tmp = path.with_extension("tmp");
     std::fs::write(&tmp, bytes).unwrap();
     std::fs::rename(tmp, path).unwrap();
-}
-
-async fn admin_get(admin: SocketAddr, path: &str) -> (StatusCode, Value) {
-    let req = Request::get(format!("http://{admin}{path}"))
-        .header("authorization", format!("Bearer {ADMIN_TOKEN}"))
-        .body(full(""))
-        .unwrap();
-    match http1_client().request(req).await {
-        Ok(resp) => {
-            let status = resp.status();
-            let body = http_body_util::BodyExt::collect(resp.into_body())
-                .await
-                .map(|b| b.to_bytes())
-                .unwrap_or_default();
-            (status, serde_json::from_slice(&body).unwrap_or(Value::Null))
-        }
-        Err(_) => (StatusCode::SERVICE_UNAVAILABLE, Value::Null),
-    }
 }
 
 /// A leased PUT of `/api/v2/items/{id}` through the pod, as raw HTTP/1.1 bytes.
@@ -218,7 +199,13 @@ async fn the_charts_pod_runs_under_podman_kube_play() {
     };
     let mut ready = false;
     while started.elapsed() < Duration::from_secs(30) {
-        if admin_get(admin, &probe("readinessProbe")).await.0 == StatusCode::OK {
+        if get_json(
+            &format!("http://{admin}{}", probe("readinessProbe")),
+            Some(ADMIN_TOKEN),
+        )
+        .await
+        .0 == StatusCode::OK
+        {
             ready = true;
             break;
         }
@@ -230,7 +217,12 @@ async fn the_charts_pod_runs_under_podman_kube_play() {
         started.elapsed().as_millis()
     );
     for kind in ["startupProbe", "livenessProbe"] {
-        assert_eq!(admin_get(admin, &probe(kind)).await.0, StatusCode::OK);
+        assert_eq!(
+            get_json(&format!("http://{admin}{}", probe(kind)), Some(ADMIN_TOKEN))
+                .await
+                .0,
+            StatusCode::OK
+        );
     }
     // As the pod's securityContext says: uid 10001, read-only root.
     assert_eq!(
@@ -265,7 +257,9 @@ async fn the_charts_pod_runs_under_podman_kube_play() {
 
     // A bundle swap: the bundle's ConfigMap changed (its contracts, then its lockfile) in the
     // volume podman made of it; qty at most 10 from now on.
-    let (_, before) = admin_get(admin, "/admin/v1/lockfile").await;
+    let admin_base = format!("http://{admin}");
+    let lockfile_url = format!("{admin_base}/admin/v1/lockfile");
+    let (_, before) = get_json(&lockfile_url, Some(ADMIN_TOKEN)).await;
     let schema = json!({"$schema": DIALECT,
         "type": "object", "required": ["qty"],
         "properties": {"qty": {"type": "integer", "minimum": 0, "maximum": 10}}});
@@ -291,19 +285,7 @@ async fn the_charts_pod_runs_under_podman_kube_play() {
         &bundle_dir.join("lock.json"),
         &std::fs::read(&second.lockfile).unwrap(),
     );
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, doc) = admin_get(admin, "/admin/v1/lockfile").await;
-        if doc["digest"] == second.digest.as_str() {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the new bundle never took: {doc}\n{}",
-            logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    await_bundle(&admin_base, Some(ADMIN_TOKEN), &second.digest, logs).await;
     let big = r#"{"sku":"SKU-1042","qty":50,"warehouse":"BER-1"}"#;
     let (status, answer) = exchange(data, &leased_put(data, "pod-3", big).await).await;
     assert_eq!(status, 422, "{answer}");
