@@ -34,11 +34,23 @@ pub fn podman(args: &[&str]) -> Output {
     cmd.output().expect("podman runs")
 }
 
-/// Containers on this kind of host need no ulimits set (their defaults fail here).
+/// Containers on this kind of host need no ulimits set (their defaults fail here). Written
+/// once per test process and renamed into place: the image tests run podman concurrently, and
+/// a podman that read a file being rewritten fell back to the default ulimits (CI, stop 52).
 fn containers_conf() -> PathBuf {
-    let path = std::env::temp_dir().join("palisade-it-containers.conf");
-    std::fs::write(&path, "[containers]\ndefault_ulimits = []\n").unwrap();
-    path
+    static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    PATH.get_or_init(|| {
+        let dir = std::env::temp_dir();
+        let path = dir.join(format!(
+            "palisade-it-containers-{}.conf",
+            std::process::id()
+        ));
+        let tmp = dir.join(format!("palisade-it-containers-{}.tmp", std::process::id()));
+        std::fs::write(&tmp, "[containers]\ndefault_ulimits = []\n").unwrap();
+        std::fs::rename(&tmp, &path).unwrap();
+        path
+    })
+    .clone()
 }
 
 pub fn text(o: &Output) -> String {
