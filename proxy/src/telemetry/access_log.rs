@@ -124,6 +124,61 @@ mod tests {
         assert_eq!(v["path"], "/a\"b\\c\u{1}é");
     }
 
+    /// The hand-written line against what `tracing_subscriber`'s JSON formatter, configured as
+    /// `init_logging` configures it, writes for the same event: byte for byte after the
+    /// timestamp, and the timestamp in the same form within the same instants.
+    #[test]
+    fn the_line_is_byte_for_byte_what_the_json_formatter_writes() {
+        use std::sync::{Arc, Mutex};
+        #[derive(Clone, Default)]
+        struct Captured(Arc<Mutex<Vec<u8>>>);
+        impl std::io::Write for Captured {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0.lock().unwrap().extend_from_slice(b);
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber =
+            super::super::json_subscriber(tracing_subscriber::EnvFilter::new("info"), move || {
+                writer.clone()
+            });
+        let f = AccessFields {
+            method: "DELETE",
+            path: "/items/a\"b\\c\u{1}\u{7f}é\u{2028}/%2e%2e?q=1&x=<y>",
+            status: 503,
+            duration_ms: 0.1 + 0.2,
+            bytes: 18_446_744_073_709_551_615,
+            trace_id: "4bf92f3577b34da6a3ce929d0e0e4736",
+            outcome: "upstream_error",
+        };
+        let before = std::time::SystemTime::now();
+        // Not yet switched to the direct path, `write` goes through `tracing`.
+        assert!(!JSON_STDOUT.load(Ordering::Relaxed));
+        tracing::subscriber::with_default(subscriber, || write(&f));
+        let after = std::time::SystemTime::now();
+        let theirs = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        let mut ours = Vec::new();
+        format_line(&mut ours, before, &f);
+        let ours = String::from_utf8(ours).unwrap();
+
+        let split = |line: &str| {
+            let rest = line.strip_prefix("{\"timestamp\":\"").unwrap();
+            let (at, tail) = rest.split_once('"').unwrap();
+            (at.to_owned(), tail.to_owned())
+        };
+        let (their_at, their_tail) = split(&theirs);
+        let (our_at, our_tail) = split(&ours);
+        assert_eq!(our_tail, their_tail, "ours: {ours}theirs: {theirs}");
+        assert_eq!(their_at.len(), our_at.len(), "{their_at} vs {our_at}");
+        let at = humantime::parse_rfc3339(&their_at).unwrap();
+        assert!(at >= before - std::time::Duration::from_micros(1) && at <= after);
+    }
+
     #[test]
     fn a_duration_that_is_not_finite_is_null() {
         let mut out = Vec::new();

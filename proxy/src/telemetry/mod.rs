@@ -192,24 +192,44 @@ fn describe() {
 
 /// Starts the log subscriber. Safe to call more than once (later calls do nothing).
 pub fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stdout);
-    let _ = if std::io::stdout().is_terminal() {
-        builder.try_init()
-    } else {
-        let installed = builder
-            .json()
-            .flatten_event(true)
-            .with_current_span(false)
+    if std::io::stdout().is_terminal() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(filter_from_env())
+            .with_writer(std::io::stdout)
             .try_init();
-        if installed.is_ok() {
+    } else {
+        use tracing_subscriber::util::SubscriberInitExt as _;
+        if json_subscriber(filter_from_env(), std::io::stdout)
+            .try_init()
+            .is_ok()
+        {
             access_log::use_json_stdout();
         }
-        installed
-    };
+    }
+}
+
+fn filter_from_env() -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"))
+}
+
+/// The JSON log subscriber: one object per line, the event's fields at the top level. One
+/// definition, so that the test comparing `access_log`'s hand-written line with this
+/// formatter's output compares against what production installs.
+fn json_subscriber<W>(
+    filter: tracing_subscriber::EnvFilter,
+    writer: W,
+) -> impl tracing::Subscriber + Send + Sync
+where
+    W: for<'w> tracing_subscriber::fmt::MakeWriter<'w> + Send + Sync + 'static,
+{
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(writer)
+        .json()
+        .flatten_event(true)
+        .with_current_span(false)
+        .finish()
 }
 
 /// Counts one sealed batch of `entries` receipts (one checkpoint). Counted when the batch is
