@@ -1274,6 +1274,20 @@ async fn a_held_tool_call_runs_only_once_approved() {
         2,
         "{open}"
     );
+    // The operator's view of a held call: the JSON-RPC body, read once, shown and checked
+    // against the tool's input contract under the bundle in force.
+    let (status, detail) = admin_get(p.admin, &format!("/admin/v1/escrow/{}", ids[1])).await;
+    assert_eq!(status, StatusCode::OK, "{detail}");
+    let detail: Value = serde_json::from_str(&detail).unwrap();
+    assert_eq!(detail["request"]["protocol"], "mcp", "{detail}");
+    let call = &detail["request"]["body"]["json"];
+    assert_eq!(call["params"]["name"], "set_stock", "{detail}");
+    assert_eq!(call["params"]["arguments"], json!({"sku": "E-2", "qty": 4}));
+    assert_eq!(
+        detail["input_check"],
+        json!({"bound": true, "ok": true}),
+        "{detail}"
+    );
 
     let (status, doc) = admin_post(p.admin, &format!("/admin/v1/escrow/{}/approve", ids[0])).await;
     assert_eq!(status, StatusCode::OK, "{doc}");

@@ -29,18 +29,20 @@ pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; 
 
 /// `GET /ui…`: `rest` is the path after `/ui`.
 pub fn asset(rest: &str) -> Response<ProxyBody> {
-    let (body, content_type) = match rest {
+    let (status, body, content_type) = match rest {
         // Relative asset URLs resolve under /ui/ only with the slash.
         "" => return redirect(),
-        "/" | "/index.html" => (INDEX, "text/html; charset=utf-8"),
-        "/console.js" => (SCRIPT, "text/javascript; charset=utf-8"),
-        "/console.css" => (STYLE, "text/css; charset=utf-8"),
-        _ => ("not found\n", "text/plain; charset=utf-8"),
+        "/" | "/index.html" => (StatusCode::OK, INDEX, "text/html; charset=utf-8"),
+        "/console.js" => (StatusCode::OK, SCRIPT, "text/javascript; charset=utf-8"),
+        "/console.css" => (StatusCode::OK, STYLE, "text/css; charset=utf-8"),
+        _ => (
+            StatusCode::NOT_FOUND,
+            "not found\n",
+            "text/plain; charset=utf-8",
+        ),
     };
     let mut r = Response::new(body::full(body));
-    if body == "not found\n" {
-        *r.status_mut() = StatusCode::NOT_FOUND;
-    }
+    *r.status_mut() = status;
     let h = r.headers_mut();
     h.insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     secure(h);

@@ -48,6 +48,9 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
             .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
             .and_then(|(_, v)| STANDARD.decode(v).ok())
             .and_then(|v| String::from_utf8(v).ok());
+        // Parsed once, for the view and for the contract check.
+        let parsed = palisade_policy::json::parse(&bytes, depth).ok();
+        doc["input_check"] = input_check(state, &rec, &bytes, parsed.as_ref(), depth);
         doc["request"] = json!({
             "method": req.method,
             "target": req.target,
@@ -56,9 +59,8 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
                 HeldProtocol::Mcp => "mcp",
             },
             "content_type": content_type,
-            "body": shown(&bytes, depth),
+            "body": shown(&bytes, parsed),
         });
-        doc["input_check"] = input_check(state, &rec, &bytes, depth);
     }
     if let Some(pre) = &rec.pre_image {
         doc["pre_image"] = if pre["absent"] == json!(true) {
@@ -70,7 +72,7 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
                 .unwrap_or_default();
             json!({
                 "content_type": pre["content_type"],
-                "body": shown(&bytes, state.config.max_json_depth),
+                "body": shown(&bytes, palisade_policy::json::parse(&bytes, state.config.max_json_depth).ok()),
             })
         };
     }
@@ -83,13 +85,14 @@ pub fn expired(rec: &EscrowRecord, now_ms: i64) -> bool {
 }
 
 /// A body as the console shows it: `{"json": …}` when it is I-JSON, else `{"text": …}` when it
-/// is UTF-8, else `{"bytes": n}`; cut past [`SHOWN_BODY`].
-fn shown(bytes: &[u8], depth: usize) -> Value {
+/// is UTF-8, else `{"bytes": n}`; cut past [`SHOWN_BODY`]. `parsed`: the body read as I-JSON,
+/// when it is.
+fn shown(bytes: &[u8], parsed: Option<Value>) -> Value {
     if bytes.len() > SHOWN_BODY {
         let cut = String::from_utf8_lossy(&bytes[..SHOWN_BODY]);
         return json!({"text": cut, "truncated": bytes.len()});
     }
-    if let Ok(v) = palisade_policy::json::parse(bytes, depth) {
+    if let Some(v) = parsed {
         return json!({ "json": v });
     }
     match std::str::from_utf8(bytes) {
@@ -101,7 +104,13 @@ fn shown(bytes: &[u8], depth: usize) -> Value {
 /// The contract's input check on the held request, under the bundle in force now (the one
 /// its release will be judged by): `{"ok": true}`, `{"ok": false, "code", "detail",
 /// "location"}`, or `{"bound": false}` when no contract covers the operation.
-fn input_check(state: &AppState, rec: &EscrowRecord, bytes: &[u8], depth: usize) -> Value {
+fn input_check(
+    state: &AppState,
+    rec: &EscrowRecord,
+    bytes: &[u8],
+    parsed: Option<&Value>,
+    depth: usize,
+) -> Value {
     let bundle = state.bundle.load_full();
     let Some(b) = bundle.as_deref() else {
         return json!({"bound": false});
@@ -116,7 +125,7 @@ fn input_check(state: &AppState, rec: &EscrowRecord, bytes: &[u8], depth: usize)
                 .map(|cap| palisade_policy::rich::check_input(&cap.contract, bytes, depth))
         }
         HeldProtocol::Mcp => {
-            let call = palisade_policy::json::parse(bytes, depth).unwrap_or(Value::Null);
+            let call = parsed.unwrap_or(&Value::Null);
             let name = call["params"]["name"].as_str().unwrap_or("");
             let args = &call["params"]["arguments"];
             b.tool(name)
