@@ -810,3 +810,90 @@ async fn an_answer_too_large_to_check_is_refused_not_passed_unchecked() {
     let doc: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(doc["code"], "ERR_RESPONSE_TOO_LARGE");
 }
+
+/// A held write is shown to its operator with its contract check run again under the bundle in
+/// force now, and released only if it still passes: held under A (qty 50 accepted), then B
+/// (qty ≤ 10) is loaded; the view says the check fails, with its code and where, and an
+/// approval refuses it by that check. The upstream never sees the write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_write_is_checked_again_under_the_bundle_in_force() {
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let (_, lock_b, _, digest_b, files) = two_versions(bundle_dir.path());
+    let s = start_configured(
+        Upstream::start().await,
+        tempfile::tempdir().unwrap(),
+        "",
+        &files.rich_toml("watch = false\n"),
+    );
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let lease = lease_for(&agent, "/items/held", 1, |f| {
+        f.insert("recovery_mode".into(), json!("HUMAN_ESCROW"));
+    });
+    let inverse = URL_SAFE_NO_PAD.encode(inverse());
+    let req = write(
+        &s.p,
+        "PUT",
+        "/items/held",
+        Some(&lease),
+        r#"{"qty":50}"#,
+        &[("agent-compensation-inverse", inverse.as_str())],
+    );
+    let (parts, body) = send(&http1_client(), req).await;
+    let held: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(parts.status, StatusCode::ACCEPTED, "{held}");
+    let id = held["escrow_id"].as_str().unwrap().to_owned();
+    let detail = format!("/admin/v1/escrow/{id}");
+    let view = || async {
+        let (status, doc) = admin_get(s.p.admin, &detail).await;
+        assert_eq!(status, StatusCode::OK, "{doc}");
+        serde_json::from_str::<Value>(&doc).unwrap()
+    };
+    assert_eq!(
+        view().await["input_check"],
+        json!({"bound": true, "ok": true})
+    );
+
+    replace(&files.lockfile, &lock_b);
+    let (status, doc) = admin_post(s.p.admin, "/admin/v1/reload").await;
+    assert_eq!((status, &doc["digest"]), (StatusCode::OK, &json!(digest_b)));
+    let check = view().await["input_check"].clone();
+    assert_eq!(check["bound"], true, "{check}");
+    assert_eq!(check["ok"], false, "{check}");
+    assert_eq!(check["code"], "ERR_CONTRACT_INPUT", "{check}");
+    assert_eq!(check["location"], "/qty", "{check}");
+
+    // Approved, it is judged again and refused by the same check, under B, with a receipt
+    // and a drift event.
+    let (status, doc) = admin_post(s.p.admin, &format!("/admin/v1/escrow/{id}/approve")).await;
+    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert_eq!(doc["state"], "refused", "{doc}");
+    assert_eq!(doc["code"], "ERR_CONTRACT_INPUT", "{doc}");
+    let receipt = &doc["receipt"]["receipt"];
+    assert_eq!(receipt["kind"], "rejection", "{doc}");
+    assert_eq!(receipt["code"], "ERR_CONTRACT_INPUT", "{doc}");
+    assert_eq!(receipt["lockfile_digest"], json!(digest_b), "{doc}");
+    // Drift events are written after the answer: wait for it, up to a bound.
+    let found = |e: &Value| {
+        e["code"] == "ERR_CONTRACT_INPUT"
+            && e["bindingId"] == "urn:palisade:test:swap/B"
+            && e["violationLocation"] == "/qty"
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    let events = loop {
+        let events = drift_events(&s.p);
+        if events.iter().any(found) || tokio::time::Instant::now() > deadline {
+            break events;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(events.iter().any(found), "{events:?}");
+    assert_eq!(
+        s.upstream
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PUT")
+            .count(),
+        0,
+        "the held write never reached the upstream"
+    );
+}
