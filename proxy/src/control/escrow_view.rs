@@ -48,8 +48,11 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
             .find(|(n, _)| n.eq_ignore_ascii_case("content-type"))
             .and_then(|(_, v)| STANDARD.decode(v).ok())
             .and_then(|v| String::from_utf8(v).ok());
-        // Parsed once, for the view and for the contract check.
-        let parsed = palisade_policy::json::parse(&bytes, depth).ok();
+        // Parsed once, for the view and for the contract check (an MCP call's tool and
+        // arguments); an HTTP body too long to show is checked from its bytes alone.
+        let parsed = (bytes.len() <= SHOWN_BODY || req.protocol == HeldProtocol::Mcp)
+            .then(|| palisade_policy::json::parse(&bytes, depth).ok())
+            .flatten();
         doc["input_check"] = input_check(state, &rec, &bytes, parsed.as_ref(), depth);
         doc["request"] = json!({
             "method": req.method,
@@ -72,7 +75,7 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
                 .unwrap_or_default();
             json!({
                 "content_type": pre["content_type"],
-                "body": shown(&bytes, palisade_policy::json::parse(&bytes, state.config.max_json_depth).ok()),
+                "body": shown_parsed(&bytes, state.config.max_json_depth),
             })
         };
     }
@@ -99,6 +102,14 @@ fn shown(bytes: &[u8], parsed: Option<Value>) -> Value {
         Ok(text) => json!({ "text": text }),
         Err(_) => json!({ "bytes": bytes.len() }),
     }
+}
+
+/// [`shown`], parsing the body only when it is short enough to be shown.
+fn shown_parsed(bytes: &[u8], depth: usize) -> Value {
+    let parsed = (bytes.len() <= SHOWN_BODY)
+        .then(|| palisade_policy::json::parse(bytes, depth).ok())
+        .flatten();
+    shown(bytes, parsed)
 }
 
 /// The contract's input check on the held request, under the bundle in force now (the one
