@@ -63,11 +63,11 @@ def main():
                 if method not in ("get", "post", "put", "delete", "patch"):
                     continue
                 operations += 1
-                # Served only when a config section the demo lacks is present: validated
-                # above, not called.
                 server = (op.get("servers") or spec["servers"])[0]["url"]
                 is_admin = server == ADMIN_DEFAULT
                 base = admin if is_admin else data
+                # Served only with a config section the demo lacks: called on REQUIRES_URL,
+                # or, without one, validated above and counted as not called.
                 if item.get("x-palisade-requires"):
                     if not requires:
                         skipped += 1

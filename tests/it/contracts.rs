@@ -422,6 +422,16 @@ fn two_versions(dir: &std::path::Path) -> (Vec<u8>, Vec<u8>, String, String, Bun
     (lock_a, lock_b, da, db, a)
 }
 
+/// A sidecar on `files` with the watcher off: the tests swap the lockfile and call reload.
+async fn start_swappable(files: &BundleFiles) -> Setup {
+    start_configured(
+        Upstream::start().await,
+        tempfile::tempdir().unwrap(),
+        "",
+        &files.rich_toml("watch = false\n"),
+    )
+}
+
 /// Replaces a file the way careful writers do: a temp file renamed over it.
 fn replace(path: &std::path::Path, bytes: &[u8]) {
     let tmp = path.with_extension("tmp");
@@ -444,12 +454,7 @@ async fn admin_post(admin: std::net::SocketAddr, path: &str) -> (StatusCode, Val
 async fn two_hundred_swaps_under_load_lose_nothing_and_mix_no_versions() {
     let bundle_dir = tempfile::tempdir().unwrap();
     let (lock_a, lock_b, digest_a, digest_b, files) = two_versions(bundle_dir.path());
-    let s = start_configured(
-        Upstream::start().await,
-        tempfile::tempdir().unwrap(),
-        "",
-        &files.rich_toml("watch = false\n"),
-    );
+    let s = start_swappable(&files).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let results: std::sync::Arc<std::sync::Mutex<Vec<(u16, String)>>> = Default::default();
     let mut clients = Vec::new();
@@ -819,12 +824,7 @@ async fn an_answer_too_large_to_check_is_refused_not_passed_unchecked() {
 async fn a_held_write_is_checked_again_under_the_bundle_in_force() {
     let bundle_dir = tempfile::tempdir().unwrap();
     let (_, lock_b, _, digest_b, files) = two_versions(bundle_dir.path());
-    let s = start_configured(
-        Upstream::start().await,
-        tempfile::tempdir().unwrap(),
-        "",
-        &files.rich_toml("watch = false\n"),
-    );
+    let s = start_swappable(&files).await;
     let agent = KeyPair::from_seed(AGENT_SEED);
     let lease = lease_for(&agent, "/items/held", 1, |f| {
         f.insert("recovery_mode".into(), json!("HUMAN_ESCROW"));
@@ -888,11 +888,7 @@ async fn a_held_write_is_checked_again_under_the_bundle_in_force() {
     };
     assert!(events.iter().any(found), "{events:?}");
     assert_eq!(
-        s.upstream
-            .requests()
-            .iter()
-            .filter(|r| r.method == "PUT")
-            .count(),
+        writes_to(&s.upstream, "/items/held"),
         0,
         "the held write never reached the upstream"
     );

@@ -50,9 +50,7 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
             .and_then(|v| String::from_utf8(v).ok());
         // Parsed once, for the view and for the contract check (an MCP call's tool and
         // arguments); an HTTP body too long to show is checked from its bytes alone.
-        let parsed = (bytes.len() <= SHOWN_BODY || req.protocol == HeldProtocol::Mcp)
-            .then(|| palisade_policy::json::parse(&bytes, depth).ok())
-            .flatten();
+        let parsed = read_json(&bytes, depth, req.protocol == HeldProtocol::Mcp);
         doc["input_check"] = input_check(state, &rec, &bytes, parsed.as_ref(), depth);
         doc["request"] = json!({
             "method": req.method,
@@ -75,7 +73,7 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
                 .unwrap_or_default();
             json!({
                 "content_type": pre["content_type"],
-                "body": shown_parsed(&bytes, state.config.max_json_depth),
+                "body": shown(&bytes, read_json(&bytes, state.config.max_json_depth, false)),
             })
         };
     }
@@ -104,12 +102,12 @@ fn shown(bytes: &[u8], parsed: Option<Value>) -> Value {
     }
 }
 
-/// [`shown`], parsing the body only when it is short enough to be shown.
-fn shown_parsed(bytes: &[u8], depth: usize) -> Value {
-    let parsed = (bytes.len() <= SHOWN_BODY)
+/// A body read as I-JSON for [`shown`]: only when it is short enough to be shown, unless
+/// `always` (the check needs it whatever its length).
+fn read_json(bytes: &[u8], depth: usize, always: bool) -> Option<Value> {
+    (always || bytes.len() <= SHOWN_BODY)
         .then(|| palisade_policy::json::parse(bytes, depth).ok())
-        .flatten();
-    shown(bytes, parsed)
+        .flatten()
 }
 
 /// The contract's input check on the held request, under the bundle in force now (the one
