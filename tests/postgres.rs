@@ -36,12 +36,15 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use http::StatusCode;
 use palisade::store::postgres::{Connect, PostgresStore};
-use palisade::store::{Store as _, WriteIntent};
+use palisade::store::WriteIntent;
 use palisade_policy::keys::KeyPair;
 use serde_json::{json, Value};
 
 use client::*;
 use cluster::*;
+use palisade::store::Escrows;
+use palisade::store::Fences;
+use palisade::store::Leases;
 use shared::*;
 use support::writes::*;
 use support::*;
@@ -440,12 +443,20 @@ async fn a_write_is_compensated_once_across_replicas() {
     };
     let done = got(try_send(compensate(&c)).await);
     assert_eq!(done.status, Some(StatusCode::OK), "{done:?}");
-    let inverse_sent = upstream
+    // The inverse is the write's own resource (SPEC §5.4), sent with its next epoch.
+    let epochs: Vec<String> = upstream
         .requests()
         .iter()
-        .filter(|r| r.method == "PUT" && r.path_and_query == "/items/1")
-        .count();
-    assert_eq!(inverse_sent, 1);
+        .filter(|r| r.method == "PUT" && r.path_and_query == "/items/undo")
+        .map(|r| {
+            r.headers
+                .get("agent-fence-token")
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(epochs, ["1", "2"], "the write, then its inverse once");
     let twice = got(try_send(compensate(&b)).await);
     assert_eq!(
         twice.code.as_deref(),

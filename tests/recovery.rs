@@ -11,6 +11,9 @@ use std::time::Duration;
 use base64::engine::general_purpose::{STANDARD, URL_SAFE_NO_PAD};
 use base64::Engine as _;
 use http::{Request, StatusCode};
+use palisade::store::Fences;
+use palisade::store::Leases;
+use palisade::store::Receipts;
 use palisade_policy::keys::KeyPair;
 use serde_json::{json, Value};
 use support::writes::*;
@@ -29,7 +32,7 @@ fn keyed_put(
         .header("agent-compensation-lease", lease)
         .header(
             "agent-compensation-inverse",
-            URL_SAFE_NO_PAD.encode(inverse()),
+            URL_SAFE_NO_PAD.encode(inverse_for(path)),
         );
     for (k, v) in headers {
         b = b.header(*k, *v);
@@ -371,7 +374,11 @@ async fn escrow_holds_until_an_operator_decides_and_rechecks_on_release() {
     tokio::time::sleep(Duration::from_millis(1600)).await;
     let (status, doc) =
         admin_post(s.p.admin, &format!("/admin/v1/escrow/{expiring}/approve")).await;
-    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        status,
+        StatusCode::CONFLICT,
+        "nothing was released (issue 54)"
+    );
     assert_eq!(doc["state"], "refused");
     assert_eq!(doc["code"], "ERR_LEASE_EXPIRED");
     assert_receipt_verifies(&doc["receipt"], "rejection");
@@ -503,7 +510,7 @@ async fn a_failed_store_refuses_writes_with_503_while_reads_flow() {
             &p,
             "/items/2",
             Some(&lease_for(&agent, "/items/2", 1, |_| {})),
-            Some(&inverse()),
+            Some(&inverse_for("/items/2")),
         ),
     )
     .await;
@@ -554,7 +561,6 @@ struct Accepted {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_crash_under_load_loses_no_epoch_receipt_or_inverse() {
-    use palisade::store::Store as _;
     let (p, sor, _sor_dir) = start_with_sor().await;
     let accepted: std::sync::Arc<std::sync::Mutex<Vec<Accepted>>> = Default::default();
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -683,7 +689,9 @@ async fn a_crash_under_load_loses_no_epoch_receipt_or_inverse() {
         else {
             continue;
         };
-        let inverse = br#"{"method":"DELETE","path":"/x"}"#;
+        // The inverse undoes the write to this item (SPEC §5.4), so the fence decides.
+        let inverse = format!(r#"{{"method":"DELETE","path":"/api/v2/items/{item}"}}"#);
+        let inverse = inverse.as_bytes();
         for epoch in [last.epoch, 1] {
             let l = sor_lease(sor, &item, epoch, "COMPENSATING_ACTION", inverse, 0, 60_000).await;
             let status = sor_write(&p, &item, &l, inverse, "{}").await;
@@ -747,7 +755,6 @@ async fn a_crash_under_load_loses_no_epoch_receipt_or_inverse() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_body_or_header_secret_reaches_receipts_events_logs_or_metrics() {
-    use palisade::store::Store as _;
     const MARKER: &str = "S3CR3T-MARKER-7f1d";
     let upstream = Upstream::start().await;
     let dir = tempfile::tempdir().unwrap();
@@ -776,7 +783,7 @@ async fn no_body_or_header_secret_reaches_receipts_events_logs_or_metrics() {
             .header("content-type", "application/json")
             .header(
                 "agent-compensation-inverse",
-                URL_SAFE_NO_PAD.encode(inverse()),
+                URL_SAFE_NO_PAD.encode(inverse_for("/echo/1")),
             );
         for (k, v) in &secret_headers {
             b = b.header(*k, v.as_str());
@@ -893,7 +900,7 @@ async fn drift_events_go_to_a_file_sink_when_configured() {
     .await;
     let (parts, _) = send(
         &http1_client(),
-        put(&s.p, "/items/1", None, Some(&inverse())),
+        put(&s.p, "/items/1", None, Some(&inverse_for("/items/1"))),
     )
     .await;
     assert_eq!(parts.status, StatusCode::PRECONDITION_REQUIRED);
@@ -944,7 +951,12 @@ async fn the_webhook_sink_batches_and_retries_until_delivered() {
     for i in 0..5 {
         let (parts, _) = send(
             &client,
-            put(&s.p, &format!("/items/{i}"), None, Some(&inverse())),
+            put(
+                &s.p,
+                &format!("/items/{i}"),
+                None,
+                Some(&inverse_for(&format!("/items/{i}"))),
+            ),
         )
         .await;
         assert_eq!(parts.status, StatusCode::PRECONDITION_REQUIRED);
@@ -988,7 +1000,12 @@ async fn a_webhook_that_refuses_drops_the_batch_and_never_slows_requests() {
     for i in 0..3 {
         let (parts, _) = send(
             &client,
-            put(&s.p, &format!("/items/{i}"), None, Some(&inverse())),
+            put(
+                &s.p,
+                &format!("/items/{i}"),
+                None,
+                Some(&inverse_for(&format!("/items/{i}"))),
+            ),
         )
         .await;
         assert_eq!(parts.status, StatusCode::PRECONDITION_REQUIRED);
@@ -1024,7 +1041,6 @@ async fn a_webhook_that_refuses_drops_the_batch_and_never_slows_requests() {
 /// swept, and the chain whole.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ten_thousand_enforced_writes_keep_the_state_file_proportional() {
-    use palisade::store::Store as _;
     const WRITERS: usize = 16;
     const WRITES: usize = 10_000;
     // Leases live 2 s and their data goes as soon as they expire, so most are swept while the
@@ -1058,7 +1074,7 @@ async fn ten_thousand_enforced_writes_keep_the_state_file_proportional() {
                     .header("agent-compensation-lease", &lease)
                     .header(
                         "agent-compensation-inverse",
-                        URL_SAFE_NO_PAD.encode(inverse()),
+                        URL_SAFE_NO_PAD.encode(inverse_for(&path)),
                     )
                     .body(full(r#"{"qty":1150}"#))
                     .unwrap();

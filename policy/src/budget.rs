@@ -111,6 +111,7 @@ mod tests {
         let w = WriteKeys {
             caller: Some("c"),
             operation: "PUT /items/{id}",
+            also: None,
             resource: "https://x/items/1",
         };
         let by_caller = rule(vec![Dim::Caller]);

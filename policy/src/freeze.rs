@@ -69,6 +69,9 @@ pub struct Request {
 pub struct WriteKeys<'a> {
     pub caller: Option<&'a str>,
     pub operation: &'a str,
+    /// The operation's other name, when a connection maps an agent-facing tool or route onto
+    /// the legacy `operation`: a freeze of either stops the write (SPEC §14).
+    pub also: Option<&'a str>,
     pub resource: &'a str,
 }
 
@@ -131,6 +134,74 @@ pub fn parse_request(v: &Value, now_ms: i64) -> Result<Request, String> {
     })
 }
 
+/// The one spelling of a freeze's `value` that writes are matched against (SPEC §14, issue 54
+/// defect 3): a freeze given in another spelling than the data plane's key would be stored,
+/// answered 201, and stop nothing.
+///
+/// - `resource`: an `mcp:tool/…` key as given; otherwise a URI normalised as the data plane
+///   normalises a request's target (SPEC §4.3: scheme and host case, default port, dot
+///   segments, percent-encoding of unreserved characters), a relative one taken against
+///   `public_base`, then the query dropped: the fence key.
+/// - `operation`: `mcp:tool/<name>` as given; `METHOD <path>` with the method as the data
+///   plane accepts it (upper case) and the path canonical, unless it is a template (`{id}`),
+///   kept as the lockfile writes it (bound or not: it may name the next bundle's operation).
+/// - `caller`: as given (digests and SPIFFE IDs have one spelling).
+///
+/// `Err` says why the value names nothing (a 400's detail).
+pub fn canonical_value(
+    scope: Scope,
+    value: &str,
+    public_base: Option<&str>,
+) -> Result<String, String> {
+    if value.chars().any(char::is_control) {
+        return Err("value has a control character".into());
+    }
+    match scope {
+        Scope::All | Scope::Caller => Ok(value.to_owned()),
+        Scope::Resource => {
+            if value.starts_with("mcp:tool/") {
+                return Ok(value.to_owned());
+            }
+            let absolute = if value.starts_with('/') {
+                let base = public_base.ok_or(
+                    "a relative resource is taken against listen.public_base, which is not set: give the absolute URI",
+                )?;
+                format!("{}{value}", base.trim_end_matches('/'))
+            } else {
+                value.to_owned()
+            };
+            let normalized = crate::target::normalize(&absolute).map_err(|e| {
+                format!("the resource is not an http(s) URI or mcp:tool/ key with a canonical form: {e}")
+            })?;
+            Ok(crate::target::resource_key(&normalized).to_owned())
+        }
+        Scope::Operation => {
+            if value.starts_with("mcp:tool/") {
+                return Ok(value.to_owned());
+            }
+            let (method, path) = value
+                .split_once(' ')
+                .ok_or("an operation is \"METHOD /path\" (or mcp:tool/<name>)")?;
+            let upper = method.to_ascii_uppercase();
+            if method.is_empty() || !method.bytes().all(|b| b.is_ascii_alphabetic()) {
+                return Err("the operation's method is not a method name".into());
+            }
+            let path = path.split(['?', '#']).next().unwrap_or_default();
+            if !path.starts_with('/') {
+                return Err("the operation's path must start with '/'".into());
+            }
+            // A template is the lockfile's spelling (`{id}`), kept as written: it may name an
+            // operation of a bundle not loaded yet.
+            if path.contains(['{', '}']) {
+                return Ok(format!("{upper} {path}"));
+            }
+            let canonical = crate::path::canonical_path(path)
+                .map_err(|e| format!("the operation's path has no canonical form: {e}"))?;
+            Ok(format!("{upper} {canonical}"))
+        }
+    }
+}
+
 fn text(o: &Map<String, Value>, key: &str) -> Result<Option<String>, String> {
     match o.get(key) {
         None | Some(Value::Null) => Ok(None),
@@ -172,7 +243,9 @@ impl Freeze {
         match self.scope {
             Scope::All => true,
             Scope::Caller => keys.caller.is_some() && keys.caller == v,
-            Scope::Operation => Some(keys.operation) == v,
+            Scope::Operation => {
+                Some(keys.operation) == v || (keys.also.is_some() && keys.also == v)
+            }
             Scope::Resource => Some(keys.resource) == v,
         }
     }

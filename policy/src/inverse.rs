@@ -17,6 +17,39 @@ use crate::{canon, json};
 /// Methods an inverse may use: the ones that change state.
 const METHODS: [&str; 4] = ["POST", "PUT", "PATCH", "DELETE"];
 
+/// Headers an inverse may not set (issue 54): the message's framing and connection, which the
+/// sidecar writes (a staged `Content-Length` or `Transfer-Encoding` would let an inverse
+/// smuggle a second request to the SoR), and the credentials, which are the compensating
+/// caller's (a second `Authorization` would be read by the SoR as the agent's choice of
+/// identity).
+const NOT_STAGED: [&str; 13] = [
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "expect",
+    "authorization",
+    "proxy-authorization",
+    "cookie",
+    "host",
+];
+
+/// Headers that would send an inverse somewhere else than its path says: another host, or
+/// another method (SPEC §5.4's binding rule, as the request line is).
+const RETARGETING: [&str; 7] = [
+    "forwarded",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-original-url",
+    "x-http-method-override",
+    "x-http-method",
+    "x-method-override",
+];
+
 /// A well-formed inverse payload with its canonical bytes and digest.
 #[derive(Debug, Clone, PartialEq)]
 pub struct InversePayload {
@@ -112,6 +145,11 @@ pub fn parse(bytes: &[u8], max_depth: usize) -> Result<InversePayload, Refusal> 
                         "inverse payload headers must be valid HTTP fields",
                     ));
                 }
+                if NOT_STAGED.contains(&name.to_ascii_lowercase().as_str()) {
+                    return Err(malformed(
+                        "inverse payload headers may not set framing, connection, Host or credential fields: the sidecar writes those",
+                    ));
+                }
                 headers.insert(name.to_ascii_lowercase(), v.clone());
             }
         }
@@ -166,6 +204,82 @@ fn parse_tool(
         jcs,
         digest,
     })
+}
+
+/// The write an inverse undoes, as the binding rule needs it (SPEC §5.4).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Undoes<'a> {
+    /// An HTTP write: its method (`None`: not known yet, as at a grant, which names only
+    /// the target) and its canonical path, without the query.
+    Http {
+        method: Option<&'a str>,
+        path: &'a str,
+    },
+    /// A tool call, and the tool the lockfile declares as its inverse (the contract's
+    /// `operational.inverseTool`), if any.
+    Tool {
+        name: &'a str,
+        declared: Option<&'a str>,
+    },
+}
+
+/// The binding rule (SPEC §5.4, issue 54 defect 2): an inverse undoes the write it is staged
+/// for, so it targets that write's own resource, or, for a `POST` to a collection (which
+/// creates a member), a member directly under that collection; a tool call's inverse is a
+/// `tools/call` of the same tool or of the tool the lockfile declares as its inverse. Any
+/// other inverse would let the lease authority sign, and `compensate` send, a request to a
+/// resource no lease covers. 422 `ERR_INVERSE_TARGET`.
+///
+/// With the method unknown (`Http { method: None }`: a grant, or a lease record made before
+/// the method was recorded) a direct member is accepted too; the write itself is judged with
+/// its method at check 10.
+pub fn check_target(inv: &InversePayload, write: &Undoes<'_>) -> Result<(), Refusal> {
+    let refused = |detail: &'static str| Err(Refusal::new(ErrorCode::InverseTarget, detail));
+    match (write, &inv.tool) {
+        (Undoes::Http { method, path }, None) => {
+            if inv
+                .headers
+                .keys()
+                .any(|h| RETARGETING.contains(&h.as_str()))
+            {
+                return refused("the inverse sets a header that would send it to another host or as another method (Forwarded, X-Forwarded-Host, a method override)");
+            }
+            let inv_path = inv.path.split('?').next().unwrap_or_default();
+            let Ok(inv_path) = crate::path::canonical_path(inv_path) else {
+                return refused("the inverse's path has no canonical form");
+            };
+            if inv_path == *path {
+                return Ok(());
+            }
+            let creates = method.is_none_or(|m| m == "POST");
+            let collection = path.trim_end_matches('/');
+            let member = inv_path
+                .strip_prefix(collection)
+                .and_then(|rest| rest.strip_prefix('/'))
+                .is_some_and(|seg| !seg.is_empty() && !seg.contains('/'));
+            if creates && member {
+                return Ok(());
+            }
+            if member {
+                refused("the inverse targets a member of the written resource: only a POST to a collection is undone on a member it creates")
+            } else {
+                refused("the inverse targets another resource than the write it undoes")
+            }
+        }
+        (Undoes::Tool { name, declared }, Some(call)) => {
+            if call.name == *name || declared.is_some_and(|d| call.name == d) {
+                Ok(())
+            } else {
+                refused("the inverse calls another tool than the one it undoes or the inverse tool its contract declares")
+            }
+        }
+        (Undoes::Http { .. }, Some(_)) => {
+            refused("the inverse of an HTTP write is an HTTP request, not a tool call")
+        }
+        (Undoes::Tool { .. }, None) => {
+            refused("the inverse of a tool call is a tool call (tool, arguments)")
+        }
+    }
 }
 
 /// Check 10: an inverse is staged and it is the one the lease names.
@@ -292,6 +406,105 @@ mod tests {
         );
     }
 
+    /// Issue 54, defect 2: the probe's two inverses, and what each rule lets through.
+    #[test]
+    fn an_inverse_targets_the_write_it_undoes() {
+        let http = |doc: &str| parse(doc.as_bytes(), 32).unwrap();
+        let put = |path| Undoes::Http {
+            method: Some("PUT"),
+            path,
+        };
+        let post = |path| Undoes::Http {
+            method: Some("POST"),
+            path,
+        };
+        let code = |r: Result<(), Refusal>| r.map_err(|e| e.code);
+        let victim = http(r#"{"method":"PUT","path":"/notes/victim","body":{}}"#);
+        assert_eq!(
+            code(check_target(&victim, &put("/notes/mine"))),
+            Err(ErrorCode::InverseTarget)
+        );
+        let own = http(r#"{"method":"PUT","path":"/notes/./mine?v=1","body":{}}"#);
+        assert_eq!(code(check_target(&own, &put("/notes/mine"))), Ok(()));
+        let del = http(r#"{"method":"DELETE","path":"/notes/%6Dine"}"#);
+        assert_eq!(code(check_target(&del, &put("/notes/mine"))), Ok(()));
+        // A POST to a collection is undone on the member it made, and only directly under it.
+        let member = http(r#"{"method":"DELETE","path":"/orders/o-17"}"#);
+        assert_eq!(code(check_target(&member, &post("/orders"))), Ok(()));
+        assert_eq!(code(check_target(&member, &post("/orders/"))), Ok(()));
+        assert_eq!(
+            code(check_target(&member, &put("/orders"))),
+            Err(ErrorCode::InverseTarget)
+        );
+        for elsewhere in [
+            r#"{"method":"DELETE","path":"/orders/o-17/lines/1"}"#,
+            r#"{"method":"DELETE","path":"/orders2/o-17"}"#,
+            r#"{"method":"DELETE","path":"/"}"#,
+            r#"{"method":"DELETE","path":"/orders/o-17/../../users/1"}"#,
+        ] {
+            assert_eq!(
+                code(check_target(&http(elsewhere), &post("/orders"))),
+                Err(ErrorCode::InverseTarget),
+                "{elsewhere}"
+            );
+        }
+        // Method unknown (a grant): a direct member passes here, the write is judged later.
+        let grant = Undoes::Http {
+            method: None,
+            path: "/orders",
+        };
+        assert_eq!(code(check_target(&member, &grant)), Ok(()));
+        assert_eq!(
+            code(check_target(&victim, &grant)),
+            Err(ErrorCode::InverseTarget)
+        );
+
+        let tool = |doc: &str| parse(doc.as_bytes(), 32).unwrap();
+        let wipe = tool(r#"{"tool":"wipe_all"}"#);
+        let set = tool(r#"{"tool":"set_stock","arguments":{"sku":"A","qty":1}}"#);
+        let restock = tool(r#"{"tool":"restock"}"#);
+        let write = Undoes::Tool {
+            name: "set_stock",
+            declared: None,
+        };
+        assert_eq!(
+            code(check_target(&wipe, &write)),
+            Err(ErrorCode::InverseTarget)
+        );
+        assert_eq!(code(check_target(&set, &write)), Ok(()));
+        assert_eq!(
+            code(check_target(&restock, &write)),
+            Err(ErrorCode::InverseTarget)
+        );
+        let declared = Undoes::Tool {
+            name: "set_stock",
+            declared: Some("restock"),
+        };
+        assert_eq!(code(check_target(&restock, &declared)), Ok(()));
+        assert_eq!(
+            code(check_target(&wipe, &declared)),
+            Err(ErrorCode::InverseTarget)
+        );
+        // A header that would send it elsewhere, or as another method.
+        for h in ["X-HTTP-Method-Override", "Forwarded", "X-Forwarded-Host"] {
+            let doc = format!(r#"{{"method":"PUT","path":"/notes/mine","headers":{{"{h}":"x"}}}}"#);
+            assert_eq!(
+                code(check_target(&http(&doc), &put("/notes/mine"))),
+                Err(ErrorCode::InverseTarget),
+                "{h}"
+            );
+        }
+        // Across kinds.
+        assert_eq!(
+            code(check_target(&set, &put("/x"))),
+            Err(ErrorCode::InverseTarget)
+        );
+        assert_eq!(
+            code(check_target(&own, &write)),
+            Err(ErrorCode::InverseTarget)
+        );
+    }
+
     #[test]
     fn malformed_inverses_are_refused() {
         for bad in [
@@ -303,6 +516,10 @@ mod tests {
             br#"{"method":"PUT","path":"/x","headers":{"a b":"c"}}"#,
             br#"{"method":"PUT","path":"/x","headers":{"x":"a\r\nb: c"}}"#,
             br#"{"method":"PUT","path":"/x","headers":{"x":1}}"#,
+            br#"{"method":"PUT","path":"/x","headers":{"Content-Length":"0"}}"#,
+            br#"{"method":"PUT","path":"/x","headers":{"transfer-encoding":"chunked"}}"#,
+            br#"{"method":"PUT","path":"/x","headers":{"Host":"victim.internal"}}"#,
+            br#"{"method":"PUT","path":"/x","headers":{"authorization":"Bearer other"}}"#,
             br#"{"method":"PUT","path":"/x","extra":true}"#,
             br#"{"method":"PUT","path":"/x","path":"/y"}"#,
         ] {

@@ -8,6 +8,7 @@
 //! What lives here:
 //! - [`json`]: a strict I-JSON (RFC 7493) parser, the only way untrusted JSON enters a decision.
 //! - [`canon`]: RFC 8785 JSON Canonicalization Scheme over parsed values.
+//! - [`caller`]: the caller an `Authorization` value names, one per credential.
 //! - [`digest`]: SHA-256 digests in their `sha256:`, `sha-256:` and `ni:` spellings.
 //! - [`codes`]: the single table of `ERR_*` codes (status, title, problem type, drift category).
 //! - [`keys`]: Ed25519 keys, key ids and the trust store of lease issuers.
@@ -28,25 +29,26 @@
 #![forbid(unsafe_code)]
 
 pub mod admission;
-pub mod aip2;
 pub mod budget;
-pub mod canon;
-pub mod codes;
-pub mod digest;
+pub mod caller;
 pub mod drift;
 pub mod fence;
 pub mod freeze;
 pub mod inverse;
-pub mod json;
-pub mod keys;
 pub mod lease;
-pub mod log;
 pub mod method;
 pub mod path;
 pub mod rcns;
-pub mod receipt;
 pub mod rich;
 pub mod target;
+
+// The primitives and the receipt log are crates of their own (issue 55): `palisade-core`
+// and `palisade-log`, re-exported at the paths every caller has always used.
+pub use palisade_core::{canon, codes, digest, json, keys};
+pub use palisade_log as log;
+pub use palisade_log::receipt;
+// AIP-2.1 too (`palisade-aip2`): it needs only the primitives.
+pub use palisade_aip2 as aip2;
 
 pub use codes::{DriftCategory, ErrorCode, Refusal};
 pub use digest::Sha256Digest;

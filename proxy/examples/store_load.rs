@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use palisade::store::embedded::EmbeddedStore;
-use palisade::store::{Store, WriteIntent};
+use palisade::store::WriteIntent;
+use palisade::store::{Fences as _, Receipts as _};
 use palisade_policy::keys::KeyPair;
 use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 use tokio::time::Instant;

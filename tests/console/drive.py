@@ -164,6 +164,11 @@ try:
     check(diff == {("/ok", "removed"), ("/qty", "added")}, f"the JSON diff ({diff})")
     check("Passes" in text_of("input-check"), "the contract's input check is shown")
     check(os.environ["CONTRACT"] in d.find_element(By.TAG_NAME, "main").text, "the contract's digest is shown")
+    facts = d.find_element(By.CSS_SELECTOR, "dl.facts").text
+    check("Request (as sent)\nPUT /items/1" in facts
+          and "Operation (for a freeze or a budget)\nPUT /items/{id}" in facts
+          and "Resource (for a freeze)\nhttps://erp.example.com/items/1" in facts,
+          f"the request as sent and the operation and resource a freeze names, each labelled ({facts!r})")
     page = d.find_element(By.TAG_NAME, "main").text
     check("alice" not in page.split("Approvals")[1].split("\n")[0], "no approval yet")
     axe("a held write")
@@ -185,7 +190,8 @@ try:
           "alice cannot approve twice from the console")
     # … nor through the API: the same name twice counts once.
     status, doc = admin_call("POST", f"/admin/v1/escrow/{IDS['approve']}/approve", ALICE, {})
-    check(status == 400 and "counts once" in doc.get("detail", ""), f"the same name twice is refused ({status})")
+    check(status == 409 and doc.get("code") == "ERR_APPROVAL_REPEATED" and "counts once" in doc.get("detail", ""),
+          f"the same name twice is refused (409 ERR_APPROVAL_REPEATED, got {status})")
     status, doc = admin_call("GET", f"/admin/v1/escrow/{IDS['approve']}", ALICE)
     check(doc["state"] == "held" and doc["approvals"] == ["alice"], "still held, one approval")
     sign_out()
@@ -216,7 +222,7 @@ try:
     check(not d.find_element(By.ID, "approve").is_enabled(), "approve is disabled when the lease expired")
     check("no longer be approved" in text_of("decision"), "and the page says why")
     status, doc = admin_call("POST", f"/admin/v1/escrow/{IDS['expired']}/approve", BOB, {})
-    check(status == 200 and doc["state"] == "refused" and doc.get("code") == "ERR_LEASE_EXPIRED"
+    check(status == 409 and doc["state"] == "refused" and doc.get("code") == "ERR_LEASE_EXPIRED"
           and "approvals" not in doc,
           f"the API refuses to release it, recording no approval ({status} {doc.get('state')} {doc.get('code')})")
     shot("expired")

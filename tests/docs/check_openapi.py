@@ -84,6 +84,9 @@ def main():
                         query[p["name"]] = p["example"]
                 url = base + url_path + (("?" + urlencode(query)) if query else "")
                 headers = {"authorization": "Bearer demo-agent"} if not is_admin else {}
+                # SPEC §9: every mutating admin call says it is JSON, body or not.
+                if is_admin and method != "get":
+                    headers["content-type"] = "application/json"
                 body = None
                 rb = resolve(spec, op.get("requestBody")) if op.get("requestBody") else None
                 if rb:

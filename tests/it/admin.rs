@@ -15,10 +15,14 @@ use serde_json::{json, Value};
 use support::writes::*;
 use support::*;
 
-/// `curl` against the admin listener: the status and the body.
+/// `curl` against the admin listener: the status and the body. A mutating call says it is
+/// JSON, as SPEC §9 asks of every admin client.
 pub(crate) fn curl(p: &Palisade, method: &str, path: &str, token: Option<&str>) -> (u16, String) {
     let mut cmd = Command::new("curl");
     cmd.args(["-s", "-X", method, "-w", "\n%{http_code}"]);
+    if method != "GET" {
+        cmd.args(["-H", "content-type: application/json"]);
+    }
     if let Some(t) = token {
         cmd.args(["-H", &format!("Authorization: Bearer {t}")]);
     }
@@ -60,7 +64,7 @@ pub(crate) async fn hold_at(s: &Setup, path: &str) -> String {
     });
     let (parts, body) = send(
         &http1_client(),
-        put(&s.p, path, Some(&lease), Some(&inverse())),
+        put(&s.p, path, Some(&lease), Some(&inverse_for(path))),
     )
     .await;
     assert_eq!(
@@ -221,6 +225,9 @@ fn curl_tls(
     let mut cmd = Command::new("curl");
     cmd.args(["-s", "-X", method, "-w", "\n%{http_code}", "--cacert"])
         .arg(pki.path("ca.pem"));
+    if method != "GET" {
+        cmd.args(["-H", "content-type: application/json"]);
+    }
     if let Some(name) = client {
         cmd.arg("--cert")
             .arg(pki.path(&format!("{name}.crt")))
@@ -409,7 +416,7 @@ async fn two_named_approvers_release_a_held_write() {
         let out = Command::new("curl")
             .args(["-s", "-X", "POST", "-w", "\n%{http_code}", "-H"])
             .arg(format!("Authorization: Bearer {token}"))
-            .args(["--data", body])
+            .args(["-H", "content-type: application/json", "--data", body])
             .arg(format!("http://{}{approve}", s.p.admin))
             .output()
             .expect("curl");
@@ -447,9 +454,11 @@ async fn two_named_approvers_release_a_held_write() {
         r["request_digest"],
         format!("sha256:{}", sha256_hex(br#"{"qty":1150}"#))
     );
-    // The same name again counts once: refused, still one approval, nothing sent.
+    // The same name again counts once: refused (409, a code of its own), still one
+    // approval, nothing sent.
     let (code, body) = curl(&s.p, "POST", &approve, Some("tok-alice-19"));
-    assert_eq!(code, 400, "{body}");
+    assert_eq!(code, 409, "{body}");
+    assert!(body.contains("ERR_APPROVAL_REPEATED"), "{body}");
     assert_eq!(puts(&s), 0);
     // A second name releases it, once.
     let (code, body) = curl(&s.p, "POST", &approve, Some("tok-bob-27"));

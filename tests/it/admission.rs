@@ -124,7 +124,7 @@ async fn call(
     if let Some(l) = lease {
         b = b.header("agent-compensation-lease", l).header(
             "agent-compensation-inverse",
-            URL_SAFE_NO_PAD.encode(inverse()),
+            URL_SAFE_NO_PAD.encode(inverse_for(path)),
         );
     }
     let (parts, bytes) = send(&http1_client(), b.body(full(body.to_owned())).unwrap()).await;
@@ -643,7 +643,7 @@ fn admin_post(p: &Palisade, path: &str) -> String {
     let mut s = std::net::TcpStream::connect(p.admin).unwrap();
     write!(
         s,
-        "POST {path} HTTP/1.0\r\nHost: admin\r\nContent-Length: 0\r\n\r\n"
+        "POST {path} HTTP/1.0\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 0\r\n\r\n"
     )
     .unwrap();
     let mut answer = Vec::new();

@@ -1,8 +1,9 @@
-//! The shape of `proxy/src/` and `policy/src/` (docs/architecture.md), checked so that it
-//! holds as features land:
+//! The shape of `proxy/src/`, `policy/src/` and the two crates under `policy/` (docs/
+//! architecture.md), checked so that it holds as features land (which crate may use which is
+//! the crate graph's, enforced by Cargo):
 //! - no import cycle between files (modules), nor between top-level folders, in either crate;
 //! - each top-level folder of `proxy` imports only folders of the layers below it;
-//! - no source file passes 500 lines (`proxy`) or 600 lines (`policy`) outside its tests.
+//! - no source file passes 450 lines outside its tests.
 //!
 //! Imports are read from the token stream of each file (comments and strings are not
 //! tokens, so a path in a doc comment is not a dependency): every `crate::…` and `super::…`
@@ -35,16 +36,23 @@ const LAYERS: &[&[&str]] = &[
     &["config", "clock", "fs"],
 ];
 
-/// Most lines a source file may have before its test module: `proxy`, `policy` (whose
-/// decisions come in larger pure pieces: a schema compiler, a bundle loader).
-const MAX_LINES: usize = 500;
-const MAX_POLICY_LINES: usize = 600;
+/// Most lines a source file may have before its test module, in every crate (issue 55: 450,
+/// from 500 for `proxy` and 600 for `policy`; a file near the cap is split by job, not packed).
+const MAX_LINES: usize = 450;
+const MAX_POLICY_LINES: usize = 450;
 
 /// The crates whose shape is checked.
 #[derive(Clone, Copy)]
 enum Crate {
     Proxy,
     Policy,
+    /// `policy/core` (`palisade-core`), `policy/log` (`palisade-log`) and `policy/aip2`
+    /// (`palisade-aip2`): that they import neither `palisade-policy` nor each other the wrong
+    /// way round is the crate graph's to say (Cargo refuses a cycle); their files' shape is
+    /// checked here like the others'.
+    Core,
+    Log,
+    Aip2,
 }
 
 fn src_dir(krate: Crate) -> PathBuf {
@@ -52,6 +60,9 @@ fn src_dir(krate: Crate) -> PathBuf {
     match krate {
         Crate::Proxy => proxy.join("src"),
         Crate::Policy => proxy.join("../policy/src"),
+        Crate::Core => proxy.join("../policy/core/src"),
+        Crate::Log => proxy.join("../policy/log/src"),
+        Crate::Aip2 => proxy.join("../policy/aip2/src"),
     }
 }
 
@@ -427,7 +438,16 @@ fn no_policy_folder_imports_one_that_imports_it_back() {
 
 #[test]
 fn no_policy_source_file_passes_the_line_limit() {
-    assert_line_limit(Crate::Policy, MAX_POLICY_LINES);
+    for krate in [Crate::Policy, Crate::Core, Crate::Log, Crate::Aip2] {
+        assert_line_limit(krate, MAX_POLICY_LINES);
+    }
+}
+
+#[test]
+fn no_module_of_the_core_log_or_aip2_crates_imports_one_that_imports_it_back() {
+    for krate in [Crate::Core, Crate::Log, Crate::Aip2] {
+        assert_no_module_cycle(krate);
+    }
 }
 
 #[test]

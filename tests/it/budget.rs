@@ -25,7 +25,7 @@ async fn write(p: &Palisade, caller: &str, name: &str, epoch: Option<u64>) -> An
     let agent = KeyPair::from_seed(AGENT_SEED);
     let path = format!("/items/{name}");
     let lease = epoch.map(|e| lease_for(&agent, &path, e, |_| {}));
-    let mut req = put(p, &path, lease.as_deref(), Some(&inverse()));
+    let mut req = put(p, &path, lease.as_deref(), Some(&inverse_for(&path)));
     req.headers_mut()
         .insert("authorization", format!("Bearer {caller}").parse().unwrap());
     let (parts, bytes) = send(&http1_client(), req).await;

@@ -194,7 +194,7 @@ fn lease_headers(path: &str, epoch: u64) -> String {
     format!(
         "Agent-Compensation-Lease: {}\r\nAgent-Compensation-Inverse: {}",
         lease_for(&agent(), path, epoch, |_| {}),
-        URL_SAFE_NO_PAD.encode(inverse())
+        URL_SAFE_NO_PAD.encode(inverse_for(path))
     )
 }
 
@@ -695,7 +695,7 @@ fn h2_cookie_fields_reach_an_http1_upstream_as_one_header() {
             )
             .header(
                 "agent-compensation-inverse",
-                URL_SAFE_NO_PAD.encode(inverse()),
+                URL_SAFE_NO_PAD.encode(inverse_for("/api/v2/items/2")),
             )
             .body(full(BODY))
             .unwrap();

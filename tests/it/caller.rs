@@ -47,7 +47,7 @@ async fn grant_mode(c: &mut TlsConn, path: &str, mode: &str) -> Value {
         "sor_target_uri": format!("{BASE}{path}"),
         "recovery_mode": mode,
         "t_req_ms": 60_000,
-        "inverse_payload": serde_json::from_slice::<Value>(&inverse()).unwrap(),
+        "inverse_payload": serde_json::from_slice::<Value>(&inverse_for(path)).unwrap(),
     });
     let req = Request::post(LEASES)
         .header("content-type", "application/json")

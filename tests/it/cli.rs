@@ -3,6 +3,7 @@
 
 use crate::support;
 
+use palisade::store::Receipts;
 use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -395,7 +396,7 @@ fn tamper(store: &Path, table: &str, key: u64, change: impl FnOnce(Vec<u8>) -> V
 
 #[tokio::test]
 async fn audit_verify_checks_the_log_and_names_what_was_changed_offline() {
-    use palisade::store::{embedded::EmbeddedStore, Store as _};
+    use palisade::store::embedded::EmbeddedStore;
     use palisade_policy::keys::KeyPair;
     use palisade_policy::log::Signer;
     use palisade_policy::receipt::{ReceiptBody, ReceiptKind};

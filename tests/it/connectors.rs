@@ -231,7 +231,7 @@ impl Connected {
             .header("content-type", "application/json")
             .header(
                 "agent-compensation-inverse",
-                URL_SAFE_NO_PAD.encode(inverse()),
+                URL_SAFE_NO_PAD.encode(inverse_for_lease(lease)),
             )
             .header("agent-compensation-lease", lease)
             .body(full(body.to_owned()))

@@ -19,7 +19,7 @@ use support::bundles::*;
 use support::writes::*;
 
 /// The legacy tools as the SDK server has them, and two agent-facing tools mapped onto them.
-fn bundle(dir: &Path) -> (BundleFiles, Value) {
+pub(crate) fn bundle(dir: &Path) -> (BundleFiles, Value) {
     let mut set_level = contract_with_output(
         json!({"$schema": DIALECT, "type": "object", "required": ["sku", "qty"],
                "properties": {"sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 0}}}),

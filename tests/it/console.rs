@@ -33,7 +33,10 @@ async fn hold(s: &Setup, path: &str, body: &str, window_ms: u64) -> String {
         .header("agent-compensation-lease", lease)
         .header(
             "agent-compensation-inverse",
-            base64::Engine::encode(&base64::engine::general_purpose::URL_SAFE_NO_PAD, inverse()),
+            base64::Engine::encode(
+                &base64::engine::general_purpose::URL_SAFE_NO_PAD,
+                inverse_for(path),
+            ),
         )
         .body(full(body.to_owned()))
         .unwrap();

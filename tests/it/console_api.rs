@@ -19,7 +19,7 @@ fn post(p: &Palisade, path: &str, body: &str) -> (u16, String) {
     let out = Command::new("curl")
         .args(["-s", "-X", "POST", "-w", "\n%{http_code}", "-H"])
         .arg(format!("Authorization: Bearer {TOKEN}"))
-        .args(["--data", body])
+        .args(["-H", "content-type: application/json", "--data", body])
         .arg(format!("http://{}{path}", p.admin))
         .output()
         .unwrap();

@@ -31,7 +31,7 @@ fn write(
         .header("content-type", "application/json")
         .header(
             "agent-compensation-inverse",
-            URL_SAFE_NO_PAD.encode(inverse()),
+            URL_SAFE_NO_PAD.encode(inverse_for(path)),
         );
     if let Some(l) = lease {
         b = b.header("agent-compensation-lease", l);
@@ -439,17 +439,6 @@ fn replace(path: &std::path::Path, bytes: &[u8]) {
     std::fs::rename(&tmp, path).unwrap();
 }
 
-async fn admin_post(admin: std::net::SocketAddr, path: &str) -> (StatusCode, Value) {
-    let req = Request::post(format!("http://{admin}{path}"))
-        .body(full(""))
-        .unwrap();
-    let (parts, body) = send(&http1_client(), req).await;
-    (
-        parts.status,
-        serde_json::from_slice(&body).unwrap_or(Value::Null),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_hundred_swaps_under_load_lose_nothing_and_mix_no_versions() {
     let bundle_dir = tempfile::tempdir().unwrap();
@@ -475,7 +464,7 @@ async fn two_hundred_swaps_under_load_lose_nothing_and_mix_no_versions() {
                     )
                     .header(
                         "agent-compensation-inverse",
-                        URL_SAFE_NO_PAD.encode(inverse()),
+                        URL_SAFE_NO_PAD.encode(inverse_for(&path)),
                     )
                     .body(full(r#"{"qty":50}"#))
                     .unwrap();
@@ -829,7 +818,7 @@ async fn a_held_write_is_checked_again_under_the_bundle_in_force() {
     let lease = lease_for(&agent, "/items/held", 1, |f| {
         f.insert("recovery_mode".into(), json!("HUMAN_ESCROW"));
     });
-    let inverse = URL_SAFE_NO_PAD.encode(inverse());
+    let inverse = URL_SAFE_NO_PAD.encode(inverse_for("/items/held"));
     let req = write(
         &s.p,
         "PUT",
@@ -863,9 +852,9 @@ async fn a_held_write_is_checked_again_under_the_bundle_in_force() {
     assert_eq!(check["location"], "/qty", "{check}");
 
     // Approved, it is judged again and refused by the same check, under B, with a receipt
-    // and a drift event.
+    // and a drift event; the approval answers 409, as nothing was released (issue 54).
     let (status, doc) = admin_post(s.p.admin, &format!("/admin/v1/escrow/{id}/approve")).await;
-    assert_eq!(status, StatusCode::OK, "{doc}");
+    assert_eq!(status, StatusCode::CONFLICT, "{doc}");
     assert_eq!(doc["state"], "refused", "{doc}");
     assert_eq!(doc["code"], "ERR_CONTRACT_INPUT", "{doc}");
     let receipt = &doc["receipt"]["receipt"];

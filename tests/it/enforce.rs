@@ -22,7 +22,7 @@ async fn a_leased_write_is_forwarded_once_with_receipt_and_fence_token() {
     let l = lease_for(&agent, "/items/1", 1, |_| {});
     let (parts, body) = send(
         &http1_client(),
-        put(&s.p, "/items/1", Some(&l), Some(&inverse())),
+        put(&s.p, "/items/1", Some(&l), Some(&inverse_for("/items/1"))),
     )
     .await;
     assert_eq!(
@@ -100,7 +100,7 @@ async fn a_leased_write_is_forwarded_once_with_receipt_and_fence_token() {
     // The same lease again: its epoch is spent.
     let (parts, _) = send(
         &http1_client(),
-        put(&s.p, "/items/1", Some(&l), Some(&inverse())),
+        put(&s.p, "/items/1", Some(&l), Some(&inverse_for("/items/1"))),
     )
     .await;
     assert_eq!(parts.status, StatusCode::CONFLICT);
@@ -335,7 +335,7 @@ async fn concurrent_writes_with_one_epoch_forward_exactly_one() {
             &s.p,
             "/items/7",
             Some(&lease_for(&agent, "/items/7", 1, |_| {})),
-            Some(&inverse()),
+            Some(&inverse_for("/items/7")),
         );
         let client = client.clone();
         tasks.push(tokio::spawn(
@@ -361,7 +361,7 @@ async fn concurrent_writes_with_one_epoch_forward_exactly_one() {
             &s.p,
             "/items/8",
             Some(&lease_for(&agent, "/items/8", epoch, |_| {})),
-            Some(&inverse()),
+            Some(&inverse_for("/items/8")),
         );
         let client = client.clone();
         tasks.push(tokio::spawn(
@@ -402,7 +402,7 @@ async fn committed_epochs_and_receipts_survive_a_restart() {
     let l = lease_for(&agent, "/items/3", 5, |_| {});
     let (parts, _) = send(
         &http1_client(),
-        put(&s.p, "/items/3", Some(&l), Some(&inverse())),
+        put(&s.p, "/items/3", Some(&l), Some(&inverse_for("/items/3"))),
     )
     .await;
     assert_eq!(parts.status, StatusCode::OK);
@@ -418,7 +418,7 @@ async fn committed_epochs_and_receipts_survive_a_restart() {
         let l = lease_for(&agent, "/items/3", epoch, |_| {});
         let (parts, body) = send(
             &http1_client(),
-            put(&s.p, "/items/3", Some(&l), Some(&inverse())),
+            put(&s.p, "/items/3", Some(&l), Some(&inverse_for("/items/3"))),
         )
         .await;
         assert_eq!(
@@ -432,7 +432,7 @@ async fn committed_epochs_and_receipts_survive_a_restart() {
     let l = lease_for(&agent, "/items/3", 6, |_| {});
     let (parts, _) = send(
         &http1_client(),
-        put(&s.p, "/items/3", Some(&l), Some(&inverse())),
+        put(&s.p, "/items/3", Some(&l), Some(&inverse_for("/items/3"))),
     )
     .await;
     assert_eq!(parts.status, StatusCode::OK);
@@ -467,7 +467,9 @@ async fn the_lease_authority_grants_leases_bound_to_their_caller() {
             "sor_target_uri": target,
             "recovery_mode": "COMPENSATING_ACTION",
             "t_req_ms": t_req,
-            "inverse_payload": serde_json::from_slice::<Value>(&inverse()).unwrap(),
+            "inverse_payload": serde_json::from_slice::<Value>(
+                &inverse_for(target.strip_prefix(BASE).unwrap_or("/")),
+            ).unwrap(),
         })
     };
     const LEASES: &str = "/.well-known/ptcl/v1/leases";
@@ -639,7 +641,7 @@ async fn an_inverse_staged_by_put_satisfies_check_10() {
             "/.well-known/ptcl/v1/leases/urn:uuid:00000000-0000-4000-8000-000000000005/inverse",
         ))
         .header("content-type", "application/json")
-        .body(full(inverse()))
+        .body(full(inverse_for("/items/5")))
         .unwrap();
     let (parts, body) = send(&http1_client(), stage).await;
     assert_eq!(
@@ -649,7 +651,7 @@ async fn an_inverse_staged_by_put_satisfies_check_10() {
         String::from_utf8_lossy(&body)
     );
     let doc: Value = serde_json::from_slice(&body).unwrap();
-    let jcs = palisade_policy::canon::canonicalize(&inverse(), 8).unwrap();
+    let jcs = palisade_policy::canon::canonicalize(&inverse_for("/items/5"), 8).unwrap();
     assert_eq!(
         doc["inverse_payload_jcs_hash"],
         Sha256Digest::of(&jcs).to_string()
@@ -741,6 +743,8 @@ async fn snapshot_restore_puts_back_the_pre_image_or_deletes_what_was_absent() {
 
     // An absent record: compensation deletes what the write created.
     assert_eq!(sor_get(sor, "77").await.0, StatusCode::NOT_FOUND);
+    // Its inverse names its own resource (SPEC §5.4); SNAPSHOT_RESTORE does not send it.
+    let inverse = br#"{"method":"DELETE","path":"/api/v2/items/77"}"#.to_vec();
     let l = sor_lease(sor, "77", 1, "SNAPSHOT_RESTORE", &inverse, 0, 60_000).await;
     assert_eq!(
         sor_write(&p, "77", &l, &inverse, r#"{"sku":"NEW","qty":5}"#).await,
@@ -790,7 +794,12 @@ async fn dry_runs_touch_neither_the_sor_nor_the_epoch() {
     let s = start("").await;
     let (parts, body) = send(
         &http1_client(),
-        put(&s.p, "/items/1", Some(&dry(1)), Some(&inverse())),
+        put(
+            &s.p,
+            "/items/1",
+            Some(&dry(1)),
+            Some(&inverse_for("/items/1")),
+        ),
     )
     .await;
     assert_eq!(
@@ -809,14 +818,24 @@ async fn dry_runs_touch_neither_the_sor_nor_the_epoch() {
     let real = lease_for(&agent, "/items/1", 1, |_| {});
     let (parts, _) = send(
         &http1_client(),
-        put(&s.p, "/items/1", Some(&real), Some(&inverse())),
+        put(
+            &s.p,
+            "/items/1",
+            Some(&real),
+            Some(&inverse_for("/items/1")),
+        ),
     )
     .await;
     assert_eq!(parts.status, StatusCode::OK);
     // A dry run is checked like the real write: now its epoch is stale.
     let (parts, _) = send(
         &http1_client(),
-        put(&s.p, "/items/1", Some(&dry(1)), Some(&inverse())),
+        put(
+            &s.p,
+            "/items/1",
+            Some(&dry(1)),
+            Some(&inverse_for("/items/1")),
+        ),
     )
     .await;
     assert_eq!(parts.status, StatusCode::CONFLICT);
@@ -828,7 +847,12 @@ async fn dry_runs_touch_neither_the_sor_nor_the_epoch() {
     let s = start_in_with(sor, dir, &format!("shadow_url = \"{}\"\n", shadow.url()));
     let (parts, body) = send(
         &http1_client(),
-        put(&s.p, "/items/1", Some(&dry(1)), Some(&inverse())),
+        put(
+            &s.p,
+            "/items/1",
+            Some(&dry(1)),
+            Some(&inverse_for("/items/1")),
+        ),
     )
     .await;
     assert_eq!(

@@ -41,7 +41,7 @@ async fn write(p: &Palisade, sku: &str, epoch: u64) -> (StatusCode, Value, Optio
     let agent = KeyPair::from_seed(AGENT_SEED);
     let path = format!("/items/{sku}");
     let lease = lease_for(&agent, &path, epoch, |_| {});
-    let mut req = put(p, &path, Some(&lease), Some(&inverse()));
+    let mut req = put(p, &path, Some(&lease), Some(&inverse_for(&path)));
     // The caller, as the sidecar tells callers apart without admission: its credential.
     req.headers_mut()
         .insert("authorization", "Bearer agent-7".parse().unwrap());

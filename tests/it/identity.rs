@@ -57,7 +57,7 @@ fn put(p: &Palisade, path: &str, lease: &str) -> Request<BoxBody> {
         .header("agent-compensation-lease", lease)
         .header(
             "agent-compensation-inverse",
-            URL_SAFE_NO_PAD.encode(inverse()),
+            URL_SAFE_NO_PAD.encode(inverse_for(path)),
         )
         .body(full(r#"{"qty":3}"#))
         .unwrap()

@@ -282,7 +282,7 @@ async fn the_image_runs_as_the_chart_runs_it() {
                 "agent-compensation-inverse",
                 base64::Engine::encode(
                     &base64::engine::general_purpose::URL_SAFE_NO_PAD,
-                    inverse(),
+                    inverse_for(path),
                 ),
             );
         }

@@ -48,7 +48,7 @@ async fn concurrent_leases_are_checked_together_and_a_bad_one_is_refused_alone()
             tokio::spawn(async move {
                 send(
                     &http1_client(),
-                    put(&s.p, &path(i), Some(&lease), Some(&inverse())),
+                    put(&s.p, &path(i), Some(&lease), Some(&inverse_for(&path(i)))),
                 )
                 .await
             })

@@ -16,6 +16,7 @@ mod architecture;
 mod book;
 mod budget;
 mod bypass;
+mod bypass3;
 mod caller;
 mod cli;
 mod connectors;

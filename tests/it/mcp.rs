@@ -87,6 +87,11 @@ impl McpServer {
         McpServer { child, port, dir }
     }
 
+    /// The port the server listens on (127.0.0.1).
+    pub(crate) fn port(&self) -> u16 {
+        self.port
+    }
+
     /// What the server executed (one line per state-changing tool run).
     pub(crate) fn executions(&self) -> Vec<String> {
         std::fs::read_to_string(self.dir.path().join("exec.log"))
@@ -113,7 +118,7 @@ async fn client_in(
 }
 
 /// [`client`], with `headers` (a JSON object) on every HTTP request the SDK client sends.
-async fn client_with_headers(
+pub(crate) async fn client_with_headers(
     url: String,
     mode: &'static str,
     steps: Value,
@@ -170,7 +175,7 @@ async fn client_full(
 }
 
 /// add and count_slowly read; set_stock writes, fenced per `sku`.
-fn erp_tools(dir: &std::path::Path) -> BundleFiles {
+pub(crate) fn erp_tools(dir: &std::path::Path) -> BundleFiles {
     let mut set_stock = contract(
         json!({"$schema": DIALECT, "type": "object", "required": ["sku", "qty"],
                "properties": {"sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 0}}}),
@@ -257,9 +262,12 @@ fn tool_lease_mode(tool: &str, epoch: u64, mode: &str) -> Value {
     serde_json::from_slice(&URL_SAFE_NO_PAD.decode(b64).unwrap()).unwrap()
 }
 
+/// `_meta` with `lease` and its inverse: a call of the tool the lease names (SPEC §5.4).
 pub(crate) fn meta(lease: Value) -> Value {
+    let target = lease["sor_target_uri"].as_str().unwrap_or_default();
+    let path = target.strip_prefix(BASE).unwrap_or(target);
     json!({"compensationLease": lease,
-           "compensationInverse": serde_json::from_slice::<Value>(&inverse()).unwrap()})
+           "compensationInverse": serde_json::from_slice::<Value>(&inverse_for(path)).unwrap()})
 }
 
 /// The acceptance scenario of issue 6 in one protocol generation.
@@ -1424,12 +1432,15 @@ async fn absent_structured_content_and_the_inverse_header_on_tool_calls() {
         c["state"] = json!({"handle": "sku"});
         c
     };
-    let accept_all = contract_with_output(
+    // A note is undone by setting the stock back: its contract declares that inverse tool
+    // (`operational.inverseTool`, SPEC §5.4), so one inverse serves both tools here.
+    let mut accept_all = contract_with_output(
         json!("unknown"),
         json!({"$schema": DIALECT, "title": "anything"}),
         "write",
         "compensable",
     );
+    accept_all["operational"]["inverseTool"] = json!("set_stock");
     let dir_a = tempfile::tempdir().unwrap();
     let a = write_mcp_bundle(
         dir_a.path(),
@@ -1643,4 +1654,89 @@ async fn admission_admits_tool_calls_by_token() {
     for code in ["ERR_NOT_ADMITTED", "ERR_TOKEN_INVALID"] {
         assert!(events.iter().any(|e| e["code"] == code), "{code}");
     }
+}
+
+/// Issue 55: an MCP request whose body is too large, or cannot be read, is refused through the
+/// one refusal path as its HTTP twin is: counted in `palisade_refusals_total`, with a rejection
+/// receipt in the log (in the JSON-RPC error's `data` when the client can still read it), and
+/// nothing reaches the server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_mcp_body_too_large_or_unreadable_is_counted_and_receipted() {
+    use std::io::{Read as _, Write as _};
+    let server = McpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let b = erp_tools(dir.path());
+    let p = sidecar_with(&server, &b, "[limits]\nmax_body = \"1KiB\"\n");
+    let refusals = |code: &str| {
+        let line = format!("palisade_refusals_total{{code=\"{code}\"}} ");
+        let text = std::process::Command::new("curl")
+            .args(["-s", &format!("http://{}/metrics", p.admin)])
+            .output()
+            .unwrap()
+            .stdout;
+        String::from_utf8_lossy(&text)
+            .lines()
+            .find_map(|l| {
+                l.strip_prefix(&line)
+                    .map(|n| n.trim().parse::<u64>().unwrap())
+            })
+            .unwrap_or(0)
+    };
+    let log_size = || async {
+        let (_, text) = admin_get(p.admin, "/admin/v1/log/checkpoint").await;
+        text.lines().nth(1).unwrap().parse::<u64>().unwrap()
+    };
+
+    // Too large: 413, a JSON-RPC error whose data carries a verifiable rejection receipt.
+    let big = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                     "params": {"name": "set_stock", "arguments": {"sku": "x".repeat(4096), "qty": 1}}});
+    let req = Request::post(p.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .body(full(big.to_string()))
+        .unwrap();
+    let (parts, bytes) = send(&http1_client(), req).await;
+    assert_eq!(parts.status, StatusCode::PAYLOAD_TOO_LARGE);
+    let doc: Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(doc["error"]["data"]["code"], "ERR_BODY_TOO_LARGE", "{doc}");
+    assert_receipt_verifies(&doc["error"]["data"]["receipt"], "rejection");
+    assert_eq!(refusals("ERR_BODY_TOO_LARGE"), 1);
+
+    // Unreadable: the client promises 200 bytes, sends 10 and stops sending.
+    let before = log_size().await;
+    let bad_before = refusals("ERR_BAD_REQUEST");
+    let data_url = p.url("/mcp");
+    let addr = data_url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let answer = tokio::task::spawn_blocking(move || {
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        write!(
+            s,
+            "POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 200\r\n\r\n{{\"jsonrpc\""
+        )
+        .unwrap();
+        s.shutdown(std::net::Shutdown::Write).unwrap();
+        let mut out = Vec::new();
+        let _ = s.read_to_end(&mut out);
+        String::from_utf8_lossy(&out).into_owned()
+    })
+    .await
+    .unwrap();
+    // A half-closed client still reads the answer.
+    assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
+    assert!(answer.contains("ERR_BAD_REQUEST"), "{answer}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while refusals("ERR_BAD_REQUEST") == bad_before {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the refusal was counted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(log_size().await, before + 1, "one rejection receipt");
+    assert!(server.executions().is_empty(), "nothing reached the server");
 }

@@ -270,7 +270,7 @@ async fn examples_meet_the_imported_contracts_through_a_running_sidecar() {
                     )
                     .header(
                         "agent-compensation-inverse",
-                        URL_SAFE_NO_PAD.encode(inverse()),
+                        URL_SAFE_NO_PAD.encode(inverse_for(&path)),
                     )
                     .body(full(bytes.clone()))
                     .unwrap();
@@ -386,7 +386,7 @@ async fn asserted_formats_are_checked_by_the_sidecar() {
             )
             .header(
                 "agent-compensation-inverse",
-                URL_SAFE_NO_PAD.encode(inverse()),
+                URL_SAFE_NO_PAD.encode(inverse_for(path)),
             )
             .body(full(bytes.clone()))
             .unwrap();
@@ -794,7 +794,7 @@ async fn imported_parameters_are_checked_on_reads_and_writes() {
         )
         .header(
             "agent-compensation-inverse",
-            URL_SAFE_NO_PAD.encode(inverse()),
+            URL_SAFE_NO_PAD.encode(inverse_for(path)),
         )
         .body(full(r#"{"status":"INPROGRESS"}"#))
         .unwrap();
@@ -918,7 +918,7 @@ async fn every_ref_form_is_followed_and_what_cannot_be_is_named() {
             )
             .header(
                 "agent-compensation-inverse",
-                URL_SAFE_NO_PAD.encode(inverse()),
+                URL_SAFE_NO_PAD.encode(inverse_for(&path)),
             )
             .body(full(body.to_owned()))
             .unwrap()

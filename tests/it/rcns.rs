@@ -51,12 +51,13 @@ fn scopes_of(token: &str) -> &'static [&'static str] {
     AGENTS.iter().find(|a| a.0 == token).unwrap().2
 }
 
-/// The callers file: each token's `authz:` identity, as the sidecar derives it.
+/// The callers file: each token's `authz:` identity, as the sidecar derives it (the scheme
+/// lower-cased, SPEC §14).
 fn callers() -> Value {
     let list: Vec<Value> = AGENTS
         .iter()
         .map(|(tok, agent, scopes, tier)| {
-            let id = Sha256Digest::of(format!("Bearer {tok}").as_bytes()).to_hex();
+            let id = Sha256Digest::of(format!("bearer {tok}").as_bytes()).to_hex();
             json!({"identity": format!("authz:sha256:{id}"), "agent_id": agent,
                    "scopes": scopes, "trust_tier": tier})
         })

@@ -74,7 +74,7 @@ fn bundle(dir: &Path) -> BundleFiles {
 
 /// The callers file: `tok-a`'s identity holds every scope the recipe needs.
 fn callers(dir: &Path) -> String {
-    let id = Sha256Digest::of(b"Bearer tok-a").to_hex();
+    let id = Sha256Digest::of(b"bearer tok-a").to_hex();
     let doc = json!({"callers": [{"identity": format!("authz:sha256:{id}"),
         "agent_id": "agent-a", "scopes": CLAIM.split(' ').collect::<Vec<_>>(), "trust_tier": 1}]});
     let file = dir.join("callers.json");
@@ -222,6 +222,7 @@ async fn a_recipe_of_tool_calls_commits_whole_or_is_compensated_by_inverse_tool_
     // refused ones) lets one more composition through, and stops the next at its first step.
     let id = made["id"].as_str().unwrap();
     let req = Request::delete(format!("http://{}/admin/v1/freeze/{id}", p.admin))
+        .header("content-type", "application/json")
         .body(full(""))
         .unwrap();
     assert_eq!(

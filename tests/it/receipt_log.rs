@@ -14,6 +14,7 @@ use serde_json::Value;
 use crate::support::log_mirror::{admin_bytes, assert_log_verifies_independently};
 use crate::support::writes::*;
 use crate::support::*;
+use palisade::store::Receipts;
 
 const ORIGIN: &str = "erp.example.com/palisade";
 
@@ -38,7 +39,7 @@ async fn write(s: &Setup, item: usize) -> Value {
     let lease = lease_for(&agent, &path, 1, |_| {});
     let (parts, body) = send(
         &http1_client(),
-        put(&s.p, &path, Some(&lease), Some(&inverse())),
+        put(&s.p, &path, Some(&lease), Some(&inverse_for(&path))),
     )
     .await;
     assert_eq!(
@@ -217,7 +218,7 @@ async fn a_running_sidecars_log_verifies_with_an_implementation_that_is_not_ours
 /// tree and every retained entry stay provable, by the Python verifier and `audit verify`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retention_keeps_the_tree_provable() {
-    use palisade::store::{embedded::EmbeddedStore, Store as _};
+    use palisade::store::embedded::EmbeddedStore;
     use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
     let dir = tempfile::tempdir().unwrap();
     {

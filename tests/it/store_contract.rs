@@ -291,7 +291,10 @@ pub async fn escrow_updates_are_compare_and_set(store: &dyn Store, _clock: &SetC
 pub async fn a_lease_is_compensated_at_most_once(store: &dyn Store, _clock: &SetClock) {
     store.advance(intent("/c", 3, "lc")).await.unwrap();
     assert_eq!(
-        store.begin_compensation("lc".into()).await.unwrap(),
+        store
+            .begin_compensation("lc".into(), "/c".into())
+            .await
+            .unwrap(),
         Compensation::Started { epoch: 4 }
     );
     assert_eq!(store.epoch("/c").await.unwrap(), 4);
@@ -299,10 +302,26 @@ pub async fn a_lease_is_compensated_at_most_once(store: &dyn Store, _clock: &Set
     assert_eq!(rec.state, LeaseState::Compensated);
     assert_eq!(rec.compensation_epoch, Some(4));
     assert_eq!(
-        store.begin_compensation("lc".into()).await.unwrap(),
+        store
+            .begin_compensation("lc".into(), "/c".into())
+            .await
+            .unwrap(),
         Compensation::AlreadyCompensated
     );
     assert_eq!(store.epoch("/c").await.unwrap(), 4);
+    // The inverse writes another resource (a POST's member, SPEC §5.4): that resource is
+    // fenced, with its own next epoch, and the written one stays where it was.
+    store.advance(intent("/m", 2, "lm")).await.unwrap();
+    store.advance(intent("/m/1", 9, "lm1")).await.unwrap();
+    assert_eq!(
+        store
+            .begin_compensation("lm".into(), "/m/1".into())
+            .await
+            .unwrap(),
+        Compensation::Started { epoch: 10 }
+    );
+    assert_eq!(store.epoch("/m/1").await.unwrap(), 10);
+    assert_eq!(store.epoch("/m").await.unwrap(), 2);
     // Granted only (staged, never written).
     let granted = LeaseRecord {
         state: LeaseState::Granted,
@@ -320,7 +339,10 @@ pub async fn a_lease_is_compensated_at_most_once(store: &dyn Store, _clock: &Set
         "a grant moves no epoch"
     );
     assert_eq!(
-        store.begin_compensation("lg".into()).await.unwrap(),
+        store
+            .begin_compensation("lg".into(), "/g".into())
+            .await
+            .unwrap(),
         Compensation::NotCommitted
     );
     // Sent but not completed: an interim receipt marks it so (SPEC §7).
@@ -334,11 +356,17 @@ pub async fn a_lease_is_compensated_at_most_once(store: &dyn Store, _clock: &Set
         LeaseState::Interim
     );
     assert_eq!(
-        store.begin_compensation("li".into()).await.unwrap(),
+        store
+            .begin_compensation("li".into(), "/i".into())
+            .await
+            .unwrap(),
         Compensation::NotCommitted
     );
     assert_eq!(
-        store.begin_compensation("unknown".into()).await.unwrap(),
+        store
+            .begin_compensation("unknown".into(), "/u".into())
+            .await
+            .unwrap(),
         Compensation::NotCommitted
     );
 }

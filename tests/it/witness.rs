@@ -95,7 +95,7 @@ async fn leased_write(s: &Setup, item: usize) -> StatusCode {
     let lease = lease_for(&agent, &path, 1, |_| {});
     send(
         &http1_client(),
-        put(&s.p, &path, Some(&lease), Some(&inverse())),
+        put(&s.p, &path, Some(&lease), Some(&inverse_for(&path))),
     )
     .await
     .0

@@ -8,6 +8,7 @@ first failure. `--write` regenerates deploy/kubernetes/*.yaml from the chart ins
 """
 
 import json
+import tomllib
 import os
 import re
 import subprocess
@@ -249,6 +250,21 @@ def config_check(config_text, config, shape, palisade):
     ok(f"{shape}: the ConfigMap's palisade.toml passes `palisade config check`")
 
 
+def mcp_front(palisade):
+    """In front of an MCP server: `mcpPath` and `mcpAllowedOrigins` become `[mcp]` with
+    `allowed_origins` (SPEC §11), and the config passes `palisade config check`."""
+    vals = values("embedded")
+    vals.setdefault("palisade", {}).update(
+        {"mcpPath": "/mcp", "mcpAllowedOrigins": ["https://app.example", "http://localhost:6274"]})
+    docs = render(vals)
+    text = toml_of(docs)
+    mcp = tomllib.loads(text).get("mcp", {})
+    if mcp != {"path": "/mcp", "allowed_origins": ["https://app.example", "http://localhost:6274"]}:
+        fail(f"mcpPath/mcpAllowedOrigins render as [mcp] {mcp}")
+    config_check(text, tomllib.loads(text), "embedded", palisade)
+    ok("mcpPath and mcpAllowedOrigins render [mcp] path and allowed_origins, which pass `palisade config check`")
+
+
 def refusals():
     """Values the schema or the templates must refuse, with a message naming the fault."""
     cases = [
@@ -261,6 +277,7 @@ def refusals():
         ({"palisade": {"drainTimeout": "20s"}}, "drainTimeout"),
         ({"bundle": {"contracts": ["contracts/x.json"]}}, "contracts"),
         ({"tls": {"enabled": True}}, "tls.secretName"),
+        ({"palisade": {"mcpPath": "/mcp", "mcpAllowedOrigins": ["https://app.example/path"]}}, "mcpAllowedOrigins"),
     ]
     chart = helm.Chart.load(str(CHART))
     for vals, word in cases:
@@ -318,6 +335,7 @@ def main():
     if keys != files:
         fail(f"ci/embedded-values.yaml lists {keys}, the bundle has {files}")
     ok("the bundle the embedded shape mounts passes `palisade lock check`, every contract projected")
+    mcp_front(palisade)
     refusals()
     print(json.dumps({"ok": True}))
 

@@ -17,7 +17,9 @@ one line to EXEC_LOG, so a test can tell whether a call reached the server. The 
 - add_tool(name): registers a new tool, so the server sends notifications/tools/list_changed.
 
 With LEVEL_TOOL set, one more write: set_level(sku, qty), which answers the level it set as
-structuredContent {"sku", "qty"} (the connector tests map it back).
+structuredContent {"sku", "qty"} (the connector tests map it back). With PEEK_TOOL set, one
+more read: peek(), which records the names of the `params._meta` members it received (a read
+tool call must reach the server without its lease, SPEC §11).
 
 With PAGE_SIZE set in the environment, tools/list is paginated (nextCursor) in pages of that
 many tools. With ADD_CAP set, add never answers more than that (a fallback deployment that
@@ -37,6 +39,7 @@ exec_log = sys.argv[2]
 PAGE_SIZE = int(os.environ.get("PAGE_SIZE", "0"))
 ADD_CAP = int(os.environ.get("ADD_CAP", "0"))
 LEVEL_TOOL = bool(os.environ.get("LEVEL_TOOL"))
+PEEK_TOOL = bool(os.environ.get("PEEK_TOOL"))
 
 
 class TestServer(MCPServer):
@@ -144,6 +147,16 @@ if LEVEL_TOOL:
         record(f"set_level {sku} {qty}")
         stock[sku] = qty
         return {"sku": sku, "qty": qty}
+
+
+if PEEK_TOOL:
+
+    @server.tool(annotations=ToolAnnotations(read_only_hint=True, open_world_hint=False))
+    def peek(ctx: Context) -> str:
+        """A read that records which `params._meta` members reached the server (issue 54)."""
+        meta = ctx.request_context.meta or {}
+        record("peek " + ",".join(sorted(meta)))
+        return "ok"
 
 
 if __name__ == "__main__":

@@ -18,6 +18,7 @@ const BOB: &str = "tok-bob-pg-9e2";
 async fn admin(p: &Palisade, path: &str, token: &str) -> (StatusCode, Value) {
     let req = Request::post(format!("http://{}{path}", p.admin))
         .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
         .body(full(""))
         .unwrap();
     let (parts, bytes) = send(&http1_client(), req).await;

@@ -15,12 +15,13 @@ use http::StatusCode;
 use http_body_util::BodyExt as _;
 use palisade::clock::SetClock;
 use palisade::store::postgres::{Connect, PostgresStore};
-use palisade::store::{Store as _, StoreError};
+use palisade::store::StoreError;
 use palisade_policy::keys::KeyPair;
 use serde_json::Value;
 
 use crate::support::writes::*;
 use crate::support::*;
+use palisade::store::Receipts;
 
 pub fn connect(url: &str) -> Connect<'_> {
     Connect {
@@ -71,7 +72,7 @@ pub fn leased_put(
         .header("agent-compensation-lease", lease)
         .header(
             "agent-compensation-inverse",
-            URL_SAFE_NO_PAD.encode(inverse()),
+            URL_SAFE_NO_PAD.encode(inverse_for(path)),
         );
     if let Some(k) = key {
         b = b.header("idempotency-key", k);

@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use http::StatusCode;
 use palisade::clock::SetClock;
-use palisade::store::Store as _;
 use serde_json::{json, Value};
 
 use crate::client::*;
 use crate::support::writes::*;
 use crate::support::*;
+use palisade::store::RcnsRecords;
+use palisade::store::Relay;
 
 pub fn relay_replicas(replicas: &[&Palisade; 3]) {
     let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -202,7 +203,8 @@ pub async fn rcns_replicas(upstream: &Upstream, url: &str) -> (Palisade, Palisad
     palisade::cli::sample_bundle::write(bundle.path()).unwrap();
     let b = crate::support::bundles::BundleFiles::in_dir(bundle.path());
     let token = "Bearer tok-shared";
-    let identity = palisade_policy::digest::Sha256Digest::of(token.as_bytes()).to_hex();
+    let identity = palisade_policy::caller::authorization_caller(token.as_bytes());
+    let identity = identity.trim_start_matches("authz:sha256:");
     let scopes = "rcns:negotiate erp:stock:reserve erp:items:write erp:allocations:write";
     let replica = || {
         let dir = tempfile::tempdir().unwrap();

@@ -12,7 +12,8 @@ url, admin = os.environ["PALISADE_URL"], os.environ["PALISADE_ADMIN"]
 def operator():  # approves the first held write it sees
     while not (held := httpx.get(admin + "/admin/v1/escrow").json()["escrows"]):
         time.sleep(0.05)
-    httpx.post(f"{admin}/admin/v1/escrow/{held[0]['escrow_id']}/approve", timeout=10)
+    # Admin calls are JSON, body or not (a web page could not send one without a preflight).
+    httpx.post(f"{admin}/admin/v1/escrow/{held[0]['escrow_id']}/approve", json={}, timeout=10)
 
 threading.Thread(target=operator, daemon=True).start()
 with Agent(url, authorization="Bearer example-agent", escrow_timeout=30) as agent:

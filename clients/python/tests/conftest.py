@@ -47,7 +47,7 @@ class Demo:
             held = [e for e in held if e["state"] == "held"]
             if held:
                 verb = "reject" if reject else "approve"
-                r = httpx.post(f"{self.admin}/admin/v1/escrow/{held[0]['escrow_id']}/{verb}", timeout=10)
+                r = httpx.post(f"{self.admin}/admin/v1/escrow/{held[0]['escrow_id']}/{verb}", json={}, timeout=10)
                 assert r.status_code == 200, r.text
                 return held[0]["escrow_id"]
             time.sleep(0.05)

@@ -48,6 +48,9 @@ pub struct Contract {
     /// `state.handle`: the argument of a tool call that names the resource it changes (RICH
     /// §5.2.5 handle parameters), so the fence is per handle value (SPEC §11).
     pub state_handle: Option<String>,
+    /// `operational.inverseTool`: the tool whose call undoes this one (a Palisade extension,
+    /// SPEC §5.4), besides a call of the same tool.
+    pub inverse_tool: Option<String>,
 }
 
 /// Reads `obj[key]` as one of `choices`, recording a problem otherwise.
@@ -220,6 +223,17 @@ pub(super) fn compile_contract(
             None
         }
     };
+    let inverse_tool = match op.get("inverseTool") {
+        None => None,
+        Some(Value::String(t)) if !t.is_empty() && t.len() <= 256 => Some(t.clone()),
+        Some(_) => {
+            problems.push(Problem::new(
+                format!("{op_at}/inverseTool"),
+                "must be the name of a tool (1 to 256 bytes)",
+            ));
+            None
+        }
+    };
     Some(Contract {
         digest: digest.spelled(Spelling::ShaDash256),
         input,
@@ -231,6 +245,7 @@ pub(super) fn compile_contract(
         idempotency_key,
         timeout_ms,
         state_handle,
+        inverse_tool,
     })
 }
 

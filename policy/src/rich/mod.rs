@@ -17,6 +17,7 @@ pub mod migration;
 pub mod openapi;
 pub mod parameters;
 mod problem;
+mod recipe_grammar;
 mod recipe_steps;
 pub mod recipes;
 pub mod schema;

@@ -13,6 +13,8 @@
 //! - A tool whose contract reads has nothing to undo: an `inverse` there is refused.
 //! - `path` and `body` are an HTTP step's; on a tool step they are refused.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use serde_json::Value;
 
 use super::capability::{Capability, Protocol};
@@ -126,4 +128,89 @@ pub(super) fn expression(v: Option<&Value>, at: &str, problems: &mut Vec<Problem
             None
         }
     }
+}
+
+/// One step of a composition.
+#[derive(Debug)]
+pub struct Step {
+    /// The index of its capability in the bundle.
+    pub capability: usize,
+    /// The capability's `operation` (`PUT /api/v2/items/{id}`).
+    pub operation: String,
+    /// The template's `{name}` → the expression that fills it.
+    pub path: BTreeMap<String, T1>,
+    /// The request body's expression; `None` sends no body.
+    pub body: Option<T1>,
+    /// A step on an MCP tool: its call (then `path` is empty and `body` `None`).
+    pub tool: Option<ToolStep>,
+}
+
+/// One step as the recipe writes it: its capability, and its path and body expressions
+/// (a tool step: its call).
+pub(super) fn compile_step(
+    s: &Value,
+    at: &str,
+    capabilities: &[Capability],
+    problems: &mut Vec<Problem>,
+) -> Option<Step> {
+    let name = s.get("capability").and_then(Value::as_str);
+    let Some(index) = name.and_then(|n| capabilities.iter().position(|c| c.name == n)) else {
+        problems.push(Problem::new(
+            format!("{at}/capability"),
+            "must name a capability of the lockfile",
+        ));
+        return None;
+    };
+    let cap = &capabilities[index];
+    if cap.protocol == Protocol::Mcp {
+        let tool = compile_tool_step(s, at, cap, capabilities, problems)?;
+        return Some(Step {
+            capability: index,
+            operation: cap.operation.clone(),
+            path: BTreeMap::new(),
+            body: None,
+            tool: Some(tool),
+        });
+    }
+    let template = cap.operation.split_once(' ').map_or("", |(_, t)| t);
+    let params: BTreeSet<&str> = template
+        .split('/')
+        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
+        .collect();
+    let mut path = BTreeMap::new();
+    let given = s.get("path").and_then(Value::as_object);
+    for p in &params {
+        let expr = given.and_then(|g| g.get(*p));
+        match expression(expr, &format!("{at}/path/{p}"), problems) {
+            Some(e) => {
+                path.insert((*p).to_owned(), e);
+            }
+            None if expr.is_none() => problems.push(Problem::new(
+                format!("{at}/path/{p}"),
+                "is required: the capability's template has this parameter",
+            )),
+            None => {}
+        }
+    }
+    for extra in given.into_iter().flat_map(|g| g.keys()) {
+        if !params.contains(extra.as_str()) {
+            problems.push(Problem::new(
+                format!("{at}/path/{}", pointer_escape(extra)),
+                "is not a parameter of the capability's template",
+            ));
+        }
+    }
+    let body = expression(s.get("body"), &format!("{at}/body"), problems);
+    Some(Step {
+        capability: index,
+        operation: cap.operation.clone(),
+        path,
+        body,
+        tool: None,
+    })
+}
+
+/// A JSON Pointer reference token for `s` (RFC 6901: `~` and `/` escaped).
+pub(super) fn pointer_escape(s: &str) -> String {
+    s.replace('~', "~0").replace('/', "~1")
 }

@@ -29,20 +29,14 @@ use std::sync::Arc;
 
 use serde_json::{Map, Value};
 
-use super::capability::{Capability, Protocol};
+use super::capability::Capability;
 use super::connector::t1::T1;
-pub use super::recipe_steps::ToolStep;
-use super::recipe_steps::{compile_tool_step, expression};
+pub use super::recipe_grammar::{is_method, is_path, is_scope_token};
+use super::recipe_steps::expression;
+use super::recipe_steps::{compile_step, pointer_escape};
+pub use super::recipe_steps::{Step, ToolStep};
 use super::schema::Schema;
 use super::Problem;
-
-/// Whether `s` is a scope token: 1–128 visible ASCII characters, no space or quote (RFC 6749
-/// §3.3's `scope-token`, which Authority-Scope lists the same way).
-pub fn is_scope_token(s: &str) -> bool {
-    (1..=128).contains(&s.len())
-        && s.bytes()
-            .all(|b| b == 0x21 || (0x23..=0x5b).contains(&b) || (0x5d..=0x7e).contains(&b))
-}
 
 /// What is wrong with a semantic block, if anything (seed 000 §3.6 step 3). Our rule, as the
 /// seed defers to AGTP-METHODS: an object, with `intent` a non-empty string of at most 1024
@@ -78,21 +72,6 @@ impl PathMatch {
             Self::Regex(r) => r.is_match(path),
         }
     }
-}
-
-/// One step of a composition.
-#[derive(Debug)]
-pub struct Step {
-    /// The index of its capability in the bundle.
-    pub capability: usize,
-    /// The capability's `operation` (`PUT /api/v2/items/{id}`).
-    pub operation: String,
-    /// The template's `{name}` → the expression that fills it.
-    pub path: BTreeMap<String, T1>,
-    /// The request body's expression; `None` sends no body.
-    pub body: Option<T1>,
-    /// A step on an MCP tool: its call (then `path` is empty and `body` `None`).
-    pub tool: Option<ToolStep>,
 }
 
 /// One recipe, compiled.
@@ -432,69 +411,6 @@ pub fn compile_recipe(
     })
 }
 
-fn compile_step(
-    s: &Value,
-    at: &str,
-    capabilities: &[Capability],
-    problems: &mut Vec<Problem>,
-) -> Option<Step> {
-    let name = s.get("capability").and_then(Value::as_str);
-    let Some(index) = name.and_then(|n| capabilities.iter().position(|c| c.name == n)) else {
-        problems.push(Problem::new(
-            format!("{at}/capability"),
-            "must name a capability of the lockfile",
-        ));
-        return None;
-    };
-    let cap = &capabilities[index];
-    if cap.protocol == Protocol::Mcp {
-        let tool = compile_tool_step(s, at, cap, capabilities, problems)?;
-        return Some(Step {
-            capability: index,
-            operation: cap.operation.clone(),
-            path: BTreeMap::new(),
-            body: None,
-            tool: Some(tool),
-        });
-    }
-    let template = cap.operation.split_once(' ').map_or("", |(_, t)| t);
-    let params: BTreeSet<&str> = template
-        .split('/')
-        .filter_map(|seg| seg.strip_prefix('{').and_then(|s| s.strip_suffix('}')))
-        .collect();
-    let mut path = BTreeMap::new();
-    let given = s.get("path").and_then(Value::as_object);
-    for p in &params {
-        let expr = given.and_then(|g| g.get(*p));
-        match expression(expr, &format!("{at}/path/{p}"), problems) {
-            Some(e) => {
-                path.insert((*p).to_owned(), e);
-            }
-            None if expr.is_none() => problems.push(Problem::new(
-                format!("{at}/path/{p}"),
-                "is required: the capability's template has this parameter",
-            )),
-            None => {}
-        }
-    }
-    for extra in given.into_iter().flat_map(|g| g.keys()) {
-        if !params.contains(extra.as_str()) {
-            problems.push(Problem::new(
-                format!("{at}/path/{}", pointer_escape(extra)),
-                "is not a parameter of the capability's template",
-            ));
-        }
-    }
-    let body = expression(s.get("body"), &format!("{at}/body"), problems);
-    Some(Step {
-        capability: index,
-        operation: cap.operation.clone(),
-        path,
-        body,
-        tool: None,
-    })
-}
-
 fn scope_list(
     v: Option<&Value>,
     at: &str,
@@ -523,45 +439,4 @@ fn scope_list(
         )),
     }
     out
-}
-
-fn pointer_escape(s: &str) -> String {
-    s.replace('~', "~0").replace('/', "~1")
-}
-
-/// A method token (seed 000 §3.6 step 1; AGTP-METHODS names verbs in upper case).
-pub fn is_method(m: &str) -> bool {
-    let b = m.as_bytes();
-    (1..=32).contains(&b.len())
-        && b[0].is_ascii_uppercase()
-        && b.iter()
-            .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || *c == b'_' || *c == b'-')
-}
-
-/// The path grammar a proposed endpoint must keep to (seed 000 §3.6 step 2): absolute,
-/// 1–32 non-empty segments of unreserved characters (RFC 3986 §2.3) or `{name}`
-/// parameters, at most 256 bytes; no `.`/`..` segment, query or fragment.
-pub fn is_path(p: &str) -> bool {
-    let Some(rest) = p.strip_prefix('/') else {
-        return false;
-    };
-    if p.len() > 256 || rest.is_empty() {
-        return false;
-    }
-    let segments: Vec<&str> = rest.split('/').collect();
-    segments.len() <= 32
-        && segments.iter().all(|s| {
-            let param = s
-                .strip_prefix('{')
-                .and_then(|s| s.strip_suffix('}'))
-                .is_some_and(|n| {
-                    !n.is_empty() && n.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
-                });
-            let plain = !s.is_empty()
-                && *s != "."
-                && *s != ".."
-                && s.bytes()
-                    .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b));
-            param || plain
-        })
 }

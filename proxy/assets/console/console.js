@@ -45,10 +45,10 @@
   // One admin call. A 401 signs the console out; a problem document's detail is the error.
   async function api(method, path, body) {
     const init = { method, headers: headers(), cache: 'no-store', credentials: 'same-origin' };
-    if (body !== undefined) {
-      init.headers['Content-Type'] = 'application/json';
-      init.body = JSON.stringify(body);
-    }
+    // Every mutating admin call says it is JSON, body or not (SPEC §9): what a page on
+    // another site cannot send without a preflight.
+    if (method !== 'GET') init.headers['Content-Type'] = 'application/json';
+    if (body !== undefined) init.body = JSON.stringify(body);
     const r = await fetch(path, init);
     const type = r.headers.get('content-type') || '';
     const data = type.includes('json') ? await r.json().catch(() => null) : await r.text();
@@ -195,7 +195,9 @@
         if (e.lease_expires_at_ms) countdown(lease, e.lease_expires_at_ms, 0);
         else lease.textContent = '—';
         return el('tr', { 'data-escrow-id': e.escrow_id },
-          el('td', { class: 'mono' }, e.operation || '(unbound)'),
+          el('td', { class: 'mono' }, e.operation || '(unbound)',
+            e.operation_key ? el('div', { class: 'muted', title: 'the operation as freezes and budgets name it' },
+              'operation: ' + e.operation_key) : null),
           el('td', {}, e.held_at),
           el('td', {}, lease),
           el('td', {}, (e.approvals || []).length + ' of ' + S.required),
@@ -230,6 +232,9 @@
     const facts = el('dl', { class: 'facts' },
       fact('Escrow', e.escrow_id, true),
       fact('State', e.state),
+      fact('Request (as sent)', e.operation, true),
+      fact('Operation (for a freeze or a budget)', e.operation_key || '(not recorded)', true),
+      fact('Resource (for a freeze)', e.resource || '(not recorded)', true),
       fact('Caller', e.caller || '(not identified)', true),
       fact('Contract', e.contract_digest || '(no contract binds it)', true),
       fact('Request digest', e.request_digest, true),
@@ -283,6 +288,10 @@
       if (e.contract_digest) body.contract_digest = e.contract_digest;
       const r = await api('POST', '/admin/v1/escrow/' + encodeURIComponent(e.escrow_id) + '/' + verb, body);
       let said = 'Refused: ' + problemText(r);
+      // 409 with the escrow's document: the release was refused, nothing was sent.
+      if (r.status === 409 && r.data && r.data.state === 'refused') {
+        said = 'Not released: the release was refused (' + (r.data.code || 'no code') + ').';
+      }
       if (r.ok) {
         const st = r.data.state;
         said = st === 'held'
@@ -352,7 +361,7 @@
     return el('table', { id: 'diff' },
       el('caption', { class: 'muted' }, absent ? 'The resource did not exist before.'
         : before === null ? 'No pre-image was fetched (or it is not JSON): every member is shown as added.'
-          : 'Each member the write adds, removes or changes.'),
+          : 'Every member of the request body and of the pre-image: added, removed, changed or the same.'),
       el('thead', {}, el('tr', {}, ['Member', 'Change', 'Before', 'After'].map((t) => el('th', { scope: 'col' }, t)))),
       el('tbody', {}, rows));
   }

@@ -10,6 +10,8 @@ use crate::context::AppState;
 use crate::context::Enforcement;
 use crate::enforce::checks;
 use crate::enforce::identity;
+use crate::enforce::permit::Denied;
+use crate::enforce::stop::Keys;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
 use crate::net::headers;
@@ -20,14 +22,15 @@ use super::lease_record::{bad, caller_record};
 /// The request that undoes a write: method, path (and query), headers, body.
 type Undo = (Method, String, Vec<(String, String)>, Bytes);
 
-/// Undoes a committed write (SPEC §5.4).
+/// Undoes a committed write (SPEC §5.4): a write like any other, fenced on the inverse's
+/// resource with that resource's next epoch and stopped by freezes.
 pub(super) async fn compensate(
     state: &AppState,
     enf: &Enforcement,
     parts: &http::request::Parts,
     lease_id: &str,
     conn: &ConnInfo,
-) -> Result<Response<ProxyBody>, Refusal> {
+) -> Result<Response<ProxyBody>, Denied> {
     let record = caller_record(enf, parts, lease_id, conn).await?;
     match record.state {
         LeaseState::Committed => {}
@@ -35,21 +38,23 @@ pub(super) async fn compensate(
             return Err(Refusal::new(
                 ErrorCode::AlreadyCompensated,
                 "the lease's write was already compensated",
-            ))
+            )
+            .into())
         }
-        _ => return Err(bad("the lease has no committed write to compensate")),
+        _ => return Err(bad("the lease has no committed write to compensate").into()),
     }
     if enf.clock.now_ms() > record.expires_at_ms {
         return Err(Refusal::new(
             ErrorCode::LeaseExpired,
             "the lease's recovery window has passed",
         )
-        .with_status(410));
+        .with_status(410)
+        .into());
     }
     let path = record.path.clone().unwrap_or_else(|| "/".into());
     let resource = record.resource.clone();
     // The request that undoes the write.
-    let mut tool_inverse = false;
+    let mut tool_call = None;
     let (method, inv_path, inv_headers, inv_body): Undo = match record.recovery_mode.as_str() {
         "COMPENSATING_ACTION" => {
             let bytes = enf
@@ -64,10 +69,13 @@ pub(super) async fn compensate(
                     )
                 })?;
             let inv = inverse::parse(&bytes, state.config.max_json_depth)?;
+            // A lease granted before the binding rule, with an inverse elsewhere, is refused
+            // here with the code staging it would get now (SPEC §5.4, issue 54).
+            check_record_target(state, &inv, &record)?;
             if let Some(call) = &inv.tool {
-                tool_inverse = true;
                 let (path, headers, body) =
                     crate::mcp::inverse::inverse_request(&state.config, call);
+                tool_call = Some(call.clone());
                 (Method::POST, path, headers, body)
             } else {
                 http_inverse(inv)?
@@ -99,20 +107,36 @@ pub(super) async fn compensate(
             }
         }
         _ => {
-            return Err(bad(
-                "only COMPENSATING_ACTION and SNAPSHOT_RESTORE leases are compensated",
-            ))
+            return Err(
+                bad("only COMPENSATING_ACTION and SNAPSHOT_RESTORE leases are compensated").into(),
+            )
         }
     };
 
+    // What the inverse writes: its resource (fenced) and operation, as freezes name them.
+    let (inv_resource, operation) = match &tool_call {
+        Some(call) => tool_keys(state, call),
+        None => http_keys(state, &resource, &method, &inv_path),
+    };
+    // A compensation is stopped like any write (SPEC §14): by a freeze of the inverse's
+    // resource or operation, of the lease holder, or of all.
+    let keys = Keys {
+        caller: record.agent_id.clone().or_else(|| conn.caller(parts)),
+        operation,
+        also: None,
+        resource: inv_resource.clone(),
+    };
+    if let Some(denied) = crate::enforce::stop::frozen(enf, &keys) {
+        return Err(denied);
+    }
     let _lock = enf
         .store
-        .lock(&resource)
+        .lock(&inv_resource)
         .await
         .map_err(checks::store_refusal)?;
     let epoch = match enf
         .store
-        .begin_compensation(lease_id.to_owned())
+        .begin_compensation(lease_id.to_owned(), inv_resource.clone())
         .await
         .map_err(checks::store_refusal)?
     {
@@ -121,10 +145,11 @@ pub(super) async fn compensate(
             return Err(Refusal::new(
                 ErrorCode::AlreadyCompensated,
                 "the lease's write was already compensated",
-            ))
+            )
+            .into())
         }
         crate::store::Compensation::NotCommitted => {
-            return Err(bad("the lease has no committed write to compensate"))
+            return Err(bad("the lease has no committed write to compensate").into())
         }
     };
     let uri = state
@@ -152,7 +177,7 @@ pub(super) async fn compensate(
             let status = resp.status().as_u16();
             // Drain the answer so the connection returns to the pool.
             let answer = body::collect_limited(resp.into_body(), state.config.max_response).await;
-            if tool_inverse && status < 400 {
+            if tool_call.is_some() && status < 400 {
                 tool_failed = answer.map_or(true, |a| crate::mcp::inverse::inverse_failed(&a));
             }
             status
@@ -164,7 +189,7 @@ pub(super) async fn compensate(
     };
     let body = palisade_policy::receipt::ReceiptBody {
         lease_id: Some(lease_id.to_owned()),
-        sor_target_uri: Some(resource.clone()),
+        sor_target_uri: Some(inv_resource.clone()),
         cas_fence_epoch: Some(epoch),
         method: Some(method.to_string()),
         upstream_status: Some(upstream_status),
@@ -232,4 +257,52 @@ fn http_inverse(inv: inverse::InversePayload) -> Result<Undo, Refusal> {
     })?;
     let path = q.map_or(p.clone(), |q| format!("{p}?{q}"));
     Ok((method, path, headers, body))
+}
+
+/// The binding rule (SPEC §5.4) for a committed lease's inverse, against the write its record
+/// names.
+fn check_record_target(
+    state: &AppState,
+    inv: &inverse::InversePayload,
+    record: &crate::store::LeaseRecord,
+) -> Result<(), Refusal> {
+    let path = super::grant::record_path(record).unwrap_or_else(|| "/".into());
+    super::grant::check_target(state, inv, &path, record.method.as_deref())
+}
+
+/// An inverse tool call's resource (`mcp:tool/<name>`, or `…/<handle>` when its contract names
+/// a state handle the arguments carry, SPEC §11) and operation.
+fn tool_keys(state: &AppState, call: &inverse::ToolCall) -> (String, String) {
+    let bundle = state.bundle.load_full();
+    let handle = bundle
+        .as_deref()
+        .and_then(|b| b.tool_index(&call.name).and_then(|i| b.capabilities.get(i)))
+        .and_then(|c| c.contract.state_handle.as_deref());
+    let resource = crate::mcp::call::tool_resource(&call.name, &call.arguments, handle);
+    (resource, format!("mcp:tool/{}", call.name))
+}
+
+/// An HTTP inverse's resource (the written resource's origin and the inverse's path, without
+/// query: SPEC §4.3) and operation (the lockfile's, else `METHOD <path>`).
+fn http_keys(state: &AppState, written: &str, method: &Method, pq: &str) -> (String, String) {
+    let path = pq.split('?').next().unwrap_or(pq);
+    let origin = written
+        .split_once("://")
+        .map(|(scheme, rest)| {
+            let host = rest.find('/').map_or(rest, |i| &rest[..i]);
+            format!("{scheme}://{host}")
+        })
+        .unwrap_or_default();
+    let resource = palisade_policy::target::request_target(&origin, path)
+        .map(|t| palisade_policy::target::resource_key(&t).to_owned())
+        .unwrap_or_else(|_| written.to_owned());
+    let bundle = state.bundle.load_full();
+    let operation = bundle
+        .as_deref()
+        .and_then(|b| {
+            b.route_index(method.as_str(), path)
+                .and_then(|i| b.capabilities.get(i))
+        })
+        .map_or_else(|| format!("{method} {path}"), |c| c.operation.clone());
+    (resource, operation)
 }

@@ -59,14 +59,25 @@ pub(super) async fn grant(
                 .ok_or_else(|| bad("trace_anchor_ref must be sha256: and 64 lowercase hex"))?,
         ),
     };
-    // The inverse is signed into the lease, so it must be known now (docs/decisions.md).
-    let inverse_value = req
-        .get("inverse_payload")
-        .ok_or_else(|| bad("inverse_payload is required"))?;
-    let inverse = inverse::parse(
-        &serde_json::to_vec(inverse_value).unwrap_or_default(),
-        config.max_json_depth,
-    )?;
+    // The inverse is signed into the lease, so it must be known now (SPEC §5.7): the agent's
+    // for the modes that send it; SNAPSHOT_RESTORE's and DRY_RUN_SHADOW's the authority
+    // makes itself (`issue`) when none is given.
+    let inverse = match req.get("inverse_payload") {
+        Some(v) => Some(inverse::parse(
+            &serde_json::to_vec(v).unwrap_or_default(),
+            config.max_json_depth,
+        )?),
+        None if matches!(
+            mode,
+            RecoveryMode::CompensatingAction | RecoveryMode::HumanEscrow
+        ) =>
+        {
+            return Err(bad(
+                "inverse_payload is required for COMPENSATING_ACTION and HUMAN_ESCROW: the request that undoes the write is signed into the lease (SNAPSHOT_RESTORE and DRY_RUN_SHADOW grants may leave it out)",
+            ))
+        }
+        None => None,
+    };
 
     let lease = Grant {
         caller,
@@ -93,13 +104,13 @@ pub struct Grant<'a> {
     pub mode: RecoveryMode,
     pub t_req: u64,
     pub trace_anchor: Option<Sha256Digest>,
-    pub inverse: inverse::InversePayload,
+    /// `None`: the authority makes it (SNAPSHOT_RESTORE, DRY_RUN_SHADOW).
+    pub inverse: Option<inverse::InversePayload>,
 }
 
-/// Grants a lease signed by the sidecar key and stages its inverse durably: the endpoint's
-/// work, and RCNS's for each write step of a composition (issue 21). `parts` is the request
-/// the grant is made for: its origin and the headers the pre-image GET carries. Returns the
-/// signed lease and its id.
+/// Grants a lease signed by the sidecar key and stages its inverse durably. `parts` is the
+/// request the grant is made for: its origin and the headers the pre-image GET carries.
+/// Returns the signed lease and its id.
 pub async fn issue(
     state: &AppState,
     enf: &Enforcement,
@@ -127,18 +138,21 @@ pub async fn issue(
             "t_req_ms exceeds ptcl.max_grant",
         ));
     }
-
     let resource = target::resource_key(&normalized);
+    let pq = &normalized[own.len() - 1..];
+    let path = pq.split('?').next().unwrap_or(pq);
+    if let Some(inv) = &inverse {
+        check_target(state, inv, path, None)?;
+    }
+
     let current = enf
         .store
         .epoch(resource)
         .await
         .map_err(checks::store_refusal)?;
-    let pq = &normalized[own.len() - 1..];
-    let pre_image = if config.pre_image_fetch {
-        let path = pq.split('?').next().unwrap_or(pq);
+    let fetched = if config.pre_image_fetch {
         let identity = identity::for_route(state, &Method::GET, path);
-        preimage::fetch_state(
+        let state = preimage::fetch_state(
             config,
             &state.upstream,
             pq,
@@ -146,10 +160,17 @@ pub async fn issue(
             identity.as_deref(),
         )
         .await
-        .map_err(|d| d.refusal)?
-        .digest
+        .map_err(|d| d.refusal)?;
+        Some(state)
     } else {
-        Sha256Digest::empty()
+        None
+    };
+    let pre_image = fetched
+        .as_ref()
+        .map_or_else(Sha256Digest::empty, |s| s.digest);
+    let inverse = match inverse {
+        Some(inv) => inv,
+        None => made_inverse(mode, path, fetched.as_ref(), config.max_json_depth)?,
     };
     let now = enf.clock.now_ms();
     let lease_id = format!("urn:uuid:{}", uuid::Uuid::new_v4());
@@ -175,6 +196,7 @@ pub async fn issue(
         state: LeaseState::Granted,
         resource: resource.to_string(),
         path: None,
+        method: None,
         epoch: current + 1,
         recovery_mode: mode.as_str().into(),
         expires_at_ms: now + t_req.max(1) as i64,
@@ -189,6 +211,59 @@ pub async fn issue(
     Ok((signed, lease_id))
 }
 
+/// The binding rule (SPEC §5.4) for an inverse staged for the write to `path` (a target's
+/// path, without query) with `method` (`None`: not known yet, as at a grant): a tool path
+/// (`/mcp/tools/<name>`) is a tool call, whose contract may declare another inverse tool; any
+/// other an HTTP write.
+pub(super) fn check_target(
+    state: &AppState,
+    inv: &inverse::InversePayload,
+    path: &str,
+    method: Option<&str>,
+) -> Result<(), Refusal> {
+    let Some(name) = path.strip_prefix(crate::mcp::call::TOOL_PATH) else {
+        return inverse::check_target(inv, &inverse::Undoes::Http { method, path });
+    };
+    let bundle = state.bundle.load_full();
+    let declared = bundle.as_deref().and_then(|b| {
+        b.tool_index(name)
+            .and_then(|i| b.capabilities.get(i))
+            .and_then(|c| c.contract.inverse_tool.clone())
+    });
+    let declared = declared.as_deref();
+    inverse::check_target(inv, &inverse::Undoes::Tool { name, declared })
+}
+
+/// The inverse the authority makes when a grant has none (SPEC §5.7): SNAPSHOT_RESTORE's is
+/// the request that puts the fetched pre-image back (a PUT of its JSON representation, or a
+/// DELETE when it was absent); DRY_RUN_SHADOW's names the resource and is never sent.
+fn made_inverse(
+    mode: RecoveryMode,
+    path: &str,
+    fetched: Option<&preimage::State>,
+    max_depth: usize,
+) -> Result<inverse::InversePayload, Refusal> {
+    let doc = match (mode, fetched) {
+        (RecoveryMode::DryRunShadow, _) => json!({"method": "PUT", "path": path}),
+        (RecoveryMode::SnapshotRestore, Some(state)) => match &state.representation {
+            None => json!({"method": "DELETE", "path": path}),
+            Some((_, body)) => {
+                let value = json::parse(body, max_depth).map_err(|_| {
+                    bad("the resource's representation is not JSON, so the authority cannot write its inverse: send inverse_payload")
+                })?;
+                json!({"method": "PUT", "path": path, "body": value})
+            }
+        },
+        (RecoveryMode::SnapshotRestore, None) => {
+            return Err(bad(
+                "a SNAPSHOT_RESTORE grant without inverse_payload needs ptcl.pre_image = \"fetch\": the authority builds the inverse from the pre-image it fetched",
+            ))
+        }
+        _ => return Err(bad("inverse_payload is required for this recovery mode")),
+    };
+    inverse::parse(&serde_json::to_vec(&doc).unwrap_or_default(), max_depth)
+}
+
 pub(super) async fn stage_inverse(
     state: &AppState,
     enf: &Enforcement,
@@ -201,6 +276,18 @@ pub(super) async fn stage_inverse(
         ));
     }
     let inverse = inverse::parse(body, state.config.max_json_depth)?;
+    // A lease this authority granted names its target: the inverse is judged now. One signed
+    // elsewhere is judged with its write, at check 10 (SPEC §5.4).
+    if let Some(record) = enf
+        .store
+        .lease_record(lease_id)
+        .await
+        .map_err(checks::store_refusal)?
+    {
+        if let Some(path) = record_path(&record) {
+            check_target(state, &inverse, &path, None)?;
+        }
+    }
     let digest = inverse.digest.to_string();
     enf.store
         .stage(lease_id.to_owned(), None, Some(inverse.jcs))
@@ -210,4 +297,14 @@ pub(super) async fn stage_inverse(
         StatusCode::CREATED,
         &json!({"lease_id": lease_id, "inverse_payload_jcs_hash": digest}),
     ))
+}
+
+/// The path of a lease record's resource: its write's path, or, for a granted lease (no write
+/// yet), the path of the resource key it names.
+pub(super) fn record_path(record: &LeaseRecord) -> Option<String> {
+    if let Some(p) = &record.path {
+        return Some(p.split('?').next().unwrap_or(p).to_owned());
+    }
+    let rest = record.resource.split_once("://")?.1;
+    Some(rest.find('/').map_or("/", |i| &rest[i..]).to_owned())
 }

@@ -32,6 +32,7 @@ use palisade_policy::{ErrorCode, Refusal};
 use crate::context::AppState;
 use crate::context::Enforcement;
 use crate::context::WriteContext;
+use crate::enforce::permit::Denied;
 use crate::enforce::receipts;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
@@ -51,7 +52,9 @@ pub async fn compensate_lease(
     lease_id: &str,
     conn: &ConnInfo,
 ) -> Result<Response<ProxyBody>, Refusal> {
-    compensate(state, enf, parts, lease_id, conn).await
+    compensate(state, enf, parts, lease_id, conn)
+        .await
+        .map_err(|d| d.refusal)
 }
 
 pub async fn handle(
@@ -64,13 +67,17 @@ pub async fn handle(
 ) -> Response<ProxyBody> {
     let path = parts.uri.path().to_owned();
     let rest = &path[PREFIX.len()..];
-    let result = match (&parts.method, rest) {
+    let result: Result<_, Denied> = match (&parts.method, rest) {
         (&Method::POST, "") => match read_body(state, body).await {
-            Ok(b) => grant(state, enf, &parts, &b, conn).await,
-            Err(r) => Err(r),
+            Ok(b) => grant(state, enf, &parts, &b, conn)
+                .await
+                .map_err(Denied::from),
+            Err(r) => Err(r.into()),
         },
         (&Method::GET, r) if r.starts_with('/') && !r[1..].contains('/') => {
-            lookup(enf, &parts, &r[1..], conn).await
+            lookup(enf, &parts, &r[1..], conn)
+                .await
+                .map_err(Denied::from)
         }
         (&Method::POST, r) if r.starts_with('/') && r.ends_with("/compensate") => {
             let lease_id = &r[1..r.len() - "/compensate".len()];
@@ -79,23 +86,23 @@ pub async fn handle(
         (&Method::PUT, r) if r.starts_with('/') && r.ends_with("/inverse") => {
             let lease_id = &r[1..r.len() - "/inverse".len()];
             match read_body(state, body).await {
-                Ok(b) => stage_inverse(state, enf, lease_id, &b).await,
-                Err(r) => Err(r),
+                Ok(b) => stage_inverse(state, enf, lease_id, &b)
+                    .await
+                    .map_err(Denied::from),
+                Err(r) => Err(r.into()),
             }
         }
         _ => Err(Refusal::new(
             ErrorCode::NotFound,
             "no lease-authority endpoint at this path",
-        )),
+        )
+        .into()),
     };
     match result {
         Ok(resp) => resp,
-        Err(refusal) => {
-            let evidence = receipts::Evidence::default();
-            receipts::record(state, refusal, cx, evidence)
-                .await
-                .into_response()
-        }
+        Err(denied) => receipts::refuse_denied(state, denied, cx, None, None)
+            .await
+            .into_response(),
     }
 }
 

@@ -14,12 +14,12 @@
 use std::path::Path;
 
 use http::{Request, StatusCode};
+use palisade_log::audit::{self, AuditError, Audited};
+use palisade_log::merkle::{self, Hash, MemoryHashes};
+use palisade_log::tiles::{self, TileKind, TilePath};
+use palisade_log::LogKey;
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::keys::TrustStore;
-use palisade_policy::log::audit::{self, AuditError, Audited};
-use palisade_policy::log::merkle::{self, Hash, MemoryHashes};
-use palisade_policy::log::tiles::{self, TileKind, TilePath};
-use palisade_policy::log::LogKey;
 use serde_json::json;
 
 use super::operate::load_config;
@@ -154,7 +154,7 @@ fn in_use(path: &Path) -> bool {
 /// The log and the v1 chain of a store read directly.
 async fn local(
     store: &dyn Store,
-    signer: &palisade_policy::log::Signer,
+    signer: &palisade_log::Signer,
 ) -> Result<Result<Report, String>, Failure> {
     let unavailable = |e: crate::store::StoreError| Failure::usage(e.to_string());
     let (_, audited) = log_read::audit(store, signer.key())
@@ -175,7 +175,7 @@ async fn local(
         let (pruned, start) = legacy
             .anchor
             .map_or((0, Sha256Digest::empty()), |a| (a.pruned, a.prev));
-        if let Err(e) = palisade_policy::receipt::verify_chain_from(
+        if let Err(e) = palisade_log::receipt::verify_chain_from(
             legacy.receipts.iter().map(Vec::as_slice),
             &trust,
             start,
@@ -230,7 +230,7 @@ async fn remote(
         .get("checkpoint")
         .await?
         .ok_or_else(|| Failure::refused(format!("{url}: the log's checkpoint is not served")))?;
-    let checkpoint = palisade_policy::log::checkpoint::open(&note, key)
+    let checkpoint = palisade_log::checkpoint::open(&note, key)
         .map_err(|e| Failure::refused(format!("the newest checkpoint: {e}")))?
         .checkpoint;
     let size = checkpoint.size;

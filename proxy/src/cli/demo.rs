@@ -48,10 +48,10 @@ pub fn run(port: u16) -> anyhow::Result<()> {
         crate::cli::sample_bundle::write(&dir.join("bundle"))?;
         // RCNS: the demo's caller (`Authorization: Bearer demo-agent`) may negotiate the
         // bundle's recipe.
-        let demo_caller = palisade_policy::digest::Sha256Digest::of(b"Bearer demo-agent").to_hex();
+        let demo_caller = palisade_policy::caller::authorization_caller(b"Bearer demo-agent");
         std::fs::write(
             dir.join("callers.json"),
-            serde_json::json!({"callers": [{"identity": format!("authz:sha256:{demo_caller}"),
+            serde_json::json!({"callers": [{"identity": demo_caller,
                 "agent_id": "demo-agent", "trust_tier": 1,
                 "scopes": ["rcns:negotiate", "erp:stock:reserve", "erp:items:write", "erp:allocations:write"]}]})
             .to_string(),

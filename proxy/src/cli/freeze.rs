@@ -130,12 +130,14 @@ async fn send(
     body: Option<Value>,
 ) -> Result<(http::StatusCode, bytes::Bytes), Failure> {
     let client = super::admin_client::client()?;
+    let method_mutates = method != Method::GET;
     let mut req = Request::builder().method(method).uri(url);
     if let Some(t) = token {
         req = req.header(http::header::AUTHORIZATION, format!("Bearer {t}"));
     }
+    // Every mutating admin call is JSON, body or not (SPEC §9).
     let bytes = body.map(|b| b.to_string()).unwrap_or_default();
-    if !bytes.is_empty() {
+    if method_mutates {
         req = req.header(http::header::CONTENT_TYPE, "application/json");
     }
     let req = req

@@ -6,7 +6,7 @@
 use std::io::Read as _;
 use std::path::Path;
 
-use palisade_policy::log::{Envelope, LogKey};
+use palisade_log::{Envelope, LogKey};
 
 use super::Failure;
 
@@ -23,7 +23,7 @@ pub(crate) fn log_key(vkey: &str) -> Result<LogKey, Failure> {
 pub(crate) fn verify(vkey: &str, file: Option<&Path>) -> Result<(), Failure> {
     let key = log_key(vkey)?;
     let mut bytes = Vec::new();
-    let limit = palisade_policy::log::envelope::MAX_ENVELOPE as u64 + 1;
+    let limit = palisade_log::envelope::MAX_ENVELOPE as u64 + 1;
     match file {
         Some(f) => std::fs::File::open(f)
             .and_then(|h| h.take(limit).read_to_end(&mut bytes))

@@ -68,7 +68,7 @@ pub(super) fn check(config: &Path) -> Result<(), Failure> {
             let store = crate::store::embedded::EmbeddedStore::open(&cfg.store_path, key)
                 .map_err(|e| Failure::refused(e.to_string()))?;
             let head = rt
-                .block_on(crate::store::Store::log_head(&store))
+                .block_on(crate::store::Receipts::log_head(&store))
                 .map_err(|e| Failure::refused(e.to_string()))?;
             println!(
                 "ok: embedded store {}, receipt log of {} entries",
@@ -81,7 +81,7 @@ pub(super) fn check(config: &Path) -> Result<(), Failure> {
             let (store, version) = PostgresStore::existing_from_config(&cfg, key)
                 .await
                 .map_err(|e| Failure::refused(e.to_string()))?;
-            let head = crate::store::Store::log_head(&store)
+            let head = crate::store::Receipts::log_head(&store)
                 .await
                 .map_err(|e| Failure::refused(e.to_string()))?;
             println!(

@@ -23,8 +23,8 @@ use http::{header, HeaderValue, Method, Request, Response, StatusCode};
 use http_body_util::BodyExt as _;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo};
-use palisade_policy::log::checkpoint::{self, LogKey};
-use palisade_policy::log::witness::{self, AddCheckpoint, Cosigner, Refused};
+use palisade_log::checkpoint::{self, LogKey};
+use palisade_log::witness::{self, AddCheckpoint, Cosigner, Refused};
 use serde::Deserialize;
 
 use super::Failure;

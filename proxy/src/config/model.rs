@@ -128,6 +128,8 @@ pub struct Config {
     pub unbound_writes: UnboundWrites,
     pub watch: bool,
     pub mcp_path: Option<String>,
+    /// `mcp.allowed_origins`, each normalised (`palisade_policy::target::normalize_origin`).
+    pub mcp_allowed_origins: Vec<String>,
     pub drift_sinks: Vec<Sink>,
     pub quarantine_dir: PathBuf,
 }

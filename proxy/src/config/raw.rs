@@ -118,6 +118,8 @@ pub struct RawLog {
 #[serde(default)]
 pub struct RawMcp {
     pub path: Option<String>,
+    /// SPEC §11: the `Origin` values a request to `mcp.path` may carry (default: none).
+    pub allowed_origins: Option<Vec<String>>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

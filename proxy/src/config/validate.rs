@@ -241,6 +241,28 @@ impl RawConfig {
             })
             .collect();
 
+        let mcp_allowed_origins: Vec<String> = self
+            .mcp
+            .as_ref()
+            .and_then(|m| m.allowed_origins.clone())
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|o| {
+                let plain = o
+                    .split_once("://")
+                    .is_some_and(|(_, rest)| !rest.trim_end_matches('/').contains('/'));
+                match palisade_policy::target::normalize_origin(o) {
+                    Ok(n) if plain => Some(n),
+                    _ => {
+                        c.push(
+                            "mcp.allowed_origins",
+                            "each entry is an origin: http(s)://host[:port], no path",
+                        );
+                        None
+                    }
+                }
+            })
+            .collect();
         let mcp_path = self.mcp.map(|m| m.path.unwrap_or_else(|| "/mcp".into()));
         if let Some(p) = &mcp_path {
             if !p.starts_with('/') {
@@ -386,6 +408,7 @@ impl RawConfig {
             unbound_writes,
             watch: self.rich.watch.unwrap_or(true),
             mcp_path,
+            mcp_allowed_origins,
             drift_sinks,
             quarantine_dir: self
                 .drift

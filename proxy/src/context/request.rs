@@ -23,6 +23,15 @@ pub struct WriteContext {
     pub caller: Option<String>,
     /// The connection the request went through, when its binding has one (RICH §9).
     pub connector: Option<palisade_policy::receipt::ConnectorRef>,
+    /// The agent-facing operation a connection mapped this write from (its freeze and budget
+    /// key: `METHOD /template` or `mcp:tool/<name>`): a freeze of either name stops the write
+    /// (SPEC §14).
+    pub facing: Option<String>,
+    /// The write's keys as freezes and budgets name them (SPEC §14): its operation (the
+    /// lockfile's `METHOD /template`, `mcp:tool/<name>`) and its resource (the fence key).
+    /// Set by the engine; a held write keeps them for the operator to paste into a freeze.
+    pub operation_key: Option<String>,
+    pub resource_key: Option<String>,
     /// The synthesized contract the request runs under (RCNS), for its receipts.
     pub attribution: Option<palisade_policy::receipt::Attribution>,
 }
@@ -40,6 +49,9 @@ impl WriteContext {
             identity: None,
             caller: None,
             connector: None,
+            facing: None,
+            operation_key: None,
+            resource_key: None,
             attribution: None,
         }
     }

@@ -106,6 +106,8 @@ async fn respond(
     metrics: PrometheusHandle,
     peer_spiffe_id: Option<Arc<str>>,
 ) -> Result<Response<ProxyBody>, Infallible> {
+    // The listener's own origin is https:// when it serves TLS.
+    let tls_listener = state.config.admin_tls.is_some();
     let text = |status: StatusCode, body: &'static str| {
         let mut r = Response::new(body::full(body));
         *r.status_mut() = status;
@@ -116,10 +118,31 @@ async fn respond(
         r
     };
     let path = req.uri().path();
+    // What a web page could send is refused before anything else (SPEC §9).
+    let authority = req
+        .headers()
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .or_else(|| req.uri().authority().map(|a| a.as_str()));
+    let credential =
+        state.config.admin_token_file.is_some() || !state.config.admin_spiffe_ids.is_empty();
+    if let Err(why) = crate::control::admin_origin::check_site(
+        req.method(),
+        path,
+        req.headers(),
+        authority,
+        tls_listener,
+        credential,
+    ) {
+        return Ok(crate::control::admin_origin::refused(why));
+    }
     if admin_auth::guarded(req.method(), path)
         && !admin_auth::allowed(&state.config, req.headers(), peer_spiffe_id.as_deref())
     {
         return Ok(admin_auth::refused());
+    }
+    if let Err(why) = crate::control::admin_origin::check_media_type(req.method(), req.headers()) {
+        return Ok(crate::control::admin_origin::refused(why));
     }
     let json = |status: StatusCode, doc: serde_json::Value| body::json_response(status, &doc);
     match (req.method(), path) {

@@ -51,17 +51,39 @@ pub(crate) fn read_token(path: &Path) -> Option<String> {
 }
 
 /// The named tokens of a token file's text: `name:token` lines, or a bare token (`admin-token`).
+/// A line whose token part is empty or blank (`dave:`, written to revoke dave) names no token
+/// at all: it is skipped with a warning, never read as the bare token `dave:` (SPEC §9).
+/// Blank lines and `#` comments are skipped.
 fn named_tokens(text: &str) -> Vec<(&str, &str)> {
-    text.lines()
-        .map(str::trim)
-        .filter(|l| !l.is_empty())
-        .map(|l| match l.split_once(':') {
-            Some((name, token)) if is_name(name) && !token.trim().is_empty() => {
-                (name, token.trim())
+    let mut out = Vec::new();
+    for line in text.lines().map(str::trim) {
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match line.split_once(':') {
+            Some((name, token)) if token.trim().is_empty() => {
+                warn_once(name.trim());
             }
-            _ => ("admin-token", l),
-        })
-        .collect()
+            Some((name, token)) if is_name(name) => out.push((name, token.trim())),
+            _ => out.push(("admin-token", line)),
+        }
+    }
+    out
+}
+
+/// Warns of an emptied token line, once per name (the file is read on every guarded call).
+fn warn_once(name: &str) {
+    use std::collections::HashSet;
+    use std::sync::Mutex;
+    static WARNED: Mutex<Option<HashSet<String>>> = Mutex::new(None);
+    let Ok(mut warned) = WARNED.lock() else {
+        return;
+    };
+    let set = warned.get_or_insert_with(HashSet::new);
+    if set.len() < 1024 && set.insert(name.to_owned()) {
+        let shown: String = name.chars().take(64).collect();
+        tracing::warn!(name = %shown, "admin.token_file: a line has a name and no token; it grants nothing");
+    }
 }
 
 fn is_name(s: &str) -> bool {
@@ -209,6 +231,42 @@ mod tests {
         );
         assert!(authorized(&file, &with("Bearer tok-c")).is_none());
         assert!(authorized(&file, &with("Bearer alice:tok-a")).is_none());
+    }
+
+    /// Issue 54, defect 1: `dave:` (dave's token removed to revoke him) was read as the bare
+    /// token `dave:` of `admin-token`, so `Bearer dave:` opened every admin route.
+    #[test]
+    fn an_emptied_token_line_grants_nothing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let file = dir.path().join("token");
+        std::fs::write(
+            &file,
+            "# operators\nalice:tok-a\ndave:\nerin:   \n:\n \t \n",
+        )
+        .expect("write");
+        let with = |v: &str| {
+            let mut h = HeaderMap::new();
+            h.insert(header::AUTHORIZATION, v.parse().expect("value"));
+            h
+        };
+        for given in [
+            "Bearer dave:",
+            "Bearer dave",
+            "Bearer erin:",
+            "Bearer erin:   ",
+            "Bearer :",
+            "Bearer # operators",
+            "Bearer #",
+        ] {
+            assert!(authorized(&file, &with(given)).is_none(), "{given}");
+        }
+        assert_eq!(
+            authorized(&file, &with("Bearer tok-a")).as_deref(),
+            Some("alice")
+        );
+        // A file of nothing but emptied lines refuses everything.
+        std::fs::write(&file, "dave:\n").expect("write");
+        assert!(authorized(&file, &with("Bearer dave:")).is_none());
     }
 
     #[test]

@@ -61,7 +61,7 @@ pub async fn approve(
         }
         if rec.approvals.contains(&by) {
             return problem(
-                ErrorCode::BadRequest,
+                ErrorCode::ApprovalRepeated,
                 "this approver has approved this write already: one name counts once",
             );
         }
@@ -253,6 +253,7 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
     );
     // The release's receipts name the caller whose write it was.
     cx.caller = rec.caller.clone();
+    cx.facing = rec.facing.clone();
     let finish_refused = |code: &str, receipt: Option<Value>| EscrowUpdate {
         id: id.to_owned(),
         expect: Some(EscrowState::Releasing),
@@ -332,8 +333,17 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
             tracing::error!(error = %e, escrow_id = %id, "escrow refusal not recorded");
         }
     }
+    // An approval whose release was refused (the lease ran out, the contract in force now
+    // refuses the write, a freeze) released nothing: 409, with the escrow's final document
+    // (state `refused`, the `code` and the rejection receipt), so a script that reads only the
+    // status does not take it for a release (issue 54).
+    let status = if refused.is_some() {
+        StatusCode::CONFLICT
+    } else {
+        StatusCode::OK
+    };
     match load(enf, id).await {
-        Ok(rec) => body::json_response(StatusCode::OK, &status_doc(&rec)),
+        Ok(rec) => body::json_response(status, &status_doc(&rec)),
         Err(resp) => resp,
     }
 }

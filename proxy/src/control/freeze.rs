@@ -42,10 +42,18 @@ pub async fn make(
     let parsed = palisade_policy::json::parse(&bytes, 8)
         .map_err(|_| "the body is not a single well-formed I-JSON document".to_owned())
         .and_then(|v| freeze::parse_request(&v, enf.clock.now_ms()));
-    let request = match parsed {
+    let mut request = match parsed {
         Ok(r) => r,
         Err(why) => return problem(ErrorCode::BadRequest, &why),
     };
+    // Stored in the spelling writes are matched by; the 201 echoes it (SPEC §14).
+    if let Some(value) = &request.value {
+        let public_base = state.config.public_base.as_deref();
+        match freeze::canonical_value(request.scope, value, public_base) {
+            Ok(v) => request.value = Some(v),
+            Err(why) => return problem(ErrorCode::BadRequest, &why),
+        }
+    }
     let _one = enf.freezes.changes.lock().await;
     let now = enf.clock.now_ms();
     let in_force = enf.freezes.all().iter().filter(|f| f.in_force(now)).count();

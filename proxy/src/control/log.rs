@@ -60,8 +60,13 @@ async fn tile(store: &dyn Store, path: &str) -> Response<ProxyBody> {
             Err(e) => return unavailable(&e),
         },
         TileKind::Entries => {
-            let from = asked.index * tiles::WIDTH;
-            let to = from + u64::from(asked.width);
+            // `in_tree` found the tile inside the tree, so these fit; checked all the same.
+            let Some((from, to)) = asked.index.checked_mul(tiles::WIDTH).and_then(|from| {
+                from.checked_add(u64::from(asked.width))
+                    .map(|to| (from, to))
+            }) else {
+                return text(StatusCode::NOT_FOUND, format!("{path}: out of range\n"));
+            };
             let entries = match store.log_entries(from, to).await {
                 Ok(e) => e,
                 Err(e) => return unavailable(&e),

@@ -17,6 +17,7 @@
 
 pub mod admin;
 pub mod admin_auth;
+mod admin_origin;
 pub mod bundle;
 pub mod console;
 pub mod drift_stream;

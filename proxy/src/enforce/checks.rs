@@ -27,10 +27,7 @@ use crate::enforce::permit::{Denied, Permit};
 use crate::enforce::preimage::fetch_state;
 use crate::enforce::stop::Keys;
 use crate::net::upstream::Upstream;
-use crate::store::{
-    Advance, BudgetSpend, BudgetVerdict, LeaseRecord, LeaseState, ResourceGuard, StoreError,
-    WriteIntent,
-};
+use crate::store::{Advance, LeaseRecord, LeaseState, ResourceGuard, StoreError, WriteIntent};
 
 /// Where in its life a write is checked, and its keys (SPEC §14).
 pub(crate) struct Stage<'a> {
@@ -129,6 +126,11 @@ pub(crate) async fn check(
         },
     };
     inverse::check(staged.as_ref(), l)?;
+    // The inverse undoes this write and no other (SPEC §5.4): staged inline, by the inverse
+    // endpoint or by a grant, it is judged here against the write it came with.
+    if let Some(inv) = &staged {
+        inverse::check_target(inv, &facts.undoes_for(&binding))?;
+    }
 
     // Checks 11–12 and the forward happen under the resource's lock.
     let resource = facts
@@ -177,6 +179,7 @@ pub(crate) async fn check(
             target,
             resource,
             path: pq,
+            method: facts.http_method(),
             body,
             pre_image,
             inverse: staged.map(|s| s.jcs),
@@ -195,6 +198,8 @@ struct Fenced<'a> {
     target: String,
     resource: String,
     path: &'a str,
+    /// An HTTP write's method (a tool call has none), kept with the lease record.
+    method: Option<&'a str>,
     body: &'a [u8],
     pre_image: Option<Sha256Digest>,
     inverse: Option<Vec<u8>>,
@@ -213,6 +218,7 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
         target,
         resource,
         path,
+        method,
         body,
         pre_image,
         inverse,
@@ -246,6 +252,7 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
         state: LeaseState::Committed,
         resource: resource.clone(),
         path: Some(path.to_owned()),
+        method: method.map(str::to_owned),
         epoch: l.cas_fence_epoch,
         recovery_mode: l.recovery_mode.as_str().into(),
         expires_at_ms: verified.expires_at_ms(),
@@ -264,7 +271,7 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
     };
     // SPEC §14: the write passed every check; it spends its budgets just before its epoch
     // moves (a refused one spends nothing, and one that goes nowhere gets them back).
-    let spent = spend_budgets(enf, keys).await?;
+    let spent = crate::enforce::stop::spend_budgets(enf, keys).await?;
     let waited = tokio::time::Instant::now();
     // The lock's confirmation travels beside the advance (it shows the lock held at that
     // moment, as well as after it: a lock is lost only with its session).
@@ -395,6 +402,7 @@ async fn granted(
             target,
             resource,
             path: facts.path,
+            method: facts.http_method(),
             body: facts.body,
             pre_image: pre_image.map(|s| s.digest),
             inverse: Some(g.inverse.jcs.clone()),
@@ -404,61 +412,6 @@ async fn granted(
         },
     )
     .await
-}
-
-/// Spends one unit of every `[budgets]` rule (SPEC §14) for a write about to move its epoch:
-/// the rows spent (none without rules), or 429 `ERR_WRITE_BUDGET` naming the rule, with the
-/// seconds until one more write fits (`Retry-After`).
-async fn spend_budgets(enf: &Enforcement, keys: &Keys) -> Result<Vec<Vec<u8>>, Denied> {
-    if enf.budgets.is_empty() {
-        return Ok(Vec::new());
-    }
-    let w = keys.as_write();
-    let spends = enf
-        .budgets
-        .iter()
-        .map(|r| BudgetSpend {
-            key: r.key(&w),
-            limit: r.limit,
-            window_ms: r.window_ms,
-        })
-        .collect();
-    match enf
-        .store
-        .budget_spend(spends)
-        .await
-        .map_err(store_refusal)?
-    {
-        BudgetVerdict::Spent(rows) => {
-            for r in enf.budgets.iter() {
-                metrics::counter!("palisade_budget_spent_total", "rule" => r.name.clone())
-                    .increment(1);
-            }
-            Ok(rows)
-        }
-        BudgetVerdict::Over {
-            rule,
-            retry_after_ms,
-        } => {
-            let name = enf.budgets.get(rule).map_or("", |r| r.name.as_str());
-            metrics::counter!("palisade_budget_refusals_total", "rule" => name.to_owned())
-                .increment(1);
-            let refusal = Refusal::new(
-                ErrorCode::WriteBudget,
-                "the write is over the write budget its rule names: it may be sent again after Retry-After",
-            );
-            Err(Denied {
-                extra: vec![
-                    ("rule".to_owned(), serde_json::Value::from(name)),
-                    (
-                        "retry_after".to_owned(),
-                        serde_json::Value::from(retry_after_ms.div_ceil(1000)),
-                    ),
-                ],
-                ..Denied::from(refusal)
-            })
-        }
-    }
 }
 
 /// Check 9: the body (or a tool call's arguments) against the bound contract's
@@ -481,20 +434,7 @@ fn check_contract(
     palisade_policy::rich::check_parameters(cap, path, query, &headers)
 }
 
+/// See [`StoreError::into_refusal`].
 pub(crate) fn store_refusal(e: StoreError) -> Refusal {
-    tracing::warn!(error = %e, "store unavailable; refusing the write");
-    match e {
-        StoreError::Unavailable(_) => Refusal::new(
-            ErrorCode::StoreUnavailable,
-            "the state store cannot record this write",
-        ),
-        // Not retried: the fence may have advanced, so running it again could not be undone
-        // as the lease says. Nothing was forwarded.
-        StoreError::Uncertain(_) => Refusal::new(
-            ErrorCode::StoreUnavailable,
-            "the state store lost its connection while committing this write, so whether its fence \
-             advanced is unknown; nothing was forwarded, and a retry under the same lease may be \
-             refused as stale (take a new lease)",
-        ),
-    }
+    e.into_refusal()
 }

@@ -133,7 +133,10 @@ pub(crate) async fn run<L: Leg>(
         ..leg.facts(&parts, &body, &binding, &who)
     };
     // SPEC §14: an operator's freeze, before check 1 (and before a key is reserved).
-    let keys = stop::Keys::of(leg.operation_key(&parts, &binding), &facts, &who);
+    let mut keys = stop::Keys::of(leg.operation_key(&parts, &binding), &facts, &who);
+    keys.also = cx.facing.clone();
+    cx.operation_key = Some(keys.operation.clone());
+    cx.resource_key = Some(keys.resource.clone());
     if let Some(denied) = stop::frozen(enf, &keys) {
         return leg.refuse(state, denied, &cx, &parts, &body).await;
     }
@@ -243,7 +246,8 @@ pub(crate) async fn release<L: Leg>(
     cx.bind(bundle.as_deref(), &binding);
     let facts = leg.facts(&parts, &body, &binding, who);
     // A freeze made while the write was held stops its release too (SPEC §14).
-    let keys = stop::Keys::of(leg.operation_key(&parts, &binding), &facts, who);
+    let mut keys = stop::Keys::of(leg.operation_key(&parts, &binding), &facts, who);
+    keys.also = cx.facing.clone();
     if let Some(denied) = stop::frozen(enf, &keys) {
         return leg.refuse(state, denied, &cx, &parts, &body).await;
     }

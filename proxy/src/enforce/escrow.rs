@@ -172,6 +172,9 @@ pub(crate) async fn hold(
         pre_image: permit
             .held_snapshot()
             .and_then(|s| serde_json::from_slice(s).ok()),
+        facing: cx.facing.clone(),
+        operation_key: cx.operation_key.clone(),
+        resource: cx.resource_key.clone(),
     };
     let doc = json!({"escrow_id": id, "state": "held", "location": location});
     let (status, doc) = match &answer {

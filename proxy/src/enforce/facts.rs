@@ -67,6 +67,9 @@ pub struct WriteFacts<'a> {
     /// A lease the sidecar grants this write itself, at check time (an RCNS step); then
     /// `lease` and `inverse` are not read.
     pub granted: Option<InProcessGrant>,
+    /// The write as its inverse must undo it (SPEC §5.4); a tool's declared inverse is filled
+    /// in from the binding by the checks.
+    pub undoes: palisade_policy::inverse::Undoes<'a>,
 }
 
 /// A lease the sidecar grants in process, at check time (an RCNS step, issue 35): to whom,
@@ -83,6 +86,32 @@ pub struct InProcessGrant {
 }
 
 impl<'a> WriteFacts<'a> {
+    /// The write an inverse must undo (SPEC §5.4): [`WriteFacts::undoes`], with a tool's
+    /// declared inverse read from the contract that binds it.
+    pub(crate) fn undoes_for(
+        &self,
+        binding: &crate::context::Binding<'a>,
+    ) -> palisade_policy::inverse::Undoes<'a> {
+        use palisade_policy::inverse::Undoes;
+        match self.undoes {
+            Undoes::Tool { name, .. } => Undoes::Tool {
+                name,
+                declared: binding
+                    .capability()
+                    .and_then(|c| c.contract.inverse_tool.as_deref()),
+            },
+            http => http,
+        }
+    }
+
+    /// An HTTP write's method (a tool call has none).
+    pub(crate) fn http_method(&self) -> Option<&'a str> {
+        match self.undoes {
+            palisade_policy::inverse::Undoes::Http { method, .. } => method,
+            palisade_policy::inverse::Undoes::Tool { .. } => None,
+        }
+    }
+
     /// An HTTP write: lease and inverse from the PTCL headers, the target from the request.
     pub fn http(parts: &'a http::request::Parts, body: &'a [u8], who: &Requester) -> Self {
         let path = parts.uri.path_and_query().map_or("/", |p| p.as_str());
@@ -99,6 +128,10 @@ impl<'a> WriteFacts<'a> {
             path,
             headers: Some(&parts.headers),
             granted: None,
+            undoes: palisade_policy::inverse::Undoes::Http {
+                method: Some(parts.method.as_str()),
+                path: parts.uri.path(),
+            },
         }
     }
 }

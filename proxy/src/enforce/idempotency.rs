@@ -6,7 +6,7 @@
 //!   none → the write runs; once forwarded, its outcome (whatever it was) is stored with its
 //!          receipt in one transaction, then the reservation is released
 //! ```
-//! The reservation and the lookup are one store call ([`Store::reserve_key`]), so two
+//! The reservation and the lookup are one store call ([`IdempotencyKeys::reserve_key`]), so two
 //! concurrent requests with one key cannot both miss the store and both forward, on one
 //! replica or several: the embedded store reserves in process (one sidecar owns it), the
 //! postgres store as a row every replica sees. After a crash between forwarding and storing

@@ -5,6 +5,7 @@
 //! `mcp:tool/<name>` for a tool call, `"METHOD <canonical path>"` for an unbound write;
 //! `resource` the fence key (the absolute URI without query, or the tool's resource).
 
+use crate::store::{BudgetSpend, BudgetVerdict};
 use palisade_policy::freeze::WriteKeys;
 use palisade_policy::{target, ErrorCode, Refusal};
 use serde_json::Value;
@@ -17,6 +18,8 @@ use crate::enforce::permit::Denied;
 pub(crate) struct Keys {
     pub caller: Option<String>,
     pub operation: String,
+    /// The agent-facing name of a connected operation (`WriteContext::facing`).
+    pub also: Option<String>,
     pub resource: String,
 }
 
@@ -35,6 +38,7 @@ impl Keys {
         Keys {
             caller: who.caller.clone(),
             operation,
+            also: None,
             resource,
         }
     }
@@ -43,6 +47,7 @@ impl Keys {
         WriteKeys {
             caller: self.caller.as_deref(),
             operation: &self.operation,
+            also: self.also.as_deref(),
             resource: &self.resource,
         }
     }
@@ -62,4 +67,59 @@ pub(crate) fn frozen(enf: &Enforcement, keys: &Keys) -> Option<Denied> {
         ],
         ..Denied::from(refusal)
     })
+}
+
+/// Spends one unit of every `[budgets]` rule (SPEC §14) for a write about to move its epoch:
+/// the rows spent (none without rules), or 429 `ERR_WRITE_BUDGET` naming the rule, with the
+/// seconds until one more write fits (`Retry-After`).
+pub(crate) async fn spend_budgets(enf: &Enforcement, keys: &Keys) -> Result<Vec<Vec<u8>>, Denied> {
+    if enf.budgets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let w = keys.as_write();
+    let spends = enf
+        .budgets
+        .iter()
+        .map(|r| BudgetSpend {
+            key: r.key(&w),
+            limit: r.limit,
+            window_ms: r.window_ms,
+        })
+        .collect();
+    match enf
+        .store
+        .budget_spend(spends)
+        .await
+        .map_err(crate::store::StoreError::into_refusal)?
+    {
+        BudgetVerdict::Spent(rows) => {
+            for r in enf.budgets.iter() {
+                metrics::counter!("palisade_budget_spent_total", "rule" => r.name.clone())
+                    .increment(1);
+            }
+            Ok(rows)
+        }
+        BudgetVerdict::Over {
+            rule,
+            retry_after_ms,
+        } => {
+            let name = enf.budgets.get(rule).map_or("", |r| r.name.as_str());
+            metrics::counter!("palisade_budget_refusals_total", "rule" => name.to_owned())
+                .increment(1);
+            let refusal = Refusal::new(
+                ErrorCode::WriteBudget,
+                "the write is over the write budget its rule names: it may be sent again after Retry-After",
+            );
+            Err(Denied {
+                extra: vec![
+                    ("rule".to_owned(), serde_json::Value::from(name)),
+                    (
+                        "retry_after".to_owned(),
+                        serde_json::Value::from(retry_after_ms.div_ceil(1000)),
+                    ),
+                ],
+                ..Denied::from(refusal)
+            })
+        }
+    }
 }

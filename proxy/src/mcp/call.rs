@@ -13,6 +13,8 @@ use crate::enforce::facts::WriteFacts;
 /// Where a tool call carries its lease and inverse (SPEC §5.1, §11).
 pub const LEASE_META: &str = "compensationLease";
 pub const INVERSE_META: &str = "compensationInverse";
+/// The path of a tool call's target URI, before the tool's name (SPEC §11).
+pub const TOOL_PATH: &str = "/mcp/tools/";
 /// Where a tool call may carry its idempotency key instead of the `Idempotency-Key` header.
 pub const KEY_META: &str = "idempotencyKey";
 
@@ -51,7 +53,7 @@ impl ToolCall {
                 .and_then(|m| m.get(KEY_META))
                 .and_then(Value::as_str)
                 .map(str::to_owned),
-            path: format!("/mcp/tools/{name}"),
+            path: format!("{TOOL_PATH}{name}"),
             name,
             arguments,
         })
@@ -62,16 +64,8 @@ impl ToolCall {
     pub fn resource(&self, binding: &Binding<'_>) -> String {
         let handle = binding
             .capability()
-            .and_then(|c| c.contract.state_handle.as_deref())
-            .and_then(|h| self.arguments.get(h))
-            .map(|v| match v {
-                Value::String(s) => s.clone(),
-                other => other.to_string(),
-            });
-        match handle {
-            Some(h) => format!("mcp:tool/{}/{h}", self.name),
-            None => format!("mcp:tool/{}", self.name),
-        }
+            .and_then(|c| c.contract.state_handle.as_deref());
+        tool_resource(&self.name, &self.arguments, handle)
     }
 
     /// Whether the call carries its inverse both in `params._meta` and in the
@@ -107,7 +101,24 @@ impl ToolCall {
             path: &self.path,
             headers: None,
             granted: None,
+            undoes: palisade_policy::inverse::Undoes::Tool {
+                name: &self.name,
+                declared: None,
+            },
         }
+    }
+}
+
+/// A call of `name`'s resource (SPEC §11): `mcp:tool/<name>`, or `…/<value>` of the argument
+/// its contract's `state.handle` names. The one spelling for a call and for an inverse call.
+pub(crate) fn tool_resource(name: &str, arguments: &Value, handle: Option<&str>) -> String {
+    let value = handle.and_then(|h| arguments.get(h)).map(|v| match v {
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    });
+    match value {
+        Some(h) => format!("mcp:tool/{name}/{h}"),
+        None => format!("mcp:tool/{name}"),
     }
 }
 

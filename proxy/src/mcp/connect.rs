@@ -68,6 +68,7 @@ pub(crate) fn map_call(
     ) else {
         return Ok(None);
     };
+    cx.facing = Some(format!("mcp:tool/{}", source.operation));
     cx.connector = Some(ConnectorRef {
         source_contract_digest: source.contract.digest.clone(),
         target_contract_digest: target.contract.digest.clone(),

@@ -40,7 +40,7 @@ use crate::net::jsonrpc::rpc_error;
 use crate::net::problem::Problem;
 
 mod admit;
-mod call;
+pub(crate) mod call;
 mod connect;
 pub mod inverse;
 pub(crate) mod leg;
@@ -65,35 +65,44 @@ pub(crate) async fn handle(
     cx: WriteContext,
     presented: Option<&Presented>,
 ) -> (Response<ProxyBody>, Outcome) {
+    if let Some(refusal) = origin_refused(&state.config, &parts.headers) {
+        // The transport's DNS-rebinding rule (SPEC §11): 403, the body a JSON-RPC error
+        // with no id, as the MCP transport says.
+        return refuse(
+            state,
+            &cx,
+            refusal.into(),
+            None,
+            b"",
+            Value::Null,
+            StatusCode::FORBIDDEN,
+        )
+        .await;
+    }
     if parts.method != Method::POST {
         // GET streams and the session DELETE carry no JSON-RPC request to check.
         return forward_plain(state, parts, body::boxed(body), conn, &cx, None).await;
     }
+    // A body that is too large or cannot be read is refused through the one refusal path,
+    // counted and receipted like its HTTP twin (SPEC §5.5; issue 55's first defect).
     let bytes = match body::read_request_body(body, state.config.max_body).await {
         Ok(b) => b,
-        Err(CollectError::TooLarge(limit)) => {
-            let p = Problem::new(
-                ErrorCode::BodyTooLarge,
-                format!("request body exceeds limits.max_body ({limit} bytes)"),
-                &uuid::Uuid::new_v4().to_string(),
-                &cx.trace_id,
-            );
-            return (
-                rpc_error(Value::Null, StatusCode::PAYLOAD_TOO_LARGE, &p),
-                Outcome::Refused,
-            );
-        }
-        Err(CollectError::Read(_)) => {
-            let p = Problem::new(
-                ErrorCode::BadRequest,
-                "request body could not be read",
-                &uuid::Uuid::new_v4().to_string(),
-                &cx.trace_id,
-            );
-            return (
-                rpc_error(Value::Null, StatusCode::BAD_REQUEST, &p),
-                Outcome::Refused,
-            );
+        Err(e) => {
+            let (refusal, status) = match e {
+                CollectError::TooLarge(_) => (
+                    Refusal::new(
+                        ErrorCode::BodyTooLarge,
+                        "request body exceeds limits.max_body",
+                    ),
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                ),
+                CollectError::Read(_) => (
+                    Refusal::new(ErrorCode::BadRequest, "request body could not be read"),
+                    StatusCode::BAD_REQUEST,
+                ),
+            };
+            let denied = refusal.into();
+            return refuse(state, &cx, denied, None, b"", Value::Null, status).await;
         }
     };
     // What we check must be what the server reads: a body our strict parser refuses
@@ -156,6 +165,27 @@ pub(crate) async fn handle(
         _ => return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await,
     }
     tool_call(state, conn, parts, bytes, msg, cx, presented).await
+}
+
+/// A request to `mcp.path` whose `Origin` is not in `mcp.allowed_origins` (SPEC §11): a page
+/// on another origin (or a rebound name) driving the user's MCP server. Compared normalised
+/// (scheme and host case, default port); `null`, several values, or one that is no origin
+/// are refused too. A request with no `Origin` is not from a browser page and passes.
+fn origin_refused(config: &crate::config::Config, headers: &http::HeaderMap) -> Option<Refusal> {
+    let mut all = headers.get_all(header::ORIGIN).iter();
+    let first = all.next()?;
+    let allowed = all.next().is_none()
+        && first
+            .to_str()
+            .ok()
+            .and_then(|o| palisade_policy::target::normalize_origin(o.trim()).ok())
+            .is_some_and(|o| config.mcp_allowed_origins.contains(&o));
+    (!allowed).then(|| {
+        Refusal::new(
+            ErrorCode::OriginNotAllowed,
+            "the request's Origin is not listed in mcp.allowed_origins",
+        )
+    })
 }
 
 /// A `tools/call`: bound by tool name, enforced like an HTTP write when it writes.
@@ -245,6 +275,14 @@ async fn tool_call(
                 return refused(refusal.into()).await;
             }
             let rule = rule.map(|r| r.with_fallback(cap, &parts, &bytes, conn));
+            // A read needs no lease: its PTCL members go no further than PTCL headers do on
+            // an HTTP read (SPEC §11), so no signed lease reaches the server.
+            let bytes = if call.lease.is_some() || call.inverse.is_some() {
+                parts.headers.remove(header::CONTENT_LENGTH);
+                call::without_ptcl(msg)
+            } else {
+                bytes
+            };
             let (resp, outcome) =
                 forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
             let sent = send::Sent {

@@ -74,7 +74,8 @@ impl ConnInfo {
     /// the idempotency scope, an escrow's owner, the RCNS identity, budget and freeze keys).
     /// In order: the subject of a verified access token (`sub:sha256:…`); the SPIFFE ID of an
     /// mTLS client's SVID; a digest of any other client certificate (`x509:sha256:…`); a
-    /// digest of `Authorization` (`authz:sha256:…`); `None` for a caller with none. Digests,
+    /// digest of `Authorization`, its scheme's spelling normalised (`authz:sha256:…`,
+    /// `palisade_policy::caller`); `None` for a caller with none. Digests,
     /// so no credential is ever stored or signed into a lease.
     pub fn caller(&self, parts: &http::request::Parts) -> Option<String> {
         match parts.extensions.get::<Caller>() {
@@ -102,9 +103,10 @@ impl ConnInfo {
             }
             return Some(format!("x509:{}", Sha256Digest::of(der)));
         }
+        // The scheme's spelling does not make another caller (SPEC §14).
         parts
             .headers
             .get(http::header::AUTHORIZATION)
-            .map(|v| format!("authz:{}", Sha256Digest::of(v.as_bytes())))
+            .map(|v| palisade_policy::caller::authorization_caller(v.as_bytes()))
     }
 }

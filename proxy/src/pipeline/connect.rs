@@ -81,6 +81,7 @@ pub(super) async fn request(
     };
     cx.bind(Some(bundle), &Binding::Bound(source));
     cx.connector = Some(reference(conn, source, target));
+    cx.facing = Some(source.operation.clone());
     let path = connections::target_path(&source.operation, &target.operation, parts.uri.path())
         .ok_or_else(|| Refusal::new(ErrorCode::Internal, "the target path could not be formed"));
     let params = palisade_policy::rich::check_parameters(

@@ -36,6 +36,11 @@ pub(super) fn prepare(
     parts.uri = canonical_uri(&parts.method, &parts.uri)?;
     if enforcing {
         strip_overrides(class, &mut parts.headers)?;
+        // With `[admission]`, admission refuses several Authorization fields itself (401
+        // ERR_TOKEN_INVALID, with its challenge).
+        if config.admission.is_none() {
+            single_credential(class, &parts.headers)?;
+        }
     }
     // Upstream, these are the sidecar's alone (SPEC §3): the fence token is inserted after
     // hop-by-hop stripping when a write is forwarded; a client's copy never travels on.
@@ -54,6 +59,25 @@ pub(super) fn prepare(
         ));
     }
     Ok(class)
+}
+
+/// A write with two `Authorization` fields is refused (issue 54): the caller is worked out
+/// from one (SPEC §14), and the upstream might authenticate the other, so a junk first field
+/// would make a frozen or budgeted agent a new caller. RFC 9110 §11.6.2 allows one.
+fn single_credential(class: MethodClass, headers: &HeaderMap) -> Result<(), Refusal> {
+    if class == MethodClass::Write
+        && headers
+            .get_all(header::AUTHORIZATION)
+            .iter()
+            .nth(1)
+            .is_some()
+    {
+        return Err(Refusal::new(
+            ErrorCode::BadRequest,
+            "a write carries one Authorization field, not several",
+        ));
+    }
+    Ok(())
 }
 
 /// A request that names two hosts (HTTP/2 `:authority` and `host`, or an HTTP/1.1

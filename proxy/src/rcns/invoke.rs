@@ -158,6 +158,7 @@ pub async fn handle(
         Ok(a) => a,
         Err(refused) => return (refused.into_response(), Outcome::Refused),
     };
+    let trace_id = cx.trace_id.clone();
     let run = super::steps::Run {
         admitted,
         state: state.clone(),
@@ -172,17 +173,24 @@ pub async fn handle(
     // Its own task: a composition is never left half done because the client went away.
     match tokio::spawn(run.run(input, contract)).await {
         Ok(answer) => answer,
-        Err(_) => {
-            let r = Refusal::new(
-                ErrorCode::Internal,
-                "the composition could not be completed",
-            );
-            (
-                crate::net::problem::Problem::from_refusal(&r, "", "").into_response(),
-                Outcome::Refused,
-            )
+        Err(e) => {
+            tracing::error!(error = %e, "composition task failed");
+            not_completed(&trace_id)
         }
     }
+}
+
+/// A composition whose task failed (issue 55's second defect): an error, not a refusal,
+/// answered with its own instance and the request's trace id so that it can be found in the
+/// logs; what its steps did is in their receipts.
+fn not_completed(trace_id: &str) -> (http::Response<crate::net::body::ProxyBody>, Outcome) {
+    let r = Refusal::new(
+        ErrorCode::Internal,
+        "the composition could not be completed: its steps' receipts say what was done",
+    );
+    let instance = uuid::Uuid::new_v4().to_string();
+    let p = crate::net::problem::Problem::from_refusal(&r, &instance, trace_id);
+    (p.into_response(), Outcome::Error)
 }
 
 /// Admission (SPEC §13) of an invocation's steps: where a step's binding requires it, the
@@ -257,4 +265,25 @@ async fn input_of(
         .with_location(viol.instance_location)
     })?;
     Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt as _;
+
+    /// Issue 55: a failed composition named no instance and no trace id, and was counted as
+    /// refused.
+    #[tokio::test]
+    async fn a_failed_composition_is_an_error_with_its_instance_and_trace_id() {
+        let (resp, outcome) = not_completed("4bf92f3577b34da6a3ce929d0e0e4736");
+        assert!(matches!(outcome, Outcome::Error));
+        assert_eq!(resp.status(), http::StatusCode::INTERNAL_SERVER_ERROR);
+        let bytes = resp.into_body().collect().await.expect("body").to_bytes();
+        let doc: serde_json::Value = serde_json::from_slice(&bytes).expect("problem JSON");
+        assert_eq!(doc["code"], "ERR_INTERNAL");
+        assert_eq!(doc["trace_id"], "4bf92f3577b34da6a3ce929d0e0e4736");
+        let instance = doc["instance"].as_str().expect("instance");
+        assert!(uuid::Uuid::parse_str(instance).is_ok(), "{instance}");
+    }
 }

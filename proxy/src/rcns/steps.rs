@@ -2,6 +2,8 @@
 //! enforced writes under leases the sidecar grants the caller, and, when one fails, the
 //! completed ones compensated, last first.
 
+mod undo;
+
 use std::sync::Arc;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -17,7 +19,7 @@ use palisade_policy::rich::SideEffect;
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
 
-use super::answer::{json, refused};
+use super::answer::json;
 use crate::context::{AppState, Enforcement, Outcome, WriteContext};
 use crate::enforce::facts::InProcessGrant;
 use crate::enforce::receipts::Refused;
@@ -369,76 +371,6 @@ impl Run {
         let mut cx = cx.clone();
         cx.bind(Some(b), &crate::context::Binding::Bound(cap));
         crate::admission::check_input(&self.state, adm, a, input, &cx, call).await
-    }
-
-    /// Compensates `done`, last first, and answers with the step's failure.
-    async fn fail(
-        &self,
-        at: usize,
-        r: Refusal,
-        mut extra: Vec<(&'static str, Value)>,
-        done: Vec<Done>,
-    ) -> Answer {
-        let mut compensated = Vec::with_capacity(done.len());
-        let mut whole = true;
-        for d in done.iter().rev() {
-            let c = crate::authority::compensate_lease(
-                &self.state,
-                &self.enf,
-                &self.parts,
-                &d.lease_id,
-                &self.conn,
-            )
-            .await;
-            let entry = match c {
-                Ok(resp) => {
-                    let ok = resp.status().is_success();
-                    let b = body::collect_proxy(resp.into_body(), 1 << 20)
-                        .await
-                        .unwrap_or_default();
-                    let v: Value = serde_json::from_slice(&b).unwrap_or(Value::Null);
-                    whole &= ok;
-                    json!({"lease_id": d.lease_id, "upstream_status": v["upstream_status"], "receipt": v["receipt"]})
-                }
-                Err(refusal) => {
-                    whole = false;
-                    json!({"lease_id": d.lease_id, "code": refusal.code.as_str()})
-                }
-            };
-            compensated.push(entry);
-        }
-        let receipts: Vec<Value> = done.iter().map(|d| d.receipt.clone()).collect();
-        extra.push(("step", json!(at)));
-        extra.push(("receipts", Value::Array(receipts)));
-        extra.push(("compensated", Value::Array(compensated)));
-        extra.push(("all_or_nothing", json!(whole)));
-        let outcome = if done.is_empty() {
-            "failed"
-        } else if whole {
-            "compensated"
-        } else {
-            "partial"
-        };
-        self.invoked(outcome, done.len());
-        refused(&self.state, &self.cx, r, extra).await
-    }
-
-    /// The `rcns_contract_invoked` event and metric, named by the contract's attribution
-    /// (its hash computed once, when the invocation began).
-    fn invoked(&self, outcome: &'static str, steps: usize) {
-        if let Some(a) = &self.cx.attribution {
-            self.enf.drift.lifecycle(json!({
-                "event": "rcns_contract_invoked",
-                "eventId": uuid::Uuid::now_v7().to_string(),
-                "timestamp": self.enf.now_rfc3339(),
-                "traceId": self.cx.trace_id,
-                "synthesis_id": a.synthesis_id,
-                "contract_hash": a.contract_hash,
-                "outcome": outcome,
-                "steps": steps,
-            }));
-        }
-        metrics::counter!("palisade_rcns_invocations_total", "outcome" => outcome).increment(1);
     }
 }
 

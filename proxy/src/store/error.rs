@@ -12,3 +12,26 @@ pub enum StoreError {
     #[error("state store commit outcome unknown: {0}")]
     Uncertain(String),
 }
+
+impl StoreError {
+    /// The refusal of a write the store could not record: 503 `ERR_STORE_UNAVAILABLE`, its
+    /// detail saying whether the fence may have moved. Logged here, once per refusal.
+    pub fn into_refusal(self) -> palisade_policy::Refusal {
+        use palisade_policy::{ErrorCode, Refusal};
+        tracing::warn!(error = %self, "store unavailable; refusing the write");
+        match self {
+            StoreError::Unavailable(_) => Refusal::new(
+                ErrorCode::StoreUnavailable,
+                "the state store cannot record this write",
+            ),
+            // Not retried: the fence may have advanced, so running it again could not be
+            // undone as the lease says. Nothing was forwarded.
+            StoreError::Uncertain(_) => Refusal::new(
+                ErrorCode::StoreUnavailable,
+                "the state store lost its connection while committing this write, so whether its fence \
+                 advanced is unknown; nothing was forwarded, and a retry under the same lease may be \
+                 refused as stale (take a new lease)",
+            ),
+        }
+    }
+}

@@ -9,7 +9,7 @@
 //! (fsync'd). The embedded backend batches concurrent callers into one transaction and one
 //! fsync (group commit), so durability costs one disk flush per batch, not per write.
 //!
-//! The per-resource write lock is here too ([`Store::lock`]): one sidecar owns an embedded
+//! The per-resource write lock is here too ([`Fences::lock`]): one sidecar owns an embedded
 //! store, so its lock is in-process ([`locks::ResourceLocks`]); a shared backend takes it in
 //! the database, so that every replica respects it.
 
@@ -35,7 +35,7 @@ pub use records::{
 };
 pub use relay::{RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery};
 
-/// The answer to [`Store::reserve_key`].
+/// The answer to [`IdempotencyKeys::reserve_key`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum KeyState {
     /// The key is this request's until its outcome is stored or it is released.
@@ -98,7 +98,7 @@ pub struct ReceiptLog {
     pub receipts: Vec<Vec<u8>>,
 }
 
-/// The answer to [`Store::advance`].
+/// The answer to [`Fences::advance`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Advance {
     /// The epoch moved to the intent's epoch; everything in the intent is durable.
@@ -107,7 +107,7 @@ pub enum Advance {
     Stale { current: u64 },
 }
 
-/// The answer to [`Store::begin_compensation`].
+/// The answer to [`Leases::begin_compensation`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Compensation {
     /// The lease is now `compensated` and its resource's epoch advanced to `epoch`, durably:
@@ -135,11 +135,26 @@ impl ResourceGuard {
     }
 }
 
-pub trait Store: Send + Sync {
+/// The state store (SPEC §10), one trait per concern (issue 55: none over ten methods), so that
+/// a stage can name the part it uses. Every backend implements them all; `dyn Store` is the
+/// whole store (a trait object's methods need no import); on a concrete backend, import the
+/// concern whose methods you call.
+pub trait Store:
+    Fences + Leases + Receipts + IdempotencyKeys + Escrows + Relay + RcnsRecords + Stops
+{
+}
+
+impl<T: Fences + Leases + Receipts + IdempotencyKeys + Escrows + Relay + RcnsRecords + Stops> Store
+    for T
+{
+}
+
+/// The per-resource write lock and fence epochs (SPEC §5.3), and whether the store answers.
+pub trait Fences: Send + Sync {
     /// Takes `resource`'s write lock, waiting for it; held until the guard is dropped.
     fn lock<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<ResourceGuard, StoreError>>;
 
-    /// [`Store::lock`], then [`Store::epoch`] as seen once the lock is held (check 11); a
+    /// [`Fences::lock`], then [`Fences::epoch`] as seen once the lock is held (check 11); a
     /// backend may do both in one round trip.
     fn lock_and_epoch<'a>(
         &'a self,
@@ -164,59 +179,13 @@ pub trait Store: Send + Sync {
     /// Epochs never move backwards: a stale intent changes nothing.
     fn advance(&self, intent: WriteIntent) -> BoxFuture<'_, Result<Advance, StoreError>>;
 
-    /// Appends `body` to the receipt log as its next entry, in the batch whose one checkpoint
-    /// covers it, and stores it durably; the answer is the receipt with its envelope, only
-    /// once that checkpoint is durable. Entries are appended in one total order.
-    fn append_receipt(
-        &self,
-        body: ReceiptBody,
-    ) -> BoxFuture<'_, Result<SealedReceipt, StoreError>> {
-        Box::pin(async move {
-            self.append_receipt_with(body, Attachments::default())
-                .await?
-                .ok_or_else(|| {
-                    StoreError::Unavailable("receipt without attachments refused".into())
-                })
-        })
-    }
+    /// Whether the store can take writes now (for `/readyz`): it answers reads and its last
+    /// write transaction, if any, did not fail.
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+}
 
-    /// As [`Store::append_receipt`], storing `attach` in the same transaction. `Ok(None)`: an
-    /// escrow update's expected state did not hold, and nothing (not even the receipt) was
-    /// stored.
-    fn append_receipt_with(
-        &self,
-        body: ReceiptBody,
-        attach: Attachments,
-    ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>>;
-
-    /// Reserves an idempotency key for the request with `fingerprint` (SPEC §5.6), unless a
-    /// request holds it or its outcome is stored. `owner` names this reservation (for
-    /// [`Store::release_key`]); `hold_until_ms` is when a reservation whose request died may be
-    /// taken over (the lease's spent epoch keeps such a write from running twice).
-    fn reserve_key<'a>(
-        &'a self,
-        key: &'a str,
-        fingerprint: &'a str,
-        owner: &'a str,
-        hold_until_ms: i64,
-    ) -> BoxFuture<'a, Result<KeyState, StoreError>>;
-
-    /// Releases the reservation `owner` holds on `key`, if it still does (a stored outcome is
-    /// never removed). Runs from `Drop`, so the future owns what it needs; a backend that can
-    /// release at once does so before returning it.
-    fn release_key(&self, key: String, owner: String)
-        -> BoxFuture<'static, Result<(), StoreError>>;
-
-    /// Applies an escrow update without a receipt; `false` when its expected state did not hold.
-    fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>>;
-
-    /// An escrow's record.
-    fn escrow<'a>(&'a self, id: &'a str)
-        -> BoxFuture<'a, Result<Option<EscrowRecord>, StoreError>>;
-
-    /// Up to `limit` escrow records, oldest first.
-    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<EscrowRecord>, StoreError>>;
-
+/// Lease records, staged inverses and snapshots, and compensation (SPEC §5.4, §5.7).
+pub trait Leases: Send + Sync {
     /// Stores a lease record (a grant) and/or its inverse payload durably, replacing earlier
     /// ones for the same `lease_id`. Moves no epoch.
     fn stage(
@@ -245,11 +214,13 @@ pub trait Store: Send + Sync {
         lease_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
 
-    /// Marks a committed lease compensated and advances its resource's fence, atomically, so
-    /// that a lease is compensated at most once and the inverse travels with a newer epoch.
+    /// Marks a committed lease compensated and advances the fence of `resource` (the
+    /// inverse's: SPEC §5.4), atomically, so that a lease is compensated at most once and the
+    /// inverse travels with that resource's next epoch, never an older one.
     fn begin_compensation(
         &self,
         lease_id: String,
+        resource: String,
     ) -> BoxFuture<'_, Result<Compensation, StoreError>>;
 
     /// The staged inverse payload of a lease, if any.
@@ -257,10 +228,34 @@ pub trait Store: Send + Sync {
         &'a self,
         lease_id: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>>;
+}
 
-    /// Whether the store can take writes now (for `/readyz`): it answers reads and its last
-    /// write transaction, if any, did not fail.
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>>;
+/// The receipt log (SPEC §5.5): appending receipts and reading the tree.
+pub trait Receipts: Send + Sync {
+    /// Appends `body` to the receipt log as its next entry, in the batch whose one checkpoint
+    /// covers it, and stores it durably; the answer is the receipt with its envelope, only
+    /// once that checkpoint is durable. Entries are appended in one total order.
+    fn append_receipt(
+        &self,
+        body: ReceiptBody,
+    ) -> BoxFuture<'_, Result<SealedReceipt, StoreError>> {
+        Box::pin(async move {
+            self.append_receipt_with(body, Attachments::default())
+                .await?
+                .ok_or_else(|| {
+                    StoreError::Unavailable("receipt without attachments refused".into())
+                })
+        })
+    }
+
+    /// As [`Receipts::append_receipt`], storing `attach` in the same transaction. `Ok(None)`: an
+    /// escrow update's expected state did not hold, and nothing (not even the receipt) was
+    /// stored.
+    fn append_receipt_with(
+        &self,
+        body: ReceiptBody,
+        attach: Attachments,
+    ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>>;
 
     /// The retained part of the version 1.0 receipt chain a store kept from before the receipt
     /// log, with where it starts (for `palisade audit verify`), read at one point in time.
@@ -278,6 +273,56 @@ pub trait Store: Send + Sync {
     /// `store.receipt_retention` are gone; their hashes are not).
     fn log_entries(&self, from: u64, to: u64) -> BoxFuture<'_, Result<LogEntries, StoreError>>;
 
+    /// Every retained entry of the receipt log, in index order.
+    fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
+        Box::pin(async move {
+            let head = self.log_head().await?;
+            Ok(self
+                .log_entries(0, head.size)
+                .await?
+                .into_iter()
+                .map(|(_, e)| e)
+                .collect())
+        })
+    }
+}
+
+/// Idempotency keys (SPEC §5.6): a key reserved for one request, then its outcome.
+pub trait IdempotencyKeys: Send + Sync {
+    /// Reserves an idempotency key for the request with `fingerprint` (SPEC §5.6), unless a
+    /// request holds it or its outcome is stored. `owner` names this reservation (for
+    /// [`IdempotencyKeys::release_key`]); `hold_until_ms` is when a reservation whose request died may be
+    /// taken over (the lease's spent epoch keeps such a write from running twice).
+    fn reserve_key<'a>(
+        &'a self,
+        key: &'a str,
+        fingerprint: &'a str,
+        owner: &'a str,
+        hold_until_ms: i64,
+    ) -> BoxFuture<'a, Result<KeyState, StoreError>>;
+
+    /// Releases the reservation `owner` holds on `key`, if it still does (a stored outcome is
+    /// never removed). Runs from `Drop`, so the future owns what it needs; a backend that can
+    /// release at once does so before returning it.
+    fn release_key(&self, key: String, owner: String)
+        -> BoxFuture<'static, Result<(), StoreError>>;
+}
+
+/// Held writes (SPEC §5.4, HUMAN_ESCROW).
+pub trait Escrows: Send + Sync {
+    /// Applies an escrow update without a receipt; `false` when its expected state did not hold.
+    fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>>;
+
+    /// An escrow's record.
+    fn escrow<'a>(&'a self, id: &'a str)
+        -> BoxFuture<'a, Result<Option<EscrowRecord>, StoreError>>;
+
+    /// Up to `limit` escrow records, oldest first.
+    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<EscrowRecord>, StoreError>>;
+}
+
+/// The AIP-2.1 negotiation relay's messages (seed 001 §6.3).
+pub trait Relay: Send + Sync {
     /// Keeps a negotiation-relay message (seed 001 §6.3) durably under the next cursor,
     /// unless one with its signature is kept already or a cap in `limits` is reached; the
     /// check and the insert are one transaction, across replicas too.
@@ -295,7 +340,10 @@ pub trait Store: Send + Sync {
         after: u64,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<RelayEntry>, StoreError>>;
+}
 
+/// RCNS proposals and synthesized contracts (seed 000).
+pub trait RcnsRecords: Send + Sync {
     /// Stores an RCNS record durably (`store::rcns`); a `Create` checks the key and the caps
     /// in the same transaction.
     fn rcns_put(
@@ -318,9 +366,12 @@ pub trait Store: Send + Sync {
         owner: Option<&'a str>,
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<RcnsRecord>, StoreError>>;
+}
 
+/// Freezes and write budgets (SPEC §14).
+pub trait Stops: Send + Sync {
     /// Every freeze stored (SPEC §14), as written (made with
-    /// [`Store::append_receipt_with`] and [`Attachments::freeze`], beside its receipt).
+    /// [`Receipts::append_receipt_with`] and [`Attachments::freeze`], beside its receipt).
     fn freezes(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>>;
 
     /// SPEC §14: checks every rule's sliding window at the store's now and, when all have room,
@@ -330,19 +381,6 @@ pub trait Store: Send + Sync {
         spends: Vec<BudgetSpend>,
     ) -> BoxFuture<'_, Result<BudgetVerdict, StoreError>>;
 
-    /// Gives back what [`Store::budget_spend`] spent for a write that then went nowhere.
+    /// Gives back what [`Stops::budget_spend`] spent for a write that then went nowhere.
     fn budget_refund(&self, spent: Vec<Vec<u8>>) -> BoxFuture<'_, Result<(), StoreError>>;
-
-    /// Every retained entry of the receipt log, in index order.
-    fn receipts(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
-        Box::pin(async move {
-            let head = self.log_head().await?;
-            Ok(self
-                .log_entries(0, head.size)
-                .await?
-                .into_iter()
-                .map(|(_, e)| e)
-                .collect())
-        })
-    }
 }

@@ -49,7 +49,7 @@ pub struct RcnsRecord {
     pub expires_ms: i64,
 }
 
-/// How [`super::Store::rcns_put`] stores a record.
+/// How [`super::RcnsRecords::rcns_put`] stores a record.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RcnsPutMode {
     /// Only if no live record has the key, and the caps allow one more of the kind.
@@ -62,7 +62,7 @@ pub enum RcnsPutMode {
     Touch,
 }
 
-/// The answer to [`super::Store::rcns_put`].
+/// The answer to [`super::RcnsRecords::rcns_put`].
 #[derive(Debug, Clone, PartialEq)]
 pub enum RcnsPut {
     Stored,

@@ -46,6 +46,10 @@ pub struct LeaseRecord {
     /// The write's path (a granted lease has none yet).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
+    /// The write's method, for the inverse's binding rule at `compensate` (SPEC §5.4; a
+    /// record written before it was kept has none, and is judged as if it could be a POST).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub method: Option<String>,
     pub epoch: u64,
     pub recovery_mode: String,
     pub expires_at_ms: i64,
@@ -67,6 +71,7 @@ impl LeaseRecord {
             state: LeaseState::Committed,
             resource: resource.into(),
             path: Some(resource.into()),
+            method: None,
             epoch,
             recovery_mode: "COMPENSATING_ACTION".into(),
             expires_at_ms,
@@ -89,13 +94,13 @@ impl LeaseRecord {
     }
 }
 
-/// What [`Store::begin_compensation`](super::Store::begin_compensation) does with a lease's
+/// What [`Leases::begin_compensation`](super::Leases::begin_compensation) does with a lease's
 /// record, decided before any row moves.
 #[derive(Debug, PartialEq)]
 pub enum CompensationStep {
     /// Advance `resource`'s fence by one, then store [`compensated`] with that epoch.
     Begin {
-        record: LeaseRecord,
+        record: Box<LeaseRecord>,
     },
     Already,
     NotCommitted,
@@ -103,7 +108,9 @@ pub enum CompensationStep {
 
 pub fn compensation_step(record: Option<LeaseRecord>) -> CompensationStep {
     match record {
-        Some(r) if r.state == LeaseState::Committed => CompensationStep::Begin { record: r },
+        Some(r) if r.state == LeaseState::Committed => CompensationStep::Begin {
+            record: Box::new(r),
+        },
         Some(r) if r.state == LeaseState::Compensated => CompensationStep::Already,
         _ => CompensationStep::NotCommitted,
     }
@@ -222,6 +229,16 @@ pub struct EscrowRecord {
     /// `{"content_type","body_b64"}`), for the operator's diff; never shown to the agent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pre_image: Option<Value>,
+    /// The agent-facing operation a connection mapped the held write from, so that a freeze
+    /// of that name stops its release too (SPEC §14).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub facing: Option<String>,
+    /// The held write's operation and resource as freezes and budgets name them
+    /// (`PUT /api/v2/items/{id}`, the fence key), beside `operation`, the request as sent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub operation_key: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resource: Option<String>,
 }
 
 impl EscrowRecord {
@@ -248,6 +265,9 @@ impl EscrowRecord {
             request_digest: None,
             lease_expires_at_ms: None,
             pre_image: None,
+            facing: None,
+            operation_key: None,
+            resource: None,
         }
     }
 
@@ -403,7 +423,7 @@ mod tests {
         let CompensationStep::Begin { record } = step else {
             panic!("a committed lease begins compensation")
         };
-        let done = compensated(record, 5);
+        let done = compensated(*record, 5);
         assert_eq!(done.state, LeaseState::Compensated);
         assert_eq!(done.compensation_epoch, Some(5));
         assert_eq!(compensation_step(Some(done)), CompensationStep::Already);

@@ -29,7 +29,7 @@ pub struct RelayLimits {
     pub total: u64,
 }
 
-/// The answer to [`super::Store::relay_post`].
+/// The answer to [`super::Relay::relay_post`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RelayPosted {
     Stored {

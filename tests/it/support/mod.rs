@@ -684,6 +684,7 @@ impl TlsConn {
 /// POSTs an empty body to the admin listener; the answer as JSON (null if it is not).
 pub async fn admin_post(admin: SocketAddr, path: &str) -> (StatusCode, serde_json::Value) {
     let req = Request::post(format!("http://{admin}{path}"))
+        .header("content-type", "application/json")
         .body(full(""))
         .unwrap();
     let (parts, body) = send(&http1_client(), req).await;

@@ -26,6 +26,34 @@ pub fn inverse() -> Vec<u8> {
     br#"{"method":"PUT","path":"/items/1","body":{"qty":1200}}"#.to_vec()
 }
 
+/// The inverse of a write to `path` (its query dropped) as the binding rule wants it (SPEC
+/// §5.4): a PUT of the same resource, or for a tool's path (`/mcp/tools/<name>`) a call of
+/// the same tool. `inverse_for("/items/1")` is [`inverse`].
+pub fn inverse_for(path: &str) -> Vec<u8> {
+    let path = path.split('?').next().unwrap_or(path);
+    // In the canonical spelling the sidecar decides on (`//a` is `/a`), when there is one.
+    let canonical = palisade_policy::path::canonical_path(path);
+    let path = canonical.as_deref().unwrap_or(path);
+    match path.strip_prefix("/mcp/tools/") {
+        Some(tool) => json!({"tool": tool, "arguments": {}})
+            .to_string()
+            .into_bytes(),
+        None => format!(r#"{{"method":"PUT","path":"{path}","body":{{"qty":1200}}}}"#).into_bytes(),
+    }
+}
+
+/// The inverse a lease made by [`lease_for`] names: [`inverse_for`] its target's path.
+pub fn inverse_for_lease(lease_b64: &str) -> Vec<u8> {
+    let lease: Value = serde_json::from_slice(&URL_SAFE_NO_PAD.decode(lease_b64).unwrap()).unwrap();
+    let target = lease["sor_target_uri"].as_str().unwrap_or_default();
+    inverse_for(target.strip_prefix(BASE).unwrap_or(target))
+}
+
+/// The digest a lease names for `inverse` (`inverse_payload_jcs_hash`).
+pub fn inverse_digest(inverse: &[u8]) -> Sha256Digest {
+    Sha256Digest::of(&palisade_policy::canon::canonicalize(inverse, 8).unwrap())
+}
+
 pub struct Setup {
     pub upstream: Upstream,
     pub p: Palisade,
@@ -118,7 +146,7 @@ pub fn lease_for(
         "t_granted_ms": 60000,
         "cas_fence_epoch": epoch,
         "pre_image_state_hash": upstream_state().to_string(),
-        "inverse_payload_jcs_hash": Sha256Digest::of(&palisade_policy::canon::canonicalize(&inverse(), 8).unwrap()).to_string(),
+        "inverse_payload_jcs_hash": inverse_digest(&inverse_for(path)).to_string(),
         "issued_at": lease::format_rfc3339_ms(palisade::clock::WallClock::now_ms()),
     })
     .as_object()
@@ -355,7 +383,7 @@ pub fn drift_events(p: &Palisade) -> Vec<Value> {
         let mut s = std::net::TcpStream::connect(p.admin).unwrap();
         write!(
             s,
-            "GET /admin/v1/drift-events?limit=1000&after={after} HTTP/1.0\r\nHost: admin\r\n\r\n"
+            "GET /admin/v1/drift-events?limit=1000&after={after} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n"
         )
         .unwrap();
         let mut answer = Vec::new();

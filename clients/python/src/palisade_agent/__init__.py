@@ -9,6 +9,7 @@ from .auth import LEASE, RAW, SPEC, PalisadeAuth, RetryPolicy, problem_of, raise
 from .client import Agent, AsyncAgent, WriteResult
 from .errors import (
     CODES,
+    AdminRefused,
     AdmissionRefused,
     ContractViolation,
     EscrowNotHeld,
@@ -18,6 +19,7 @@ from .errors import (
     LeaseRefused,
     NegotiationRefused,
     PalisadeError,
+    QuoteRefused,
     ReceiptInvalid,
     Refusal,
     RequestFormRefused,
@@ -25,7 +27,7 @@ from .errors import (
     Stopped,
     Unavailable,
 )
-from .leases import MODES, Authority, LeaseSpec, LocalSigner, encode, inverse_header
+from .leases import MODES, Authority, LeaseSpec, LocalSigner, default_inverse, encode, inverse_header
 from .receipts import Checkpoint, VerifierKey, verify_checkpoint, verify_receipt
 
 __version__ = "0.1.0"
@@ -37,4 +39,5 @@ __all__ = [
     "PalisadeError", "Refusal", "LeaseRefused", "StaleFence", "ContractViolation",
     "RequestFormRefused", "IdempotencyConflict", "AdmissionRefused", "Stopped", "Unavailable",
     "NegotiationRefused", "EscrowNotHeld", "EscrowRejected", "EscrowTimeout", "ReceiptInvalid",
+    "QuoteRefused", "AdminRefused", "default_inverse",
 ]

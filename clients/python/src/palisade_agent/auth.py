@@ -14,7 +14,7 @@ I/O, and the two drivers send what they ask for (and sleep between escrow polls)
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Generator, Union
 
 import anyio
@@ -22,7 +22,7 @@ import httpx
 
 from ._canon import pre_image_hash
 from .errors import EscrowRejected, EscrowTimeout, StaleFence, refusal
-from .leases import Authority, LeaseSpec, LocalSigner, encode, inverse_header
+from .leases import Authority, LeaseSpec, LocalSigner, default_inverse, encode, inverse_header
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 LEASE_PATH = "/.well-known/ptcl/v1/leases"
@@ -201,6 +201,9 @@ class PalisadeAuth(httpx.Auth):
             if seen.status_code >= 400 and seen.status_code not in (404, 410):
                 raise_for_refusal(seen)
             epoch = int(seen.headers.get("agent-fence-token", "0") or 0)
+            if spec.inverse is None:
+                path = request.url.raw_path.decode("ascii")
+                spec = replace(spec, inverse=default_inverse(spec.mode, path, seen.status_code, seen.content))
             lease = self.leases.lease(
                 target=target,
                 epoch=epoch + 1,

@@ -82,6 +82,17 @@ class EscrowNotHeld(Refusal):
     """The escrow was decided already."""
 
 
+class QuoteRefused(Refusal):
+    """An AIP-2.1 quote-channel message refused (malformed, for another channel or chain, a bad
+    signature, expired, its nonce used): build and sign the message again."""
+
+
+class AdminRefused(Refusal):
+    """The admin listener refused the call: no or another credential, a cross-site or non-JSON
+    request, the same approver twice; or a bundle the sidecar would not load. For operators'
+    tools, not agents."""
+
+
 class EscrowRejected(PalisadeError):
     """A held write an operator rejected, or whose release the sidecar refused; `escrow` is
     its final status document (with `code` and `receipt` when the release was refused)."""
@@ -110,7 +121,8 @@ _CLASSES: dict[type[Refusal], tuple[str, ...]] = {
     LeaseRefused: (
         "ERR_LEASE_REQUIRED", "ERR_LEASE_MALFORMED", "ERR_LEASE_UNTRUSTED_KEY", "ERR_LEASE_SIGNATURE",
         "ERR_RECOVERY_WINDOW", "ERR_CLOCK_SKEW", "ERR_LEASE_EXPIRED", "ERR_TARGET_MISMATCH",
-        "ERR_RECOVERY_MODE", "ERR_INVERSE_NOT_STAGED", "ERR_INVERSE_DIGEST", "ERR_CALLER_UNIDENTIFIED",
+        "ERR_RECOVERY_MODE", "ERR_INVERSE_NOT_STAGED", "ERR_INVERSE_DIGEST", "ERR_INVERSE_TARGET",
+        "ERR_CALLER_UNIDENTIFIED",
         "ERR_LEASE_NOT_YOURS", "ERR_ALREADY_COMPENSATED",
     ),
     StaleFence: ("ERR_STALE_FENCE_EPOCH",),
@@ -121,7 +133,8 @@ _CLASSES: dict[type[Refusal], tuple[str, ...]] = {
     RequestFormRefused: (
         "ERR_PATH_NOT_CANONICAL", "ERR_METHOD_NOT_CANONICAL", "ERR_METHOD_NOT_ALLOWED", "ERR_METHOD_OVERRIDE",
         "ERR_QUERY_TOO_LONG", "ERR_QUERY_TOO_MANY_PAIRS", "ERR_AUTHORITY_MISMATCH", "ERR_TOKEN_IN_QUERY",
-        "ERR_MCP_METHOD_MISMATCH", "ERR_BODY_TOO_LARGE", "ERR_BAD_REQUEST", "ERR_NOT_FOUND",
+        "ERR_MCP_METHOD_MISMATCH", "ERR_ORIGIN_NOT_ALLOWED", "ERR_BODY_TOO_LARGE", "ERR_BAD_REQUEST",
+        "ERR_NOT_FOUND",
     ),
     IdempotencyConflict: ("ERR_IDEMPOTENCY_KEY_REUSED", "ERR_IDEMPOTENCY_IN_FLIGHT", "ERR_IDEMPOTENCY_KEY_REQUIRED"),
     AdmissionRefused: ("ERR_TOKEN_INVALID", "ERR_NOT_ADMITTED"),
@@ -136,6 +149,14 @@ _CLASSES: dict[type[Refusal], tuple[str, ...]] = {
         "ERR_RCNS_PROPOSE_FIRST",
     ),
     EscrowNotHeld: ("ERR_ESCROW_NOT_HELD",),
+    QuoteRefused: (
+        "ERR_QUOTE_MALFORMED", "ERR_QUOTE_CHANNEL", "ERR_QUOTE_CHAIN_UNKNOWN", "ERR_QUOTE_SIGNATURE",
+        "ERR_QUOTE_EXPIRED", "ERR_QUOTE_NONCE_REUSED",
+    ),
+    AdminRefused: (
+        "ERR_ADMIN_UNAUTHORIZED", "ERR_ADMIN_CROSS_SITE", "ERR_ADMIN_MEDIA_TYPE", "ERR_APPROVAL_REPEATED",
+        "ERR_BUNDLE_REJECTED",
+    ),
 }
 
 #: Every code this library knows, to the class it raises.

@@ -38,6 +38,24 @@ class LeaseSpec:
             raise ValueError("window_ms must be at least 1")
 
 
+def default_inverse(mode: str, path: str, status: int, body: bytes) -> dict[str, Any]:
+    """The inverse a lease signed here carries when the spec gives none, as the sidecar's
+    authority makes it (SPEC §5.7): SNAPSHOT_RESTORE puts the pre-image back (a PUT of its
+    JSON representation, or a DELETE when it was absent); DRY_RUN_SHADOW's names the resource
+    and is never sent. COMPENSATING_ACTION and HUMAN_ESCROW need the agent's own inverse."""
+    path = path.split("?", 1)[0]
+    if mode == "DRY_RUN_SHADOW":
+        return {"method": "PUT", "path": path}
+    if mode == "SNAPSHOT_RESTORE":
+        if status in (404, 410):
+            return {"method": "DELETE", "path": path}
+        try:
+            return {"method": "PUT", "path": path, "body": json.loads(body)}
+        except (ValueError, UnicodeDecodeError):
+            raise ValueError("SNAPSHOT_RESTORE: the resource is not JSON; give the inverse yourself") from None
+    raise ValueError(f"{mode} needs an inverse: the request that undoes the write (LeaseSpec(inverse=...))")
+
+
 def encode(lease: dict[str, Any]) -> str:
     """The `Agent-Compensation-Lease` header value: base64url (no padding) of its JSON."""
     return b64url(json.dumps(lease, separators=(",", ":"), ensure_ascii=False).encode())

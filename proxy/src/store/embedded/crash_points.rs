@@ -10,7 +10,11 @@ use super::tests::key;
 use super::writer::journal_path;
 use super::EmbeddedStore;
 use crate::store::journal::{encode_record, Journal, DATA_START, RECORD_HEAD};
-use crate::store::{LeaseRecord, Store, WriteIntent};
+use crate::store::Fences;
+use crate::store::Leases;
+use crate::store::Receipts;
+use crate::store::Stops;
+use crate::store::{LeaseRecord, WriteIntent};
 
 const RESOURCES: usize = 3;
 const OPS: usize = 24;
@@ -94,7 +98,12 @@ async fn op(store: &EmbeddedStore, i: usize) {
             .await
             .unwrap(),
         3 => {
-            store.begin_compensation(lease(i - 3)).await.unwrap();
+            // The lease written at i - 3 guards `/r{(i - 3) % RESOURCES}`: its inverse's.
+            let written = format!("/r{}", (i - 3) % RESOURCES);
+            store
+                .begin_compensation(lease(i - 3), written)
+                .await
+                .unwrap();
         }
         _ => {
             // Made at 4, 14, 24…; lifted five operations later.

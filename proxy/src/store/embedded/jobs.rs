@@ -23,7 +23,11 @@ use super::{rcns, relay};
 /// A unit of work for the writer thread, with the channel its answer goes back on.
 pub(super) enum Job {
     Advance(WriteIntent, oneshot::Sender<Result<Advance, StoreError>>),
-    Compensate(String, oneshot::Sender<Result<Compensation, StoreError>>),
+    /// A lease's id and the resource its inverse writes.
+    Compensate(
+        (String, String),
+        oneshot::Sender<Result<Compensation, StoreError>>,
+    ),
     Stage {
         lease_id: String,
         record: Option<LeaseRecord>,
@@ -124,7 +128,7 @@ pub(super) fn apply(
                     t.put_lease_due(sweeper.lease_due(intent.expires_at_ms), id)?;
                     answers.push(Answer::Advance(Advance::Advanced));
                 }
-                Job::Compensate(lease_id, _) => {
+                Job::Compensate((lease_id, resource), _) => {
                     let record_key = lease_key(lease_id, Part::Record, None);
                     let record = t
                         .leases
@@ -134,10 +138,10 @@ pub(super) fn apply(
                         .transpose()?;
                     let answer = match records::compensation_step(record) {
                         CompensationStep::Begin { record } => {
-                            let resource = record.resource.as_bytes();
+                            let resource = resource.as_bytes();
                             let epoch = t.fence(resource)? + 1;
                             t.set_fence(resource, epoch)?;
-                            let done = records::compensated(record, epoch);
+                            let done = records::compensated(*record, epoch);
                             t.put_lease(&record_key, &done.to_bytes())?;
                             Compensation::Started { epoch }
                         }

@@ -21,6 +21,7 @@
 mod budgets;
 mod jobs;
 mod log;
+mod negotiation;
 mod overlay;
 mod rcns;
 mod reads;
@@ -45,9 +46,8 @@ use tokio::sync::oneshot;
 use crate::clock::{AnchoredClock, SharedClock};
 use crate::store::{
     Advance, Attachments, BudgetSpend, BudgetVerdict, Compensation, EscrowRecord, EscrowUpdate,
-    KeyState, LeaseReceipt, LeaseRecord, LogEntries, RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord,
-    ReceiptLog, RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery, ResourceGuard,
-    Retention, Store, StoreError, WriteIntent,
+    Escrows, Fences, IdempotencyKeys, KeyState, LeaseReceipt, LeaseRecord, Leases, LogEntries,
+    ReceiptLog, Receipts, ResourceGuard, Retention, Stops, StoreError, WriteIntent,
 };
 
 use jobs::Job;
@@ -201,7 +201,7 @@ impl EmbeddedStore {
     }
 }
 
-impl Store for EmbeddedStore {
+impl Fences for EmbeddedStore {
     fn lock<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<ResourceGuard, StoreError>> {
         Box::pin(async move { Ok(ResourceGuard::new(self.locks.lock(resource).await)) })
     }
@@ -238,91 +238,19 @@ impl Store for EmbeddedStore {
         })
     }
 
-    fn append_receipt_with(
-        &self,
-        body: ReceiptBody,
-        attach: Attachments,
-    ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>> {
-        // The entry's JCS here, on the caller's task: the writer thread only hashes and signs.
-        match receipt::entry(&body) {
-            Ok(entry) => self.ask(|tx| Job::Receipt(Box::new((body, entry, attach)), tx)),
-            Err(e) => Box::pin(async move { Err(unavailable(e)) }),
-        }
-    }
-
-    fn reserve_key<'a>(
-        &'a self,
-        key: &'a str,
-        fingerprint: &'a str,
-        _owner: &'a str,
-        _hold_until_ms: i64,
-    ) -> BoxFuture<'a, Result<KeyState, StoreError>> {
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
-            // Reserved before the lookup, so two requests with one key cannot both miss it.
-            if let Err(running) = self.keys.take(key, fingerprint) {
-                return Ok(KeyState::Running {
-                    fingerprint: Some(running),
-                });
+            if self.failed.load(Ordering::Relaxed) {
+                return Err(StoreError::Unavailable(
+                    "the last write transaction failed".into(),
+                ));
             }
-            match self.idempotency(key) {
-                Ok(None) => Ok(KeyState::Reserved),
-                Ok(Some(stored)) => {
-                    self.keys.release(key);
-                    Ok(KeyState::Stored(stored))
-                }
-                Err(e) => {
-                    self.keys.release(key);
-                    Err(e)
-                }
-            }
+            self.epoch("").await.map(|_| ())
         })
     }
+}
 
-    fn release_key(
-        &self,
-        key: String,
-        _owner: String,
-    ) -> BoxFuture<'static, Result<(), StoreError>> {
-        // At once: a retry right after a refusal finds the key free.
-        self.keys.release(&key);
-        Box::pin(async { Ok(()) })
-    }
-
-    fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>> {
-        self.ask(|tx| Job::EscrowPut(Box::new(update), tx))
-    }
-
-    fn escrow<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<EscrowRecord>, StoreError>> {
-        Box::pin(async move {
-            self.read_bytes((T_ESCROWS, ESCROWS), id)?
-                .map(|b| EscrowRecord::from_bytes(&b))
-                .transpose()
-        })
-    }
-
-    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<EscrowRecord>, StoreError>> {
-        Box::pin(self.read_escrows(limit))
-    }
-
-    fn budget_spend(
-        &self,
-        s: Vec<BudgetSpend>,
-    ) -> BoxFuture<'_, Result<BudgetVerdict, StoreError>> {
-        self.ask(|tx| Job::Budget(Box::new(Ok(s)), tx))
-    }
-
-    fn budget_refund(&self, spent: Vec<Vec<u8>>) -> BoxFuture<'_, Result<(), StoreError>> {
-        let asked = self.ask(|tx| Job::Budget(Box::new(Err(spent)), tx));
-        Box::pin(async move { asked.await.map(drop) })
-    }
-
-    fn freezes(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
-        Box::pin(self.read_freezes())
-    }
-
+impl Leases for EmbeddedStore {
     fn stage(
         &self,
         lease_id: String,
@@ -380,87 +308,28 @@ impl Store for EmbeddedStore {
     fn begin_compensation(
         &self,
         lease_id: String,
+        resource: String,
     ) -> BoxFuture<'_, Result<Compensation, StoreError>> {
         Box::pin(async move {
             let (tx, rx) = oneshot::channel();
-            self.send(Job::Compensate(lease_id, tx))?;
+            self.send(Job::Compensate((lease_id, resource), tx))?;
             rx.await
                 .map_err(|_| StoreError::Unavailable("the store writer has stopped".into()))?
         })
     }
+}
 
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(async move {
-            if self.failed.load(Ordering::Relaxed) {
-                return Err(StoreError::Unavailable(
-                    "the last write transaction failed".into(),
-                ));
-            }
-            self.epoch("").await.map(|_| ())
-        })
-    }
-
-    fn relay_post(
+impl Receipts for EmbeddedStore {
+    fn append_receipt_with(
         &self,
-        message: RelayMessage,
-        limits: RelayLimits,
-    ) -> BoxFuture<'_, Result<RelayPosted, StoreError>> {
-        self.ask(|tx| Job::RelayPost(Box::new((message, limits)), tx))
-    }
-
-    fn relay_page<'a>(
-        &'a self,
-        query: &'a RelayQuery,
-        after: u64,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<RelayEntry>, StoreError>> {
-        Box::pin(async move {
-            self.settle().await?;
-            let rtx = self.db.begin_read().map_err(unavailable)?;
-            relay::page(&rtx, query, after, limit, self.clock.now_ms())
-        })
-    }
-
-    fn rcns_put(
-        &self,
-        record: RcnsRecord,
-        mode: RcnsPutMode,
-    ) -> BoxFuture<'_, Result<RcnsPut, StoreError>> {
-        self.ask(|tx| Job::RcnsPut(Box::new((record, mode)), tx))
-    }
-
-    fn rcns_get<'a>(
-        &'a self,
-        kind: RcnsKind,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<RcnsRecord>, StoreError>> {
-        Box::pin(async move {
-            self.settle().await?;
-            rcns::get(
-                &self.db.begin_read().map_err(unavailable)?,
-                kind,
-                key,
-                self.clock.now_ms(),
-            )
-        })
-    }
-
-    fn rcns_list<'a>(
-        &'a self,
-        kind: RcnsKind,
-        owner: Option<&'a str>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<RcnsRecord>, StoreError>> {
-        Box::pin(async move {
-            self.settle().await?;
-            rcns::list(
-                &self.db.begin_read().map_err(unavailable)?,
-                kind,
-                owner,
-                limit,
-                self.clock.now_ms(),
-            )
-        })
+        body: ReceiptBody,
+        attach: Attachments,
+    ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>> {
+        // The entry's JCS here, on the caller's task: the writer thread only hashes and signs.
+        match receipt::entry(&body) {
+            Ok(entry) => self.ask(|tx| Job::Receipt(Box::new((body, entry, attach)), tx)),
+            Err(e) => Box::pin(async move { Err(unavailable(e)) }),
+        }
     }
 
     fn receipt_log(&self) -> BoxFuture<'_, Result<ReceiptLog, StoreError>> {
@@ -491,6 +360,85 @@ impl Store for EmbeddedStore {
             self.settle().await?;
             log::entries(&self.db.begin_read().map_err(unavailable)?, from, to)
         })
+    }
+}
+
+impl IdempotencyKeys for EmbeddedStore {
+    fn reserve_key<'a>(
+        &'a self,
+        key: &'a str,
+        fingerprint: &'a str,
+        _owner: &'a str,
+        _hold_until_ms: i64,
+    ) -> BoxFuture<'a, Result<KeyState, StoreError>> {
+        Box::pin(async move {
+            // Reserved before the lookup, so two requests with one key cannot both miss it.
+            if let Err(running) = self.keys.take(key, fingerprint) {
+                return Ok(KeyState::Running {
+                    fingerprint: Some(running),
+                });
+            }
+            match self.idempotency(key) {
+                Ok(None) => Ok(KeyState::Reserved),
+                Ok(Some(stored)) => {
+                    self.keys.release(key);
+                    Ok(KeyState::Stored(stored))
+                }
+                Err(e) => {
+                    self.keys.release(key);
+                    Err(e)
+                }
+            }
+        })
+    }
+
+    fn release_key(
+        &self,
+        key: String,
+        _owner: String,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        // At once: a retry right after a refusal finds the key free.
+        self.keys.release(&key);
+        Box::pin(async { Ok(()) })
+    }
+}
+
+impl Escrows for EmbeddedStore {
+    fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>> {
+        self.ask(|tx| Job::EscrowPut(Box::new(update), tx))
+    }
+
+    fn escrow<'a>(
+        &'a self,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<Option<EscrowRecord>, StoreError>> {
+        Box::pin(async move {
+            self.read_bytes((T_ESCROWS, ESCROWS), id)?
+                .map(|b| EscrowRecord::from_bytes(&b))
+                .transpose()
+        })
+    }
+
+    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<EscrowRecord>, StoreError>> {
+        Box::pin(self.read_escrows(limit))
+    }
+}
+
+impl Stops for EmbeddedStore {
+    fn budget_spend(
+        &self,
+        s: Vec<BudgetSpend>,
+    ) -> BoxFuture<'_, Result<BudgetVerdict, StoreError>> {
+        self.ask(|tx| Job::Budget(Box::new(Ok(s)), tx))
+    }
+
+    fn budget_refund(&self, spent: Vec<Vec<u8>>) -> BoxFuture<'_, Result<(), StoreError>> {
+        let asked = self.ask(|tx| Job::Budget(Box::new(Err(spent)), tx));
+        Box::pin(async move { asked.await.map(drop) })
+    }
+
+    fn freezes(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
+        Box::pin(self.read_freezes())
     }
 }
 

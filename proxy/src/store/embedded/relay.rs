@@ -226,7 +226,7 @@ mod tests {
     use super::super::writer::journal_path;
     use super::*;
     use crate::store::journal::{Journal, Redo};
-    use crate::store::{embedded::EmbeddedStore, Store};
+    use crate::store::{embedded::EmbeddedStore, Relay};
 
     const PROVIDER: [u8; 20] = [0x19; 20];
     const CONSUMER: [u8; 20] = [0x15; 20];

@@ -2,7 +2,7 @@ use super::tables::RECEIPTS;
 use super::*;
 use crate::clock::SetClock;
 use crate::store::log_read;
-use crate::store::{EscrowRecord, EscrowState, LeaseRecord};
+use crate::store::{EscrowRecord, EscrowState, LeaseRecord, RcnsRecords};
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::keys::KeyPair;
 use palisade_policy::log::{audit, Envelope};

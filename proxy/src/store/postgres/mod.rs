@@ -13,10 +13,12 @@
 
 mod batch;
 mod connect;
+mod escrows;
 pub use connect::{url_from_config, Connect};
 mod keys;
 mod lock;
 mod log;
+mod negotiation;
 mod rcns;
 mod reads;
 mod relay;
@@ -35,19 +37,15 @@ use palisade_policy::receipt::{self, ReceiptBody, SealedReceipt};
 use tokio::sync::{mpsc, oneshot};
 
 use batch::Job;
-use tx::{
-    compensate, escrow_state_is, put_escrow, put_part, unavailable, unavailable_msg, INVERSE,
-    NO_SEQ, RECORD, SNAPSHOT,
-};
+use tx::{compensate, put_part, unavailable, unavailable_msg, INVERSE, NO_SEQ, RECORD, SNAPSHOT};
 
 use crate::clock::SharedClock;
 use crate::store::records;
 use crate::store::{
-    Advance, Attachments, Compensation, EscrowUpdate, KeyState, LeaseReceipt, LogEntries, RcnsKind,
-    RcnsPut, RcnsPutMode, RcnsRecord, ReceiptLog, RelayEntry, RelayLimits, RelayMessage,
-    RelayPosted, RelayQuery, ResourceGuard, Store, StoreError, WriteIntent,
+    Advance, Attachments, Compensation, Fences, IdempotencyKeys, KeyState, LeaseReceipt, Leases,
+    LogEntries, ReceiptLog, Receipts, ResourceGuard, Stops, StoreError, WriteIntent,
 };
-use crate::store::{BudgetSpend, BudgetVerdict, EscrowRecord, LeaseRecord};
+use crate::store::{BudgetSpend, BudgetVerdict, LeaseRecord};
 
 pub struct PostgresStore {
     pool: Pool,
@@ -175,7 +173,7 @@ impl PostgresStore {
     }
 }
 
-impl Store for PostgresStore {
+impl Fences for PostgresStore {
     fn lock<'a>(&'a self, resource: &'a str) -> BoxFuture<'a, Result<ResourceGuard, StoreError>> {
         Box::pin(lock::lock(&self.locks, resource))
     }
@@ -212,135 +210,19 @@ impl Store for PostgresStore {
         })
     }
 
-    fn append_receipt_with(
-        &self,
-        body: ReceiptBody,
-        attach: Attachments,
-    ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>> {
-        Box::pin(async move {
-            // The entry's JCS here, on the caller's task, not in the batch.
-            let entry = receipt::entry(&body).map_err(|e| unavailable_msg(&e.to_string()))?;
-            let (reply, answer) = oneshot::channel();
-            self.submit(Job::Append(Box::new((body, entry, attach)), reply))
-                .await?;
-            answer
-                .await
-                .map_err(|_| unavailable_msg("the writer task is gone"))?
-        })
-    }
-
-    fn reserve_key<'a>(
-        &'a self,
-        key: &'a str,
-        fingerprint: &'a str,
-        owner: &'a str,
-        hold_until_ms: i64,
-    ) -> BoxFuture<'a, Result<KeyState, StoreError>> {
+    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
         Box::pin(async move {
             let client = self.client().await?;
-            let now = self.clock.now_ms();
-            keys::reserve(&client, key, fingerprint, owner, hold_until_ms, now).await
-        })
-    }
-
-    fn release_key(
-        &self,
-        key: String,
-        owner: String,
-    ) -> BoxFuture<'static, Result<(), StoreError>> {
-        let pool = self.pool.clone();
-        Box::pin(async move {
-            let client = pool.get().await.map_err(unavailable)?;
-            keys::release(&client, &key, &owner).await
-        })
-    }
-
-    fn escrow_put(&self, update: EscrowUpdate) -> BoxFuture<'_, Result<bool, StoreError>> {
-        Box::pin(async move {
-            let mut client = self.client().await?;
-            let tx = client.transaction().await.map_err(unavailable)?;
-            if update.expect.is_none() {
-                // Creation: the row must not exist; ON CONFLICT decides a race.
-                let bytes = serde_json::to_vec(&update.record).map_err(unavailable)?;
-                let n = tx
-                    .execute(
-                        "INSERT INTO escrows (id, record, expires_ms) VALUES ($1, $2, $3)
-                         ON CONFLICT (id) DO NOTHING",
-                        &[&update.id, &bytes, &update.expires_at_ms],
-                    )
-                    .await
-                    .map_err(unavailable)?;
-                tx.commit().await.map_err(unavailable)?;
-                return Ok(n == 1);
-            }
-            if !escrow_state_is(&tx, &update).await? {
-                return Ok(false);
-            }
-            put_escrow(
-                &tx,
-                &update.id,
-                &update.record.to_bytes(),
-                update.expires_at_ms,
-            )
-            .await?;
-            tx.commit().await.map_err(unavailable)?;
-            Ok(true)
-        })
-    }
-
-    fn escrow<'a>(
-        &'a self,
-        id: &'a str,
-    ) -> BoxFuture<'a, Result<Option<EscrowRecord>, StoreError>> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            let row = client
-                .query_opt("SELECT record FROM escrows WHERE id = $1", &[&id])
+            client
+                .query_one("SELECT 1", &[])
                 .await
                 .map_err(unavailable)?;
-            row.map(|r| EscrowRecord::from_bytes(r.get::<_, &[u8]>(0)))
-                .transpose()
+            Ok(())
         })
     }
+}
 
-    fn budget_spend(
-        &self,
-        s: Vec<BudgetSpend>,
-    ) -> BoxFuture<'_, Result<BudgetVerdict, StoreError>> {
-        Box::pin(self.spend_budget(s))
-    }
-
-    fn budget_refund(&self, spent: Vec<Vec<u8>>) -> BoxFuture<'_, Result<(), StoreError>> {
-        Box::pin(self.refund_budget(spent))
-    }
-
-    fn freezes(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
-        Box::pin(self.read_freezes())
-    }
-
-    fn escrows(&self, limit: usize) -> BoxFuture<'_, Result<Vec<EscrowRecord>, StoreError>> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            // Ids are UUIDv7: by id is by creation.
-            let rows = client
-                .query(
-                    "SELECT record FROM escrows ORDER BY id LIMIT $1",
-                    &[&(limit.min(i64::MAX as usize) as i64)],
-                )
-                .await
-                .map_err(unavailable)?;
-            // One unreadable record must not hide the others from the operators.
-            Ok(rows
-                .iter()
-                .filter_map(|r| {
-                    EscrowRecord::from_bytes(r.get::<_, &[u8]>(0))
-                        .inspect_err(|e| tracing::warn!(error = %e, "escrow record skipped"))
-                        .ok()
-                })
-                .collect())
-        })
-    }
-
+impl Leases for PostgresStore {
     fn stage(
         &self,
         lease_id: String,
@@ -399,8 +281,9 @@ impl Store for PostgresStore {
     fn begin_compensation(
         &self,
         lease_id: String,
+        resource: String,
     ) -> BoxFuture<'_, Result<Compensation, StoreError>> {
-        Box::pin(async move { compensate(&mut self.client().await?, &lease_id).await })
+        Box::pin(async move { compensate(&mut self.client().await?, &lease_id, &resource).await })
     }
 
     fn inverse<'a>(
@@ -409,72 +292,23 @@ impl Store for PostgresStore {
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
         Box::pin(self.lease_part(lease_id, INVERSE))
     }
+}
 
-    fn ready(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+impl Receipts for PostgresStore {
+    fn append_receipt_with(
+        &self,
+        body: ReceiptBody,
+        attach: Attachments,
+    ) -> BoxFuture<'_, Result<Option<SealedReceipt>, StoreError>> {
         Box::pin(async move {
-            let client = self.client().await?;
-            client
-                .query_one("SELECT 1", &[])
+            // The entry's JCS here, on the caller's task, not in the batch.
+            let entry = receipt::entry(&body).map_err(|e| unavailable_msg(&e.to_string()))?;
+            let (reply, answer) = oneshot::channel();
+            self.submit(Job::Append(Box::new((body, entry, attach)), reply))
+                .await?;
+            answer
                 .await
-                .map_err(unavailable)?;
-            Ok(())
-        })
-    }
-
-    fn relay_post(
-        &self,
-        message: RelayMessage,
-        limits: RelayLimits,
-    ) -> BoxFuture<'_, Result<RelayPosted, StoreError>> {
-        Box::pin(async move {
-            let _turn = self.relay_gate.lock().await;
-            let mut client = self.client().await?;
-            relay::post(&mut client, &message, limits, self.clock.now_ms()).await
-        })
-    }
-
-    fn relay_page<'a>(
-        &'a self,
-        query: &'a RelayQuery,
-        after: u64,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<RelayEntry>, StoreError>> {
-        Box::pin(async move {
-            let client = self.client().await?;
-            relay::page(&client, query, after, limit, self.clock.now_ms()).await
-        })
-    }
-
-    fn rcns_put(
-        &self,
-        record: RcnsRecord,
-        mode: RcnsPutMode,
-    ) -> BoxFuture<'_, Result<RcnsPut, StoreError>> {
-        Box::pin(async move {
-            let now = self.clock.now_ms();
-            rcns::put(&mut self.client().await?, &record, mode, now).await
-        })
-    }
-
-    fn rcns_get<'a>(
-        &'a self,
-        kind: RcnsKind,
-        key: &'a str,
-    ) -> BoxFuture<'a, Result<Option<RcnsRecord>, StoreError>> {
-        Box::pin(
-            async move { rcns::get(&self.client().await?, kind, key, self.clock.now_ms()).await },
-        )
-    }
-
-    fn rcns_list<'a>(
-        &'a self,
-        kind: RcnsKind,
-        owner: Option<&'a str>,
-        limit: usize,
-    ) -> BoxFuture<'a, Result<Vec<RcnsRecord>, StoreError>> {
-        Box::pin(async move {
-            let now = self.clock.now_ms();
-            rcns::list(&self.client().await?, kind, owner, limit, now).await
+                .map_err(|_| unavailable_msg("the writer task is gone"))?
         })
     }
 
@@ -495,5 +329,50 @@ impl Store for PostgresStore {
 
     fn log_entries(&self, from: u64, to: u64) -> BoxFuture<'_, Result<LogEntries, StoreError>> {
         Box::pin(async move { log::entries(&self.client().await?, from, to).await })
+    }
+}
+
+impl IdempotencyKeys for PostgresStore {
+    fn reserve_key<'a>(
+        &'a self,
+        key: &'a str,
+        fingerprint: &'a str,
+        owner: &'a str,
+        hold_until_ms: i64,
+    ) -> BoxFuture<'a, Result<KeyState, StoreError>> {
+        Box::pin(async move {
+            let client = self.client().await?;
+            let now = self.clock.now_ms();
+            keys::reserve(&client, key, fingerprint, owner, hold_until_ms, now).await
+        })
+    }
+
+    fn release_key(
+        &self,
+        key: String,
+        owner: String,
+    ) -> BoxFuture<'static, Result<(), StoreError>> {
+        let pool = self.pool.clone();
+        Box::pin(async move {
+            let client = pool.get().await.map_err(unavailable)?;
+            keys::release(&client, &key, &owner).await
+        })
+    }
+}
+
+impl Stops for PostgresStore {
+    fn budget_spend(
+        &self,
+        s: Vec<BudgetSpend>,
+    ) -> BoxFuture<'_, Result<BudgetVerdict, StoreError>> {
+        Box::pin(self.spend_budget(s))
+    }
+
+    fn budget_refund(&self, spent: Vec<Vec<u8>>) -> BoxFuture<'_, Result<(), StoreError>> {
+        Box::pin(self.refund_budget(spent))
+    }
+
+    fn freezes(&self) -> BoxFuture<'_, Result<Vec<Vec<u8>>, StoreError>> {
+        Box::pin(self.read_freezes())
     }
 }

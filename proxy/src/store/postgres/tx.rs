@@ -142,6 +142,7 @@ pub(super) async fn set_lease_state(
 pub(super) async fn compensate(
     client: &mut deadpool_postgres::Object,
     lease_id: &str,
+    resource: &str,
 ) -> Result<Compensation, StoreError> {
     let tx = client.transaction().await.map_err(unavailable)?;
     let row = tx
@@ -162,12 +163,12 @@ pub(super) async fn compensate(
                     "INSERT INTO fences (resource, epoch) VALUES ($1, 1)
                              ON CONFLICT (resource) DO UPDATE SET epoch = fences.epoch + 1
                              RETURNING epoch",
-                    &[&record.resource],
+                    &[&resource],
                 )
                 .await
                 .map_err(unavailable)?;
             let epoch = row.get::<_, i64>(0) as u64;
-            let done = records::compensated(record, epoch);
+            let done = records::compensated(*record, epoch);
             put_part(&tx, lease_id, RECORD, NO_SEQ, &done.to_bytes()).await?;
             Compensation::Started { epoch }
         }

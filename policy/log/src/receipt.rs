@@ -1,6 +1,6 @@
 //! Receipts (SPEC §5.5). A receipt (`receipt_version` "2.0") is an entry of the receipt log
-//! ([`crate::log`]): its JCS is the leaf, and the checkpoint that covers it is what is signed;
-//! [`entry`] makes one, and the store's batch seals it ([`crate::log::seal`]).
+//! ([the log](crate)): its JCS is the leaf, and the checkpoint that covers it is what is signed;
+//! [`entry`] makes one, and the store's batch seals it ([`crate::seal`]).
 //!
 //! Before the log, receipts (version 1.0) were each signed by the sidecar key over their JCS
 //! without `signature`, and chained: `prev` is `sha256:` + SHA-256 of the JCS of the previous
@@ -15,10 +15,10 @@ use base64::Engine as _;
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::canon;
-use crate::digest::Sha256Digest;
-use crate::json;
-use crate::keys::{KeyPair, TrustStore};
+use palisade_core::canon;
+use palisade_core::digest::Sha256Digest;
+use palisade_core::json;
+use palisade_core::keys::{KeyPair, TrustStore};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]

@@ -110,7 +110,7 @@ pub fn integrate<R: HashReader>(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::log::merkle::{Fetched as Table, MemoryHashes};
+    use crate::merkle::{Fetched as Table, MemoryHashes};
 
     #[test]
     fn batches_of_any_size_build_the_tree_one_at_a_time_does() {

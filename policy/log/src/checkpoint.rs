@@ -9,7 +9,7 @@ use signed_note::{Note, Signature, Signer, Verifier, VerifierList};
 
 use super::error::LogError;
 use super::merkle::Hash;
-use crate::keys::{KeyPair, TrustedKey};
+use palisade_core::keys::{KeyPair, TrustedKey};
 
 /// A tree head: the log's origin, its size and its root.
 #[derive(Debug, Clone, PartialEq)]

@@ -186,7 +186,7 @@ pub fn did_ethr(did: &str) -> Option<(Option<u64>, [u8; 20])> {
 pub fn justification_hash(message: &Value) -> [u8; 32] {
     match message.get("justification") {
         Some(Value::Object(m)) if !m.is_empty() => {
-            keccak256(&crate::canon::to_vec(&Value::Object(m.clone())))
+            keccak256(&palisade_core::canon::to_vec(&Value::Object(m.clone())))
         }
         _ => [0u8; 32],
     }

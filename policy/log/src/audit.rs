@@ -189,10 +189,10 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::keys::KeyPair;
-    use crate::log::batch::frontier;
-    use crate::log::seal::{seal, Signer};
+    use crate::batch::frontier;
     use crate::receipt::{entry, ReceiptBody, ReceiptKind};
+    use crate::seal::{seal, Signer};
+    use palisade_core::keys::KeyPair;
     use std::collections::BTreeMap;
 
     struct Log {

@@ -1,5 +1,5 @@
-//! The receipt log (SPEC §5.5): an append-only Merkle tree of receipts, hashed as RFC 9162
-//! §2.1 says, committed to by C2SP tlog-checkpoint signed notes and published as C2SP
+//! `palisade-log`: the receipt log (SPEC §5.5), an append-only Merkle tree of receipts, hashed
+//! as RFC 9162 §2.1 says, committed to by C2SP tlog-checkpoint signed notes and published as C2SP
 //! tlog-tiles. Pure: the store keeps the hashes and entries and hands them in through
 //! [`merkle::HashReader`]; what a client or an auditor checks is checked here.
 //!
@@ -8,6 +8,11 @@
 //! checkpoint = "<origin>\n<size>\n<base64 root>\n" + "\n— <origin> <base64(key ID ‖ sig)>\n"
 //! envelope (what a client gets) = {receipt, index, inclusion, checkpoint}
 //! ```
+//!
+//! A crate of its own (issue 55) so that whoever verifies receipts — `palisade audit verify`,
+//! the witness, an auditor's program — needs only this and `palisade-core`, not the rest of
+//! the policy. `palisade_policy::log` is this crate.
+#![forbid(unsafe_code)]
 
 pub mod audit;
 pub mod batch;
@@ -18,6 +23,8 @@ pub mod merkle;
 pub mod seal;
 pub mod tiles;
 pub mod witness;
+
+pub mod receipt;
 
 pub use checkpoint::{Checkpoint, LogKey};
 pub use envelope::Envelope;

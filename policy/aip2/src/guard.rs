@@ -24,8 +24,8 @@ use serde_json::Value;
 
 use super::eip712::{self, RecoverError};
 use super::message::{self, Kind};
-use crate::digest::Sha256Digest;
-use crate::{ErrorCode, Refusal};
+use palisade_core::digest::Sha256Digest;
+use palisade_core::{ErrorCode, Refusal};
 
 /// Deepest nesting a channel message may have (the schemas need 3: envelope, message,
 /// justification, and its free-form `breakdown` a few more).
@@ -127,7 +127,7 @@ pub fn check_on(
     rules: &Rules,
     now_s: u64,
 ) -> Result<Checked, Refusal> {
-    let envelope = crate::json::parse(body, MAX_DEPTH)
+    let envelope = palisade_core::json::parse(body, MAX_DEPTH)
         .map_err(|_| malformed("the body is not one I-JSON value"))?;
     let (kind, posted) = envelope_parts(&envelope)?;
     let mapped;
@@ -284,7 +284,7 @@ pub fn check_on(
         signer: format!("did:ethr:{chain_id}:0x{}", hex::encode(signer_address)),
         nonce,
         digest,
-        fingerprint: Sha256Digest::of(&crate::canon::to_vec(&envelope)),
+        fingerprint: Sha256Digest::of(&palisade_core::canon::to_vec(&envelope)),
         expires_at,
     })
 }

@@ -68,6 +68,7 @@ fn statuses_match_the_spec() {
         (ContractInput, 422, DriftCategory::Structural),
         (InverseNotStaged, 428, DriftCategory::Lease),
         (InverseDigest, 403, DriftCategory::Lease),
+        (InverseTarget, 422, DriftCategory::Lease),
         (StaleFenceEpoch, 409, DriftCategory::Fence),
         (PreimageUnavailable, 503, DriftCategory::Fence),
         (UnboundOperation, 404, DriftCategory::Lockfile),
@@ -81,6 +82,7 @@ fn statuses_match_the_spec() {
         (DeploymentIdentity, 502, DriftCategory::Identity),
         (ToolDrifted, 409, DriftCategory::ToolDefinition),
         (McpMethodMismatch, 400, DriftCategory::Representation),
+        (OriginNotAllowed, 403, DriftCategory::Identity),
         (StoreUnavailable, 503, DriftCategory::Fence),
     ];
     for (code, status, category) in rows {

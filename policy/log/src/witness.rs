@@ -14,7 +14,7 @@ use base64::Engine as _;
 use super::checkpoint::{self, Checkpoint, LogKey, WitnessKey};
 use super::error::LogError;
 use super::merkle::{self, Hash};
-use crate::keys::{KeyPair, TrustedKey};
+use palisade_core::keys::{KeyPair, TrustedKey};
 
 /// Most consistency-proof lines a request may carry (C2SP tlog-witness).
 pub const MAX_PROOF_LINES: usize = 63;
@@ -221,8 +221,8 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::log::merkle::MemoryHashes;
-    use crate::log::seal::Signer;
+    use crate::merkle::MemoryHashes;
+    use crate::seal::Signer;
 
     fn log_of(n: u64) -> MemoryHashes {
         let mut m = MemoryHashes::default();

@@ -13,8 +13,8 @@ use super::batch::{self, Integrated};
 use super::checkpoint::{self, Checkpoint, LogKey};
 use super::error::LogError;
 use super::merkle::{self, Hash, HashReader};
-use crate::keys::KeyPair;
 use crate::receipt::{Entry, SealedReceipt};
+use palisade_core::keys::KeyPair;
 
 /// The sidecar's key as the log's signer: the verifier key (origin, key ID) and the pair.
 pub struct Signer {
@@ -137,10 +137,10 @@ pub fn seal<R: HashReader>(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::log::batch::frontier;
-    use crate::log::merkle::Fetched;
-    use crate::log::Envelope;
+    use crate::batch::frontier;
+    use crate::merkle::Fetched;
     use crate::receipt::{ReceiptBody, ReceiptKind};
+    use crate::Envelope;
 
     fn entry(i: u64) -> Entry {
         crate::receipt::entry(&ReceiptBody {

@@ -41,11 +41,13 @@ impl TilePath {
         let count = size
             .checked_shr(u32::from(HEIGHT) * u32::from(level))
             .unwrap_or(0);
-        let width = match index.checked_mul(WIDTH) {
-            Some(start) if start + WIDTH <= count => WIDTH,
-            Some(start) if start < count => count - start,
-            _ => return None,
-        };
+        // Checked: an index near 2^56 makes `start + WIDTH` wrap to a small number that
+        // every tree "covers" (issue 54, defect 9).
+        let start = index.checked_mul(WIDTH)?;
+        if start >= count {
+            return None;
+        }
+        let width = (count - start).min(WIDTH);
         Some(Self {
             kind,
             index,
@@ -235,6 +237,22 @@ mod tests {
         assert!(TilePath::in_tree(hashes(1), 0, 255).is_none());
         assert!(TilePath::in_tree(hashes(60), 0, u64::MAX).is_none());
         assert!(TilePath::in_tree(TileKind::Entries, u64::MAX, 10).is_none());
+        // Issue 54, defect 9: the last index whose start fits in a u64, at every level.
+        let last = (1u64 << 56) - 1;
+        for level in [0, 1, 30, 56, 63] {
+            assert!(
+                TilePath::in_tree(hashes(level), last, 10).is_none(),
+                "{level}"
+            );
+            assert!(TilePath::in_tree(hashes(level), last, u64::MAX).is_none() || level == 0);
+        }
+        assert!(TilePath::in_tree(TileKind::Entries, last, 10).is_none());
+        assert!(TilePath::in_tree(TileKind::Entries, last, u64::MAX - 300).is_none());
+        // A tree of u64::MAX entries holds that tile, partial (255 of 256).
+        assert_eq!(
+            TilePath::in_tree(TileKind::Entries, last, u64::MAX).map(|t| t.width),
+            Some(255)
+        );
     }
 
     #[test]

@@ -73,7 +73,7 @@ impl Envelope {
     pub fn entry(&self) -> Result<Vec<u8>, LogError> {
         let raw =
             serde_json::to_vec(&self.receipt).map_err(|e| LogError::Receipt(e.to_string()))?;
-        crate::canon::canonicalize(&raw, 64).map_err(|e| LogError::Receipt(e.to_string()))
+        palisade_core::canon::canonicalize(&raw, 64).map_err(|e| LogError::Receipt(e.to_string()))
     }
 
     /// Verifies the envelope under the log's key: the checkpoint's signature, then the entry's
@@ -98,8 +98,8 @@ impl Envelope {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::keys::KeyPair;
-    use crate::log::merkle::MemoryHashes;
+    use crate::merkle::MemoryHashes;
+    use palisade_core::keys::KeyPair;
 
     #[test]
     fn an_envelope_verifies_and_each_tampering_names_what_failed() {

@@ -101,6 +101,9 @@ codes! {
     ContractInput = "ERR_CONTRACT_INPUT", 422, "Request violates the input contract", Some(Structural);
     InverseNotStaged = "ERR_INVERSE_NOT_STAGED", 428, "Inverse payload not staged", Some(Lease);
     InverseDigest = "ERR_INVERSE_DIGEST", 403, "Inverse payload digest mismatch", Some(Lease);
+    /// SPEC §5.4: an inverse that does not undo the write it is staged for (another resource,
+    /// another tool), refused where it is staged and again at `compensate`.
+    InverseTarget = "ERR_INVERSE_TARGET", 422, "Inverse payload does not target the write it undoes", Some(Lease);
     StaleFenceEpoch = "ERR_STALE_FENCE_EPOCH", 409, "Stale fence epoch", Some(Fence);
     PreimageUnavailable = "ERR_PREIMAGE_UNAVAILABLE", 503, "Pre-image unavailable", Some(Fence);
     // SPEC §4.
@@ -129,6 +132,8 @@ codes! {
     ToolDrifted = "ERR_TOOL_DRIFTED", 409, "Tool definition drifted from its pin", Some(ToolDefinition);
     // SPEC §11.
     McpMethodMismatch = "ERR_MCP_METHOD_MISMATCH", 400, "Mcp-Method header disagrees with the JSON-RPC method", Some(Representation);
+    // SPEC §11: the transport's DNS-rebinding rule, an `Origin` not in `mcp.allowed_origins`.
+    OriginNotAllowed = "ERR_ORIGIN_NOT_ALLOWED", 403, "Origin not allowed on the MCP endpoint", Some(Identity);
     // Data plane, request form (SPEC §3, §4.3; docs/decisions.md "Canonical requests"): a
     // spelling the sidecar cannot decide on as the upstream will read it. Representation
     // drift: a write so spelled leaves an event.
@@ -148,6 +153,13 @@ codes! {
     TokenInQuery = "ERR_TOKEN_IN_QUERY", 400, "Access token in the query string", Some(Identity);
     // SPEC §9: a mutating admin call without the admin token. An operator's error, not drift.
     AdminUnauthorized = "ERR_ADMIN_UNAUTHORIZED", 401, "Admin credential required", None;
+    // SPEC §9: what a web page could send to the admin listener (a cross-site or foreign-origin
+    // request; a mutating one that is not JSON) is refused whether or not a credential is set.
+    AdminCrossSite = "ERR_ADMIN_CROSS_SITE", 403, "Cross-site admin request refused", None;
+    AdminMediaType = "ERR_ADMIN_MEDIA_TYPE", 415, "Admin request body must be application/json", None;
+    // SPEC §5.4, §9: the same approver twice on one held write (one name counts once). An
+    // operator's conflict, like ERR_ESCROW_NOT_HELD; not drift.
+    ApprovalRepeated = "ERR_APPROVAL_REPEATED", 409, "This approver has approved this write already", None;
     // SPEC §10: the fence store is part of enforcement, so its loss is fence drift.
     StoreUnavailable = "ERR_STORE_UNAVAILABLE", 503, "State store unavailable", Some(Fence);
     // Data plane (SPEC §3). Not drift: nothing violated a binding.
