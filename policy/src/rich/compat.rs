@@ -163,7 +163,7 @@ fn include(source: &Value, target: &Value, at: &str, assert_formats: bool, v: &m
         target,
         assert_formats,
     };
-    roots.include(source, target, at, v, 0, &mut Vec::new());
+    roots.include((source, target), at, v, 0, &mut Vec::new());
 }
 
 struct Roots<'a> {
@@ -201,10 +201,10 @@ fn num(s: &Map<String, Value>, k: &str) -> Option<f64> {
 }
 
 impl Roots<'_> {
+    /// Whether every instance the source schema `s` accepts, the target's `t` accepts too.
     fn include(
         &self,
-        s: &Value,
-        t: &Value,
+        (s, t): (&Value, &Value),
         at: &str,
         v: &mut Verdict,
         depth: usize,
@@ -351,8 +351,8 @@ impl Roots<'_> {
             number_bounds(sm, tm, at, v);
         }
         if has("string") {
-            self.bound(sm, tm, "minLength", true, at, v);
-            self.bound(sm, tm, "maxLength", false, at, v);
+            self.bound((sm, tm), "minLength", true, at, v);
+            self.bound((sm, tm), "maxLength", false, at, v);
             if let Some(p) = tm.get("pattern") {
                 if sm.get("pattern") != Some(p) {
                     v.add(
@@ -364,15 +364,15 @@ impl Roots<'_> {
             }
         }
         if has("array") {
-            self.bound(sm, tm, "minItems", true, at, v);
-            self.bound(sm, tm, "maxItems", false, at, v);
+            self.bound((sm, tm), "minItems", true, at, v);
+            self.bound((sm, tm), "maxItems", false, at, v);
             if let Some(ti) = tm.get("items") {
                 let si = sm.get("items").cloned().unwrap_or(Value::Bool(true));
-                self.include(&si, ti, &format!("{at}/items"), v, depth + 1, seen);
+                self.include((&si, ti), &format!("{at}/items"), v, depth + 1, seen);
             }
         }
         if has("object") {
-            self.objects(sm, tm, at, v, depth, seen);
+            self.objects((sm, tm), at, v, depth, seen);
         }
     }
 }

@@ -179,15 +179,12 @@ fn one(
         Protocol::Http => http_pair(c, at, src, tgt, problems),
     };
     let (s, t) = (&src.contract.digest, &tgt.contract.digest);
-    let request = connector(
-        c,
-        at,
-        (s, t),
-        Direction::Request,
-        inputs,
-        compiled,
-        problems,
-    );
+    let join = Join {
+        from: s,
+        to: t,
+        direction: Direction::Request,
+    };
+    let request = connector(c, at, join, inputs, compiled, problems);
     let response = response_connector(c, at, (s, t), inputs, compiled, problems)?;
     Some(Connection {
         id: id.to_owned(),
@@ -266,8 +263,12 @@ fn response_connector(
         None => Some(None),
         Some(Value::Object(r)) => {
             let at = format!("{at}/response");
-            let way = Direction::Response;
-            Some(connector(r, &at, (t, s), way, inputs, compiled, problems))
+            let join = Join {
+                from: t,
+                to: s,
+                direction: Direction::Response,
+            };
+            Some(connector(r, &at, join, inputs, compiled, problems))
         }
         Some(_) => {
             problems.push(Problem::new(format!("{at}/response"), "must be an object"));
@@ -276,16 +277,27 @@ fn response_connector(
     }
 }
 
+/// The contracts a connector must join (their digests), and which way it maps.
+struct Join<'a> {
+    from: &'a str,
+    to: &'a str,
+    direction: Direction,
+}
+
 /// The connector a reference names, checked against the contracts it must join.
 fn connector(
     r: &Map<String, Value>,
     at: &str,
-    (from, to): (&str, &str),
-    direction: Direction,
+    join: Join<'_>,
     inputs: &Inputs<'_>,
     compiled: &mut BTreeMap<String, Option<Arc<Connector>>>,
     problems: &mut Vec<Problem>,
 ) -> Option<Arc<Connector>> {
+    let Join {
+        from,
+        to,
+        direction,
+    } = join;
     let (file, bytes) = match pinned_file(r, "connectorDigest", "connector file", inputs) {
         Ok(f) => f,
         Err(why) => {

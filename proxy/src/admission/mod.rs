@@ -76,8 +76,7 @@ pub async fn gate(
     enf: &Enforcement,
     adm: &AdmissionState,
     presented: &Presented,
-    bundle: &Bundle,
-    cap: &Capability,
+    (bundle, cap): (&Bundle, &Capability),
     cx: &WriteContext,
 ) -> Result<Admission, Refused> {
     let call = Call {

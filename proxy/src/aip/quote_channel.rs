@@ -25,13 +25,12 @@ use palisade_policy::aip2;
 use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 use palisade_policy::{ErrorCode, Refusal};
 
-use crate::context::{AppState, Enforcement, Outcome, QuoteChannelState, WriteContext};
+use crate::context::{AppState, Call, Enforcement, Outcome, QuoteChannelState, WriteContext};
 use crate::enforce::forward::forward_plain;
 use crate::enforce::idempotency::{self, KeyTimes, Pending, Reservation};
 use crate::enforce::receipts;
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::client_addr::client_addr;
-use crate::net::conn::ConnInfo;
 use crate::net::headers::RECEIPT_HEADER;
 use crate::store::Attachments;
 
@@ -61,47 +60,46 @@ pub fn is_channel(state: &AppState, path: &str) -> bool {
 }
 
 pub async fn handle(
-    state: &AppState,
+    call: &Call<'_>,
     enf: &Enforcement,
     qc: &QuoteChannelState,
     parts: http::request::Parts,
     body: Incoming,
-    conn: &ConnInfo,
-    cx: WriteContext,
 ) -> (Response<ProxyBody>, Outcome) {
+    let (state, cx) = (&**call.state, &call.cx);
     let refused = |resp| (resp, Outcome::Refused);
     let Some(aip) = &state.config.aip2 else {
-        return refused(refuse(state, &cx, not_found()).await);
+        return refused(refuse(state, cx, not_found()).await);
     };
     let Some(rest) = parts.uri.path().strip_prefix(aip.quote_channel.as_str()) else {
         // Another letter case of the prefix.
-        return refused(refuse(state, &cx, not_found()).await);
+        return refused(refuse(state, cx, not_found()).await);
     };
     let mut segments = rest.trim_start_matches('/').split('/');
     let (Some(chain), Some(tx), None) = (segments.next(), segments.next(), segments.next()) else {
-        return refused(refuse(state, &cx, not_found()).await);
+        return refused(refuse(state, cx, not_found()).await);
     };
     if chain.is_empty() || tx.is_empty() {
-        return refused(refuse(state, &cx, not_found()).await);
+        return refused(refuse(state, cx, not_found()).await);
     }
     if parts.method != Method::POST {
         let r = Refusal::new(
             ErrorCode::MethodNotAllowed,
             "the quote channel accepts POST only",
         );
-        let mut resp = refuse(state, &cx, r).await;
+        let mut resp = refuse(state, cx, r).await;
         resp.headers_mut()
             .insert(header::ALLOW, HeaderValue::from_static("POST"));
         return refused(resp);
     }
 
     let client = client_addr(
-        conn.peer.ip(),
+        call.conn.peer.ip(),
         &parts.headers,
         &aip.trusted_proxies,
         aip.trusted_proxy_header,
     );
-    if let Some(resp) = over_rate(state, enf, &cx, &qc.rate, client, Members::QuoteChannel).await {
+    if let Some(resp) = over_rate(state, enf, cx, &qc.rate, client, Members::QuoteChannel).await {
         return refused(resp);
     }
 
@@ -113,17 +111,17 @@ pub async fn handle(
                 ErrorCode::BodyTooLarge,
                 "a quote-channel message is limited to 64 KiB",
             );
-            return refused(refuse(state, &cx, r).await);
+            return refused(refuse(state, cx, r).await);
         }
         Err(CollectError::Read(_)) => {
             let r = Refusal::new(ErrorCode::BadRequest, "request body could not be read");
-            return refused(refuse(state, &cx, r).await);
+            return refused(refuse(state, cx, r).await);
         }
     };
     let now_s = u64::try_from(enf.clock.now_ms() / 1000).unwrap_or(0);
     let checked = match aip2::check(&bytes, chain, tx, &qc.rules, now_s) {
         Ok(c) => c,
-        Err(r) => return refused(refuse(state, &cx, r).await),
+        Err(r) => return refused(refuse(state, cx, r).await),
     };
 
     // The nonce store: a scoped key, so it never meets an Idempotency-Key of a write.
@@ -141,7 +139,7 @@ pub async fn handle(
         let reservation =
             match idempotency::reserve(enf, key.clone(), fingerprint.clone(), times).await {
                 Ok(r) => r,
-                Err(r) => return refused(refuse(state, &cx, r).await),
+                Err(r) => return refused(refuse(state, cx, r).await),
             };
         match reservation {
             Reservation::Fresh(p) => break p,
@@ -151,9 +149,9 @@ pub async fn handle(
                 return (resp, Outcome::Forwarded);
             }
             Reservation::Running(Some(f)) if f != fingerprint => {
-                return refused(refuse(state, &cx, reused()).await);
+                return refused(refuse(state, cx, reused()).await);
             }
-            Reservation::Stored(_) => return refused(refuse(state, &cx, reused()).await),
+            Reservation::Stored(_) => return refused(refuse(state, cx, reused()).await),
             // The first copy is in flight: its reply is this one's.
             Reservation::Running(_) => {
                 if tokio::time::Instant::now() >= waited_until {
@@ -161,28 +159,28 @@ pub async fn handle(
                         ErrorCode::IdempotencyInFlight,
                         "the first copy of this message is still being delivered",
                     );
-                    return refused(refuse(state, &cx, r).await);
+                    return refused(refuse(state, cx, r).await);
                 }
                 tokio::time::sleep(POLL).await;
             }
         }
     };
     let req = http::Request::from_parts(parts, bytes);
-    deliver(state, enf, req, conn, &cx, pending, &checked).await
+    deliver(call, enf, req, pending, &checked).await
 }
 
 /// Forwards the first copy and stores its reply with a delivery receipt.
 async fn deliver(
-    state: &AppState,
+    call: &Call<'_>,
     enf: &Enforcement,
     req: http::Request<Bytes>,
-    conn: &ConnInfo,
-    cx: &WriteContext,
     pending: Pending,
     checked: &aip2::Checked,
 ) -> (Response<ProxyBody>, Outcome) {
+    let cx = &call.cx;
     let (parts, bytes) = req.into_parts();
-    let (resp, outcome) = forward_plain(state, parts, body::full(bytes), conn, cx, None).await;
+    let (resp, outcome) =
+        forward_plain(call.state, parts, body::full(bytes), call.conn, cx, None).await;
     if !matches!(outcome, Outcome::Forwarded) || resp.status().is_server_error() {
         // Not delivered (or the agent failed): the sender may send it again.
         pending.release().await;
@@ -199,12 +197,7 @@ async fn deliver(
                 "the agent's reply could not be read whole (limit 64 KiB)",
             );
             return (
-                crate::net::problem::Problem::from_refusal(
-                    &r,
-                    &uuid::Uuid::new_v4().to_string(),
-                    &cx.trace_id,
-                )
-                .into_response(),
+                crate::net::problem::Problem::of_refusal(&r, &cx.trace_id).into_response(),
                 Outcome::Error,
             );
         }

@@ -72,8 +72,7 @@ pub async fn over_rate(
         refuse(state, cx, r, members).await
     } else {
         state.metrics.refusal(r.code);
-        let request_id = uuid::Uuid::new_v4().to_string();
-        let mut p = crate::net::problem::Problem::from_refusal(&r, &request_id, &cx.trace_id);
+        let mut p = crate::net::problem::Problem::of_refusal(&r, &cx.trace_id);
         p.extensions
             .extend(members.of(&r).into_iter().map(|(k, v)| (k.to_owned(), v)));
         p.into_response()

@@ -26,10 +26,9 @@ use hyper::body::Incoming;
 use palisade_policy::aip2::{self, message, Channel};
 use palisade_policy::{ErrorCode, Refusal};
 
-use crate::context::{AppState, Enforcement, Outcome, WriteContext};
+use crate::context::{AppState, Call, Enforcement, Outcome};
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::client_addr::client_addr;
-use crate::net::conn::ConnInfo;
 use crate::store::{RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery};
 
 use super::refusal::{over_rate, refuse, Members};
@@ -53,13 +52,12 @@ enum Route {
 }
 
 pub async fn handle(
-    state: &AppState,
+    call: &Call<'_>,
     enf: &Enforcement,
     parts: http::request::Parts,
     body: Incoming,
-    conn: &ConnInfo,
-    cx: WriteContext,
 ) -> (Response<ProxyBody>, Outcome) {
+    let (state, cx) = (call.state, &call.cx);
     let refused = |resp| (resp, Outcome::Refused);
     let rest = parts.uri.path().strip_prefix(PREFIX).unwrap_or_default();
     let route = match rest.split('/').collect::<Vec<_>>().as_slice() {
@@ -70,7 +68,7 @@ pub async fn handle(
                 ErrorCode::NotFound,
                 "the relay serves /api/v1/negotiations/{txId}/messages and /api/v1/negotiations/inbox/{did}",
             );
-            return refused(refuse(state, &cx, r, Members::Relay).await);
+            return refused(refuse(state, cx, r, Members::Relay).await);
         }
     };
     let allowed = matches!(
@@ -82,7 +80,7 @@ pub async fn handle(
             ErrorCode::MethodNotAllowed,
             "the relay's message list takes GET and POST, an inbox GET",
         );
-        let mut resp = refuse(state, &cx, r, Members::Relay).await;
+        let mut resp = refuse(state, cx, r, Members::Relay).await;
         let allow = match route {
             Route::Messages(_) => "GET, POST",
             Route::Inbox(_) => "GET",
@@ -92,59 +90,76 @@ pub async fn handle(
         return refused(resp);
     }
     let result = match (route, parts.method == Method::POST) {
-        (Route::Messages(tx), true) => return post(state, enf, &parts, body, conn, &cx, &tx).await,
+        (Route::Messages(tx), true) => {
+            // The rate limit comes before the body is read.
+            if let Some(resp) = over_rate_post(call, enf, &parts).await {
+                return refused(resp);
+            }
+            post(call, enf, body, &tx).await
+        }
         (Route::Messages(tx), false) => list(enf, &parts, RelayTarget::Tx(tx)).await,
         (Route::Inbox(did), _) => list(enf, &parts, RelayTarget::Inbox(did)).await,
     };
     match result {
         Ok(resp) => (resp, Outcome::Forwarded),
-        Err(r) => refused(refuse(state, &cx, r, Members::Relay).await),
+        Err(r) => {
+            let full = r.code == ErrorCode::RelayFull;
+            let mut resp = refuse(state, cx, r, Members::Relay).await;
+            if full {
+                resp.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+            }
+            refused(resp)
+        }
     }
 }
 
-async fn post(
-    state: &AppState,
+/// The 429 of a client over the relay's rate, if it is.
+async fn over_rate_post(
+    call: &Call<'_>,
     enf: &Enforcement,
     parts: &http::request::Parts,
-    body: Incoming,
-    conn: &ConnInfo,
-    cx: &WriteContext,
-    tx: &str,
-) -> (Response<ProxyBody>, Outcome) {
-    let refused = |resp| (resp, Outcome::Refused);
-    let (Some(aip), Some(qc)) = (&state.config.aip2, &state.quote_channel) else {
-        let r = Refusal::new(ErrorCode::NotFound, "no relay is configured");
-        return refused(refuse(state, cx, r, Members::Relay).await);
-    };
+) -> Option<Response<ProxyBody>> {
+    let state = call.state;
+    let (aip, qc) = (state.config.aip2.as_ref()?, state.quote_channel.as_ref()?);
     let client = client_addr(
-        conn.peer.ip(),
+        call.conn.peer.ip(),
         &parts.headers,
         &aip.trusted_proxies,
         aip.trusted_proxy_header,
     );
-    if let Some(resp) = over_rate(state, enf, cx, &qc.relay_rate, client, Members::Relay).await {
-        return refused(resp);
-    }
+    over_rate(state, enf, &call.cx, &qc.relay_rate, client, Members::Relay).await
+}
+
+/// Checks and keeps a posted message.
+async fn post(
+    call: &Call<'_>,
+    enf: &Enforcement,
+    body: Incoming,
+    tx: &str,
+) -> Result<Response<ProxyBody>, Refusal> {
+    let state = call.state;
+    let (Some(aip), Some(qc)) = (&state.config.aip2, &state.quote_channel) else {
+        return Err(Refusal::new(ErrorCode::NotFound, "no relay is configured"));
+    };
     let bytes = match body::read_request_body(body, MAX_MESSAGE.min(state.config.max_body)).await {
         Ok(b) => b,
         Err(CollectError::TooLarge(_)) => {
-            let r = Refusal::new(
+            return Err(Refusal::new(
                 ErrorCode::BodyTooLarge,
                 "a relay message is limited to 64 KiB",
-            );
-            return refused(refuse(state, cx, r, Members::Relay).await);
+            ));
         }
         Err(CollectError::Read(_)) => {
-            let r = Refusal::new(ErrorCode::BadRequest, "request body could not be read");
-            return refused(refuse(state, cx, r, Members::Relay).await);
+            return Err(Refusal::new(
+                ErrorCode::BadRequest,
+                "request body could not be read",
+            ));
         }
     };
     let now_ms = enf.clock.now_ms();
     let now_s = u64::try_from(now_ms / 1000).unwrap_or(0);
-    let checked = match aip2::check_on(&bytes, Channel::Relay { tx }, &qc.rules, now_s) {
-        Ok(c) => c,
-        Err(r) => return refused(refuse(state, cx, r, Members::Relay).await),
-    };
+    let checked = aip2::check_on(&bytes, Channel::Relay { tx }, &qc.rules, now_s)?;
     let ttl_ms = i64::try_from(aip.relay_ttl.as_millis()).unwrap_or(i64::MAX);
     let message = RelayMessage {
         tx_id: checked.tx_id.clone(),
@@ -158,17 +173,13 @@ async fn post(
         per_tx: aip.relay_max_per_tx,
         total: aip.relay_max_messages,
     };
-    let posted = match enf.store.relay_post(message, limits).await {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::warn!(error = %e, "relay message not stored");
-            let r = Refusal::new(
-                ErrorCode::StoreUnavailable,
-                "the relay's store is unavailable",
-            );
-            return refused(refuse(state, cx, r, Members::Relay).await);
-        }
-    };
+    let posted = enf.store.relay_post(message, limits).await.map_err(|e| {
+        tracing::warn!(error = %e, "relay message not stored");
+        Refusal::new(
+            ErrorCode::StoreUnavailable,
+            "the relay's store is unavailable",
+        )
+    })?;
     let (status, body) = match posted {
         RelayPosted::Stored { cursor } => (
             StatusCode::CREATED,
@@ -179,24 +190,20 @@ async fn post(
             serde_json::json!({"ok": true, "duplicate": true, "cursor": cursor.to_string()}),
         ),
         RelayPosted::TxFull => {
-            let r = Refusal::new(
+            return Err(Refusal::new(
                 ErrorCode::RelayTxFull,
                 "per-tx message cap reached (aip2.relay_max_per_tx)",
-            );
-            return refused(refuse(state, cx, r, Members::Relay).await);
+            ));
         }
+        // Answered with Retry-After: 60 (`handle`).
         RelayPosted::Full => {
-            let r = Refusal::new(
+            return Err(Refusal::new(
                 ErrorCode::RelayFull,
                 "the relay holds aip2.relay_max_messages messages; try again after some expire",
-            );
-            let mut resp = refuse(state, cx, r, Members::Relay).await;
-            resp.headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
-            return refused(resp);
+            ));
         }
     };
-    (body::json_response(status, &body), Outcome::Forwarded)
+    Ok(body::json_response(status, &body))
 }
 
 enum RelayTarget {

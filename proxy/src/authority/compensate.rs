@@ -8,7 +8,6 @@ use serde_json::{json, Value};
 
 use crate::context::AppState;
 use crate::context::Enforcement;
-use crate::enforce::checks;
 use crate::enforce::identity;
 use crate::enforce::permit::Denied;
 use crate::enforce::stop::Keys;
@@ -16,6 +15,7 @@ use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
 use crate::net::headers;
 use crate::store::LeaseState;
+use crate::store::StoreError;
 
 use super::lease_record::{bad, caller_record};
 
@@ -61,7 +61,7 @@ pub(super) async fn compensate(
                 .store
                 .inverse(lease_id)
                 .await
-                .map_err(checks::store_refusal)?
+                .map_err(StoreError::into_refusal)?
                 .ok_or_else(|| {
                     Refusal::new(
                         ErrorCode::InverseNotStaged,
@@ -86,7 +86,7 @@ pub(super) async fn compensate(
                 .store
                 .snapshot(lease_id)
                 .await
-                .map_err(checks::store_refusal)?
+                .map_err(StoreError::into_refusal)?
                 .and_then(|b| serde_json::from_slice(&b).ok())
                 .ok_or_else(|| bad("no snapshot was kept for this lease (pre_image = \"off\"?)"))?;
             if snap["absent"] == true {
@@ -133,12 +133,12 @@ pub(super) async fn compensate(
         .store
         .lock(&inv_resource)
         .await
-        .map_err(checks::store_refusal)?;
+        .map_err(StoreError::into_refusal)?;
     let epoch = match enf
         .store
         .begin_compensation(lease_id.to_owned(), inv_resource.clone())
         .await
-        .map_err(checks::store_refusal)?
+        .map_err(StoreError::into_refusal)?
     {
         crate::store::Compensation::Started { epoch } => epoch,
         crate::store::Compensation::AlreadyCompensated => {
@@ -210,7 +210,7 @@ pub(super) async fn compensate(
         .store
         .append_receipt(body)
         .await
-        .map_err(checks::store_refusal)?;
+        .map_err(StoreError::into_refusal)?;
     let status = if upstream_status < 400 && !tool_failed {
         StatusCode::OK
     } else {

@@ -8,12 +8,12 @@ use serde_json::{json, Value};
 
 use crate::context::AppState;
 use crate::context::Enforcement;
-use crate::enforce::checks;
 use crate::enforce::facts;
 use crate::enforce::identity;
 use crate::enforce::preimage;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
+use crate::store::StoreError;
 use crate::store::{LeaseRecord, LeaseState};
 
 use super::lease_record::{bad, PREFIX};
@@ -149,7 +149,7 @@ pub async fn issue(
         .store
         .epoch(resource)
         .await
-        .map_err(checks::store_refusal)?;
+        .map_err(StoreError::into_refusal)?;
     let fetched = if config.pre_image_fetch {
         let identity = identity::for_route(state, &Method::GET, path);
         let state = preimage::fetch_state(
@@ -207,7 +207,7 @@ pub async fn issue(
     enf.store
         .stage(lease_id.clone(), Some(record), Some(inverse.jcs))
         .await
-        .map_err(checks::store_refusal)?;
+        .map_err(StoreError::into_refusal)?;
     Ok((signed, lease_id))
 }
 
@@ -282,7 +282,7 @@ pub(super) async fn stage_inverse(
         .store
         .lease_record(lease_id)
         .await
-        .map_err(checks::store_refusal)?
+        .map_err(StoreError::into_refusal)?
     {
         if let Some(path) = record_path(&record) {
             check_target(state, &inverse, &path, None)?;
@@ -292,7 +292,7 @@ pub(super) async fn stage_inverse(
     enf.store
         .stage(lease_id.to_owned(), None, Some(inverse.jcs))
         .await
-        .map_err(checks::store_refusal)?;
+        .map_err(StoreError::into_refusal)?;
     Ok(body::json_response(
         StatusCode::CREATED,
         &json!({"lease_id": lease_id, "inverse_payload_jcs_hash": digest}),

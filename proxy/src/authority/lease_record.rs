@@ -4,9 +4,9 @@
 use palisade_policy::{ErrorCode, Refusal};
 
 use crate::store::LeaseRecord;
+use crate::store::StoreError;
 
 use crate::context::Enforcement;
-use crate::enforce::checks;
 use crate::net::conn::ConnInfo;
 
 /// Where the lease endpoints live on the data plane (SPEC §5.7).
@@ -28,7 +28,7 @@ pub(super) async fn caller_record(
         .store
         .lease_record(lease_id)
         .await
-        .map_err(checks::store_refusal)?
+        .map_err(StoreError::into_refusal)?
         .ok_or_else(|| {
             Refusal::new(
                 ErrorCode::NotFound,

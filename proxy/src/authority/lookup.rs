@@ -6,9 +6,9 @@ use palisade_policy::Refusal;
 use serde_json::{json, Value};
 
 use crate::context::Enforcement;
-use crate::enforce::checks;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
+use crate::store::StoreError;
 use crate::store::{log_read, LeaseReceipt, LeaseState};
 use palisade_policy::log::merkle;
 
@@ -31,7 +31,7 @@ pub(super) async fn lookup(
         .store
         .lease_receipts(lease_id)
         .await
-        .map_err(checks::store_refusal)?;
+        .map_err(StoreError::into_refusal)?;
     let receipts = envelopes(enf, kept).await?;
     Ok(body::json_response(
         StatusCode::OK,
@@ -53,7 +53,11 @@ async fn envelopes(enf: &Enforcement, kept: Vec<LeaseReceipt>) -> Result<Vec<Val
     if kept.is_empty() {
         return Ok(Vec::new());
     }
-    let head = enf.store.log_head().await.map_err(checks::store_refusal)?;
+    let head = enf
+        .store
+        .log_head()
+        .await
+        .map_err(StoreError::into_refusal)?;
     let proven: Vec<u64> = kept
         .iter()
         .filter_map(|r| r.index.filter(|i| *i < head.size))
@@ -65,7 +69,7 @@ async fn envelopes(enf: &Enforcement, kept: Vec<LeaseReceipt>) -> Result<Vec<Val
             .collect::<Result<Vec<_>, _>>()
     })
     .await
-    .map_err(checks::store_refusal)?
+    .map_err(StoreError::into_refusal)?
     .unwrap_or_else(|e| {
         tracing::error!(error = %e, "no inclusion proofs for a lease's receipts");
         Vec::new()

@@ -30,8 +30,8 @@ use hyper::body::Incoming;
 use palisade_policy::{ErrorCode, Refusal};
 
 use crate::context::AppState;
+use crate::context::Call;
 use crate::context::Enforcement;
-use crate::context::WriteContext;
 use crate::enforce::permit::Denied;
 use crate::enforce::receipts;
 use crate::net::body::{self, ProxyBody};
@@ -58,13 +58,12 @@ pub async fn compensate_lease(
 }
 
 pub async fn handle(
-    state: &AppState,
+    call: &Call<'_>,
     enf: &Enforcement,
     parts: http::request::Parts,
     body: Incoming,
-    conn: &ConnInfo,
-    cx: &WriteContext,
 ) -> Response<ProxyBody> {
+    let (state, conn, cx) = (&**call.state, &**call.conn, &call.cx);
     let path = parts.uri.path().to_owned();
     let rest = &path[PREFIX.len()..];
     let result: Result<_, Denied> = match (&parts.method, rest) {

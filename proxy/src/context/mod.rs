@@ -8,10 +8,12 @@
 //! - [`Enforcement`]: the handles write enforcement needs (key, trust, store, locks, clock,
 //!   drift sink), built once at start;
 //! - [`WriteContext`] and [`Binding`]: what one request is decided by and named as;
+//! - [`Call`]: one routed request as its stage holds it (state, connection, context);
 //! - `locks`: in-memory tables shared by the requests of one process.
 
 mod admission;
 mod app;
+mod call;
 mod cosigned;
 mod enforcement;
 mod freezes;
@@ -22,6 +24,7 @@ mod signatures;
 
 pub use admission::{load_keys, AdmissionState, Admitted};
 pub use app::{AppState, QuoteChannelState};
+pub use call::Call;
 pub use cosigned::Cosigned;
 pub use enforcement::Enforcement;
 pub use freezes::{Freezes, POLL as FREEZE_POLL};

@@ -157,11 +157,9 @@ pub(super) fn authorized(token_file: &Path, headers: &HeaderMap) -> Option<Strin
 }
 
 pub(super) fn refused() -> Response<ProxyBody> {
-    let mut resp = Problem::new(
+    let mut resp = Problem::untraced(
         ErrorCode::AdminUnauthorized,
         "this admin endpoint needs Authorization: Bearer <admin token> or an allowed client certificate",
-        &uuid::Uuid::new_v4().to_string(),
-        &uuid::Uuid::new_v4().simple().to_string(),
     )
     .into_response();
     resp.headers_mut().insert(

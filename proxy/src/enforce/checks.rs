@@ -29,6 +29,15 @@ use crate::enforce::stop::Keys;
 use crate::net::upstream::Upstream;
 use crate::store::{Advance, LeaseRecord, LeaseState, ResourceGuard, StoreError, WriteIntent};
 
+/// What the checks read beside the write: the configuration, enforcement's handles (store,
+/// keys, clock) and the upstream the pre-image is fetched from.
+#[derive(Clone, Copy)]
+pub(crate) struct Handles<'a> {
+    pub config: &'a Config,
+    pub enf: &'a Enforcement,
+    pub upstream: &'a Upstream,
+}
+
 /// Where in its life a write is checked, and its keys (SPEC §14).
 pub(crate) struct Stage<'a> {
     pub releasing: bool,
@@ -38,14 +47,17 @@ pub(crate) struct Stage<'a> {
 /// Runs checks in SPEC order; `Ok` means the write may go on as its [`Permit::disposition`]
 /// says. `stage.releasing`: an escrowed write being released (forwarded, not held again).
 pub(crate) async fn check(
-    config: &Config,
-    enf: &Enforcement,
-    upstream: &Upstream,
+    h: Handles<'_>,
     facts: WriteFacts<'_>,
     who: &Requester,
     binding: Binding<'_>,
     stage: Stage<'_>,
 ) -> Result<Permit, Denied> {
+    let Handles {
+        config,
+        enf,
+        upstream,
+    } = h;
     let Stage { releasing, keys } = stage;
     // SPEC §4.2: without a lockfile every write is unbound.
     if binding.capability().is_none() && config.unbound_writes == UnboundWrites::Deny {
@@ -56,7 +68,7 @@ pub(crate) async fn check(
         .into());
     }
     if let Some(grant) = &facts.granted {
-        return granted(config, enf, upstream, &facts, grant, binding, keys).await;
+        return granted(h, &facts, grant, binding, keys).await;
     }
     // Check 1.
     let carried = facts.lease.as_ref().ok_or_else(|| {
@@ -119,7 +131,7 @@ pub(crate) async fn check(
             .store
             .inverse(&l.lease_id)
             .await
-            .map_err(store_refusal)?
+            .map_err(StoreError::into_refusal)?
         {
             Some(bytes) => Some(inverse::parse(&bytes, config.max_json_depth)?),
             None => None,
@@ -142,7 +154,7 @@ pub(crate) async fn check(
         .store
         .lock_and_epoch(&resource)
         .await
-        .map_err(store_refusal)?;
+        .map_err(StoreError::into_refusal)?;
     let at_epoch = |refusal| Denied {
         current_epoch: Some(current),
         ..Denied::from(refusal)
@@ -287,7 +299,7 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
         Ok(a) => a,
         Err(e) => {
             refund().await;
-            return Err(store_refusal(e).into());
+            return Err(e.into_refusal().into());
         }
     };
     match advanced {
@@ -297,7 +309,7 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
         Advance::Advanced => {
             if let Err(e) = confirmed {
                 refund().await;
-                return Err(store_refusal(e).into());
+                return Err(e.into_refusal().into());
             }
         }
         Advance::Stale { current } => {
@@ -330,14 +342,17 @@ async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied
 /// sidecar's key, and the write goes on as any permitted one. Checks 1–8 and 10–12 are the
 /// grant's own making: there is no lease to verify, and the pre-image it names is the one read.
 async fn granted(
-    config: &Config,
-    enf: &Enforcement,
-    upstream: &Upstream,
+    h: Handles<'_>,
     facts: &WriteFacts<'_>,
     g: &InProcessGrant,
     binding: Binding<'_>,
     keys: &Keys,
 ) -> Result<Permit, Denied> {
+    let Handles {
+        config,
+        enf,
+        upstream,
+    } = h;
     let target = facts.target.clone().ok_or_else(|| {
         Refusal::new(
             ErrorCode::TargetMismatch,
@@ -354,7 +369,7 @@ async fn granted(
         .store
         .lock_and_epoch(&resource)
         .await
-        .map_err(store_refusal)?;
+        .map_err(StoreError::into_refusal)?;
     let pre_image = if let (true, Some(headers)) = (config.pre_image_fetch, facts.headers) {
         let identity = binding
             .capability()
@@ -432,9 +447,4 @@ fn check_contract(
     let none = http::HeaderMap::new();
     let headers = crate::net::headers::values(facts.headers.unwrap_or(&none));
     palisade_policy::rich::check_parameters(cap, path, query, &headers)
-}
-
-/// See [`StoreError::into_refusal`].
-pub(crate) fn store_refusal(e: StoreError) -> Refusal {
-    e.into_refusal()
 }

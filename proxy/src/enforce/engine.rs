@@ -168,9 +168,11 @@ pub(crate) async fn run<L: Leg>(
         }
     };
     let checked = checks::check(
-        &state.config,
-        enf,
-        &state.upstream,
+        checks::Handles {
+            config: &state.config,
+            enf,
+            upstream: &state.upstream,
+        },
         facts,
         &who,
         binding,
@@ -212,10 +214,9 @@ pub(crate) async fn run<L: Leg>(
         Ok(w) => w,
         Err(e) => {
             tracing::error!(error = %e, "write task failed");
-            let p = Problem::new(
+            let p = Problem::answer(
                 ErrorCode::Internal,
                 "the write could not be completed",
-                &uuid::Uuid::new_v4().to_string(),
                 &trace_id,
             );
             Written::plain(failure.render(&p), Outcome::Error)
@@ -252,9 +253,11 @@ pub(crate) async fn release<L: Leg>(
         return leg.refuse(state, denied, &cx, &parts, &body).await;
     }
     let checked = checks::check(
-        &state.config,
-        enf,
-        &state.upstream,
+        checks::Handles {
+            config: &state.config,
+            enf,
+            upstream: &state.upstream,
+        },
         facts,
         who,
         binding,

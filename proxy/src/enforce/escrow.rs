@@ -48,13 +48,7 @@ pub const PREFIX: &str = "/.well-known/ptcl/v1/escrow";
 pub(crate) const LIST_SCAN: usize = 10_000;
 
 pub(crate) fn problem(code: ErrorCode, detail: &str) -> Response<ProxyBody> {
-    Problem::new(
-        code,
-        detail,
-        &uuid::Uuid::new_v4().to_string(),
-        &uuid::Uuid::new_v4().simple().to_string(),
-    )
-    .into_response()
+    Problem::untraced(code, detail).into_response()
 }
 
 /// What an escrow looks like from outside: no request, no caller.

@@ -26,10 +26,8 @@ pub(crate) async fn forward_plain(
     fenced_read: Option<String>,
 ) -> (Response<ProxyBody>, Outcome) {
     let trace_id = &*cx.trace_id;
-    let problem = |code: ErrorCode, detail: &str| {
-        let request_id = uuid::Uuid::new_v4().to_string();
-        Problem::new(code, detail, &request_id, trace_id).into_response()
-    };
+    let problem =
+        |code: ErrorCode, detail: &str| Problem::answer(code, detail, trace_id).into_response();
     let bound = conn.bound_for(parts.version);
     let upstream_req = match build_upstream_request(&state.upstream, parts, body, conn, None) {
         Ok(r) => r,

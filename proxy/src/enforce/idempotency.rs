@@ -29,10 +29,10 @@ use palisade_policy::{ErrorCode, Refusal};
 use serde_json::Value;
 
 use crate::context::Enforcement;
-use crate::enforce::checks;
 use crate::enforce::receipts;
 use crate::net::body::{self, ProxyBody};
 use crate::net::headers;
+use crate::store::StoreError;
 use crate::store::{IdempotencyRecord, KeyState, Store, StoredOutcome};
 
 pub const KEY_HEADER: &str = "idempotency-key";
@@ -207,7 +207,7 @@ pub async fn begin(
             now.saturating_add(times.hold_ms),
         )
         .await
-        .map_err(checks::store_refusal)?;
+        .map_err(StoreError::into_refusal)?;
     match state {
         KeyState::Reserved => Ok(Some(Begin::Fresh(Pending {
             key,
@@ -291,7 +291,7 @@ pub async fn reserve(
             now.saturating_add(times.hold_ms),
         )
         .await
-        .map_err(checks::store_refusal)?;
+        .map_err(StoreError::into_refusal)?;
     Ok(match state {
         KeyState::Reserved => Reservation::Fresh(Pending {
             key,

@@ -50,12 +50,7 @@ pub(crate) fn copy_head(parts: &http::request::Parts) -> Option<http::request::P
 }
 
 fn problem(code: ErrorCode, detail: &str, cx: &WriteContext) -> Problem {
-    Problem::new(
-        code,
-        detail,
-        &uuid::Uuid::new_v4().to_string(),
-        &cx.trace_id,
-    )
+    Problem::answer(code, detail, &cx.trace_id)
 }
 
 /// Applies `cap`'s output contract to `resp`. `retry` is `None` when the request cannot be
@@ -232,7 +227,7 @@ pub(crate) async fn blocked_problem(
     refusal: &Refusal,
     cx: &WriteContext,
 ) -> Problem {
-    let mut p = Problem::from_refusal(refusal, &uuid::Uuid::new_v4().to_string(), &cx.trace_id);
+    let mut p = Problem::of_refusal(refusal, &cx.trace_id);
     if let Some(enf) = &state.enforcement {
         let body = ReceiptBody {
             method: Some(cx.method.to_string()),

@@ -34,6 +34,14 @@ pub(crate) struct Sent {
     pub note: Option<&'static str>,
 }
 
+/// What a permitted write's commit stores: its permit, what is kept with the receipt, and
+/// what the receipt must say that the answer's status cannot.
+pub(crate) struct Settle<'n> {
+    pub permit: Permit,
+    pub keep: Keep,
+    pub note: Option<&'n str>,
+}
+
 /// Sends a permitted write to the SoR (a dry run to the shadow, or nowhere), then commits:
 /// the receipt and what `keep` asks to store with it. The upstream's failure is the write's
 /// outcome too: its epoch stays advanced (the write may have landed) and its receipt says
@@ -78,7 +86,10 @@ pub(crate) async fn forward(
                 note: None,
             }
         }
-        Some(upstream) => send(state, upstream, &permit, parts, bytes, conn, cx).await,
+        Some(upstream) => {
+            let req = http::Request::from_parts(parts, bytes);
+            send(state, upstream, &permit, req, conn, cx).await
+        }
     };
     // The write has happened; an answer that breaks the output contract is still not passed
     // on (no fallback: a write is not sent twice).
@@ -88,7 +99,8 @@ pub(crate) async fn forward(
         }
         _ => resp,
     };
-    let (resp, receipt) = settle(state, enf, permit, cx, note, resp, keep).await;
+    let what = Settle { permit, keep, note };
+    let (resp, receipt) = settle(state, enf, cx, what, resp).await;
     Written::with_receipt(resp, outcome, receipt)
 }
 
@@ -98,19 +110,12 @@ pub(crate) async fn send(
     state: &AppState,
     upstream: &crate::net::upstream::Upstream,
     permit: &Permit,
-    parts: http::request::Parts,
-    bytes: Bytes,
+    req: http::Request<Bytes>,
     conn: &ConnInfo,
     cx: &WriteContext,
 ) -> Sent {
-    let problem = |code: ErrorCode, detail: &str| {
-        Problem::new(
-            code,
-            detail,
-            &uuid::Uuid::new_v4().to_string(),
-            &cx.trace_id,
-        )
-    };
+    let (parts, bytes) = req.into_parts();
+    let problem = |code: ErrorCode, detail: &str| Problem::answer(code, detail, &cx.trace_id);
     let failed = |p: Problem, note| Sent {
         resp: p.into_response(),
         outcome: Outcome::Error,
@@ -157,8 +162,7 @@ pub(crate) async fn send(
             // moved; the commit receipt says the write was not sent.
             tracing::warn!(error = %m, trace_id = %cx.trace_id, "upstream identity refused");
             let refusal = identity::report(state, cx, &m);
-            let p =
-                Problem::from_refusal(&refusal, &uuid::Uuid::new_v4().to_string(), &cx.trace_id);
+            let p = Problem::of_refusal(&refusal, &cx.trace_id);
             failed(p, Some("not-sent"))
         }
         Err(e) => {
@@ -183,21 +187,13 @@ pub(crate) async fn send(
 pub(crate) async fn settle(
     state: &AppState,
     enf: &Enforcement,
-    permit: Permit,
     cx: &WriteContext,
-    note: Option<&str>,
+    what: Settle<'_>,
     mut resp: Response<ProxyBody>,
-    keep: Keep,
 ) -> (Response<ProxyBody>, Option<Value>) {
+    let Settle { permit, keep, note } = what;
     let buffer = !matches!(keep, Keep::Nothing);
-    let problem = |code: ErrorCode, detail: &str| {
-        Problem::new(
-            code,
-            detail,
-            &uuid::Uuid::new_v4().to_string(),
-            &cx.trace_id,
-        )
-    };
+    let problem = |code: ErrorCode, detail: &str| Problem::answer(code, detail, &cx.trace_id);
     let mut buffered = Bytes::new();
     if buffer {
         let (rparts, rbody) = resp.into_parts();

@@ -38,7 +38,7 @@ pub(super) async fn tool_call(
     if !admission::required(adm, cap) {
         return Ok(());
     }
-    let admitted = admission::gate(state, enf, adm, presented, bundle, cap, cx).await?;
+    let admitted = admission::gate(state, enf, adm, presented, (bundle, cap), cx).await?;
     let named = Call {
         binding_id: &bundle.binding_id,
         operation: &cap.operation,

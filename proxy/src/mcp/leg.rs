@@ -129,8 +129,11 @@ impl Leg for McpLeg {
         _parts: &http::request::Parts,
         _body: &[u8],
     ) -> Written {
-        let lease = self.call.lease.as_deref();
-        let r = super::refusal::record(state, cx, denied, lease, &self.call.args).await;
+        let carried = super::refusal::Carried {
+            lease: self.call.lease.as_deref(),
+            body: &self.call.args,
+        };
+        let r = super::refusal::record(state, cx, denied, carried).await;
         Written::refused_rpc(r, self.id.clone())
     }
 
@@ -173,16 +176,8 @@ impl Leg for McpLeg {
         parts.headers.remove(header::CONTENT_LENGTH);
         parts.headers.remove(idempotency::KEY_HEADER);
         let forwarded = call::without_ptcl(self.msg);
-        let sent = send::send(
-            &state,
-            upstream,
-            &commit.permit,
-            parts,
-            forwarded,
-            &conn,
-            &cx,
-        )
-        .await;
+        let req = http::Request::from_parts(parts, forwarded);
+        let sent = send::send(&state, upstream, &commit.permit, req, &conn, &cx).await;
         let outcome = sent.outcome;
         let resp = relay::relay(&state, &cx, rule, self.id, sent, Some(commit)).await;
         // Committed by the relay when the answer arrives: its receipt is in the answer.

@@ -16,8 +16,6 @@
 //! Replies, JSON or SSE, stream back event by event. A refusal is a JSON-RPC error with the
 //! request's id and the problem object as `data` (SPEC §6), so an MCP client can read it.
 
-use std::sync::Arc;
-
 use bytes::Bytes;
 use http::{header, Method, Response, StatusCode};
 use palisade_policy::rich::SideEffect;
@@ -27,15 +25,14 @@ use serde_json::Value;
 use crate::admission::Presented;
 use crate::context::AppState;
 use crate::context::Binding;
+use crate::context::Call;
 use crate::context::Outcome;
 use crate::context::Routed;
-use crate::context::WriteContext;
 use crate::enforce::engine;
 use crate::enforce::forward::forward_plain;
 use crate::enforce::permit::Denied;
 use crate::enforce::send;
 use crate::net::body::{self, CollectError, ProxyBody};
-use crate::net::conn::ConnInfo;
 use crate::net::jsonrpc::rpc_error;
 use crate::net::problem::Problem;
 
@@ -52,36 +49,27 @@ pub mod results;
 pub mod sse;
 pub mod wire;
 
-use refusal::refuse;
+use refusal::{refuse, Carried, Reply};
 use wire::{header_mismatch, method_of};
 pub use wire::{METHOD_HEADER, NAME_HEADER, PROTOCOL_HEADER};
 
 /// A request to `mcp.path`.
 pub(crate) async fn handle(
-    state: &Arc<AppState>,
-    conn: &Arc<ConnInfo>,
+    call: Call<'_>,
     parts: http::request::Parts,
     body: hyper::body::Incoming,
-    cx: WriteContext,
     presented: Option<&Presented>,
 ) -> (Response<ProxyBody>, Outcome) {
+    let (state, conn, cx) = (call.state, call.conn, &call.cx);
     if let Some(refusal) = origin_refused(&state.config, &parts.headers) {
         // The transport's DNS-rebinding rule (SPEC §11): 403, the body a JSON-RPC error
         // with no id, as the MCP transport says.
-        return refuse(
-            state,
-            &cx,
-            refusal.into(),
-            None,
-            b"",
-            Value::Null,
-            StatusCode::FORBIDDEN,
-        )
-        .await;
+        let reply = Reply::transport(StatusCode::FORBIDDEN);
+        return refuse(state, cx, refusal.into(), Carried::default(), reply).await;
     }
     if parts.method != Method::POST {
         // GET streams and the session DELETE carry no JSON-RPC request to check.
-        return forward_plain(state, parts, body::boxed(body), conn, &cx, None).await;
+        return forward_plain(state, parts, body::boxed(body), conn, cx, None).await;
     }
     // A body that is too large or cannot be read is refused through the one refusal path,
     // counted and receipted like its HTTP twin (SPEC §5.5; issue 55's first defect).
@@ -101,8 +89,8 @@ pub(crate) async fn handle(
                     StatusCode::BAD_REQUEST,
                 ),
             };
-            let denied = refusal.into();
-            return refuse(state, &cx, denied, None, b"", Value::Null, status).await;
+            let (carried, reply) = (Carried::default(), Reply::transport(status));
+            return refuse(state, cx, refusal.into(), carried, reply).await;
         }
     };
     // What we check must be what the server reads: a body our strict parser refuses
@@ -114,16 +102,8 @@ pub(crate) async fn handle(
                 ErrorCode::BadRequest,
                 "the body is not a single well-formed I-JSON document",
             );
-            return refuse(
-                state,
-                &cx,
-                refusal.into(),
-                None,
-                &bytes,
-                Value::Null,
-                StatusCode::BAD_REQUEST,
-            )
-            .await;
+            let reply = Reply::transport(StatusCode::BAD_REQUEST);
+            return refuse(state, cx, refusal.into(), Carried::body(&bytes), reply).await;
         }
     };
     if let Value::Array(batch) = &msg {
@@ -133,38 +113,33 @@ pub(crate) async fn handle(
                 ErrorCode::BadRequest,
                 "a tools/call must be sent alone, not in a JSON-RPC batch",
             );
-            return refuse(
-                state,
-                &cx,
-                refusal.into(),
-                None,
-                &bytes,
-                Value::Null,
-                StatusCode::BAD_REQUEST,
-            )
-            .await;
+            let reply = Reply::transport(StatusCode::BAD_REQUEST);
+            return refuse(state, cx, refusal.into(), Carried::body(&bytes), reply).await;
         }
-        return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+        return forward_plain(state, parts, body::full(bytes), conn, cx, None).await;
     }
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     if let Some(refusal) = header_mismatch(&parts.headers, &msg) {
-        return refuse(
-            state,
-            &cx,
-            refusal.into(),
-            None,
-            &bytes,
+        let reply = Reply {
             id,
-            StatusCode::BAD_REQUEST,
-        )
-        .await;
+            status: StatusCode::BAD_REQUEST,
+        };
+        return refuse(state, cx, refusal.into(), Carried::body(&bytes), reply).await;
     }
-    match method_of(&msg) {
-        Some("tools/call") => {}
-        Some("tools/list") => return list(state, conn, parts, bytes, cx, presented, id).await,
-        _ => return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await,
+    let rpc = Rpc { bytes, msg, id };
+    match method_of(&rpc.msg) {
+        Some("tools/call") => tool_call(call, parts, rpc, presented).await,
+        Some("tools/list") => list(call, parts, rpc, presented).await,
+        _ => forward_plain(state, parts, body::full(rpc.bytes), conn, cx, None).await,
     }
-    tool_call(state, conn, parts, bytes, msg, cx, presented).await
+}
+
+/// A JSON-RPC request as read once: its bytes (what the server receives unless a stage
+/// re-encodes it), the parsed message every check reads, and its `id`.
+struct Rpc {
+    bytes: Bytes,
+    msg: Value,
+    id: Value,
 }
 
 /// A request to `mcp.path` whose `Origin` is not in `mcp.allowed_origins` (SPEC §11): a page
@@ -190,18 +165,21 @@ fn origin_refused(config: &crate::config::Config, headers: &http::HeaderMap) -> 
 
 /// A `tools/call`: bound by tool name, enforced like an HTTP write when it writes.
 async fn tool_call(
-    state: &Arc<AppState>,
-    conn: &Arc<ConnInfo>,
+    rq: Call<'_>,
     mut parts: http::request::Parts,
-    bytes: Bytes,
-    msg: Value,
-    mut cx: WriteContext,
+    rpc: Rpc,
     presented: Option<&Presented>,
 ) -> (Response<ProxyBody>, Outcome) {
-    let id = msg.get("id").cloned().unwrap_or(Value::Null);
+    let Call {
+        state,
+        conn,
+        mut cx,
+    } = rq;
+    let Rpc { bytes, msg, id } = rpc;
     let Some(call) = call::ToolCall::of(&msg) else {
         let refusal = Refusal::new(ErrorCode::BadRequest, "tools/call needs params.name");
-        return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK).await;
+        let carried = Carried::body(&bytes);
+        return refuse(state, &cx, refusal.into(), carried, Reply::to(id)).await;
     };
     cx.operation = format!("tools/call {}", call.name);
     let bundle = state.bundle.load_full();
@@ -209,7 +187,8 @@ async fn tool_call(
     let binding = routed.binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
     if let Some(refusal) = pin_drifted(state, bundle.as_deref(), &binding, &call.name) {
-        return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK).await;
+        let carried = Carried::body(&bytes);
+        return refuse(state, &cx, refusal.into(), carried, Reply::to(id)).await;
     }
     // RICH admission (SPEC §13): the tool, its contract digest and the granted bound over
     // its arguments, before anything else is looked at.
@@ -228,8 +207,8 @@ async fn tool_call(
                 let Some(mapped_call) = call::ToolCall::of(&m.msg) else {
                     let refusal =
                         Refusal::new(ErrorCode::Internal, "the mapped call names no tool");
-                    return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK)
-                        .await;
+                    let carried = Carried::body(&bytes);
+                    return refuse(state, &cx, refusal.into(), carried, Reply::to(id)).await;
                 };
                 (msg, bytes, call, routed, back) =
                     (m.msg, m.bytes, mapped_call, Routed::Bound(m.target), m.back);
@@ -237,14 +216,16 @@ async fn tool_call(
                 cx.bind(Some(b), &routed.binding(Some(b)));
                 let binding = routed.binding(Some(b));
                 if let Some(refusal) = pin_drifted(state, Some(b), &binding, &call.name) {
-                    return refuse(state, &cx, refusal.into(), None, &bytes, id, StatusCode::OK)
-                        .await;
+                    let carried = Carried::body(&bytes);
+                    return refuse(state, &cx, refusal.into(), carried, Reply::to(id)).await;
                 }
             }
             Err(refusal) => {
-                let lease = call.lease.as_deref();
-                let denied = refusal.into();
-                return refuse(state, &cx, denied, lease, &call.args, id, StatusCode::OK).await;
+                let carried = Carried {
+                    lease: call.lease.as_deref(),
+                    body: &call.args,
+                };
+                return refuse(state, &cx, refusal.into(), carried, Reply::to(id)).await;
             }
         }
     }
@@ -252,8 +233,12 @@ async fn tool_call(
     // Every refusal from here names the call's lease (if any) and has its arguments as
     // evidence.
     let refused = |denied: Denied| {
-        let (cx, lease, args, id) = (&cx, call.lease.as_deref(), &call.args, id.clone());
-        async move { refuse(state, cx, denied, lease, args, id, StatusCode::OK).await }
+        let carried = Carried {
+            lease: call.lease.as_deref(),
+            body: &call.args,
+        };
+        let (cx, reply) = (&cx, Reply::to(id.clone()));
+        async move { refuse(state, cx, denied, carried, reply).await }
     };
 
     let Some(enf) = state
@@ -342,14 +327,17 @@ fn pin_drifted(
 /// A `tools/list`: forwarded, and its result filtered against the pins on the way back,
 /// whether it comes as JSON or as an SSE event.
 async fn list(
-    state: &Arc<AppState>,
-    conn: &Arc<ConnInfo>,
+    rq: Call<'_>,
     parts: http::request::Parts,
-    bytes: Bytes,
-    mut cx: WriteContext,
+    rpc: Rpc,
     presented: Option<&Presented>,
-    id: Value,
 ) -> (Response<ProxyBody>, Outcome) {
+    let Call {
+        state,
+        conn,
+        mut cx,
+    } = rq;
+    let Rpc { bytes, id, .. } = rpc;
     let bundle = state.bundle.load_full();
     cx.operation = "tools/list".to_owned();
     cx.bind(bundle.as_deref(), &Binding::Unbound);
@@ -390,10 +378,9 @@ async fn list(
     let b = match body::collect_proxy(rbody, limit).await {
         Ok(b) => b,
         Err(_) => {
-            let p = Problem::new(
+            let p = Problem::answer(
                 ErrorCode::ResponseTooLarge,
                 "the tools/list answer exceeds limits.max_response and cannot be checked",
-                &uuid::Uuid::new_v4().to_string(),
                 &cx.trace_id,
             );
             return (

@@ -38,7 +38,14 @@ pub fn filter(state: &AppState, cx: &WriteContext, bundle: &Bundle, msg: &Value)
         let keep = match bundle.tool(name) {
             None => {
                 if state.config.unbound_writes == UnboundWrites::Deny {
-                    report(state, cx, name, None, tool, Action::Blocked, "unknown-tool");
+                    report(
+                        state,
+                        cx,
+                        (name, tool),
+                        None,
+                        Action::Blocked,
+                        "unknown-tool",
+                    );
                     false
                 } else {
                     true
@@ -66,15 +73,9 @@ pub fn filter(state: &AppState, cx: &WriteContext, bundle: &Bundle, msg: &Value)
                             _ => Action::Blocked,
                         };
                         let expected = pinned.spelled(Spelling::ShaDash256);
-                        report(
-                            state,
-                            cx,
-                            name,
-                            Some(expected),
-                            tool,
-                            action,
-                            "changed-definition",
-                        );
+                        let listed = (name, tool);
+                        let why = "changed-definition";
+                        report(state, cx, listed, Some(expected), action, why);
                     }
                     !(drifted && removes)
                 }
@@ -94,13 +95,13 @@ pub fn filter(state: &AppState, cx: &WriteContext, bundle: &Bundle, msg: &Value)
     Some(out)
 }
 
-/// A `tool-definition` drift event naming the tool; the evidence is the listed definition.
+/// A `tool-definition` drift event naming the tool; the evidence is the listed definition
+/// (`listed`: the tool's name and definition as the server listed them).
 fn report(
     state: &AppState,
     cx: &WriteContext,
-    tool: &str,
+    (tool, definition): (&str, &Value),
     expected: Option<String>,
-    definition: &Value,
     action: Action,
     reason: &'static str,
 ) {

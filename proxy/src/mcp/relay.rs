@@ -41,9 +41,8 @@ pub(crate) async fn relay(
     if !resp.status().is_success() || note.is_some() || (rule.is_none() && commit.is_none()) {
         return match commit {
             Some(Commit { enf, permit, keep }) => {
-                send::settle(state, &enf, permit, cx, note, resp, keep)
-                    .await
-                    .0
+                let what = send::Settle { permit, keep, note };
+                send::settle(state, &enf, cx, what, resp).await.0
             }
             None => resp,
         };
@@ -87,9 +86,12 @@ pub(crate) async fn relay(
         // committed as what it is, sent with an answer nobody can judge.
         (None, Some(c)) => {
             let resp = Response::from_parts(parts, body::full(bytes));
-            send::settle(state, &c.enf, c.permit, cx, None, resp, c.keep)
-                .await
-                .0
+            let what = send::Settle {
+                permit: c.permit,
+                keep: c.keep,
+                note: None,
+            };
+            send::settle(state, &c.enf, cx, what, resp).await.0
         }
         (None, None) => Response::from_parts(parts, body::full(bytes)),
     }

@@ -296,7 +296,8 @@ pub(super) async fn settle(
         keep
     };
     let resp = body::json_response(StatusCode::OK, &msg);
-    let (resp, receipt) = send::settle(state, &enf, permit, cx, note, resp, keep).await;
+    let what = send::Settle { permit, keep, note };
+    let (resp, receipt) = send::settle(state, &enf, cx, what, resp).await;
     (with_receipt(msg, receipt), resp.into_parts().0.headers)
 }
 
@@ -315,12 +316,7 @@ pub(super) async fn settled_reply(
 
 /// A problem as the JSON-RPC error that answers `id`.
 pub(super) fn error_msg(cx: &WriteContext, id: &Value, code: ErrorCode, detail: &str) -> Value {
-    let p = Problem::new(
-        code,
-        detail,
-        &uuid::Uuid::new_v4().to_string(),
-        &cx.trace_id,
-    );
+    let p = Problem::answer(code, detail, &cx.trace_id);
     jsonrpc::error_doc(id.clone(), p.to_json())
 }
 

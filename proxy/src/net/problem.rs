@@ -9,6 +9,11 @@ use serde_json::{json, Map, Value};
 
 use crate::net::body::{self, ProxyBody};
 
+/// A new request id for a problem's `instance`.
+pub fn new_instance() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
 /// A problem document about to be sent.
 #[derive(Debug, Clone)]
 pub struct Problem {
@@ -47,6 +52,23 @@ impl Problem {
                 .insert("violationLocation".into(), Value::String(at.clone()));
         }
         p
+    }
+
+    /// The sidecar's own answer with a fresh `instance`: a failure, or a refusal that is
+    /// answered but not recorded (a path that names nothing, a flood past its first refusal).
+    pub fn answer(code: ErrorCode, detail: impl Into<String>, trace_id: &str) -> Self {
+        Self::new(code, detail, &new_instance(), trace_id)
+    }
+
+    /// An answer of the admin API, which no trace context reaches: a fresh trace id too.
+    pub fn untraced(code: ErrorCode, detail: impl Into<String>) -> Self {
+        Self::answer(code, detail, &uuid::Uuid::new_v4().simple().to_string())
+    }
+
+    /// A policy refusal with a fresh `instance`, not recorded: the one refusal path
+    /// (`enforce::receipts::record`) renders recorded ones.
+    pub fn of_refusal(r: &Refusal, trace_id: &str) -> Self {
+        Self::from_refusal(r, &new_instance(), trace_id)
     }
 
     pub fn to_json(&self) -> Value {

@@ -36,7 +36,7 @@ pub async fn stage(
     }
     let mut cx = cx.clone();
     cx.bind(Some(bundle), &Binding::Bound(cap));
-    admission::gate(state, enf, adm, presented, bundle, cap, &cx)
+    admission::gate(state, enf, adm, presented, (bundle, cap), &cx)
         .await
         .map(Some)
         .map_err(Refused::into_response)

@@ -29,7 +29,7 @@ use tokio::time::Instant;
 
 use crate::aip::{quote_channel, relay};
 use crate::authority;
-use crate::context::{AppState, Outcome, WriteContext};
+use crate::context::{AppState, Call, Outcome, WriteContext};
 use crate::enforce::escrow;
 use crate::enforce::receipts::{self, Evidence};
 use crate::mcp;
@@ -202,10 +202,10 @@ async fn own(
         (resp, outcome)
     };
     let (parts, body) = req.into_parts();
-    let cx = ex.write_context();
+    let call = Call::new(state, conn, ex.write_context());
     let Some(enf) = &state.enforcement else {
         return match route {
-            Route::Mcp => mcp::handle(state, conn, parts, body, cx, presented).await,
+            Route::Mcp => mcp::handle(call, parts, body, presented).await,
             Route::Metadata => metadata(state, ex),
             Route::Refused(refusal) => refused_form(state, ex, refusal).await,
             _ => reserved(ex),
@@ -213,20 +213,20 @@ async fn own(
     };
     match route {
         Route::Refused(refusal) => refused_form(state, ex, refusal).await,
-        Route::Authority => by_status(authority::handle(state, enf, parts, body, conn, &cx).await),
+        Route::Authority => by_status(authority::handle(&call, enf, parts, body).await),
         Route::EscrowStatus => by_status(escrow::lookup(enf, &ex.path, ex.caller.clone()).await),
-        Route::Relay => relay::handle(state, enf, parts, body, conn, cx).await,
+        Route::Relay => relay::handle(&call, enf, parts, body).await,
         Route::QuoteChannel => match &state.quote_channel {
-            Some(qc) => quote_channel::handle(state, enf, qc, parts, body, conn, cx).await,
+            Some(qc) => quote_channel::handle(&call, enf, qc, parts, body).await,
             None => reserved(ex),
         },
         Route::Rcns(r) => {
             let req = Request::from_parts(parts, body);
-            crate::rcns::handle(state, enf, r, req, conn, presented, cx).await
+            crate::rcns::handle(call, enf, r, req, presented).await
         }
         Route::Reserved => reserved(ex),
         Route::Metadata => metadata(state, ex),
-        Route::Mcp => mcp::handle(state, conn, parts, body, cx, presented).await,
+        Route::Mcp => mcp::handle(call, parts, body, presented).await,
         Route::Sor => {
             sor::answer(state, conn, Request::from_parts(parts, body), ex, presented).await
         }
@@ -253,11 +253,9 @@ async fn refused_form(
 
 /// A reserved prefix that names no endpoint of the sidecar's.
 fn reserved(ex: &Exchange) -> (Response<ProxyBody>, Outcome) {
-    let request_id = uuid::Uuid::new_v4().to_string();
-    let p = Problem::new(
+    let p = Problem::answer(
         ErrorCode::NotFound,
         "no sidecar endpoint at this path",
-        &request_id,
         &ex.trace_id,
     );
     (p.into_response(), Outcome::Refused)

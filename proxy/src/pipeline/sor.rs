@@ -148,11 +148,9 @@ async fn checked_read(
     let bytes = match body::read_request_body(body, state.config.max_body).await {
         Ok(b) => b,
         Err(_) => {
-            let id = uuid::Uuid::new_v4().to_string();
-            let p = Problem::new(
+            let p = Problem::answer(
                 ErrorCode::BodyTooLarge,
                 "request body exceeds limits.max_body",
-                &id,
                 &cx.trace_id,
             );
             return (p.into_response(), Outcome::Refused);
@@ -231,6 +229,5 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
 
 /// A problem of the data plane (no policy was violated: no receipt, no drift event).
 fn problem(ex: &Exchange, code: ErrorCode, detail: &str) -> Response<ProxyBody> {
-    let request_id = uuid::Uuid::new_v4().to_string();
-    Problem::new(code, detail, &request_id, &ex.trace_id).into_response()
+    Problem::answer(code, detail, &ex.trace_id).into_response()
 }

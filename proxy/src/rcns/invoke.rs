@@ -188,8 +188,7 @@ fn not_completed(trace_id: &str) -> (http::Response<crate::net::body::ProxyBody>
         ErrorCode::Internal,
         "the composition could not be completed: its steps' receipts say what was done",
     );
-    let instance = uuid::Uuid::new_v4().to_string();
-    let p = crate::net::problem::Problem::from_refusal(&r, &instance, trace_id);
+    let p = crate::net::problem::Problem::of_refusal(&r, trace_id);
     (p.into_response(), Outcome::Error)
 }
 
@@ -223,7 +222,7 @@ async fn admit_steps(
         let mut scx = cx.clone();
         scx.bind(Some(b), &crate::context::Binding::Bound(cap));
         admitted.push(Some(
-            crate::admission::gate(state, enf, adm, presented, b, cap, &scx).await?,
+            crate::admission::gate(state, enf, adm, presented, (b, cap), &scx).await?,
         ));
     }
     Ok(admitted)

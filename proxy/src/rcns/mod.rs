@@ -32,9 +32,8 @@ pub use headers::{
     WELL_KNOWN,
 };
 
-use crate::context::{AppState, Enforcement, Outcome, WriteContext};
+use crate::context::{AppState, Call, Enforcement, Outcome};
 use crate::net::body::ProxyBody;
-use crate::net::conn::ConnInfo;
 
 /// What an RCNS request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -134,14 +133,13 @@ fn inspect_query(query: &str) -> Option<Route> {
 
 /// Answers an RCNS request. `presented`: the credential admission took off the request.
 pub async fn handle(
-    state: &Arc<AppState>,
+    call: Call<'_>,
     enf: &Arc<Enforcement>,
     route: Route,
     req: http::Request<Incoming>,
-    conn: &Arc<ConnInfo>,
     presented: Option<&crate::admission::Presented>,
-    cx: WriteContext,
 ) -> (Response<ProxyBody>, Outcome) {
+    let Call { state, conn, cx } = call;
     let (parts, body) = req.into_parts();
     let who = identity::resolve(state, conn, &parts);
     match route {
@@ -167,8 +165,7 @@ pub async fn handle(
             );
             // As for any other reserved path that names nothing: answered, not receipted (a
             // scan of made-up paths must not become durable writes).
-            let id = uuid::Uuid::new_v4().to_string();
-            let p = crate::net::problem::Problem::from_refusal(&r, &id, &cx.trace_id);
+            let p = crate::net::problem::Problem::of_refusal(&r, &cx.trace_id);
             (p.into_response(), Outcome::Refused)
         }
     }

@@ -194,8 +194,7 @@ async fn open<'a>(
             // Past the first refusal of the window: counted, not receipted (a flood of
             // PROPOSEs must not become a flood of durable writes).
             state.metrics.refusal(r.code);
-            let id = uuid::Uuid::new_v4().to_string();
-            crate::net::problem::Problem::from_refusal(&r, &id, &cx.trace_id).into_response()
+            crate::net::problem::Problem::of_refusal(&r, &cx.trace_id).into_response()
         };
         let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
         resp.headers_mut()

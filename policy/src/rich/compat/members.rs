@@ -8,8 +8,7 @@ impl Roots<'_> {
     /// A length or count bound: the target's must be implied by the source's.
     pub(super) fn bound(
         &self,
-        sm: &Map<String, Value>,
-        tm: &Map<String, Value>,
+        (sm, tm): (&Map<String, Value>, &Map<String, Value>),
         k: &str,
         lower: bool,
         at: &str,
@@ -28,10 +27,10 @@ impl Roots<'_> {
         }
     }
 
+    /// Object members: the source's (`sm`) against the target's (`tm`).
     pub(super) fn objects(
         &self,
-        sm: &Map<String, Value>,
-        tm: &Map<String, Value>,
+        (sm, tm): (&Map<String, Value>, &Map<String, Value>),
         at: &str,
         v: &mut Verdict,
         depth: usize,
@@ -80,8 +79,7 @@ impl Roots<'_> {
         for (name, t_schema) in tp {
             let s_schema = sp.get(name).unwrap_or(&s_extra);
             self.include(
-                s_schema,
-                t_schema,
+                (s_schema, t_schema),
                 &format!("{at}/properties/{name}"),
                 v,
                 depth + 1,
@@ -91,8 +89,7 @@ impl Roots<'_> {
         // Members only the source names, and members neither names.
         for (name, s_schema) in sp.iter().filter(|(n, _)| !tp.contains_key(*n)) {
             self.include(
-                s_schema,
-                &t_extra,
+                (s_schema, &t_extra),
                 &format!("{at}/properties/{name}"),
                 v,
                 depth + 1,
@@ -101,8 +98,7 @@ impl Roots<'_> {
         }
         if s_extra != Value::Bool(false) {
             self.include(
-                &s_extra,
-                &t_extra,
+                (&s_extra, &t_extra),
                 &format!("{at}/additionalProperties"),
                 v,
                 depth + 1,

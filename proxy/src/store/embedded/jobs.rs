@@ -85,6 +85,13 @@ struct Pending<'b> {
     attach: &'b Attachments,
 }
 
+/// The receipt log as a batch extends it: the key that signs its checkpoints and its head.
+#[derive(Clone, Copy)]
+pub(super) struct Tip<'a> {
+    pub signer: &'a Signer,
+    pub head: &'a Head,
+}
+
 /// Applies a batch inside the writer's open transaction and makes it durable with one journal
 /// append; returns the answers, the log's new head (if the batch had receipts) and the journal record (empty when the
 /// batch changed nothing). On an error the transaction holds part of the batch and must be
@@ -92,12 +99,12 @@ struct Pending<'b> {
 pub(super) fn apply(
     wtx: &WriteTransaction,
     journal: &mut Journal,
-    signer: &Signer,
-    head: &Head,
+    log: Tip<'_>,
     sweeper: &mut Sweeper,
     batch: &[Job],
     now_ms: i64,
 ) -> Result<Applied, StoreError> {
+    let Tip { signer, head } = log;
     let mut answers = Vec::with_capacity(batch.len());
     let mut new_head = None;
     let redo = {

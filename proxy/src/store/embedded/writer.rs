@@ -254,7 +254,11 @@ pub(super) fn writer(sh: Shared, start: Start, rx: mpsc::Receiver<Job>) {
         let started = tokio::time::Instant::now();
         let result = open.transaction(&sh.db).and_then(|wtx| {
             let now = clock.now_ms();
-            apply(wtx, &mut journal, &signer, &head, &mut sweeper, &batch, now)
+            let log = super::jobs::Tip {
+                signer: &signer,
+                head: &head,
+            };
+            apply(wtx, &mut journal, log, &mut sweeper, &batch, now)
         });
         commit_time.record(started.elapsed().as_secs_f64());
         batch_jobs.record(batch.len() as f64);
