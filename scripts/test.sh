@@ -9,7 +9,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-say() { printf '\n==> %s\n' "$*"; }
+# Each step says how long the run has taken so far, so a slow step shows in CI's log.
+say() { printf '\n==> %s (%ds)\n' "$*" "$SECONDS"; }
 
 # System packages the tests need. Installed only when missing and only as root (CI and the
 # development machines are root; elsewhere the script says what to install).
@@ -90,9 +91,11 @@ trap 'rm -f "$test_log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$test_log"
 
 # On one CPU the sidecar runs a current-thread runtime (cli/operate.rs); this machine has more,
-# so the data-plane, enforcement and admission tests run again in that shape.
+# so the data-plane, enforcement and admission tests run again in that shape. `--workspace`,
+# as above: with `-p palisade` cargo resolves features for that package alone and builds 18
+# crates and the test binary a second time.
 say "cargo test (current-thread runtime)"
-PALISADE_RUNTIME=current_thread cargo test --locked -p palisade --test it -- dataplane:: enforce:: \
+PALISADE_RUNTIME=current_thread cargo test --locked --workspace --test it -- dataplane:: enforce:: \
   bypass:: admission:: 2>&1 | tee -a "$test_log"
 
 fuzz_seconds="${PALISADE_FUZZ_SECONDS:-10}"
