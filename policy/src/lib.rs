@@ -18,17 +18,14 @@
 //! - [`fence`]: checks 11–12 (epoch, pre-image digest of a fetched representation).
 //! - [`inverse`]: the inverse payload's shape and check 10.
 //! - [`drift`]: drift events (SPEC §8) built from refusals, carrying digests, never values.
-//! - [`rich`]: RICH bundles (lockfile + contracts) compiled into an immutable routing table
-//!   with compiled schemas (SPEC §7), and the contract checks a request runs against them.
-//!
 //! - [`aip2`]: the AIP-2.1 quote channel's checks (EIP-712 signatures, path binding, TTL).
-//! - [`admission`]: RICH admission (seed 002 §12): JWT access tokens whose
-//!   `authorization_details` name operations by contract digest, with granted input bounds.
+//!
+//! RICH (bundles, contracts, RCNS and admission) is `palisade-rich`, which builds on this
+//! crate's PTCL vocabulary.
 //!
 //! What does not: anything that waits, reads a file or a clock, or talks to a peer.
 #![forbid(unsafe_code)]
 
-pub mod admission;
 pub mod budget;
 pub mod caller;
 pub mod drift;
@@ -38,8 +35,6 @@ pub mod inverse;
 pub mod lease;
 pub mod method;
 pub mod path;
-pub mod rcns;
-pub mod rich;
 pub mod target;
 
 // The primitives and the receipt log are crates of their own (issue 55): `palisade-core`

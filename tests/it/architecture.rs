@@ -1,4 +1,4 @@
-//! The shape of `proxy/src/`, `policy/src/` and the two crates under `policy/` (docs/
+//! The shape of `proxy/src/`, `policy/src/` and the crates under `policy/` (docs/
 //! architecture.md), checked so that it holds as features land (which crate may use which is
 //! the crate graph's, enforced by Cargo):
 //! - no import cycle between files (modules), nor between top-level folders, in either crate;
@@ -53,6 +53,8 @@ enum Crate {
     Core,
     Log,
     Aip2,
+    /// `policy/rich` (`palisade-rich`): RICH, RCNS and admission, over `palisade-policy`.
+    Rich,
 }
 
 fn src_dir(krate: Crate) -> PathBuf {
@@ -63,6 +65,7 @@ fn src_dir(krate: Crate) -> PathBuf {
         Crate::Core => proxy.join("../policy/core/src"),
         Crate::Log => proxy.join("../policy/log/src"),
         Crate::Aip2 => proxy.join("../policy/aip2/src"),
+        Crate::Rich => proxy.join("../policy/rich/src"),
     }
 }
 
@@ -429,16 +432,24 @@ fn no_folder_imports_one_that_imports_it_back() {
 #[test]
 fn no_policy_module_imports_one_that_imports_it_back() {
     assert_no_module_cycle(Crate::Policy);
+    assert_no_module_cycle(Crate::Rich);
 }
 
 #[test]
 fn no_policy_folder_imports_one_that_imports_it_back() {
     assert_no_folder_cycle(Crate::Policy);
+    assert_no_folder_cycle(Crate::Rich);
 }
 
 #[test]
 fn no_policy_source_file_passes_the_line_limit() {
-    for krate in [Crate::Policy, Crate::Core, Crate::Log, Crate::Aip2] {
+    for krate in [
+        Crate::Policy,
+        Crate::Rich,
+        Crate::Core,
+        Crate::Log,
+        Crate::Aip2,
+    ] {
         assert_line_limit(krate, MAX_POLICY_LINES);
     }
 }

@@ -7,10 +7,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::LazyLock;
 
 use libfuzzer_sys::fuzz_target;
-use palisade_policy::rcns::compose::{context, step_request, tool_request};
-use palisade_policy::rcns::recipes::{Step, ToolStep};
-use palisade_policy::rcns::{evaluate, Caller, Proposal};
-use palisade_policy::rich::connector::t1::{Limits, T1};
+use palisade_rich::rcns::compose::{context, step_request, tool_request};
+use palisade_rich::rcns::recipes::{Step, ToolStep};
+use palisade_rich::rcns::{evaluate, Caller, Proposal};
+use palisade_rich::connector::t1::{Limits, T1};
 
 static STEP: LazyLock<Step> = LazyLock::new(|| Step {
     capability: 0,

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use palisade_policy::rich::connector::t1::{Limits, T1};
+use palisade_rich::connector::t1::{Limits, T1};
 
 fuzz_target!(|data: &[u8]| {
     let mut parts = data.splitn(2, |b| *b == 0);

@@ -2,7 +2,7 @@
 //! authorization request must name to be admitted here.
 
 use http::{Response, StatusCode};
-use palisade_policy::rich::Bundle;
+use palisade_rich::Bundle;
 use serde_json::{json, Value};
 
 use crate::context::AdmissionState;
@@ -60,7 +60,7 @@ pub fn document(adm: &AdmissionState, bundle: Option<&Bundle>) -> Value {
         "resource": adm.config.resource,
         "authorization_servers": adm.config.issuers,
         "bearer_methods_supported": ["header"],
-        "authorization_details_types_supported": [palisade_policy::admission::grant::DETAILS_TYPE],
+        "authorization_details_types_supported": [palisade_rich::admission::grant::DETAILS_TYPE],
         "rich_binding": {
             "bindingId": bundle.map(|b| b.binding_id.clone()),
             "lockfileDigest": bundle.map(|b| b.digest.clone()),

@@ -21,9 +21,9 @@ pub mod metadata;
 use std::sync::Arc;
 
 use http::{header, HeaderValue};
-use palisade_policy::admission::{self, Call, Operation};
-use palisade_policy::rich::{Bundle, Capability};
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::admission::{self, Call, Operation};
+use palisade_rich::{Bundle, Capability};
 
 use crate::context::{AdmissionState, Admitted, AppState, Enforcement, WriteContext};
 use crate::enforce::receipts::{self, Refused};

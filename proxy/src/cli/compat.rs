@@ -10,8 +10,8 @@
 use std::path::Path;
 
 use palisade_policy::digest::{Sha256Digest, Spelling};
-use palisade_policy::rich::compat::Outcome;
-use palisade_policy::rich::connector::Connector;
+use palisade_rich::compat::Outcome;
+use palisade_rich::connector::Connector;
 use serde_json::{json, Value};
 
 use super::failure::Failure;
@@ -104,7 +104,7 @@ pub(super) fn run(
     qualifications: &[std::path::PathBuf],
 ) -> Result<(), Failure> {
     let ((_, old), (_, new)) = (read(from)?, read(to)?);
-    let verdict = palisade_policy::rich::compat::contracts(&old, &new);
+    let verdict = palisade_rich::compat::contracts(&old, &new);
     let (old_d, new_d) = (
         Sha256Digest::of_json(&old).spelled(Spelling::ShaDash256),
         Sha256Digest::of_json(&new).spelled(Spelling::ShaDash256),

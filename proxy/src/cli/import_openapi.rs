@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use palisade_policy::digest::{Sha256Digest, Spelling};
-use palisade_policy::rich::openapi::{self, ImportOptions};
+use palisade_rich::openapi::{self, ImportOptions};
 use serde_json::{json, Value};
 
 use super::failure::Failure;

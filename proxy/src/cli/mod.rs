@@ -208,7 +208,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             assert_formats,
             approve,
         }) => {
-            let mut opts = palisade_policy::rich::openapi::ImportOptions {
+            let mut opts = palisade_rich::openapi::ImportOptions {
                 base_path,
                 assert_formats,
                 ..Default::default()

@@ -201,7 +201,7 @@ fn connector(id: &str, source: &Value, target: &Value, expr: &str) -> (Value, Va
     // tests that exercise the mapping.
     let record = json!({
         "subjectUri": id, "subjectDigest": pin(&conn),
-        "profile": palisade_policy::rich::connector::artifact::PROFILE_T1,
+        "profile": palisade_rich::connector::artifact::PROFILE_T1,
         "evidence": [{"uri": "urn:palisade:tests:connectors", "kind": "test-suite"}],
         "scope": "field renames between the v2 and v1 allocation contracts",
         "findings": [], "decision": "qualified", "qualifier": "urn:palisade:example:qualifier",
@@ -244,7 +244,7 @@ fn allocation_connection(contracts: &Path) -> std::io::Result<Value> {
         }
         refs.push(json!({
             "connectorDigest": pins[0],
-            "connectorProfile": palisade_policy::rich::connector::artifact::PROFILE_T1,
+            "connectorProfile": palisade_rich::connector::artifact::PROFILE_T1,
             "connectorQualificationDigest": pins[1]
         }));
     }

@@ -66,7 +66,7 @@ impl RawAdmission {
             c.push("admission.algorithms", "name at least one algorithm");
         }
         for a in &algorithms {
-            if palisade_policy::admission::token::algorithm(a).is_none() {
+            if palisade_rich::admission::token::algorithm(a).is_none() {
                 c.push(
                     "admission.algorithms",
                     format!(

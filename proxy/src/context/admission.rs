@@ -6,8 +6,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use palisade_policy::admission::{Grant, Keys, Rules, Verified};
 use palisade_policy::digest::Sha256Digest;
+use palisade_rich::admission::{Grant, Keys, Rules, Verified};
 
 use crate::config::Admission;
 
@@ -38,7 +38,7 @@ impl AdmissionState {
         let algorithms = config
             .algorithms
             .iter()
-            .filter_map(|a| palisade_policy::admission::token::algorithm(a))
+            .filter_map(|a| palisade_rich::admission::token::algorithm(a))
             .collect();
         Ok(Self {
             rules: Rules {

@@ -17,7 +17,7 @@ pub struct AppState {
     pub enforcement: Option<Arc<Enforcement>>,
     /// The RICH bundle in force (SPEC §7): swapped whole on reload; a request loads it once
     /// and is decided wholly by that version.
-    pub bundle: arc_swap::ArcSwapOption<palisade_policy::rich::Bundle>,
+    pub bundle: arc_swap::ArcSwapOption<palisade_rich::Bundle>,
     /// `upstream.shadow_url`: where DRY_RUN_SHADOW writes go instead of the SoR.
     pub shadow: Option<Upstream>,
     pub upstream: Upstream,

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use palisade_policy::rcns::Callers;
+use palisade_rich::rcns::Callers;
 
 use crate::config::Rcns;
 use crate::net::rate::Rate;

@@ -1,6 +1,6 @@
 //! The facts one request is decided by and named as, and how it ended.
 
-use palisade_policy::rich::{Bundle, Capability};
+use palisade_rich::{Bundle, Capability};
 
 /// Facts about the request that receipts and events name.
 #[derive(Debug, Clone)]

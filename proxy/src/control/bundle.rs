@@ -6,12 +6,12 @@
 //! `..` are skipped and every file is read through its link, so a mount that was swapped
 //! atomically is read as one version.
 
-use palisade_policy::rich::WorstCaseBound;
+use palisade_rich::WorstCaseBound;
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 
-use palisade_policy::rich::Bundle;
+use palisade_rich::Bundle;
 
 /// Largest lockfile read.
 const MAX_LOCKFILE_BYTES: u64 = 16 << 20;
@@ -127,8 +127,8 @@ pub fn summary(b: &Bundle) -> serde_json::Value {
             serde_json::json!({
                 "name": c.name,
                 "protocol": match c.protocol {
-                    palisade_policy::rich::Protocol::Http => "http",
-                    palisade_policy::rich::Protocol::Mcp => "mcp",
+                    palisade_rich::Protocol::Http => "http",
+                    palisade_rich::Protocol::Mcp => "mcp",
                 },
                 "operation": c.operation,
                 "contractDigest": c.contract.digest,

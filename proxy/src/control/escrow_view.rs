@@ -131,14 +131,14 @@ fn input_check(
         HeldProtocol::Http => {
             let path = req.target.split('?').next().unwrap_or("");
             b.route(&req.method, path)
-                .map(|cap| palisade_policy::rich::check_input(&cap.contract, bytes, depth))
+                .map(|cap| palisade_rich::check_input(&cap.contract, bytes, depth))
         }
         HeldProtocol::Mcp => {
             let call = parsed.unwrap_or(&Value::Null);
             let name = call["params"]["name"].as_str().unwrap_or("");
             let args = &call["params"]["arguments"];
             b.tool(name)
-                .map(|cap| palisade_policy::rich::check_input_value(&cap.contract, args))
+                .map(|cap| palisade_rich::check_input_value(&cap.contract, args))
         }
     };
     match checked {

@@ -5,7 +5,7 @@
 //! refused on use with 464 `contract-revoked` until it expires, so the agent is told why.
 
 use http::{Response, StatusCode};
-use palisade_policy::rcns::SynthesizedContract;
+use palisade_rich::rcns::SynthesizedContract;
 use serde_json::{json, Value};
 
 use crate::context::AppState;

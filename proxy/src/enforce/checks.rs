@@ -439,12 +439,12 @@ fn check_contract(
     let Some(cap) = binding.capability() else {
         return Ok(());
     };
-    palisade_policy::rich::check_input(&cap.contract, facts.input, config.max_json_depth)?;
+    palisade_rich::check_input(&cap.contract, facts.input, config.max_json_depth)?;
     let (path, query) = facts
         .path
         .split_once('?')
         .map_or((facts.path, None), |(p, q)| (p, Some(q)));
     let none = http::HeaderMap::new();
     let headers = crate::net::headers::values(facts.headers.unwrap_or(&none));
-    palisade_policy::rich::check_parameters(cap, path, query, &headers)
+    palisade_rich::check_parameters(cap, path, query, &headers)
 }

@@ -5,7 +5,7 @@ use crate::store::EscrowRecord;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use palisade_policy::rich::Bundle;
+use palisade_rich::Bundle;
 
 use crate::context::WriteContext;
 use crate::enforce::idempotency;

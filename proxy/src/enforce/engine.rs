@@ -22,8 +22,8 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{HeaderMap, Method, Response, StatusCode};
-use palisade_policy::rich::{Bundle, IdempotencyKey};
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::{Bundle, IdempotencyKey};
 use serde_json::Value;
 
 use crate::context::{AppState, Binding, Enforcement, Outcome, Routed, WriteContext};

@@ -18,8 +18,8 @@ use http::{HeaderValue, Response};
 use palisade_policy::digest::{Sha256Digest, Spelling};
 use palisade_policy::drift::{Action, DriftEvent, EventContext};
 use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
-use palisade_policy::rich::{Capability, DriftPolicy, SideEffect};
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::{Capability, DriftPolicy, SideEffect};
 
 use crate::context::AppState;
 use crate::context::WriteContext;

@@ -24,7 +24,7 @@ use crate::net::problem::Problem;
 use crate::net::rewrite::build_upstream_request;
 use crate::net::upstream::UpstreamError;
 use crate::store::{Attachments, EscrowRecord, EscrowState, EscrowUpdate};
-use palisade_policy::rich::Capability;
+use palisade_rich::Capability;
 
 /// A permitted write as it came back from its upstream leg.
 pub(crate) struct Sent {

@@ -7,8 +7,8 @@
 use std::collections::BTreeSet;
 
 use http::Response;
-use palisade_policy::admission::Call;
-use palisade_policy::rich::Bundle;
+use palisade_rich::admission::Call;
+use palisade_rich::Bundle;
 use serde_json::Value;
 
 use super::call::ToolCall;

@@ -22,9 +22,9 @@ use bytes::Bytes;
 use http::HeaderValue;
 use palisade_policy::drift::Action;
 use palisade_policy::receipt::ConnectorRef;
-use palisade_policy::rich::connector::Connector;
-use palisade_policy::rich::{Bundle, Contract, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::connector::Connector;
+use palisade_rich::{Bundle, Contract, DriftPolicy};
 use serde_json::{json, Value};
 
 use super::wire::NAME_HEADER;
@@ -80,11 +80,9 @@ pub(crate) fn map_call(
         .and_then(|p| p.get("arguments"))
         .cloned()
         .unwrap_or_else(|| json!({}));
-    let mapped = palisade_policy::rich::check_input_value(&source.contract, &arguments)
+    let mapped = palisade_rich::check_input_value(&source.contract, &arguments)
         .and_then(|()| conn.request.run(&arguments).map_err(Refusal::from))
-        .and_then(|out| {
-            palisade_policy::rich::check_mapped_input(&target.contract, &out).map(|()| out)
-        });
+        .and_then(|out| palisade_rich::check_mapped_input(&target.contract, &out).map(|()| out));
     let out = mapped?;
     // Copied only for a connected call: every other tool call goes on as it came.
     let mut msg = msg.clone();
@@ -144,7 +142,7 @@ pub(crate) fn map_result(
             .map_err(Refusal::from)
             .and_then(|out| {
                 let at = "/structuredContent";
-                palisade_policy::rich::check_mapped_output(&back.source, &out, at).map(|()| out)
+                palisade_rich::check_mapped_output(&back.source, &out, at).map(|()| out)
             }),
     };
     match mapped {

@@ -11,8 +11,8 @@ use std::borrow::Cow;
 use std::sync::Arc;
 
 use http::{header, HeaderValue, Method, Response};
-use palisade_policy::rich::Bundle;
 use palisade_policy::Refusal;
+use palisade_rich::Bundle;
 use serde_json::{json, Value};
 
 use super::call::{self, ToolCall};

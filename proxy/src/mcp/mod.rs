@@ -18,8 +18,8 @@
 
 use bytes::Bytes;
 use http::{header, Method, Response, StatusCode};
-use palisade_policy::rich::SideEffect;
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::SideEffect;
 use serde_json::Value;
 
 use crate::admission::Presented;
@@ -252,11 +252,9 @@ async fn tool_call(
     // A tool that only reads needs no lease; its input contract still holds.
     if let Some(cap) = binding.capability() {
         if cap.contract.side_effect == SideEffect::Read {
-            if let Err(refusal) = palisade_policy::rich::check_input(
-                &cap.contract,
-                &call.args,
-                state.config.max_json_depth,
-            ) {
+            if let Err(refusal) =
+                palisade_rich::check_input(&cap.contract, &call.args, state.config.max_json_depth)
+            {
                 return refused(refusal.into()).await;
             }
             let rule = rule.map(|r| r.with_fallback(cap, &parts, &bytes, conn));
@@ -308,7 +306,7 @@ async fn tool_call(
 /// A pinned tool last listed with another definition is not called (SPEC §7): the refusal.
 fn pin_drifted(
     state: &AppState,
-    bundle: Option<&palisade_policy::rich::Bundle>,
+    bundle: Option<&palisade_rich::Bundle>,
     binding: &Binding<'_>,
     name: &str,
 ) -> Option<Refusal> {

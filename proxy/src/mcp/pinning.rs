@@ -14,8 +14,8 @@
 
 use palisade_policy::digest::{Sha256Digest, Spelling};
 use palisade_policy::drift::Action;
-use palisade_policy::rich::{Bundle, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::{Bundle, DriftPolicy};
 use serde_json::Value;
 
 use crate::config::UnboundWrites;

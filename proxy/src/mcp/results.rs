@@ -28,8 +28,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{Response, StatusCode};
 use palisade_policy::drift::Action;
-use palisade_policy::rich::{Contract, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::{Contract, DriftPolicy};
 use serde_json::{json, Value};
 
 use super::connect::{map_result, Back, MappedResult};
@@ -81,7 +81,7 @@ pub(crate) struct Fallback {
 
 impl OutputRule {
     /// The rule of `cap`, if its contract has an output schema.
-    pub fn of(cap: Option<&palisade_policy::rich::Capability>) -> Option<Self> {
+    pub fn of(cap: Option<&palisade_rich::Capability>) -> Option<Self> {
         cap.filter(|c| c.contract.output.is_some()).map(|c| Self {
             contract: c.contract.clone(),
             on_drift: c.runtime.on_drift,
@@ -93,7 +93,7 @@ impl OutputRule {
     /// The rule of `cap`, a connected call's target, whose result `back` maps: a rule even
     /// when the target's contract has no output schema, since the mapping still runs.
     pub fn of_call(
-        cap: Option<&palisade_policy::rich::Capability>,
+        cap: Option<&palisade_rich::Capability>,
         back: Option<Arc<Back>>,
     ) -> Option<Self> {
         let Some(back) = back else {
@@ -111,7 +111,7 @@ impl OutputRule {
     /// under `qualified-fallback` (a read tool's only: a write is never sent twice).
     pub fn with_fallback(
         mut self,
-        cap: &palisade_policy::rich::Capability,
+        cap: &palisade_rich::Capability,
         parts: &http::request::Parts,
         body: &Bytes,
         conn: &ConnInfo,

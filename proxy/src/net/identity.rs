@@ -13,7 +13,7 @@
 
 use std::sync::Arc;
 
-use palisade_policy::rich::Bundle;
+use palisade_rich::Bundle;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
 use rustls::client::WebPkiServerVerifier;
 use rustls::pki_types::{CertificateDer, ServerName, UnixTime};

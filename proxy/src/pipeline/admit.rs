@@ -7,8 +7,8 @@ use crate::enforce::receipts::Refused;
 use std::sync::Arc;
 
 use http::Response;
-use palisade_policy::admission::Call;
-use palisade_policy::rich::Bundle;
+use palisade_rich::admission::Call;
+use palisade_rich::Bundle;
 
 use crate::admission::{self, Admission, Presented};
 use crate::context::{AppState, Binding, WriteContext};

@@ -23,9 +23,9 @@ use bytes::Bytes;
 use http::{HeaderValue, Method, Response};
 use palisade_policy::drift::Action;
 use palisade_policy::receipt::ConnectorRef;
-use palisade_policy::rich::connector::Connector;
-use palisade_policy::rich::{connections, Bundle, Capability, Connection, DriftPolicy};
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::connector::Connector;
+use palisade_rich::{connections, Bundle, Capability, Connection, DriftPolicy};
 
 use crate::context::{AppState, Binding, Routed, WriteContext};
 use crate::enforce::output::{self, Observed};
@@ -84,7 +84,7 @@ pub(super) async fn request(
     cx.facing = Some(source.operation.clone());
     let path = connections::target_path(&source.operation, &target.operation, parts.uri.path())
         .ok_or_else(|| Refusal::new(ErrorCode::Internal, "the target path could not be formed"));
-    let params = palisade_policy::rich::check_parameters(
+    let params = palisade_rich::check_parameters(
         source,
         parts.uri.path(),
         parts.uri.query(),
@@ -143,9 +143,9 @@ fn map_request(
         )
         .with_location("")
     })?;
-    palisade_policy::rich::check_input_value(&source.contract, &input)?;
+    palisade_rich::check_input_value(&source.contract, &input)?;
     let out = conn.request.run(&input).map_err(Refusal::from)?;
-    palisade_policy::rich::check_mapped_input(&target.contract, &out)?;
+    palisade_rich::check_mapped_input(&target.contract, &out)?;
     serde_json::to_vec(&out)
         .map(Bytes::from)
         .map_err(|_| Refusal::new(ErrorCode::Internal, "the mapped body could not be written"))
@@ -265,7 +265,7 @@ pub(super) fn map_answer(
         })
         .and_then(|v| {
             let out = connector.run(&v).map_err(Refusal::from)?;
-            palisade_policy::rich::check_mapped_output(&source.contract, &out, "")?;
+            palisade_rich::check_mapped_output(&source.contract, &out, "")?;
             serde_json::to_vec(&out).map(Bytes::from).map_err(|_| {
                 Refusal::new(ErrorCode::Internal, "the mapped body could not be written")
             })

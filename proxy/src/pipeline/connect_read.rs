@@ -16,8 +16,8 @@
 use std::sync::Arc;
 
 use http::Response;
-use palisade_policy::rich::{connections, Bundle, Capability, Connection};
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::{connections, Bundle, Capability, Connection};
 
 use super::connect::{self, map_answer, mapped, reference, Unmapped};
 use crate::context::{AppState, Binding, Outcome, WriteContext};
@@ -127,24 +127,22 @@ fn map_query(
     }
     let path = connections::target_path(&source.operation, &target.operation, parts.uri.path())
         .ok_or_else(|| Refusal::new(ErrorCode::Internal, "the target path could not be formed"))?;
-    let input = palisade_policy::rich::query_input(source, parts.uri.query())?;
+    let input = palisade_rich::query_input(source, parts.uri.query())?;
     let out = conn.request.run(&input).map_err(Refusal::from)?;
-    let query = palisade_policy::rich::parameters::query_string(&out)?;
+    let query = palisade_rich::parameters::query_string(&out)?;
     // The mapped request against the legacy contract's parameters, before it is sent.
     let headers = crate::net::headers::values(&parts.headers);
-    palisade_policy::rich::check_parameters(target, &path, query.as_deref(), &headers).map_err(
-        |r| {
-            let location = r.location.clone().unwrap_or_default();
-            Refusal::new(
-                ErrorCode::ConnectorPostcondition,
-                format!(
-                    "the mapped request violates the target contract's structural.parameters: {}",
-                    r.detail
-                ),
-            )
-            .with_location(location)
-        },
-    )?;
+    palisade_rich::check_parameters(target, &path, query.as_deref(), &headers).map_err(|r| {
+        let location = r.location.clone().unwrap_or_default();
+        Refusal::new(
+            ErrorCode::ConnectorPostcondition,
+            format!(
+                "the mapped request violates the target contract's structural.parameters: {}",
+                r.detail
+            ),
+        )
+        .with_location(location)
+    })?;
     Ok((path, query))
 }
 

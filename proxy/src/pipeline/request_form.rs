@@ -51,7 +51,7 @@ pub(super) fn prepare(
         && parts
             .uri
             .query()
-            .is_some_and(palisade_policy::admission::token_in_query)
+            .is_some_and(palisade_rich::admission::token_in_query)
     {
         return Err(Refusal::new(
             ErrorCode::TokenInQuery,

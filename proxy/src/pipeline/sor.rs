@@ -65,7 +65,7 @@ pub(super) async fn answer(
         if let Some(cap) = binding.capability() {
             // A bound read's path and query parameters (`structural.parameters`).
             let (path, query) = (parts.uri.path(), parts.uri.query());
-            if let Err(refusal) = palisade_policy::rich::check_parameters(
+            if let Err(refusal) = palisade_rich::check_parameters(
                 cap,
                 path,
                 query,
@@ -141,7 +141,7 @@ async fn checked_read(
     state: &Arc<AppState>,
     conn: &Arc<ConnInfo>,
     req: http::Request<Incoming>,
-    cap: &palisade_policy::rich::Capability,
+    cap: &palisade_rich::Capability,
     cx: &WriteContext,
 ) -> Answer {
     let (parts, body) = req.into_parts();
@@ -172,7 +172,7 @@ struct Enforced {
     parts: http::request::Parts,
     bytes: bytes::Bytes,
     cx: WriteContext,
-    bundle: Option<Arc<palisade_policy::rich::Bundle>>,
+    bundle: Option<Arc<palisade_rich::Bundle>>,
     routed: Routed,
     admitted: Option<crate::admission::Admission>,
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeSet;
 use std::sync::Arc;
 
-use palisade_policy::rcns::{claimed_scopes, Caller, Callers};
+use palisade_rich::rcns::{claimed_scopes, Caller, Callers};
 
 use crate::context::AppState;
 use crate::net::conn::ConnInfo;
@@ -27,7 +27,7 @@ impl Who {
     /// Whether the caller may see every agent's contracts: `inspect:all`, granted and
     /// claimed.
     pub fn sees_all(&self) -> bool {
-        let all = palisade_policy::rcns::SCOPE_INSPECT_ALL;
+        let all = palisade_rich::rcns::SCOPE_INSPECT_ALL;
         self.caller().is_some_and(|c| c.scopes.contains(all)) && self.claim.contains(all)
     }
 }

@@ -5,8 +5,8 @@
 //! are their agent's, and every agent's only under `inspect:all`.
 
 use http::Response;
-use palisade_policy::rcns::SynthesizedContract;
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::rcns::SynthesizedContract;
 use serde_json::{json, Value};
 
 use super::answer::{json, refused};
@@ -95,7 +95,7 @@ fn view_of(r: &RcnsRecord) -> Option<Value> {
     let c = SynthesizedContract::from_record(&r.body)?;
     let mut v = c.view();
     if let (Some(obj), Some(_)) = (v.as_object_mut(), c.idle_timeout_ms) {
-        let at = palisade_policy::rcns::contract::rfc3339(r.expires_ms);
+        let at = palisade_rich::rcns::contract::rfc3339(r.expires_ms);
         obj.insert("idle_expires_at".into(), at.into());
     }
     Some(v)

@@ -23,11 +23,11 @@ use std::sync::Arc;
 
 use http::Response;
 use hyper::body::Incoming;
-use palisade_policy::rcns::invocation::Invoking;
-use palisade_policy::rcns::recipes::compile_recipe;
-use palisade_policy::rcns::SynthesizedContract;
 use palisade_policy::receipt::Attribution;
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::rcns::invocation::Invoking;
+use palisade_rich::rcns::recipes::compile_recipe;
+use palisade_rich::rcns::SynthesizedContract;
 use serde_json::json;
 
 use super::answer::refused;
@@ -110,7 +110,7 @@ pub async fn handle(
         granted: &caller.scopes,
         claimed: &who.claim,
     };
-    if let Err(no) = palisade_policy::rcns::invocation::check(&contract, &invoking) {
+    if let Err(no) = palisade_rich::rcns::invocation::check(&contract, &invoking) {
         let extra = if no.missing_scopes.is_empty() {
             Vec::new()
         } else {
@@ -199,8 +199,8 @@ fn not_completed(trace_id: &str) -> (http::Response<crate::net::body::ProxyBody>
 async fn admit_steps(
     state: &AppState,
     enf: &Enforcement,
-    recipe: &palisade_policy::rcns::Recipe,
-    bundle: Option<&palisade_policy::rich::Bundle>,
+    recipe: &palisade_rich::rcns::Recipe,
+    bundle: Option<&palisade_rich::Bundle>,
     presented: Option<&crate::admission::Presented>,
     cx: &WriteContext,
 ) -> Result<Vec<Option<crate::admission::Admission>>, crate::enforce::receipts::Refused> {
@@ -233,7 +233,7 @@ async fn admit_steps(
 async fn input_of(
     state: &AppState,
     body: Incoming,
-    recipe: &palisade_policy::rcns::Recipe,
+    recipe: &palisade_rich::rcns::Recipe,
 ) -> Result<serde_json::Value, Refusal> {
     let bytes = match body::read_request_body(body, state.config.max_body).await {
         Ok(b) => b,

@@ -1,6 +1,6 @@
 //! AGTP-RCNS over HTTP (seed 000; SPEC §13 `[rcns]`; issue 21): PROPOSE, the inventory
 //! (DISCOVER /patterns, DISCOVER /contracts, INSPECT), revocation's data-plane side, and
-//! unregistered pairs addressed directly. Deciding is `palisade_policy::rcns`; this layer
+//! unregistered pairs addressed directly. Deciding is `palisade_rich::rcns`; this layer
 //! reads the request, keeps the state in the store, and answers.
 //!
 //! ```text

@@ -12,10 +12,10 @@ mod attempts;
 use http::{header, HeaderValue, Response};
 use hyper::body::Incoming;
 use palisade_policy::digest::Sha256Digest;
-use palisade_policy::rcns::contract::{ORIGIN_GATE, ORIGIN_PROPOSE};
-use palisade_policy::rcns::evaluate::{self, Refused};
-use palisade_policy::rcns::{Caller, Matched, Proposal, SynthesizedContract};
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::rcns::contract::{ORIGIN_GATE, ORIGIN_PROPOSE};
+use palisade_rich::rcns::evaluate::{self, Refused};
+use palisade_rich::rcns::{Caller, Matched, Proposal, SynthesizedContract};
 use serde_json::{json, Value};
 
 use super::answer::{json, refused};

@@ -11,12 +11,12 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::{header, HeaderValue, Response};
 use palisade_policy::lease::RecoveryMode;
-use palisade_policy::rcns::compose::{self, StepRequest, ToolRequest};
-use palisade_policy::rcns::recipes::Recipe;
-use palisade_policy::rcns::SynthesizedContract;
 use palisade_policy::receipt::Attribution;
-use palisade_policy::rich::SideEffect;
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::rcns::compose::{self, StepRequest, ToolRequest};
+use palisade_rich::rcns::recipes::Recipe;
+use palisade_rich::rcns::SynthesizedContract;
+use palisade_rich::SideEffect;
 use serde_json::{json, Value};
 
 use super::answer::json;
@@ -59,7 +59,7 @@ pub(super) struct Run {
     pub(super) parts: http::request::Parts,
     pub(super) cx: WriteContext,
     pub(super) recipe: Recipe,
-    pub(super) bundle: Option<Arc<palisade_policy::rich::Bundle>>,
+    pub(super) bundle: Option<Arc<palisade_rich::Bundle>>,
     pub(super) invocation: String,
 }
 
@@ -171,9 +171,8 @@ impl Run {
         // The step acts for the invocation's caller: the same one, not worked out again.
         sp.extensions
             .insert(crate::net::conn::Caller(self.cx.caller.clone()));
-        let required = cap.is_some_and(|c| {
-            c.contract.idempotency_key == palisade_policy::rich::IdempotencyKey::Required
-        });
+        let required = cap
+            .is_some_and(|c| c.contract.idempotency_key == palisade_rich::IdempotencyKey::Required);
         if required {
             if let Ok(v) = HeaderValue::from_str(&format!("rcns-{}-{i}", self.invocation)) {
                 sp.headers.insert("idempotency-key", v);
@@ -363,7 +362,7 @@ impl Run {
         else {
             return Ok(());
         };
-        let call = palisade_policy::admission::Call {
+        let call = palisade_rich::admission::Call {
             binding_id: &b.binding_id,
             operation: &cap.operation,
             contract_digest: &cap.contract.digest,

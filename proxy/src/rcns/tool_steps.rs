@@ -18,9 +18,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use palisade_policy::lease::RecoveryMode;
-use palisade_policy::rcns::compose::ToolRequest;
-use palisade_policy::rich::{Bundle, SideEffect};
 use palisade_policy::{ErrorCode, Refusal};
+use palisade_rich::rcns::compose::ToolRequest;
+use palisade_rich::{Bundle, SideEffect};
 use serde_json::Value;
 
 use crate::context::{AppState, Enforcement, Routed, WriteContext};
@@ -121,7 +121,7 @@ impl ToolStep<'_> {
     /// contract, as an agent's call of it would be.
     async fn read(
         self,
-        cap: &palisade_policy::rich::Capability,
+        cap: &palisade_rich::Capability,
         parts: http::request::Parts,
         bytes: Bytes,
     ) -> ToolOutcome {
@@ -129,7 +129,7 @@ impl ToolStep<'_> {
         let mut cx = self.cx.clone();
         cx.bind(Some(self.bundle), &crate::context::Binding::Bound(cap));
         let depth = self.state.config.max_json_depth;
-        if let Err(r) = palisade_policy::rich::check_input(&cap.contract, &args, depth) {
+        if let Err(r) = palisade_rich::check_input(&cap.contract, &args, depth) {
             return self.refused(r, Some(&args)).await;
         }
         let (resp, outcome) =

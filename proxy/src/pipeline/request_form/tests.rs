@@ -19,7 +19,7 @@ fn parts(method: &str, target: &str) -> http::request::Parts {
         .0
 }
 
-fn bundle() -> palisade_policy::rich::Bundle {
+fn bundle() -> palisade_rich::Bundle {
     let dir = tempfile::tempdir().expect("tempdir");
     crate::cli::sample_bundle::write(dir.path()).expect("bundle written");
     crate::control::bundle::load(

@@ -3,8 +3,8 @@
 //! which it is told to escalate. Both best effort: a store that cannot keep them changes no
 //! answer.
 
-use palisade_policy::rcns::{Proposal, SynthesizedContract};
 use palisade_policy::Refusal;
+use palisade_rich::rcns::{Proposal, SynthesizedContract};
 use serde_json::json;
 
 use super::{ms, Ask, ATTEMPTS_PER_AGENT};
@@ -23,8 +23,8 @@ impl Ask<'_> {
             Err(r) => (r.status(), Some(r.code.as_str()), r.reason, None),
         };
         let valid = p.filter(|p| {
-            palisade_policy::rcns::recipes::is_method(&p.method)
-                && palisade_policy::rcns::recipes::is_path(&p.path)
+            palisade_rich::rcns::recipes::is_method(&p.method)
+                && palisade_rich::rcns::recipes::is_path(&p.path)
         });
         let body = json!({
             "attempt_id": self.attempt_id,
