@@ -24,7 +24,6 @@ pub mod connector;
 mod contract;
 mod duration;
 pub mod migration;
-pub mod openapi;
 pub mod parameters;
 mod problem;
 mod recipe_grammar;
@@ -79,7 +78,10 @@ pub fn query_input(
 
 /// RICH §11.2 duty 5: a connector's output against the target contract's `structural.input`
 /// before the target is invoked; `ERR_CONNECTOR_POSTCONDITION` at the failing location.
-pub fn check_mapped_input(target: &Contract, v: &serde_json::Value) -> Result<(), palisade_policy::Refusal> {
+pub fn check_mapped_input(
+    target: &Contract,
+    v: &serde_json::Value,
+) -> Result<(), palisade_policy::Refusal> {
     mapped(
         target.input.as_ref(),
         v,

@@ -208,7 +208,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             assert_formats,
             approve,
         }) => {
-            let mut opts = palisade_rich::openapi::ImportOptions {
+            let mut opts = lockfile::openapi::ImportOptions {
                 base_path,
                 assert_formats,
                 ..Default::default()
@@ -221,7 +221,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             opts.reversibility =
                 pairs::name_values("--reversibility", "OPERATION=VALUE", &reversibility)
                     .map_err(Failure::usage)?;
-            import_openapi::run(&spec, &out, &opts, approve)
+            lockfile::import_openapi::run(&spec, &out, &opts, approve)
         }
         Command::Lock(LockCommand::Compat {
             old,
@@ -241,22 +241,24 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             ignore_annotations,
         }) => {
             let opts = pairs::name_values("--side-effect", "TOOL=EFFECT", &side_effects)
-                .and_then(|m| crate::mcp::pin::PinOptions::new(ignore_annotations, m))
+                .and_then(|m| lockfile::pin_mcp::PinOptions::new(ignore_annotations, m))
                 .map_err(Failure::usage)?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(|e| Failure::usage(format!("runtime: {e}")))?;
             let tools = runtime
-                .block_on(crate::mcp::pin::fetch_tools(&url))
+                .block_on(lockfile::pin_mcp::fetch_tools(&url))
                 .map_err(|e| Failure {
                     code: 1,
                     lines: vec![format!("{url}: {e}")],
                 })?;
             let pinned =
-                crate::mcp::pin::write_bundle(&tools, &url, &out, &opts).map_err(|e| Failure {
-                    code: 1,
-                    lines: vec![e],
+                lockfile::pin_mcp::write_bundle(&tools, &url, &out, &opts).map_err(|e| {
+                    Failure {
+                        code: 1,
+                        lines: vec![e],
+                    }
                 })?;
             println!(
                 "{}",
@@ -283,8 +285,8 @@ mod compat;
 pub mod demo;
 mod failure;
 mod freeze;
-mod import_openapi;
 pub(crate) mod keys;
+mod lockfile;
 mod migrate;
 mod operate;
 mod pairs;

@@ -41,7 +41,6 @@ pub(crate) mod call;
 mod connect;
 pub mod inverse;
 pub(crate) mod leg;
-pub mod pin;
 pub mod pinning;
 pub mod refusal;
 pub mod relay;

@@ -1,7 +1,7 @@
 #![allow(clippy::unwrap_used)]
 use super::*;
-use palisade_policy::lease::Reversibility;
 use crate::{IdempotencyKey, SideEffect};
+use palisade_policy::lease::Reversibility;
 use serde_json::json;
 
 const DIALECT: &str = super::super::schema::DIALECT_2020_12;

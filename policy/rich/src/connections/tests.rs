@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 use serde_json::{json, Value};
 
 use crate::connector::artifact::{PROFILE_T0, PROFILE_T1};
-use palisade_policy::digest::Sha256Digest;
 use crate::Bundle;
+use palisade_policy::digest::Sha256Digest;
 
 const DIALECT: &str = crate::schema::DIALECT_2020_12;
 /// 2026-12-05T00:00:00Z.

@@ -20,9 +20,9 @@
 use serde_json::{Map, Value};
 
 use super::t1::{Limits, T1Error, T1};
-use palisade_policy::digest::Spelling;
 use crate::schema::{Schema, Violation};
 use crate::Problem;
+use palisade_policy::digest::Spelling;
 
 /// Profile URI of T0 pass-through, as a lockfile's `connectorProfile` names it.
 pub const PROFILE_T0: &str = "urn:palisade:connector-profile:t0-pass-through:1";

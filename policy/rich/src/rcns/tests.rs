@@ -7,8 +7,8 @@ use serde_json::{json, Value};
 use super::evaluate::{evaluate, gate, Refused};
 use super::recipes::{is_path, PathMatch};
 use super::*;
-use palisade_policy::digest::Sha256Digest;
 use crate::Bundle;
+use palisade_policy::digest::Sha256Digest;
 use palisade_policy::ErrorCode;
 
 const DIALECT: &str = "https://json-schema.org/draft/2020-12/schema";

@@ -1,5 +1,5 @@
 //! `palisade lock import-openapi SPEC --out DIR`: an OpenAPI document (YAML or JSON) → a
-//! bundle for review (`policy::rich::openapi` does the mapping; this reads and writes files).
+//! bundle for review (`lockfile::openapi` does the mapping; this reads and writes files).
 //!
 //! YAML through `serde-saphyr`: pure Rust, panic-free on any input, maintained (serde_yaml is
 //! archived and its forks are stale or bind libyaml), and it deserialises straight into a
@@ -7,18 +7,18 @@
 
 use std::path::Path;
 
+use super::openapi::{self, ImportOptions};
 use palisade_policy::digest::{Sha256Digest, Spelling};
-use palisade_rich::openapi::{self, ImportOptions};
 use serde_json::{json, Value};
 
-use super::failure::Failure;
+use crate::cli::failure::Failure;
 
 /// Largest document read: real API descriptions run to a few MiB.
 const MAX_DOCUMENT: u64 = 32 << 20;
 
 /// `approve`: write the lockfile even when it is breaking or lossy against the one in `out`
-/// (with a migration record each, see [`super::migrate`]).
-pub(super) fn run(
+/// (with a migration record each, see [`crate::cli::migrate`]).
+pub(crate) fn run(
     spec: &Path,
     out: &Path,
     opts: &ImportOptions,
@@ -49,7 +49,8 @@ pub(super) fn run(
         .map_err(|e| fail(format!("{}: {e}", spec.display())))?;
     let summary = imported.summary();
     let now = palisade_policy::lease::format_rfc3339_ms(crate::clock::WallClock::now_ms());
-    let plan = super::migrate::plan(out, &imported.lockfile, &imported.contracts, approve, &now)?;
+    let plan =
+        crate::cli::migrate::plan(out, &imported.lockfile, &imported.contracts, approve, &now)?;
     let contracts = out.join("contracts");
     std::fs::create_dir_all(&contracts)
         .map_err(|e| fail(format!("{}: {e}", contracts.display())))?;
