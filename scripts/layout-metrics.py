@@ -12,7 +12,7 @@ enough to move a figure and to see what moved it):
 - `AppState` parameters: parameters typed `&AppState`, `Arc<AppState>` or `&Arc<AppState>`;
 - Rust files over 450 lines: source files measured before their `#[cfg(test)]` module (as
   tests/it/architecture.rs does), test files whole;
-- methods of each trait in `proxy/src/store/`;
+- methods of each trait in `proxy/store/src/` (`palisade-store`);
 - refusal construction sites: calls that build a problem document or a JSON-RPC error
   (any `Problem::` constructor, `jsonrpc::error_response`/`error_doc`, `Refused::into_rpc`)
   in `proxy/src` outside the modules that render them (`net/problem.rs`, `net/jsonrpc.rs`, `enforce/receipts.rs`);
@@ -28,7 +28,7 @@ RENDERERS = {"proxy/src/net/problem.rs", "proxy/src/net/jsonrpc.rs", "proxy/src/
 
 
 def rust_sources():
-    for base in ["proxy/src", "policy"]:
+    for base in ["proxy/src", "proxy/store/src", "policy"]:
         for p in sorted(ROOT.glob(f"{base}/**/*.rs")):
             s = str(p)
             if "/fuzz/" in s or "/target/" in s or "/benches/" in s:
@@ -113,7 +113,7 @@ def main():
             (long_tests if is_test else long_src).append(f"{p} ({n})")
 
     traits = []
-    for p in sorted(ROOT.glob("proxy/src/store/**/*.rs")):
+    for p in sorted(ROOT.glob("proxy/store/src/**/*.rs")):
         text = strip_comments(p.read_text())
         for m in re.finditer(r"pub(?:\([^)]*\))?\s+trait\s+(\w+)[^{]*\{", text):
             depth, i = 1, m.end()

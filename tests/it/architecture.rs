@@ -1,4 +1,4 @@
-//! The shape of `proxy/src/`, `policy/src/` and the crates under `policy/` (docs/
+//! The shape of `proxy/src/`, `proxy/store/src/`, `policy/src/` and the crates under `policy/` (docs/
 //! architecture.md), checked so that it holds as features land (which crate may use which is
 //! the crate graph's, enforced by Cargo):
 //! - no import cycle between files (modules), nor between top-level folders, in either crate;
@@ -55,6 +55,8 @@ enum Crate {
     Aip2,
     /// `policy/rich` (`palisade-rich`): RICH, RCNS and admission, over `palisade-policy`.
     Rich,
+    /// `proxy/store` (`palisade-store`): the state store and its backends.
+    Store,
 }
 
 fn src_dir(krate: Crate) -> PathBuf {
@@ -66,6 +68,7 @@ fn src_dir(krate: Crate) -> PathBuf {
         Crate::Log => proxy.join("../policy/log/src"),
         Crate::Aip2 => proxy.join("../policy/aip2/src"),
         Crate::Rich => proxy.join("../policy/rich/src"),
+        Crate::Store => proxy.join("store/src"),
     }
 }
 
@@ -422,11 +425,13 @@ fn assert_line_limit(krate: Crate, max: usize) {
 #[test]
 fn no_module_imports_one_that_imports_it_back() {
     assert_no_module_cycle(Crate::Proxy);
+    assert_no_module_cycle(Crate::Store);
 }
 
 #[test]
 fn no_folder_imports_one_that_imports_it_back() {
     assert_no_folder_cycle(Crate::Proxy);
+    assert_no_folder_cycle(Crate::Store);
 }
 
 #[test]
@@ -499,6 +504,7 @@ fn each_folder_imports_only_the_layers_below_it() {
 #[test]
 fn no_source_file_passes_the_line_limit() {
     assert_line_limit(Crate::Proxy, MAX_LINES);
+    assert_line_limit(Crate::Store, MAX_LINES);
 }
 
 /// The checker itself: a cycle, a relative child path and a `super` path are seen.

@@ -30,6 +30,7 @@ pub fn connect(url: &str) -> Connect<'_> {
         statement_timeout: Duration::from_secs(2),
         retention: Default::default(),
         clock: Arc::new(palisade::clock::AnchoredClock::new()),
+        tls: palisade::net::db_tls::client_config,
     }
 }
 

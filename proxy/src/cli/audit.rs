@@ -115,12 +115,9 @@ pub(super) fn verify_config(config: &Path, json: bool) -> Result<(), Failure> {
             )
         }
         StoreKind::Postgres => Box::new(
-            rt.block_on(crate::store::postgres::PostgresStore::existing_from_config(
-                &cfg,
-                signer.clone(),
-            ))
-            .map_err(|e| Failure::usage(e.to_string()))?
-            .0,
+            rt.block_on(crate::store::open_existing_postgres(&cfg, signer.clone()))
+                .map_err(|e| Failure::usage(e.to_string()))?
+                .0,
         ),
     };
     let place = match cfg.store_kind {

@@ -10,7 +10,8 @@ use super::keys::read_key;
 use super::operate::load_config;
 use super::Failure;
 use crate::config::{Config, StoreKind};
-use crate::store::postgres::{url_from_config, Connect, PostgresStore};
+use crate::store::postgres::PostgresStore;
+use crate::store::{connect_from_config, url_from_config};
 
 /// The sidecar key as the receipt log's signer (`receipts.origin`), as `run` makes it.
 pub(super) fn key(cfg: &Config) -> Result<Arc<Signer>, Failure> {
@@ -43,7 +44,7 @@ pub(super) fn migrate(config: &Path) -> Result<(), Failure> {
             let url = url_from_config(&cfg).map_err(|e| Failure::usage(e.to_string()))?;
             let version = runtime()?
                 .block_on(PostgresStore::migrate(
-                    Connect::from_config(&cfg, &url, Arc::new(crate::clock::AnchoredClock::new())),
+                    connect_from_config(&cfg, &url, Arc::new(crate::clock::AnchoredClock::new())),
                     key,
                 ))
                 .map_err(|e| Failure::refused(e.to_string()))?;
@@ -78,7 +79,7 @@ pub(super) fn check(config: &Path) -> Result<(), Failure> {
             Ok(())
         }
         StoreKind::Postgres => rt.block_on(async {
-            let (store, version) = PostgresStore::existing_from_config(&cfg, key)
+            let (store, version) = crate::store::open_existing_postgres(&cfg, key)
                 .await
                 .map_err(|e| Failure::refused(e.to_string()))?;
             let head = crate::store::Receipts::log_head(&store)

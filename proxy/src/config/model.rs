@@ -146,28 +146,8 @@ pub enum AccessLog {
     },
 }
 
-/// How long the store keeps what it no longer needs for enforcement (SPEC §10; the choices
-/// are in docs/decisions.md).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Retention {
-    /// How long a lease's record, staged inverse, snapshot and receipt index stay after the
-    /// lease expires (no write or compensation is accepted under it by then; this is for
-    /// lookups and investigations). An inverse staged under a lease id the store has no record
-    /// of is kept this long from staging.
-    pub leases: std::time::Duration,
-    /// Receipts older than this are removed, oldest first, leaving an anchor that `audit
-    /// verify` starts from. `None`: kept forever.
-    pub receipts: Option<std::time::Duration>,
-}
-
-impl Default for Retention {
-    fn default() -> Self {
-        Self {
-            leases: std::time::Duration::from_secs(24 * 3600),
-            receipts: Some(std::time::Duration::from_secs(30 * 24 * 3600)),
-        }
-    }
-}
+// The store keeps and sweeps by it, so it is defined there.
+pub use palisade_store::Retention;
 
 /// The quote channel's settings, validated.
 #[derive(Debug, Clone)]

@@ -75,13 +75,9 @@ impl Enforcement {
                 .context("store")?,
             ),
             crate::config::StoreKind::Postgres => Arc::new(
-                crate::store::postgres::PostgresStore::from_config(
-                    config,
-                    log.clone(),
-                    Arc::new(clock),
-                )
-                .await
-                .context("store")?,
+                crate::store::open_postgres(config, log.clone(), Arc::new(clock))
+                    .await
+                    .context("store")?,
             ),
         };
         // A freeze made before a restart holds from the first request after it.

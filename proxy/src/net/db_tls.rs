@@ -20,26 +20,19 @@ use rustls::{DigitallySignedStruct, SignatureScheme};
 use super::identity::verify_chain;
 use super::tls::{load_certs, load_key, provider, root_store, system_roots, TlsError};
 
-/// What the server's certificate is checked for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Verify {
-    /// Nothing: the connection is encrypted, its peer unauthenticated.
-    Nothing,
-    /// A chain to the roots, any host name.
-    Chain,
-    /// A chain to the roots, for the host connected to.
-    Full,
-}
-
-/// Where the roots come from: `sslrootcert` (a PEM file, or `system` for the system's).
-pub enum Roots<'a> {
-    File(&'a Path),
-    System,
-}
+pub use palisade_store::postgres::{Roots, Verify};
 
 /// The rustls client configuration for `verify`, with an optional client certificate
-/// (`sslcert`/`sslkey`).
+/// (`sslcert`/`sslkey`): the store's [`palisade_store::postgres::ClientTls`].
 pub fn client_config(
+    verify: Verify,
+    roots: Option<Roots<'_>>,
+    client: Option<(&Path, &Path)>,
+) -> Result<rustls::ClientConfig, String> {
+    build(verify, roots, client).map_err(|e| e.to_string())
+}
+
+fn build(
     verify: Verify,
     roots: Option<Roots<'_>>,
     client: Option<(&Path, &Path)>,

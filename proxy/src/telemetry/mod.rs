@@ -19,19 +19,20 @@ use std::sync::OnceLock;
 
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
+// The stores' metrics are named in `palisade-store`, which records them.
+pub use palisade_store::metrics::{
+    count_sealed, FENCE_ADVANCES, LOG_CHECKPOINTS, LOG_ENTRIES, STORE_BATCH_JOBS, STORE_OP_DURATION,
+};
+
 pub const REQUESTS_TOTAL: &str = "palisade_requests_total";
 pub const REQUEST_DURATION: &str = "palisade_request_duration_seconds";
 pub const UPSTREAM_DURATION: &str = "palisade_upstream_duration_seconds";
 pub const INFLIGHT: &str = "palisade_inflight_requests";
 pub const REFUSALS_TOTAL: &str = "palisade_refusals_total";
-pub const STORE_OP_DURATION: &str = "palisade_store_op_duration_seconds";
-pub const FENCE_ADVANCES: &str = "palisade_fence_advances_total";
 pub const LOCKFILE_RELOADS: &str = "palisade_lockfile_reloads_total";
 pub const LOCKFILE_INFO: &str = "palisade_lockfile_info";
 /// Re-reads of `admission.jwks`, by result; not in SPEC §9, an addition beside the lockfile's.
 pub const JWKS_RELOADS: &str = "palisade_jwks_reloads_total";
-/// Jobs per store transaction (group commit at work); not in SPEC §9, an addition.
-pub const STORE_BATCH_JOBS: &str = "palisade_store_batch_jobs";
 /// Lease signatures verified together (issue 36); not in SPEC §9, an addition.
 pub const LEASE_BATCH_SIZE: &str = "palisade_lease_signature_batch";
 /// Buckets of the two batch-size histograms (store jobs, lease signatures).
@@ -39,11 +40,6 @@ const BATCH_BUCKETS: [f64; 10] = [1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 2
 /// Receipts that could not be stored for a write that was already forwarded (the audit chain
 /// log does not show that write): the alert "receipt log failure" watches this.
 pub const RECEIPTS_NOT_STORED: &str = "palisade_receipts_not_stored_total";
-
-/// Entries integrated into the receipt log, and checkpoints signed for them (one per store
-/// batch): their ratio is the receipts a checkpoint signature covers. Additions to SPEC §9.
-pub const LOG_ENTRIES: &str = "palisade_log_entries_total";
-pub const LOG_CHECKPOINTS: &str = "palisade_log_checkpoints_total";
 
 static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
 
@@ -230,11 +226,4 @@ where
         .flatten_event(true)
         .with_current_span(false)
         .finish()
-}
-
-/// Counts one sealed batch of `entries` receipts (one checkpoint). Counted when the batch is
-/// sealed, before its commit: a PostgreSQL batch rolled back and run again counts twice.
-pub fn count_sealed(entries: usize) {
-    metrics::counter!(LOG_ENTRIES).increment(entries as u64);
-    metrics::counter!(LOG_CHECKPOINTS).increment(1);
 }
