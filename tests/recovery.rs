@@ -177,7 +177,13 @@ async fn an_in_flight_key_is_409_and_an_uncertain_outcome_is_replayed_not_retrie
         let req = keyed_put(&s.p, "/slow/700", &l, "{}", &key);
         tokio::spawn(async move { send(&http1_client(), req).await })
     };
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The first is in flight once the upstream has it (it answers 700 ms later).
+    wait::until(
+        "the first write reaches the upstream",
+        Duration::from_secs(5),
+        || puts_to(&s.upstream, "/slow/700") == 1,
+    )
+    .await;
     let (dup, body) = send(
         &http1_client(),
         keyed_put(&s.p, "/slow/700", &l, "{}", &key),
@@ -216,7 +222,6 @@ async fn an_in_flight_key_is_409_and_an_uncertain_outcome_is_replayed_not_retrie
     assert_eq!(again.headers["idempotent-replayed"], "true");
     assert_eq!(again_body, body);
     assert_eq!(puts_to(&s.upstream, "/hang"), 1, "never re-executed");
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(drift_events(&s.p)
         .iter()
         .any(|e| e["code"] == "ERR_IDEMPOTENCY_IN_FLIGHT" && e["category"] == "idempotency"));
@@ -237,7 +242,6 @@ async fn a_pre_image_the_upstream_cannot_give_is_503_and_nothing_is_written() {
     assert_receipt_verifies(&doc["receipt"], "rejection");
     assert_eq!(doc["current_epoch"], 0, "the epoch did not move");
     assert_eq!(puts_to(&s.upstream, "/hang"), 0);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(drift_events(&s.p)
         .iter()
         .any(|e| e["code"] == "ERR_PREIMAGE_UNAVAILABLE" && e["category"] == "fence"));
@@ -387,7 +391,6 @@ async fn escrow_holds_until_an_operator_decides_and_rechecks_on_release() {
     let (status, doc) = admin_post(s.p.admin, "/admin/v1/escrow/nope/approve").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(doc["code"], "ERR_NOT_FOUND");
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(drift_events(&s.p)
         .iter()
         .any(|e| e["code"] == "ERR_LEASE_EXPIRED"));
@@ -537,8 +540,11 @@ async fn a_failed_store_refuses_writes_with_503_while_reads_flow() {
     .await;
     assert_eq!(parts.status, StatusCode::OK);
     assert_eq!(&body[..], br#"{"ok":true}"#);
-    tokio::time::sleep(Duration::from_millis(300)).await;
     // Not ready: the store cannot take writes (it stays so until a restart reopens it).
+    wait::until_async("readiness turns false", Duration::from_secs(5), || async {
+        admin_get(p.admin, "/readyz").await.0 == StatusCode::SERVICE_UNAVAILABLE
+    })
+    .await;
     let (status, body) = admin_get(p.admin, "/readyz").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(body, "store unavailable\n");
@@ -905,18 +911,11 @@ async fn drift_events_go_to_a_file_sink_when_configured() {
     )
     .await;
     assert_eq!(parts.status, StatusCode::PRECONDITION_REQUIRED);
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let text = loop {
-        let text = std::fs::read_to_string(&path).unwrap_or_default();
-        if !text.is_empty() {
-            break text;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no event in the file"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    wait::until("an event is in the file", Duration::from_secs(5), || {
+        std::fs::read_to_string(&path).is_ok_and(|t| !t.is_empty())
+    })
+    .await;
+    let text = std::fs::read_to_string(&path).unwrap();
     let event: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     assert_eq!(event["code"], "ERR_LEASE_REQUIRED");
     use std::os::unix::fs::PermissionsExt as _;
@@ -931,12 +930,8 @@ async fn drift_events_go_to_a_file_sink_when_configured() {
 }
 
 /// Waits up to 20 s for `done` to hold.
-async fn eventually(mut done: impl FnMut() -> bool, what: &str) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !done() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+async fn eventually(done: impl FnMut() -> bool, what: &str) {
+    wait::until(what, Duration::from_secs(20), done).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1014,13 +1009,18 @@ async fn a_webhook_that_refuses_drops_the_batch_and_never_slows_requests() {
     assert!(started.elapsed() < Duration::from_secs(2));
     eventually(|| hook.attempts() >= 1, "the webhook was tried").await;
     let admin = s.p.admin;
-    let mut metrics = String::new();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !metrics.contains("palisade_drift_events_dropped_total 3") {
-        assert!(tokio::time::Instant::now() < deadline, "{metrics}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        metrics = admin_get(admin, "/metrics").await.1;
-    }
+    wait::until_async(
+        "three events are counted dropped",
+        Duration::from_secs(20),
+        || async {
+            admin_get(admin, "/metrics")
+                .await
+                .1
+                .contains("palisade_drift_events_dropped_total 3")
+        },
+    )
+    .await;
+    let metrics = admin_get(admin, "/metrics").await.1;
     assert!(metrics.contains("palisade_drift_webhook_batches_total{result=\"dropped\"}"));
     assert!(
         !metrics.contains("result=\"retried\""),

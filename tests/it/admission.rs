@@ -543,22 +543,24 @@ async fn tokens_admit_named_operations_and_everything_else_is_refused() {
     let staged = keys_dir.path().join("jwks.json.new");
     std::fs::copy(keys_dir.path().join("jwks-rotated.json"), &staged).unwrap();
     std::fs::rename(&staged, &jwks).unwrap();
-    let mut waited = Duration::ZERO;
-    loop {
-        let a = call(&s.p, "GET", "/items/1", &[&t("unknown_kid")], None, "").await;
-        if a.status == StatusCode::OK {
-            break;
-        }
-        assert!(
-            waited < Duration::from_secs(10),
-            "the rotated JWKS was not picked up"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-        waited += Duration::from_millis(100);
-    }
-    // A broken JWKS leaves the keys in force.
+    wait::until_async(
+        "the rotated JWKS is picked up",
+        Duration::from_secs(10),
+        || async {
+            let a = call(&s.p, "GET", "/items/1", &[&t("unknown_kid")], None, "").await;
+            a.status == StatusCode::OK
+        },
+    )
+    .await;
+    // A broken JWKS leaves the keys in force: once it has been read and refused, the
+    // rotated key still admits.
     std::fs::write(&jwks, b"{not json").unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait::until(
+        "the broken JWKS is read and refused",
+        Duration::from_secs(10),
+        || s.p.logs().contains("admission.jwks refused"),
+    )
+    .await;
     let a = call(&s.p, "GET", "/items/1", &[&t("unknown_kid")], None, "").await;
     assert_eq!(a.status, StatusCode::OK, "a broken JWKS replaced the keys");
     assert!(s.p.logs().contains("admission.jwks refused"));

@@ -51,12 +51,9 @@ fn start_agent(port: u16) -> Agent {
         .spawn()
         .expect("the agent must start");
     // The SDK imports web3: a cold start takes a few seconds.
-    let mut waited = Duration::ZERO;
-    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(waited < Duration::from_secs(60), "agent did not listen");
-        std::thread::sleep(Duration::from_millis(50));
-        waited += Duration::from_millis(50);
-    }
+    wait::until_blocking("the agent listens", Duration::from_secs(60), || {
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()
+    });
     Agent(child)
 }
 

@@ -47,8 +47,9 @@ async fn freezes(p: &Palisade, auth: &[(&str, &str)]) -> Vec<Value> {
     doc["freezes"].as_array().cloned().unwrap_or_default()
 }
 
+/// The codes of the drift events kept so far: a refusal's event is kept before it is
+/// answered (enforce::receipts), so nothing needs waiting for.
 async fn drift_codes(p: &Palisade) -> Vec<String> {
-    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     drift_events(p)
         .iter()
         .filter_map(|e| e["code"].as_str().map(str::to_owned))

@@ -7,7 +7,6 @@
 use crate::support;
 
 use std::path::Path;
-use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
@@ -394,7 +393,6 @@ async fn connector_refusals_have_their_codes_receipts_and_events_and_reach_no_on
 
     // Drift events: the connector's digest is what was expected; the evidence is the payload's
     // digest, never the payload.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let events = drift_events(&c.s.p);
     let failed = events
         .iter()
@@ -440,7 +438,6 @@ async fn unmappable_answers_under_notify_and_fail_closed() {
     assert_receipt_verifies(&doc["receipt"], "rejection");
     assert_eq!(c.writes().len(), 2, "each write reached the upstream once");
 
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let events = drift_events(&c.s.p);
     let notified = events
         .iter()

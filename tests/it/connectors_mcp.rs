@@ -16,6 +16,7 @@ use crate::connectors::{connector, digest};
 use crate::mcp::{client, meta, sidecar, tool_lease, McpServer};
 use crate::support;
 use support::bundles::*;
+use support::wait;
 use support::writes::*;
 
 /// The legacy tools as the SDK server has them, and two agent-facing tools mapped onto them.
@@ -184,7 +185,17 @@ async fn connected_tool_calls(mode: &'static str) {
     // The server ran the one permitted write, with the legacy argument names.
     assert_eq!(server.executions(), vec!["set_level SKU-1 5"]);
 
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The answer's drift events may follow the answer (it is checked as it is relayed).
+    wait::until(
+        "the connector-failed drift event is kept",
+        Duration::from_secs(5),
+        || {
+            drift_events(&p)
+                .iter()
+                .any(|e| e["code"] == "ERR_CONNECTOR_FAILED")
+        },
+    )
+    .await;
     let events = drift_events(&p);
     let failed = events
         .iter()

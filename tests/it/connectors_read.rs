@@ -7,7 +7,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
-use std::time::Duration;
 
 use http::{Request, StatusCode};
 use serde_json::{json, Value};
@@ -249,7 +248,6 @@ async fn read_connector_refusals_have_their_codes_receipts_and_events_and_reach_
         ]
     );
 
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let events = drift_events(&r.s.p);
     let failed = events
         .iter()

@@ -249,14 +249,13 @@ async fn drift_streams_are_bounded() {
                 .spawn()
                 .unwrap(),
         );
-        let mut seen = String::new();
-        for _ in 0..100 {
-            seen = std::fs::read_to_string(&head).unwrap_or_default();
-            if seen.contains("\r\n\r\n") {
-                break;
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+        wait::until(
+            "the reader has its head",
+            std::time::Duration::from_secs(5),
+            || std::fs::read_to_string(&head).is_ok_and(|seen| seen.contains("\r\n\r\n")),
+        )
+        .await;
+        let seen = std::fs::read_to_string(&head).unwrap_or_default();
         assert!(seen.starts_with("HTTP/1.1 200"), "reader {n}: {seen}");
     }
     let over = || {
@@ -275,16 +274,10 @@ async fn drift_streams_are_bounded() {
         r.kill().unwrap();
         r.wait().unwrap();
     }
-    let mut again = String::new();
-    for _ in 0..50 {
-        again = over();
-        if again.starts_with("http/1.1 200") {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
-    assert!(
-        again.starts_with("http/1.1 200"),
-        "a place came back: {again}"
-    );
+    wait::until(
+        "a place comes back",
+        std::time::Duration::from_secs(5),
+        || over().starts_with("http/1.1 200"),
+    )
+    .await;
 }

@@ -282,7 +282,6 @@ async fn contract_refusals_carry_code_receipt_and_drift_event_and_reach_no_one()
     assert_eq!(writes_to(&s.upstream, "/invoices/9/pay"), 0);
 
     // Drift events name the binding, the contract and the location; never the value.
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let events = drift_events(&s.p);
     let input = events
         .iter()
@@ -558,7 +557,6 @@ async fn two_hundred_swaps_under_load_lose_nothing_and_mix_no_versions() {
     assert!(metrics.contains(&format!(
         r#"palisade_lockfile_info{{digest="{digest_a}"}} 1"#
     )));
-    tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(drift_events(&s.p)
         .iter()
         .any(|e| e["code"] == "ERR_BUNDLE_REJECTED" && e["category"] == "lockfile"));
@@ -570,18 +568,11 @@ async fn two_hundred_swaps_under_load_lose_nothing_and_mix_no_versions() {
         .status()
         .unwrap();
     assert!(status.success());
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    loop {
+    wait::until_async("SIGHUP reloads", Duration::from_secs(5), || async {
         let (_, body) = admin_get(s.p.admin, "/admin/v1/lockfile").await;
-        if serde_json::from_str::<Value>(&body).unwrap()["digest"] == digest_b {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "SIGHUP did not reload"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        serde_json::from_str::<Value>(&body).unwrap()["digest"] == digest_b
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -625,14 +616,10 @@ async fn the_watcher_follows_a_kubernetes_style_symlink_swap() {
     // The atomic swap Kubernetes does: a new link renamed over ..data.
     symlink("..v2", root.path().join("..data_tmp")).unwrap();
     std::fs::rename(root.path().join("..data_tmp"), root.path().join("..data")).unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while digest_now(s.p.admin).await != digest_b {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the swap was not picked up"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_async("the swap is picked up", Duration::from_secs(10), || async {
+        digest_now(s.p.admin).await == digest_b
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -750,7 +737,6 @@ async fn output_contracts_under_each_drift_policy() {
         "no write reached the fallback"
     );
 
-    tokio::time::sleep(Duration::from_millis(300)).await;
     let events = drift_events(&s.p);
     let action_for = |op: &str| {
         events
@@ -867,15 +853,12 @@ async fn a_held_write_is_checked_again_under_the_bundle_in_force() {
             && e["bindingId"] == "urn:palisade:test:swap/B"
             && e["violationLocation"] == "/qty"
     };
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    let events = loop {
-        let events = drift_events(&s.p);
-        if events.iter().any(found) || tokio::time::Instant::now() > deadline {
-            break events;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
-    assert!(events.iter().any(found), "{events:?}");
+    wait::until(
+        "the refusal's drift event is kept",
+        Duration::from_secs(5),
+        || drift_events(&s.p).iter().any(found),
+    )
+    .await;
     assert_eq!(
         writes_to(&s.upstream, "/items/held"),
         0,

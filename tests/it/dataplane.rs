@@ -245,27 +245,23 @@ async fn rotated_certificate_files_are_served_without_a_restart() {
 
     // Rotate as cert-manager does: new files written in place.
     let second = pki.write_server("second");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let c = TlsConn::connect(p.data, tls_client_config(&pki.ca_pem, None))
-            .await
-            .unwrap();
-        if c.peer_cert_der == der_of(&second.cert_pem) {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "new certificate not served within 10s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait::until_async(
+        "the new certificate is served",
+        Duration::from_secs(10),
+        || async {
+            let c = TlsConn::connect(p.data, tls_client_config(&pki.ca_pem, None))
+                .await
+                .unwrap();
+            c.peer_cert_der == der_of(&second.cert_pem)
+        },
+    )
+    .await;
     // The log line is written as the new certificate goes in; the test reads the sidecar's
     // output on a thread of its own, which may be a moment behind.
-    let logged = Instant::now() + Duration::from_secs(5);
-    while !p.logs().contains("listener certificate reloaded") {
-        assert!(Instant::now() < logged, "no reload logged: {}", p.logs());
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until("the reload is logged", Duration::from_secs(5), || {
+        p.logs().contains("listener certificate reloaded")
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -479,8 +475,13 @@ async fn admin_reports_health_and_metrics_and_logs_hold_no_secrets() {
             .contains(r#"palisade_requests_total{kind="read",method="PUT",outcome="forwarded"} 1"#),
         "{metrics}"
     );
-    // The access-log line is written when the body ends; give it a moment.
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The access-log line is written when the body ends, a moment after the client has it.
+    wait::until(
+        "the access-log line is written",
+        Duration::from_secs(5),
+        || p.logs().contains("\"path\":\"/echo/items/1\""),
+    )
+    .await;
     let logs = p.logs();
     assert!(
         logs.contains("\"path\":\"/echo/items/1\""),
@@ -511,21 +512,20 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
         })
         .collect();
     // Let the slow requests reach the upstream.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while upstream.requests().len() < 3 {
-        assert!(
-            Instant::now() < deadline,
-            "slow requests never reached the upstream"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until(
+        "the slow requests reach the upstream",
+        Duration::from_secs(5),
+        || upstream.requests().len() >= 3,
+    )
+    .await;
     p.sigterm();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(
-        admin_get(p.admin, "/readyz").await.0,
-        StatusCode::SERVICE_UNAVAILABLE,
-        "readiness turns false at once"
-    );
+    // At once: well before the slow requests (2 s) end.
+    wait::until_async(
+        "readiness turns false",
+        Duration::from_millis(1000),
+        || async { admin_get(p.admin, "/readyz").await.0 == StatusCode::SERVICE_UNAVAILABLE },
+    )
+    .await;
     for task in slow {
         let (parts, body) = task.await.unwrap();
         assert_eq!(parts.status, StatusCode::OK);
@@ -792,8 +792,12 @@ async fn a_write_whose_upstream_connection_dies_mid_request_is_not_sent_again() 
     // connection.
     let (status, _) = c.send(Method::GET, "/x", b"").await;
     assert_eq!(status, StatusCode::BAD_GATEWAY);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert_eq!(heads.load(std::sync::atomic::Ordering::SeqCst), 2);
+    wait::until(
+        "a new upstream connection has the request",
+        Duration::from_secs(2),
+        || heads.load(std::sync::atomic::Ordering::SeqCst) == 2,
+    )
+    .await;
 }
 
 /// One h2c connection to the sidecar (prior knowledge), its streams sent concurrently.

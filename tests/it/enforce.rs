@@ -281,13 +281,15 @@ async fn every_refusal_has_its_code_receipt_and_drift_event_and_reaches_no_one()
         "no refused write reached the upstream"
     );
     // One drift event per refusal, each naming its code, none carrying the body.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    let logs = s.p.logs();
-    let events: Vec<Value> = logs
-        .lines()
-        .filter(|l| l.contains("\"eventId\""))
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    // Stdout is a sink behind a queue: its lines come a moment after the answers.
+    let logged = |code: &str| logged_drift_events(&s.p).iter().any(|e| e["code"] == code);
+    wait::until(
+        "every refusal's drift event is on stdout",
+        std::time::Duration::from_secs(5),
+        || rows.iter().all(|row| logged(row.4)),
+    )
+    .await;
+    let events = logged_drift_events(&s.p);
     for (name, _, _, _, code) in &rows {
         assert!(
             events.iter().any(|e| e["code"] == *code),
@@ -300,6 +302,7 @@ async fn every_refusal_has_its_code_receipt_and_drift_event_and_reaches_no_one()
     assert!(events.iter().any(|e| e["category"] == "fence"));
     // The body is `{"qty":1150}`: its value in any JSON spelling, not the bare digits, which a
     // random trace or event id holds now and then.
+    let logs = s.p.logs();
     assert!(
         !logs.contains(":1150") && !logs.contains("\"1150\""),
         "a request body reached the logs"

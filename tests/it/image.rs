@@ -258,16 +258,14 @@ async fn the_image_runs_as_the_chart_runs_it() {
     let _cleanup = Remove(name.clone());
     let admin_url = |path: &str| format!("http://127.0.0.1:{admin}{path}");
     let http = http1_client();
-    let mut ready = false;
-    while started.elapsed() < Duration::from_secs(20) {
-        if get_json(&admin_url("/readyz"), None).await.0 == StatusCode::OK {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
     let logs = || text(&podman(&["logs", name.as_str()]));
-    assert!(ready, "not ready: {}", logs());
+    wait::until_async_or(
+        "the container is ready",
+        Duration::from_secs(20),
+        || async { get_json(&admin_url("/readyz"), None).await.0 == StatusCode::OK },
+        logs,
+    )
+    .await;
     eprintln!(
         "ready {} ms after podman run",
         started.elapsed().as_millis()
@@ -344,15 +342,13 @@ async fn the_image_runs_as_the_chart_runs_it() {
         let (http, url) = (http.clone(), data("/slow/1500"));
         tokio::spawn(async move { send(&http, Request::get(url).body(full("")).unwrap()).await })
     };
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while !upstream
-        .requests()
-        .iter()
-        .any(|r| r.path_and_query == "/slow/1500")
-    {
-        assert!(Instant::now() < deadline, "the slow request never arrived");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait::until("the slow request arrives", Duration::from_secs(5), || {
+        upstream
+            .requests()
+            .iter()
+            .any(|r| r.path_and_query == "/slow/1500")
+    })
+    .await;
     let stop = tokio::task::spawn_blocking({
         let name = name.clone();
         move || podman(&["stop", "-t", "15", name.as_str()])
@@ -400,19 +396,16 @@ pub async fn await_bundle(
     digest: &str,
     logs: impl Fn() -> String,
 ) {
-    let deadline = Instant::now() + Duration::from_secs(15);
-    loop {
-        let (_, doc) = get_json(&format!("{admin}/admin/v1/lockfile"), token).await;
-        if doc["digest"] == digest {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the new bundle never took: {doc}\n{}",
-            logs()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait::until_async_or(
+        "the new bundle takes",
+        Duration::from_secs(15),
+        || async {
+            let (_, doc) = get_json(&format!("{admin}/admin/v1/lockfile"), token).await;
+            doc["digest"] == digest
+        },
+        logs,
+    )
+    .await;
 }
 
 /// Removes the container however the test ends.

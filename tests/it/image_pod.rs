@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use crate::image::{await_bundle, built_image, get_json, podman, text, TAG};
 use crate::support::bundles::{contract, write_bundle, DIALECT};
+use crate::support::wait;
 use crate::support::writes::*;
 
 const POD: &str = "erp-palisade";
@@ -197,21 +198,14 @@ async fn the_charts_pod_runs_under_podman_kube_play() {
             .unwrap()
             .to_owned()
     };
-    let mut ready = false;
-    while started.elapsed() < Duration::from_secs(30) {
-        if get_json(
-            &format!("http://{admin}{}", probe("readinessProbe")),
-            Some(ADMIN_TOKEN),
-        )
-        .await
-        .0 == StatusCode::OK
-        {
-            ready = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(ready, "not ready: {}", logs());
+    let readiness = format!("http://{admin}{}", probe("readinessProbe"));
+    wait::until_async_or(
+        "the pod is ready",
+        Duration::from_secs(30),
+        || async { get_json(&readiness, Some(ADMIN_TOKEN)).await.0 == StatusCode::OK },
+        &logs,
+    )
+    .await;
     eprintln!(
         "pod ready {} ms after kube play",
         started.elapsed().as_millis()
@@ -300,11 +294,13 @@ async fn the_charts_pod_runs_under_podman_kube_play() {
     conn.write_all(&request[..split]).await.unwrap();
     tokio::time::sleep(Duration::from_millis(200)).await;
     let stop = tokio::task::spawn_blocking(|| podman(&["stop", "-t", "15", SIDECAR]));
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !logs().contains("shutdown requested: draining") {
-        assert!(Instant::now() < deadline, "no drain began: {}", logs());
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until_async_or(
+        "the drain begins",
+        Duration::from_secs(10),
+        || async { logs().contains("shutdown requested: draining") },
+        &logs,
+    )
+    .await;
     conn.write_all(&request[split..]).await.unwrap();
     let (status, answer) = read_response(conn).await;
     assert_eq!(status, 201, "{answer}\n{}", logs());

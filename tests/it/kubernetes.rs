@@ -360,19 +360,13 @@ async fn the_embedded_pod_runs_swaps_rotates_and_stops_as_kubernetes_would() {
     };
     let before = reloads().await;
     project(&mounts["bundle"], 2, &bundle_files);
-    let mut swapped = false;
-    for _ in 0..50 {
-        if reloads().await > before {
-            swapped = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        swapped,
-        "the ConfigMap swap was not picked up:\n{}",
-        logs_text()
-    );
+    wait::until_async_or(
+        "the ConfigMap swap is picked up",
+        Duration::from_secs(5),
+        || async { reloads().await > before },
+        logs_text,
+    )
+    .await;
 
     // The certificate rotated (cert-manager rewrites the Secret; the kubelet swaps it): new
     // connections get the new one, without a restart.
@@ -383,22 +377,18 @@ async fn the_embedded_pod_runs_swaps_rotates_and_stops_as_kubernetes_would() {
         .unwrap()
         .unwrap()
         .to_vec();
-    let mut rotated = false;
-    for _ in 0..50 {
-        let conn = TlsConn::connect(addr, tls_client_config(&pki.ca_pem, Some(&client)))
-            .await
-            .unwrap();
-        if conn.peer_cert_der == renewed_der {
-            rotated = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        rotated,
-        "the rotated certificate was not served:\n{}",
-        logs_text()
-    );
+    wait::until_async_or(
+        "the rotated certificate is served",
+        Duration::from_secs(5),
+        || async {
+            let conn = TlsConn::connect(addr, tls_client_config(&pki.ca_pem, Some(&client)))
+                .await
+                .unwrap();
+            conn.peer_cert_der == renewed_der
+        },
+        logs_text,
+    )
+    .await;
     tokio::time::sleep(Duration::from_secs(1)).await;
 
     // Termination in the native-sidecar order: traffic leaves with the endpoints, the SoR
@@ -423,16 +413,13 @@ async fn the_embedded_pod_runs_swaps_rotates_and_stops_as_kubernetes_would() {
         .status()
         .unwrap()
         .success());
-    let status = loop {
-        if let Some(s) = child.try_wait().unwrap() {
-            break s;
-        }
-        assert!(
-            started.elapsed() < grace,
-            "the sidecar outlived its grace period"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    };
+    let mut exited = None;
+    wait::until("the sidecar exits within its grace period", grace, || {
+        exited = child.try_wait().unwrap();
+        exited.is_some()
+    })
+    .await;
+    let status = exited.expect("exited");
     assert!(status.success(), "exit {status}:\n{}", logs_text());
     eprintln!(
         "pod run: {ok} writes, bundle swapped and certificate rotated under load, 0 failed; sidecar exited 0 after {:?} (grace {grace:?})",

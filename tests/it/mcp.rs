@@ -73,17 +73,16 @@ impl McpServer {
             .stderr(Stdio::null())
             .spawn()
             .expect("the MCP server must start");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while tokio::net::TcpStream::connect(("127.0.0.1", port))
-            .await
-            .is_err()
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "the MCP SDK server did not listen within 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        wait::until_async(
+            "the MCP SDK server listens",
+            Duration::from_secs(30),
+            || async {
+                tokio::net::TcpStream::connect(("127.0.0.1", port))
+                    .await
+                    .is_ok()
+            },
+        )
+        .await;
         McpServer { child, port, dir }
     }
 
@@ -1150,15 +1149,22 @@ async fn a_client_that_hangs_up_mid_stream_does_not_lose_the_receipt() {
         );
         // Dropping the body and the client closes the connection before the answer.
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while server.executions().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "the call never ran");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until("the call ran", Duration::from_secs(10), || {
+        !server.executions().is_empty()
+    })
+    .await;
     assert_eq!(server.executions(), vec!["slow_set_stock H-1 5"]);
     assert_eq!(fence_of(&p, "mcp:tool/slow_set_stock/H-1").await, 1);
-    // Let the relay store the receipt, then stop and audit.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // The relay stores the receipt once the answer is in, then stop and audit.
+    wait::until_async(
+        "the commit receipt is in the log",
+        Duration::from_secs(10),
+        || async {
+            let (_, text) = admin_get(p.admin, "/admin/v1/log/checkpoint").await;
+            text.lines().nth(1) == Some("1")
+        },
+    )
+    .await;
     let (ok, out, err) = p.stop_and_audit();
     assert!(ok && out.contains("receipt log of 1 entries"), "{out}{err}");
 }
@@ -1729,14 +1735,10 @@ async fn an_mcp_body_too_large_or_unreadable_is_counted_and_receipted() {
     // A half-closed client still reads the answer.
     assert!(answer.starts_with("HTTP/1.1 400"), "{answer}");
     assert!(answer.contains("ERR_BAD_REQUEST"), "{answer}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while refusals("ERR_BAD_REQUEST") == bad_before {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the refusal was counted"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    wait::until("the refusal is counted", Duration::from_secs(5), || {
+        refusals("ERR_BAD_REQUEST") != bad_before
+    })
+    .await;
     assert_eq!(log_size().await, before + 1, "one rejection receipt");
     assert!(server.executions().is_empty(), "nothing reached the server");
 }

@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use http::{Request, StatusCode};
-use tokio::time::Instant;
 
 use crate::support::*;
 
@@ -45,14 +44,14 @@ async fn every_runtime_serves_and_drains() {
         upstream.url()
     ));
     // A thread takes its name once it runs: wait for both.
-    let named = Instant::now() + Duration::from_secs(5);
-    let before = loop {
-        let threads = data_threads(p.pid());
-        if threads.len() == 2 || Instant::now() > named {
-            break threads;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let pid = p.pid();
+    wait::until(
+        "both data runtimes are named",
+        Duration::from_secs(5),
+        || data_threads(pid).len() == 2,
+    )
+    .await;
+    let before = data_threads(pid);
     let names: Vec<&str> = before.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(
         names,
@@ -72,15 +71,12 @@ async fn every_runtime_serves_and_drains() {
             })
         })
         .collect();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while upstream.requests().len() < N {
-        assert!(
-            Instant::now() < deadline,
-            "{} of {N} reached the upstream",
-            upstream.requests().len()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    wait::until(
+        "every slow request reaches the upstream",
+        Duration::from_secs(10),
+        || upstream.requests().len() >= N,
+    )
+    .await;
     let after = data_threads(p.pid());
     for ((name, was), (_, now)) in before.iter().zip(&after) {
         assert!(now > was, "{name} served nothing ({was} → {now} wake-ups)");

@@ -115,19 +115,20 @@ async fn checkpoints_are_cosigned_by_a_witness_in_another_process() {
         assert_eq!(leased_write(&s, i).await, StatusCode::OK);
     }
     // Within a few intervals the served checkpoint carries the witness's cosignature.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    let note = loop {
-        let note =
-            String::from_utf8(admin_bytes(s.p.admin, "/admin/v1/log/checkpoint").await.1).unwrap();
-        if note.contains(&format!("\u{2014} {NAME} ")) && note.contains("\n5\n") {
-            break note;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "never cosigned: {note}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
+    let served = || async {
+        String::from_utf8(admin_bytes(s.p.admin, "/admin/v1/log/checkpoint").await.1).unwrap()
     };
+    let cosigned_at = |size: u64, note: &str| {
+        note.contains(&format!("\u{2014} {NAME} ")) && note.contains(&format!("\n{size}\n"))
+    };
+    wait::until_async(
+        "the checkpoint of 5 is cosigned",
+        Duration::from_secs(10),
+        || async { cosigned_at(5, &served().await) },
+    )
+    .await;
+    let note = served().await;
+    assert!(cosigned_at(5, &note), "{note}");
     // Checked by the Python verifier: the log, and the witness's cosignature under its key.
     let dir = tempfile::tempdir().unwrap();
     mirror(s.p.admin, dir.path(), &[]).await;
@@ -146,19 +147,12 @@ async fn checkpoints_are_cosigned_by_a_witness_in_another_process() {
     for i in 5..9 {
         assert_eq!(leased_write(&s, i).await, StatusCode::OK);
     }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    loop {
-        let note =
-            String::from_utf8(admin_bytes(s.p.admin, "/admin/v1/log/checkpoint").await.1).unwrap();
-        if note.contains("\n9\n") && note.contains(&format!("\u{2014} {NAME} ")) {
-            break;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "not cosigned at 9: {note}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+    wait::until_async(
+        "the checkpoint of 9 is cosigned",
+        Duration::from_secs(10),
+        || async { cosigned_at(9, &served().await) },
+    )
+    .await;
 
     // The protocol's refusals, asked directly.
     let signer = sidecar_log(ORIGIN);

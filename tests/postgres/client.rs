@@ -238,13 +238,9 @@ pub async fn readyz(p: &Palisade) -> Option<StatusCode> {
 /// Polls `/readyz` until it answers `want`; how long that took.
 pub async fn until_ready_is(p: &Palisade, want: StatusCode, within: Duration) -> Duration {
     let started = tokio::time::Instant::now();
-    while started.elapsed() < within {
-        if readyz(p).await == Some(want) {
-            return started.elapsed();
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("/readyz did not answer {want} within {within:?}");
+    let what = format!("/readyz answers {want}");
+    wait::until_async(&what, within, || async { readyz(p).await == Some(want) }).await;
+    started.elapsed()
 }
 
 /// A TCP relay to the database that, once armed, passes on the next `COMMIT` a client sends

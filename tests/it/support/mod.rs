@@ -23,6 +23,7 @@ use tokio::net::{TcpListener, TcpStream};
 pub mod bundles;
 pub mod log_mirror;
 pub mod tokens;
+pub mod wait;
 pub mod writes;
 
 pub type BoxBody =
