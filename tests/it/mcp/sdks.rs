@@ -1,0 +1,118 @@
+//! The TypeScript SDK's `server-everything` through the proxy.
+
+use super::*;
+
+/// The TypeScript SDK's example server, `@modelcontextprotocol/server-everything` (npm), behind
+/// the proxy. It listens on every interface, so it runs in a network namespace of its own
+/// (loopback only) together with the sidecar and the client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_sdk_everything_server_works_through_the_proxy() {
+    let everything = repo()
+        .join("target/node/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
+    assert!(
+        everything.exists(),
+        "{} is missing: run scripts/test.sh, which installs it",
+        everything.display()
+    );
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let echo = contract(
+        json!({"$schema": DIALECT, "type": "object", "required": ["message"],
+               "properties": {"message": {"type": "string", "maxLength": 64}}}),
+        "read",
+        "reversible",
+        "none",
+    );
+    let b = write_mcp_bundle(
+        bundle_dir.path(),
+        "urn:palisade:test:everything/1",
+        &[("echo", "echo", echo)],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let sidecar = KeyPair::from_seed(SIDECAR_SEED);
+    std::fs::write(dir.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
+    let d = dir.path().display();
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:0\"\npublic_base = \"{BASE}\"\n\
+         [upstream]\nurl = \"http://127.0.0.1:3001\"\n\
+         [signing]\nkey = \"{d}/signing.pem\"\n[store]\npath = \"{d}/state.redb\"\n\
+         [mcp]\npath = \"/mcp\"\n{}",
+        b.rich_toml("")
+    );
+    // A new network namespace with only loopback, up.
+    let wrapper = [
+        "unshare",
+        "-n",
+        "--",
+        "sh",
+        "-c",
+        "ip link set lo up && exec \"$@\"",
+        "sh",
+    ];
+    let p = Palisade::start_wrapped(dir, &text, &wrapper);
+    let ns = vec![
+        "nsenter".to_owned(),
+        "-t".to_owned(),
+        p.pid().to_string(),
+        "-n".to_owned(),
+    ];
+    let mut server = Command::new("nsenter")
+        .args(["-t", &p.pid().to_string(), "-n", "env", "PORT=3001", "node"])
+        .arg(&everything)
+        .arg("streamableHttp")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("node must start server-everything");
+    // Wait for it to listen, asking from inside the namespace.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let probe = Command::new("nsenter")
+            .args([
+                "-t",
+                &p.pid().to_string(),
+                "-n",
+                "bash",
+                "-c",
+                "exec 3<>/dev/tcp/127.0.0.1/3001",
+            ])
+            .status();
+        if probe.is_ok_and(|s| s.success()) {
+            break;
+        }
+        if tokio::time::Instant::now() > deadline {
+            let _ = server.kill();
+            let out = server.wait_with_output().unwrap();
+            panic!(
+                "server-everything did not listen: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let out = client_in(
+        ns,
+        format!("http://{}/mcp", p.data),
+        "legacy",
+        json!([
+            {"op": "list"},
+            {"op": "call", "name": "echo", "args": {"message": "hello through palisade"}},
+            {"op": "call", "name": "echo", "args": {"message": 42}},
+            {"op": "call", "name": "get-sum", "args": {"a": 1, "b": 2}},
+        ]),
+    )
+    .await;
+    let _ = server.kill();
+    let _ = server.wait();
+    // Under unbound_writes = "deny" only the bound tool is listed.
+    assert_eq!(out[0]["tools"], json!(["echo"]), "{out:?}");
+    let echoed = out[1]["result"].to_string();
+    assert!(echoed.contains("hello through palisade"), "{out:?}");
+    assert_eq!(
+        out[2]["error"]["data"]["code"], "ERR_CONTRACT_INPUT",
+        "{out:?}"
+    );
+    assert_eq!(
+        out[3]["error"]["data"]["code"], "ERR_UNBOUND_OPERATION",
+        "{out:?}"
+    );
+}

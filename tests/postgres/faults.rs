@@ -1,0 +1,353 @@
+//! Faults under load: a replica killed, the database stopped, a commit's answer lost, a write
+//! lock lost; the lock is the database's.
+
+use super::*;
+
+/// A replica killed (SIGKILL) under load, holding locks: the others carry on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_killed_under_load_stalls_no_other() {
+    let _heavy = HEAVY.lock().await;
+    let fleet = Fleet::start().await;
+    let (upstream, socket) = (&fleet.upstream, fleet.socket.as_str());
+    let (a, b, c) = (
+        fleet.replica(socket),
+        fleet.replica(socket),
+        fleet.replica(&fleet.tls),
+    );
+    let mut given: Vec<Got> = Vec::new();
+
+    let next = Arc::new(AtomicU64::new(1_000_000));
+    let stop = Arc::new(AtomicBool::new(false));
+    let loader = tokio::spawn(load(
+        vec![a.url(""), b.url(""), c.url("")],
+        12,
+        next.clone(),
+        stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let killed_at = next.load(Ordering::Relaxed);
+    let mut c = c;
+    c.child.kill().unwrap();
+    c.child.wait().unwrap();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop.store(true, Ordering::Relaxed);
+    let under_kill = loader.await.unwrap();
+    let after = next.load(Ordering::Relaxed);
+    assert!(
+        after > killed_at + 50,
+        "the others stalled after the kill: {killed_at} → {after}"
+    );
+    for g in &under_kill {
+        match g.status {
+            None | Some(StatusCode::OK) => {}
+            Some(StatusCode::CONFLICT) => {
+                assert_eq!(g.code.as_deref(), Some("ERR_STALE_FENCE_EPOCH"))
+            }
+            other => panic!("{other:?} {g:?}"),
+        }
+    }
+    let ok_after: usize = under_kill
+        .iter()
+        .filter(|g| g.status == Some(StatusCode::OK))
+        .count();
+    assert!(ok_after > 0);
+    given.extend(under_kill);
+    assert_epochs_rise(upstream, "/items/load-");
+    assert_log_holds(socket, &given).await;
+}
+
+/// The database stopped as by a crash under load, then back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_database_stopping_under_load_refuses_writes_and_recovers() {
+    let _heavy = HEAVY.lock().await;
+    let fleet = Fleet::start().await;
+    let (upstream, socket, cluster) = (&fleet.upstream, fleet.socket.as_str(), &fleet.cluster);
+    let (a, b) = (fleet.replica(socket), fleet.replica(socket));
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let mut given: Vec<Got> = Vec::new();
+    let rcns = rcns_replicas(upstream, socket).await;
+    let next = Arc::new(AtomicU64::new(1_000_000));
+
+    // The database stopped as by a crash, under load, then back: writes get 503 and reach no
+    // one while it is down, reads flow, /readyz follows within 5 s, no sidecar restarts.
+    let stop = Arc::new(AtomicBool::new(false));
+    let loader = tokio::spawn(load(
+        vec![a.url(""), b.url("")],
+        8,
+        next.clone(),
+        stop.clone(),
+    ));
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    cluster.stop_immediate();
+    let went = until_ready_is(&a, StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(5)).await;
+    // Writes in flight when it went may have been forwarded; none after.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let puts = || {
+        upstream
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PUT")
+            .count()
+    };
+    let puts_down = puts();
+    let read = try_send(
+        http::Request::get(a.url("/items/load-1"))
+            .body(full(""))
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(read.0, StatusCode::OK, "reads flow while the store is down");
+    let down = got(try_send(leased_put(
+        &b.url(""),
+        "/items/down",
+        &lease_for(&agent, "/items/down", 1, |_| {}),
+        None,
+        "{}",
+    ))
+    .await);
+    assert_eq!(
+        down.status,
+        Some(StatusCode::SERVICE_UNAVAILABLE),
+        "{down:?}"
+    );
+    assert_eq!(down.code.as_deref(), Some("ERR_STORE_UNAVAILABLE"));
+    assert!(
+        down.receipt.is_none(),
+        "a receipt with nowhere durable to keep it"
+    );
+    assert!(
+        drift_events(&b)
+            .iter()
+            .any(|e| e["code"] == "ERR_STORE_UNAVAILABLE"),
+        "no drift event for a write refused while the store was down"
+    );
+    rcns_store_down(&rcns, upstream).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(
+        puts(),
+        puts_down,
+        "a write reached the upstream while the store was down"
+    );
+    cluster.pg_start();
+    let came = until_ready_is(&a, StatusCode::OK, Duration::from_secs(5)).await;
+    until_ready_is(&b, StatusCode::OK, Duration::from_secs(5)).await;
+    let recovered_from = next.load(Ordering::Relaxed);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop.store(true, Ordering::Relaxed);
+    let under_restart = loader.await.unwrap();
+    eprintln!(
+        "database down: /readyz 503 after {went:?}, 200 after {came:?} of its return; {} writes, {} × 503",
+        under_restart.len(),
+        under_restart.iter().filter(|g| g.status == Some(StatusCode::SERVICE_UNAVAILABLE)).count()
+    );
+    let mut unavailable = 0;
+    for g in &under_restart {
+        match g.status {
+            Some(StatusCode::OK) => {}
+            Some(StatusCode::CONFLICT) => {
+                assert_eq!(g.code.as_deref(), Some("ERR_STALE_FENCE_EPOCH"))
+            }
+            Some(StatusCode::SERVICE_UNAVAILABLE) => {
+                assert_eq!(g.code.as_deref(), Some("ERR_STORE_UNAVAILABLE"));
+                unavailable += 1;
+            }
+            other => panic!("{other:?} {g:?}"),
+        }
+    }
+    assert!(
+        unavailable > 0,
+        "no write was refused while the database was down"
+    );
+    let ok_since = try_send(leased_put(
+        &a.url(""),
+        "/items/after",
+        &lease_for(&agent, "/items/after", 1, |_| {}),
+        None,
+        "{}",
+    ))
+    .await
+    .unwrap();
+    assert_eq!(
+        ok_since.0,
+        StatusCode::OK,
+        "writes resume without a restart"
+    );
+    assert!(next.load(Ordering::Relaxed) > recovered_from);
+    given.extend(under_restart);
+    assert_epochs_rise(upstream, "/items/load-");
+    assert_log_holds(socket, &given).await;
+}
+
+/// The connection cut after `COMMIT` went out: refused as uncertain, never run on a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answer_is_lost_is_never_run() {
+    let fleet = Fleet::start().await;
+    let (upstream, socket, cluster) = (&fleet.upstream, fleet.socket.as_str(), &fleet.cluster);
+    let replica = |url: &str| fleet.replica(url);
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let store = open(socket).await.unwrap();
+    let mut given: Vec<Got> = Vec::new();
+
+    // A commit whose answer was lost (the connection cut after COMMIT went out): the write is
+    // refused as uncertain and reaches no one, its fence did advance, and a retry under the
+    // same lease is refused as stale, never run.
+    let cutter = CommitCutter::start(format!("127.0.0.1:{}", cluster.port).parse().unwrap()).await;
+    let through_cutter = format!(
+        "postgresql://{ROLE}:{PASSWORD}@{}/palisade?sslmode=disable",
+        cutter.addr
+    );
+    let d = replica(&through_cutter);
+    let writes_to = |path: &str| {
+        upstream
+            .requests()
+            .iter()
+            .filter(|r| r.method == "PUT" && r.path_and_query == path)
+            .count()
+    };
+    // The cutter cuts the next COMMIT the replica sends; a background transaction of the
+    // replica (its sweeper) may send one first, and then this write goes through: try again
+    // with another resource until the cut meets the write's own COMMIT.
+    let mut attempt = 0;
+    let (path, lease, lost) = loop {
+        attempt += 1;
+        let path = format!("/items/uncertain-{attempt}");
+        let lease = lease_for(&agent, &path, 3, |_| {});
+        let cut_before = cutter.cut.load(Ordering::SeqCst);
+        cutter.armed.store(true, Ordering::SeqCst);
+        let lost = got(try_send(leased_put(&d.url(""), &path, &lease, None, "{}")).await);
+        assert_eq!(
+            cutter.cut.load(Ordering::SeqCst),
+            cut_before + 1,
+            "no commit was cut"
+        );
+        if lost.status == Some(StatusCode::OK) && attempt < 5 {
+            given.push(lost);
+            continue;
+        }
+        break (path, lease, lost);
+    };
+    assert_eq!(
+        lost.status,
+        Some(StatusCode::SERVICE_UNAVAILABLE),
+        "{lost:?}"
+    );
+    assert_eq!(lost.code.as_deref(), Some("ERR_STORE_UNAVAILABLE"));
+    // The store answers again (a new connection), so this refusal has its receipt.
+    assert!(lost.receipt.is_some(), "{lost:?}");
+    assert!(drift_events(&d)
+        .iter()
+        .any(|e| e["code"] == "ERR_STORE_UNAVAILABLE"));
+    assert_eq!(writes_to(&path), 0);
+    assert_eq!(
+        store.epoch(&format!("{BASE}{path}")).await.unwrap(),
+        3,
+        "the commit happened"
+    );
+    let retry = got(try_send(leased_put(&d.url(""), &path, &lease, None, "{}")).await);
+    assert_eq!(
+        retry.code.as_deref(),
+        Some("ERR_STALE_FENCE_EPOCH"),
+        "{retry:?}"
+    );
+    assert_eq!(
+        writes_to(&path),
+        0,
+        "the uncertain write was run on a retry"
+    );
+    assert!(d.logs().contains("commit outcome unknown"), "{}", d.logs());
+    given.push(retry);
+    drop(d);
+    assert_log_holds(socket, &given).await;
+}
+
+/// A write whose resource lock is lost while it is checked is refused, and nothing is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_whose_lock_is_lost_sends_nothing() {
+    let fleet = Fleet::start().await;
+    let (upstream, socket, cluster) = (&fleet.upstream, fleet.socket.as_str(), &fleet.cluster);
+    let replica_with = |url: &str, pre_image: &str| fleet.replica_with(url, pre_image);
+    let agent = KeyPair::from_seed(AGENT_SEED);
+
+    // A write whose resource lock is lost while it is checked (the lock's session ended, as
+    // by a database restart): refused, nothing sent. The lock is taken before the pre-image
+    // GET, which the upstream answers slowly here; the session is ended during that wait.
+    let e = replica_with(socket, "fetch");
+    let path = "/slow/1500";
+    let pre = palisade_policy::digest::Sha256Digest::of(b"slow done").to_string();
+    let lease = lease_for(&agent, path, 1, |f| {
+        f.insert("pre_image_state_hash".into(), json!(pre));
+    });
+    let sending = tokio::spawn(try_send(leased_put(&e.url(""), path, &lease, None, "{}")));
+    let mut ended = String::from("0");
+    for _ in 0..100 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        ended = cluster.query(
+            "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted",
+        );
+        if ended != "0" {
+            break;
+        }
+    }
+    assert_eq!(ended, "1", "the write never took its lock");
+    let refused = got(sending.await.unwrap());
+    assert_eq!(
+        refused.status,
+        Some(StatusCode::SERVICE_UNAVAILABLE),
+        "{refused:?}"
+    );
+    assert_eq!(refused.code.as_deref(), Some("ERR_STORE_UNAVAILABLE"));
+    assert!(
+        refused.receipt.is_some(),
+        "the store still answers: the refusal has its receipt"
+    );
+    assert!(drift_events(&e)
+        .iter()
+        .any(|ev| ev["code"] == "ERR_STORE_UNAVAILABLE"));
+    assert!(e.logs().contains("write lock was lost"), "{}", e.logs());
+    let sent = upstream
+        .requests()
+        .iter()
+        .filter(|r| r.method == "PUT" && r.path_and_query == path)
+        .count();
+    assert_eq!(sent, 0, "a write went out under a lost lock");
+    drop(e);
+}
+
+/// Another replica waits for a held lock; a lock whose session ended is not confirmed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_write_lock_is_the_databases() {
+    let fleet = Fleet::start().await;
+    let (socket, cluster) = (fleet.socket.as_str(), &fleet.cluster);
+    let store = open(socket).await.unwrap();
+
+    // The write lock is the database's: another replica waits for it, gets it when the holder
+    // lets go, or when the holder's session ends; a lock whose session ended (a database
+    // restart, a cut connection) is not confirmed, so no write is sent under it.
+    let other = open(socket).await.unwrap();
+    let held = store.lock("r").await.unwrap();
+    let waiting = tokio::time::timeout(Duration::from_millis(300), other.lock("r")).await;
+    assert!(waiting.is_err(), "two replicas held one resource's lock");
+    assert!(store.confirm(&held).await.is_ok());
+    // Only `held`'s session has the advisory lock granted (the other waits).
+    let ended = cluster.query(
+        "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted",
+    );
+    assert_eq!(ended, "1");
+    let started = tokio::time::Instant::now();
+    let got_it = tokio::time::timeout(Duration::from_secs(10), other.lock("r")).await;
+    assert!(
+        got_it.is_ok(),
+        "a dead session's lock was not released within 10 s"
+    );
+    eprintln!(
+        "lock of an ended session released after {:?}",
+        started.elapsed()
+    );
+    let lost = store.confirm(&held).await;
+    assert!(
+        matches!(&lost, Err(e) if e.to_string().contains("write lock was lost")),
+        "{lost:?}"
+    );
+    drop((held, got_it, other));
+}
