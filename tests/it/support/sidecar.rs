@@ -1,0 +1,152 @@
+//! The palisade binary, started as a child process with a config, and stopped.
+
+use super::*;
+
+// ---- the palisade process ----------------------------------------------------------------
+
+/// The real binary running `palisade run` on a config written to a temp dir.
+pub struct Palisade {
+    pub child: Child,
+    pub data: SocketAddr,
+    pub admin: SocketAddr,
+    pub logs: Arc<Mutex<Vec<String>>>,
+    pub dir: tempfile::TempDir,
+}
+
+impl Drop for Palisade {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_palisade")
+}
+
+impl Palisade {
+    /// Starts `palisade run` with `config` (listen and admin addresses are set to port 0 here
+    /// unless the config names them) and waits until it listens.
+    pub fn start(config_body: &str) -> Palisade {
+        let dir = tempfile::tempdir().unwrap();
+        Self::start_in(dir, config_body)
+    }
+
+    pub fn start_in(dir: tempfile::TempDir, config_body: &str) -> Palisade {
+        Self::start_wrapped(dir, config_body, &[])
+    }
+
+    /// As [`Palisade::start_in`], run through `wrapper` (a command that ends by exec'ing its
+    /// arguments, e.g. `unshare -m sh -c '…; exec "$0" "$@"'`): the binary and its arguments
+    /// are appended to it. The process keeps its pid when the wrapper execs.
+    pub fn start_wrapped(dir: tempfile::TempDir, config_body: &str, wrapper: &[&str]) -> Palisade {
+        let mut text = String::new();
+        if !config_body.contains("[listen]") {
+            text.push_str("[listen]\naddr = \"127.0.0.1:0\"\n");
+        }
+        if !config_body.contains("[admin]") {
+            text.push_str("[admin]\naddr = \"127.0.0.1:0\"\n");
+        }
+        text.push_str(config_body);
+        let path = dir.path().join("palisade.toml");
+        std::fs::write(&path, text).unwrap();
+        let mut cmd = match wrapper.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(bin());
+                c
+            }
+            None => Command::new(bin()),
+        };
+        let mut child = cmd
+            .args(["run", "--config"])
+            .arg(&path)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let logs: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (tx, rx) = std::sync::mpsc::channel();
+        for stream in [
+            Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            Box::new(child.stderr.take().unwrap()),
+        ] {
+            let logs = logs.clone();
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for line in BufReader::new(stream).lines() {
+                    let Ok(line) = line else { break };
+                    if line.contains("palisade listening") {
+                        let _ = tx.send(line.clone());
+                    }
+                    logs.lock().unwrap().push(line);
+                }
+            });
+        }
+        let line = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(l) => l,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "palisade did not start; logs:\n{}",
+                    logs.lock().unwrap().join("\n")
+                );
+            }
+        };
+        let v: serde_json::Value = serde_json::from_str(&line).unwrap();
+        Palisade {
+            data: v["data"].as_str().unwrap().parse().unwrap(),
+            admin: v["admin"].as_str().unwrap().parse().unwrap(),
+            child,
+            logs,
+            dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.data)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn logs(&self) -> String {
+        self.logs.lock().unwrap().join("\n")
+    }
+
+    /// Peak resident set size of the process so far (VmHWM), in bytes.
+    pub fn peak_rss(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid())).unwrap();
+        let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
+        let kb: u64 = line.split_whitespace().nth(1).unwrap().parse().unwrap();
+        kb * 1024
+    }
+
+    pub fn sigterm(&self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    /// Stops the sidecar (SIGTERM, then waits for it) and runs `palisade audit verify` on its
+    /// configuration: whether the audit passed, and what it printed (stdout, stderr).
+    pub fn stop_and_audit(mut self) -> (bool, String, String) {
+        let config = self.dir.path().join("palisade.toml");
+        self.sigterm();
+        self.child.wait().unwrap();
+        let out = Command::new(bin())
+            .args(["audit", "verify", "--config"])
+            .arg(&config)
+            .output()
+            .unwrap();
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    }
+}
