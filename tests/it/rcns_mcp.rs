@@ -23,12 +23,17 @@ const CLAIM: &str = "rcns:negotiate erp:stock:restock erp:stock:write erp:stock:
 /// The tools and the recipe set: step 0 writes `set_level` (inverse: the same sku back to 0),
 /// step 1 reads `add`, step 2 writes `set_level` for `sku2` with step 1's sum.
 fn bundle(dir: &Path) -> BundleFiles {
-    let mut set_level = contract(
+    bundle_with(dir, json!("unknown"))
+}
+
+/// [`bundle`], `set_level`'s answers held to `output`.
+fn bundle_with(dir: &Path, output: Value) -> BundleFiles {
+    let mut set_level = contract_with_output(
         json!({"$schema": DIALECT, "type": "object", "required": ["sku", "qty"],
                "properties": {"sku": {"type": "string"}, "qty": {"type": "integer", "minimum": 0}}}),
+        output,
         "write",
         "compensable",
-        "optional",
     );
     set_level["state"] = json!({"handle": "sku"});
     let add = contract_with_output(
@@ -278,4 +283,71 @@ fn a_tool_step_without_a_bound_inverse_does_not_load() {
         text.contains("must name an MCP tool bound in the lockfile"),
         "{text}"
     );
+}
+
+/// A step the server ran whose answer then broke its output contract (issue 55): the step
+/// fails with `ERR_CONTRACT_OUTPUT` and the commit receipt the MCP leg returned to the step,
+/// typed; since the call may have applied, it is compensated with the step before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_step_whose_answer_breaks_its_contract_is_compensated_too() {
+    let server = McpServer::start_with(&[("LEVEL_TOOL", "1")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    // `set_level` answers the level it set; its contract says a level is at most 100.
+    let capped = json!({"$schema": DIALECT, "type": "object",
+                        "properties": {"qty": {"type": "integer", "maximum": 100}}});
+    let b = bundle_with(dir.path(), capped);
+    let p = sidecar_with(&server, &b, &callers(dir.path()));
+    let proposal = json!({"method": "PROPOSE", "parameters": {"endpoint": {
+        "method": "RESTOCK", "path": "/restock", "description": "restock",
+        "semantic": {"intent": "restock two items"},
+        "input_schema": {"$schema": DIALECT, "type": "object"}}, "persistent": false}});
+    let headers = [("allow-rcns", "true"), ("authority-scope", CLAIM)];
+    let (parts, body) = send(&p, "PROPOSE", "/", &headers, &proposal).await;
+    assert_eq!(parts.status.as_u16(), 263, "{body}");
+    let id = body["synthesis_id"].as_str().unwrap().to_owned();
+    let session = parts.headers["session-id"].to_str().unwrap().to_owned();
+    let invoke = [
+        ("contract-synthesized", id.as_str()),
+        ("session-id", session.as_str()),
+        ("authority-scope", CLAIM),
+    ];
+
+    // 5 + 200: the second write's input is valid, the server sets 205, and its answer says so.
+    let input = json!({"sku": "C-1", "qty": 5, "sku2": "C-2", "extra": 200});
+    let (parts, b) = send(&p, "RESTOCK", "/restock", &invoke, &input).await;
+    assert!(
+        parts.status.is_client_error() || parts.status.is_server_error(),
+        "{b}"
+    );
+    assert_eq!(
+        (
+            b["code"].as_str(),
+            b["step"].as_u64(),
+            b["step_code"].as_str()
+        ),
+        (
+            Some("ERR_RCNS_STEP_FAILED"),
+            Some(2),
+            Some("ERR_CONTRACT_OUTPUT")
+        ),
+        "{b}"
+    );
+    // The step's receipt is the commit of the call the server ran (not a rejection).
+    assert_receipt_verifies(&b["step_receipt"], "commit");
+    assert_eq!(b["step_receipt"]["receipt"]["rcns_step"], 2, "{b}");
+    // Both writes are undone, the one whose answer was refused included.
+    let compensated = b["compensated"].as_array().expect("compensated");
+    assert_eq!(compensated.len(), 2, "{b}");
+    for c in compensated {
+        assert_receipt_verifies(&c["receipt"], "compensation");
+    }
+    let ran = server.executions();
+    assert_eq!(
+        &ran[..2],
+        ["set_level C-1 5", "set_level C-2 205"],
+        "{ran:?}"
+    );
+    let mut undone = ran[2..].to_vec();
+    undone.sort();
+    assert_eq!(undone, ["set_level C-1 0", "set_level C-2 0"], "{ran:?}");
 }

@@ -19,6 +19,21 @@ pub(crate) struct Written {
     pub receipt: Option<Value>,
     /// The refusal's code, when the write was refused.
     pub refused: Option<ErrorCode>,
+    /// A write committed on its answer (an MCP tool call): what the commit came to, told
+    /// once the answer is known, which may be after `resp`'s head (a streamed answer).
+    pub settled: Option<tokio::sync::oneshot::Receiver<Settled>>,
+}
+
+/// What a sent write committed on its answer came to.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Settled {
+    /// The commit receipt (kind `commit`; outcome `interim` or `uncertain` as it was).
+    pub receipt: Option<Value>,
+    /// The sidecar's problem that replaced the answer, if one did: an output contract broken,
+    /// the answer too large to check, never come, or the leg failed.
+    pub code: Option<ErrorCode>,
+    /// The answer was interim: the call is not done.
+    pub interim: bool,
 }
 
 impl Written {
@@ -29,6 +44,7 @@ impl Written {
             outcome,
             receipt: None,
             refused: None,
+            settled: None,
         }
     }
 
@@ -43,6 +59,7 @@ impl Written {
             outcome,
             receipt,
             refused: None,
+            settled: None,
         }
     }
 
@@ -54,6 +71,7 @@ impl Written {
             outcome: Outcome::Refused,
             receipt,
             refused: Some(code),
+            settled: None,
         }
     }
 
@@ -73,6 +91,7 @@ impl Written {
             outcome: Outcome::Refused,
             receipt,
             refused: Some(code),
+            settled: None,
         }
     }
 

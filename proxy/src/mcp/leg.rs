@@ -163,14 +163,23 @@ impl Leg for McpLeg {
         // The output contract of the tool in the bundle that decided the write.
         let cap = self.routed.binding(bundle.as_deref()).capability();
         let rule = results::OutputRule::of_call(cap, self.back.clone());
-        let commit = results::Commit { enf, permit, keep };
+        let (told, settled) = tokio::sync::oneshot::channel();
+        let commit = results::Commit {
+            enf,
+            permit,
+            keep,
+            told: Some(told),
+        };
         let upstream = match (commit.permit.is_dry_run(), &state.shadow) {
             (false, _) => &state.upstream,
             (true, Some(shadow)) => shadow,
             // DRY_RUN_SHADOW with no shadow deployment: the sidecar answers.
             (true, None) => {
                 let resp = results::dry_run(&state, &cx, self.id, self.typed, commit).await;
-                return Written::plain(resp, Outcome::Forwarded);
+                return Written {
+                    settled: Some(settled),
+                    ..Written::plain(resp, Outcome::Forwarded)
+                };
             }
         };
         parts.headers.remove(header::CONTENT_LENGTH);
@@ -180,8 +189,12 @@ impl Leg for McpLeg {
         let sent = send::send(&state, upstream, &commit.permit, req, &conn, &cx).await;
         let outcome = sent.outcome;
         let resp = relay::relay(&state, &cx, rule, self.id, sent, Some(commit)).await;
-        // Committed by the relay when the answer arrives: its receipt is in the answer.
-        Written::plain(resp, outcome)
+        // Committed by the relay when the answer arrives: its receipt is in the answer, and
+        // told, typed, to whoever runs the call (an RCNS step).
+        Written {
+            settled: Some(settled),
+            ..Written::plain(resp, outcome)
+        }
     }
 }
 

@@ -18,6 +18,7 @@ use crate::net::headers;
 
 use super::results::{
     copy_receipt_headers, error_msg, judge, settle, settled_reply, unanswered, Commit, OutputRule,
+    Verdict,
 };
 
 /// `resp`, the server's reply to tool call `id`, on its way to the client: checked against
@@ -40,9 +41,11 @@ pub(crate) async fn relay(
     // A failed leg, or an HTTP error from the server: the answer is final as it is.
     if !resp.status().is_success() || note.is_some() || (rule.is_none() && commit.is_none()) {
         return match commit {
-            Some(Commit { enf, permit, keep }) => {
-                let what = send::Settle { permit, keep, note };
-                send::settle(state, &enf, cx, what, resp).await.0
+            Some(c) => {
+                // The sidecar's own problem (the leg failed) carries its code; a server's HTTP
+                // error does not.
+                let code = resp.extensions().get::<ErrorCode>().copied();
+                c.settle(state, cx, note, code, resp).await.0
             }
             None => resp,
         };
@@ -61,7 +64,9 @@ pub(crate) async fn relay(
                 "the tool result exceeds limits.max_response and cannot be checked",
             );
             return match commit {
-                Some(c) => settled_reply(state, cx, c, msg).await,
+                Some(c) => {
+                    settled_reply(state, cx, c, Some(ErrorCode::ResponseTooLarge), msg).await
+                }
                 None => body::json_response(StatusCode::OK, &msg),
             };
         }
@@ -73,7 +78,7 @@ pub(crate) async fn relay(
     parts.headers.remove(header::CONTENT_LENGTH);
     match (judged, commit) {
         (Some((msg, verdict)), Some(c)) => {
-            let (msg, headers) = settle(state, cx, c, verdict.note(), msg).await;
+            let (msg, headers) = settle(state, cx, c, verdict, msg).await;
             copy_receipt_headers(&headers, &mut parts.headers);
             let out = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
             Response::from_parts(parts, body::full(out))
@@ -86,12 +91,7 @@ pub(crate) async fn relay(
         // committed as what it is, sent with an answer nobody can judge.
         (None, Some(c)) => {
             let resp = Response::from_parts(parts, body::full(bytes));
-            let what = send::Settle {
-                permit: c.permit,
-                keep: c.keep,
-                note: None,
-            };
-            send::settle(state, &c.enf, cx, what, resp).await.0
+            c.settle(state, cx, None, None, resp).await.0
         }
         (None, None) => Response::from_parts(parts, body::full(bytes)),
     }
@@ -135,13 +135,11 @@ fn relay_stream(
                 match tokio::time::timeout_at(deadline, events.next()).await {
                     Ok(n) => n,
                     Err(_) => {
-                        let msg = unanswered(
-                            &cx,
-                            &id,
-                            ErrorCode::UpstreamTimeout,
-                            "the tool call was not answered within its timeout",
-                        );
-                        give_up(&state, &cx, commit.take(), msg, client.take()).await;
+                        let code = ErrorCode::UpstreamTimeout;
+                        let detail = "the tool call was not answered within its timeout";
+                        let msg = unanswered(&cx, &id, code, detail);
+                        let verdict = Verdict::Unanswered(code);
+                        give_up(&state, &cx, (commit.take(), verdict), msg, client.take()).await;
                         return;
                     }
                 }
@@ -153,13 +151,11 @@ fn relay_stream(
                 ended => {
                     // The stream ended (or broke) before the call was answered.
                     if commit.is_some() {
-                        let msg = unanswered(
-                            &cx,
-                            &id,
-                            ErrorCode::UpstreamUnavailable,
-                            "the server's stream ended before the tool call was answered",
-                        );
-                        give_up(&state, &cx, commit.take(), msg, client.take()).await;
+                        let code = ErrorCode::UpstreamUnavailable;
+                        let detail = "the server's stream ended before the tool call was answered";
+                        let msg = unanswered(&cx, &id, code, detail);
+                        let verdict = Verdict::Unanswered(code);
+                        give_up(&state, &cx, (commit.take(), verdict), msg, client.take()).await;
                     } else if let (Some(Err(e)), Some(tx)) = (ended, client.take()) {
                         let _ = tx.send(Err(e)).await;
                     }
@@ -170,7 +166,7 @@ fn relay_stream(
             if let Some(msg) = sse::json_data(&event) {
                 if let Some((msg, verdict)) = judge(&state, &cx, rule.as_ref(), &id, msg).await {
                     let msg = match commit.take() {
-                        Some(c) => settle(&state, &cx, c, verdict.note(), msg).await.0,
+                        Some(c) => settle(&state, &cx, c, verdict, msg).await.0,
                         None => msg,
                     };
                     out = sse::with_data(&event, &msg);
@@ -199,12 +195,12 @@ fn relay_stream(
 async fn give_up(
     state: &AppState,
     cx: &WriteContext,
-    commit: Option<Commit>,
+    (commit, verdict): (Option<Commit>, Verdict),
     msg: Value,
     client: Option<tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>>,
 ) {
     let msg = match commit {
-        Some(c) => settle(state, cx, c, Some("uncertain"), msg).await.0,
+        Some(c) => settle(state, cx, c, verdict, msg).await.0,
         None => msg,
     };
     if let Some(tx) = client {

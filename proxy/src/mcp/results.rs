@@ -40,6 +40,7 @@ use crate::enforce::delivery::Keep;
 use crate::enforce::permit::Permit;
 use crate::enforce::receipts;
 use crate::enforce::send;
+use crate::enforce::written::Settled;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
 use crate::net::headers;
@@ -137,6 +138,45 @@ pub(crate) struct Commit {
     pub enf: Arc<Enforcement>,
     pub permit: Permit,
     pub keep: Keep,
+    /// Told what the commit came to, typed, when it is made (issue 55: the MCP leg returns its
+    /// receipt; an RCNS tool step reads it here, not out of the JSON-RPC answer).
+    pub told: Option<tokio::sync::oneshot::Sender<Settled>>,
+}
+
+impl Commit {
+    /// Commits with `resp` as the answer (`send::settle`), and tells whoever waits.
+    pub(super) async fn settle(
+        self,
+        state: &AppState,
+        cx: &WriteContext,
+        note: Option<&str>,
+        code: Option<ErrorCode>,
+        resp: Response<ProxyBody>,
+    ) -> (Response<ProxyBody>, Option<Value>) {
+        let Commit {
+            enf,
+            permit,
+            keep,
+            told,
+        } = self;
+        let keep = if note == Some(receipts::INTERIM) {
+            Keep::Nothing
+        } else {
+            keep
+        };
+        let what = send::Settle { permit, keep, note };
+        let (resp, receipt) = send::settle(state, &enf, cx, what, resp).await;
+        if let Some(tx) = told {
+            let interim = note == Some(receipts::INTERIM);
+            // Nobody waiting (an agent's own call) is fine: the answer carries it too.
+            let _ = tx.send(Settled {
+                receipt: receipt.clone(),
+                code,
+                interim,
+            });
+        }
+        (resp, receipt)
+    }
 }
 
 /// What the answer to the call was.
@@ -144,12 +184,28 @@ pub(crate) struct Commit {
 pub(super) enum Verdict {
     Complete,
     Interim,
+    /// Replaced by the sidecar's problem with this code (its output contract refused it).
+    Replaced(ErrorCode),
+    /// Never came (the timeout, or the stream ended first): the call may or may not have run.
+    Unanswered(ErrorCode),
 }
 
 impl Verdict {
     /// The commit receipt's `outcome` for it.
     pub(super) fn note(self) -> Option<&'static str> {
-        (self == Self::Interim).then_some(receipts::INTERIM)
+        match self {
+            Self::Interim => Some(receipts::INTERIM),
+            Self::Unanswered(_) => Some("uncertain"),
+            Self::Complete | Self::Replaced(_) => None,
+        }
+    }
+
+    /// The sidecar's problem that replaced the answer, if one did.
+    pub(super) fn code(self) -> Option<ErrorCode> {
+        match self {
+            Self::Replaced(code) | Self::Unanswered(code) => Some(code),
+            Self::Complete | Self::Interim => None,
+        }
     }
 }
 
@@ -275,7 +331,7 @@ pub(super) async fn judge(
     let p = crate::enforce::output::blocked_problem(state, &refusal, cx).await;
     Some((
         jsonrpc::error_doc(id.clone(), p.to_json()),
-        Verdict::Complete,
+        Verdict::Replaced(p.code),
     ))
 }
 
@@ -286,29 +342,27 @@ pub(super) async fn settle(
     state: &AppState,
     cx: &WriteContext,
     commit: Commit,
-    note: Option<&str>,
+    verdict: Verdict,
     msg: Value,
 ) -> (Value, http::HeaderMap) {
-    let Commit { enf, permit, keep } = commit;
-    let keep = if note == Some(receipts::INTERIM) {
-        Keep::Nothing
-    } else {
-        keep
-    };
     let resp = body::json_response(StatusCode::OK, &msg);
-    let what = send::Settle { permit, keep, note };
-    let (resp, receipt) = send::settle(state, &enf, cx, what, resp).await;
+    let (resp, receipt) = commit
+        .settle(state, cx, verdict.note(), verdict.code(), resp)
+        .await;
     (with_receipt(msg, receipt), resp.into_parts().0.headers)
 }
 
-/// [`settle`], answered as a JSON reply of its own.
+/// [`settle`], answered as a JSON reply of its own; `code` is the sidecar's problem that `msg`
+/// carries, if it carries one.
 pub(super) async fn settled_reply(
     state: &AppState,
     cx: &WriteContext,
     commit: Commit,
+    code: Option<ErrorCode>,
     msg: Value,
 ) -> Response<ProxyBody> {
-    let (msg, headers) = settle(state, cx, commit, None, msg).await;
+    let verdict = code.map_or(Verdict::Complete, Verdict::Replaced);
+    let (msg, headers) = settle(state, cx, commit, verdict, msg).await;
     let mut resp = body::json_response(StatusCode::OK, &msg);
     copy_receipt_headers(&headers, resp.headers_mut());
     resp
@@ -343,7 +397,7 @@ pub(crate) async fn dry_run(
     if typed {
         msg["result"]["resultType"] = json!("complete");
     }
-    settled_reply(state, cx, commit, msg).await
+    settled_reply(state, cx, commit, None, msg).await
 }
 
 pub(super) fn copy_receipt_headers(from: &http::HeaderMap, to: &mut http::HeaderMap) {

@@ -29,6 +29,7 @@ use crate::enforce::facts::InProcessGrant;
 use crate::enforce::forward::forward_plain;
 use crate::enforce::receipts::{self, Evidence};
 use crate::enforce::send;
+use crate::enforce::written::Written;
 use crate::mcp::leg::McpLeg;
 use crate::mcp::results::OutputRule;
 use crate::mcp::{inverse, relay, wire};
@@ -193,10 +194,42 @@ impl ToolStep<'_> {
             leg,
         };
         let written = Box::pin(engine::run(self.state, self.enf, self.conn, w)).await;
-        self.outcome(written.resp, Some(lease_id)).await
+        let Written {
+            resp,
+            receipt,
+            refused,
+            settled,
+            ..
+        } = written;
+        let mut out = self.outcome(resp, Some(lease_id)).await;
+        // What the write came to, typed by the engine and the MCP leg (issue 55), not read
+        // back out of the JSON-RPC answer: the answer read above gives the step's result.
+        if let Some(code) = refused {
+            // Refused before it was sent: nothing to undo.
+            (out.ok, out.maybe_applied) = (false, false);
+            (out.code, out.status, out.receipt) =
+                (Some(code.as_str().to_owned()), code.status(), receipt);
+        } else if let Some(told) = settled {
+            // Sent: told once the answer was judged and the write committed (the answer has
+            // been read to its end above, so this does not wait on the server).
+            // Only what the sidecar says counts: a server's own JSON-RPC error whose `data`
+            // looks like our problem names no code of ours and no receipt here.
+            if let Ok(s) = told.await {
+                out.receipt = s.receipt;
+                out.ok = out.ok && !s.interim && s.code.is_none();
+                // The sidecar replaced the answer (its output contract, or it never came):
+                // the call may have applied, so it is compensated with the others.
+                out.maybe_applied = s.code.is_some();
+                out.code = s.code.map(|c| c.as_str().to_owned());
+                out.status = s.code.map_or(502, |c| c.status());
+            }
+        }
+        out
     }
 
-    /// The step's outcome read from the JSON-RPC answer (JSON or SSE).
+    /// The step's outcome read from the JSON-RPC answer (JSON or SSE): its result, and for a
+    /// read tool (which commits nothing) the sidecar's problem if the answer carries one. A
+    /// write's code and receipt are then taken from the engine, typed (see `write`).
     async fn outcome(
         &self,
         resp: http::Response<body::ProxyBody>,
