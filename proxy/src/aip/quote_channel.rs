@@ -103,7 +103,7 @@ pub async fn handle(
         return refused(resp);
     }
 
-    let limit = MAX_MESSAGE.min(state.config.max_body);
+    let limit = MAX_MESSAGE.min(state.config.limits.max_body);
     let bytes = match body::read_request_body(body, limit).await {
         Ok(b) => b,
         Err(CollectError::TooLarge(_)) => {
@@ -134,7 +134,7 @@ pub async fn handle(
         hold_ms: KeyTimes::from_config(&state.config).hold_ms,
     };
     let waited_until =
-        tokio::time::Instant::now() + state.config.upstream_timeout + Duration::from_secs(5);
+        tokio::time::Instant::now() + state.config.upstream.timeout + Duration::from_secs(5);
     let pending = loop {
         let reservation =
             match idempotency::reserve(enf, key.clone(), fingerprint.clone(), times).await {

@@ -142,21 +142,22 @@ async fn post(
     let (Some(aip), Some(qc)) = (&state.config.aip2, &state.quote_channel) else {
         return Err(Refusal::new(ErrorCode::NotFound, "no relay is configured"));
     };
-    let bytes = match body::read_request_body(body, MAX_MESSAGE.min(state.config.max_body)).await {
-        Ok(b) => b,
-        Err(CollectError::TooLarge(_)) => {
-            return Err(Refusal::new(
-                ErrorCode::BodyTooLarge,
-                "a relay message is limited to 64 KiB",
-            ));
-        }
-        Err(CollectError::Read(_)) => {
-            return Err(Refusal::new(
-                ErrorCode::BadRequest,
-                "request body could not be read",
-            ));
-        }
-    };
+    let bytes =
+        match body::read_request_body(body, MAX_MESSAGE.min(state.config.limits.max_body)).await {
+            Ok(b) => b,
+            Err(CollectError::TooLarge(_)) => {
+                return Err(Refusal::new(
+                    ErrorCode::BodyTooLarge,
+                    "a relay message is limited to 64 KiB",
+                ));
+            }
+            Err(CollectError::Read(_)) => {
+                return Err(Refusal::new(
+                    ErrorCode::BadRequest,
+                    "request body could not be read",
+                ));
+            }
+        };
     let now_ms = enf.clock.now_ms();
     let now_s = u64::try_from(now_ms / 1000).unwrap_or(0);
     let checked = aip2::check_on(&bytes, Channel::Relay { tx }, &qc.rules, now_s)?;

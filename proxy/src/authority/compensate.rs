@@ -68,7 +68,7 @@ pub(super) async fn compensate(
                         "no inverse payload is staged for this lease",
                     )
                 })?;
-            let inv = inverse::parse(&bytes, state.config.max_json_depth)?;
+            let inv = inverse::parse(&bytes, state.config.limits.max_json_depth)?;
             // A lease granted before the binding rule, with an inverse elsewhere, is refused
             // here with the code staging it would get now (SPEC §5.4, issue 54).
             check_record_target(state, &inv, &record)?;
@@ -176,7 +176,8 @@ pub(super) async fn compensate(
         Ok(resp) => {
             let status = resp.status().as_u16();
             // Drain the answer so the connection returns to the pool.
-            let answer = body::collect_limited(resp.into_body(), state.config.max_response).await;
+            let answer =
+                body::collect_limited(resp.into_body(), state.config.limits.max_response).await;
             if tool_call.is_some() && status < 400 {
                 tool_failed = answer.map_or(true, |a| crate::mcp::inverse::inverse_failed(&a));
             }

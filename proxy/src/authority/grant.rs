@@ -32,7 +32,7 @@ pub(super) async fn grant(
             "a lease grant needs a client certificate or an Authorization header",
         )
     })?;
-    let req = json::parse(body, config.max_json_depth)
+    let req = json::parse(body, config.limits.max_json_depth)
         .map_err(|_| bad("grant request is not valid I-JSON"))?;
     let Value::Object(req) = req else {
         return Err(bad("grant request must be a JSON object"));
@@ -65,7 +65,7 @@ pub(super) async fn grant(
     let inverse = match req.get("inverse_payload") {
         Some(v) => Some(inverse::parse(
             &serde_json::to_vec(v).unwrap_or_default(),
-            config.max_json_depth,
+            config.limits.max_json_depth,
         )?),
         None if matches!(
             mode,
@@ -170,7 +170,7 @@ pub async fn issue(
         .map_or_else(Sha256Digest::empty, |s| s.digest);
     let inverse = match inverse {
         Some(inv) => inv,
-        None => made_inverse(mode, path, fetched.as_ref(), config.max_json_depth)?,
+        None => made_inverse(mode, path, fetched.as_ref(), config.limits.max_json_depth)?,
     };
     let now = enf.clock.now_ms();
     let lease_id = format!("urn:uuid:{}", uuid::Uuid::new_v4());
@@ -275,7 +275,7 @@ pub(super) async fn stage_inverse(
             "lease_id in the path must be 1 to 128 bytes without '/'",
         ));
     }
-    let inverse = inverse::parse(body, state.config.max_json_depth)?;
+    let inverse = inverse::parse(body, state.config.limits.max_json_depth)?;
     // A lease this authority granted names its target: the inverse is judged now. One signed
     // elsewhere is judged with its write, at check 10 (SPEC §5.4).
     if let Some(record) = enf

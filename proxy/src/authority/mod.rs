@@ -106,7 +106,7 @@ pub async fn handle(
 }
 
 async fn read_body(state: &AppState, body: Incoming) -> Result<Bytes, Refusal> {
-    body::read_request_body(body, state.config.max_body)
+    body::read_request_body(body, state.config.limits.max_body)
         .await
         .map_err(|e| match e {
             body::CollectError::TooLarge(_) => Refusal::new(

@@ -76,19 +76,19 @@ pub(super) fn verify_config(config: &Path, json: bool) -> Result<(), Failure> {
     let cfg = load_config(config)?;
     let signer = super::store_cmd::key(&cfg)?;
     let rt = runtime()?;
-    let store: Box<dyn Store> = match cfg.store_kind {
+    let store: Box<dyn Store> = match cfg.store.kind {
         StoreKind::Embedded => {
-            if !cfg.store_path.exists() {
+            if !cfg.store.path.exists() {
                 return Err(Failure::usage(format!(
                     "{}: store file does not exist",
-                    cfg.store_path.display()
+                    cfg.store.path.display()
                 )));
             }
-            let running = in_use(&cfg.store_path);
+            let running = in_use(&cfg.store.path);
             if running && cfg.admin_addr.ends_with(":0") {
                 return Err(Failure::usage(format!(
                     "{}: the store is in use by a running sidecar whose admin listener has no fixed port (admin.addr {}): verify it with --url and --key",
-                    cfg.store_path.display(),
+                    cfg.store.path.display(),
                     cfg.admin_addr
                 )));
             }
@@ -103,14 +103,14 @@ pub(super) fn verify_config(config: &Path, json: bool) -> Result<(), Failure> {
                 let token = cfg.admin_token_file.as_deref();
                 let place = format!(
                     "{} (through its sidecar at {url})",
-                    cfg.store_path.display()
+                    cfg.store.path.display()
                 );
                 let report = rt.block_on(remote(&url, signer.key(), None, token))?;
                 print(&report, json, &place);
                 return Ok(());
             }
             Box::new(
-                crate::store::embedded::EmbeddedStore::open(&cfg.store_path, signer.clone())
+                crate::store::embedded::EmbeddedStore::open(&cfg.store.path, signer.clone())
                     .map_err(|e| Failure::usage(e.to_string()))?,
             )
         }
@@ -120,8 +120,8 @@ pub(super) fn verify_config(config: &Path, json: bool) -> Result<(), Failure> {
                 .0,
         ),
     };
-    let place = match cfg.store_kind {
-        StoreKind::Embedded => cfg.store_path.display().to_string(),
+    let place = match cfg.store.kind {
+        StoreKind::Embedded => cfg.store.path.display().to_string(),
         StoreKind::Postgres => "the postgres store".to_owned(),
     };
     let report = rt.block_on(local(store.as_ref(), &signer))?;

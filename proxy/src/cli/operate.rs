@@ -93,7 +93,7 @@ pub(super) fn check_referenced_files(cfg: &Config, path: &Path) -> Result<Vec<St
             ));
         }
     }
-    if let Some(ca) = &cfg.upstream_ca {
+    if let Some(ca) = &cfg.upstream.ca {
         if let Err(e) = crate::net::tls::root_store(ca) {
             lines.push(format!("{file}: upstream.tls.ca: {e}"));
         }

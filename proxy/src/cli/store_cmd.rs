@@ -34,7 +34,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
 
 pub(super) fn migrate(config: &Path) -> Result<(), Failure> {
     let cfg = load_config(config)?;
-    match cfg.store_kind {
+    match cfg.store.kind {
         StoreKind::Embedded => {
             println!("embedded store: nothing to migrate (its tables are created when it opens)");
             Ok(())
@@ -58,22 +58,22 @@ pub(super) fn check(config: &Path) -> Result<(), Failure> {
     let cfg = load_config(config)?;
     let key = key(&cfg)?;
     let rt = runtime()?;
-    match cfg.store_kind {
+    match cfg.store.kind {
         StoreKind::Embedded => {
-            if !cfg.store_path.exists() {
+            if !cfg.store.path.exists() {
                 return Err(Failure::refused(format!(
                     "{}: store file does not exist",
-                    cfg.store_path.display()
+                    cfg.store.path.display()
                 )));
             }
-            let store = crate::store::embedded::EmbeddedStore::open(&cfg.store_path, key)
+            let store = crate::store::embedded::EmbeddedStore::open(&cfg.store.path, key)
                 .map_err(|e| Failure::refused(e.to_string()))?;
             let head = rt
                 .block_on(crate::store::Receipts::log_head(&store))
                 .map_err(|e| Failure::refused(e.to_string()))?;
             println!(
                 "ok: embedded store {}, receipt log of {} entries",
-                cfg.store_path.display(),
+                cfg.store.path.display(),
                 head.size
             );
             Ok(())

@@ -55,6 +55,42 @@ pub enum Sink {
     Webhook(String),
 }
 
+/// `[upstream]`, validated: where the SoR is and how it is reached.
+#[derive(Debug, Clone)]
+pub struct UpstreamSection {
+    pub url: http::Uri,
+    pub connect_timeout: Duration,
+    pub timeout: Duration,
+    /// `upstream.tls.ca`: the roots the upstream's certificate is checked against.
+    pub ca: Option<PathBuf>,
+    /// `upstream.tls.identity`: the deployment identity the upstream must present.
+    pub identity: Option<String>,
+}
+
+/// `[limits]`, validated: the bounds on what a client or an upstream can make the sidecar hold.
+#[derive(Debug, Clone)]
+pub struct LimitsSection {
+    pub max_body: u64,
+    pub max_response: u64,
+    pub max_json_depth: usize,
+    pub header_timeout: Duration,
+    pub max_connections: usize,
+}
+
+/// `[store]`, validated: where fences, leases and receipts are kept.
+#[derive(Debug, Clone)]
+pub struct StoreSection {
+    pub kind: StoreKind,
+    pub path: PathBuf,
+    pub url: Option<String>,
+    /// `store.url_env`: the variable that holds the URL (wins over `store.url`).
+    pub url_env: Option<String>,
+    pub pool_size: usize,
+    pub statement_timeout: Duration,
+    /// `store.lease_retention` and `store.receipt_retention` (docs/decisions.md).
+    pub retention: Retention,
+}
+
 /// A validated configuration. Every field has its SPEC default filled in.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -89,26 +125,13 @@ pub struct Config {
     /// `admin.allowed_spiffe_ids`: a verified client certificate with one of these URI SANs
     /// is an admin credential, as the token is.
     pub admin_spiffe_ids: Vec<String>,
-    pub upstream_url: http::Uri,
-    pub upstream_connect_timeout: Duration,
-    pub upstream_timeout: Duration,
-    pub upstream_ca: Option<PathBuf>,
-    pub upstream_identity: Option<String>,
+    /// `[upstream]`.
+    pub upstream: UpstreamSection,
     pub shadow_url: Option<http::Uri>,
-    pub max_body: u64,
-    pub max_response: u64,
-    pub max_json_depth: usize,
-    pub header_timeout: Duration,
-    pub max_connections: usize,
-    pub store_kind: StoreKind,
-    pub store_path: PathBuf,
-    pub store_url: Option<String>,
-    /// `store.url_env`: the variable that holds the URL (wins over `store.url`).
-    pub store_url_env: Option<String>,
-    pub store_pool_size: usize,
-    pub store_statement_timeout: Duration,
-    /// `store.lease_retention` and `store.receipt_retention` (docs/decisions.md).
-    pub store_retention: Retention,
+    /// `[limits]`.
+    pub limits: LimitsSection,
+    /// `[store]`.
+    pub store: StoreSection,
     /// `log.access`, `log.access_sample_rate`.
     pub access_log: AccessLog,
     pub signing_key: Option<PathBuf>,

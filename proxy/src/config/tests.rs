@@ -7,12 +7,12 @@ fn minimal_config_gets_spec_defaults() {
     assert_eq!(c.listen_addr, "0.0.0.0:8080");
     assert_eq!(c.admin_addr, "127.0.0.1:9901");
     assert_eq!(c.drain_timeout, Duration::from_secs(20));
-    assert_eq!(c.max_body, 1 << 20);
-    assert_eq!(c.max_response, 8 << 20);
-    assert_eq!(c.max_json_depth, 128);
-    assert_eq!(c.header_timeout, Duration::from_secs(10));
-    assert_eq!(c.upstream_connect_timeout, Duration::from_secs(2));
-    assert_eq!(c.upstream_timeout, Duration::from_secs(30));
+    assert_eq!(c.limits.max_body, 1 << 20);
+    assert_eq!(c.limits.max_response, 8 << 20);
+    assert_eq!(c.limits.max_json_depth, 128);
+    assert_eq!(c.limits.header_timeout, Duration::from_secs(10));
+    assert_eq!(c.upstream.connect_timeout, Duration::from_secs(2));
+    assert_eq!(c.upstream.timeout, Duration::from_secs(30));
     assert_eq!(c.writes.len(), 4);
     assert_eq!(c.unbound_writes, UnboundWrites::Deny);
     assert_eq!(c.drift_sinks, vec![Sink::Stdout]);
@@ -121,7 +121,7 @@ quarantine_dir = "/var/lib/palisade/quarantine"
     assert_eq!(c.drift_sinks.len(), 3);
     assert!(c.listen_tls.unwrap().client_ca.is_some());
     assert_eq!(
-        c.upstream_identity.as_deref(),
+        c.upstream.identity.as_deref(),
         Some("spiffe://cluster.local/ns/erp/sa/erp")
     );
 }
@@ -130,10 +130,10 @@ quarantine_dir = "/var/lib/palisade/quarantine"
 fn retention_and_access_log_have_defaults_and_refuse_nonsense() {
     let base = "[upstream]\nurl = \"http://127.0.0.1:8081\"\n";
     let c = Config::parse(base, "t.toml").unwrap();
-    assert_eq!(c.store_retention, Retention::default());
-    assert_eq!(c.store_retention.leases, Duration::from_secs(86_400));
+    assert_eq!(c.store.retention, Retention::default());
+    assert_eq!(c.store.retention.leases, Duration::from_secs(86_400));
     assert_eq!(
-        c.store_retention.receipts,
+        c.store.retention.receipts,
         Some(Duration::from_secs(30 * 86_400))
     );
     assert_eq!(c.access_log, AccessLog::Full);
@@ -142,8 +142,8 @@ fn retention_and_access_log_have_defaults_and_refuse_nonsense() {
         "t.toml",
     )
     .unwrap();
-    assert_eq!(c.store_retention.receipts, None);
-    assert_eq!(c.store_retention.leases, Duration::from_secs(3600));
+    assert_eq!(c.store.retention.receipts, None);
+    assert_eq!(c.store.retention.leases, Duration::from_secs(3600));
     assert_eq!(c.access_log, AccessLog::Sampled { every: 4 });
     let c = Config::parse(&format!("{base}[log]\naccess = \"off\"\n"), "t.toml").unwrap();
     assert_eq!(c.access_log, AccessLog::Off);

@@ -6,7 +6,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::collector::Collector;
-use super::model::{AccessLog, Config, ListenTls, Sink, StoreKind, UnboundWrites};
+use super::model::{
+    AccessLog, Config, LimitsSection, ListenTls, Sink, StoreKind, StoreSection, UnboundWrites,
+    UpstreamSection,
+};
 use super::raw::{RawConfig, RawSink};
 
 impl RawConfig {
@@ -359,35 +362,45 @@ impl RawConfig {
             admin_token_file,
             admin_tls,
             admin_spiffe_ids,
-            upstream_url,
-            upstream_connect_timeout: c.duration(
-                "upstream.connect_timeout",
-                &self.upstream.connect_timeout,
-                "2s",
-            ),
-            upstream_timeout: c.duration("upstream.timeout", &self.upstream.timeout, "30s"),
-            upstream_ca: upstream_tls.ca,
-            upstream_identity: upstream_tls.identity,
+            upstream: UpstreamSection {
+                url: upstream_url,
+                connect_timeout: c.duration(
+                    "upstream.connect_timeout",
+                    &self.upstream.connect_timeout,
+                    "2s",
+                ),
+                timeout: c.duration("upstream.timeout", &self.upstream.timeout, "30s"),
+                ca: upstream_tls.ca,
+                identity: upstream_tls.identity,
+            },
             shadow_url,
-            max_body: c.size("limits.max_body", &self.limits.max_body, 1 << 20),
-            max_response: c.size("limits.max_response", &self.limits.max_response, 8 << 20),
-            max_json_depth,
-            header_timeout: c.duration("limits.header_timeout", &self.limits.header_timeout, "10s"),
-            max_connections,
-            store_kind,
-            store_path: self
-                .store
-                .path
-                .unwrap_or_else(|| "/var/lib/palisade/state.redb".into()),
-            store_url: self.store.url,
-            store_url_env: self.store.url_env,
-            store_pool_size,
-            store_statement_timeout: c.duration(
-                "store.statement_timeout",
-                &self.store.statement_timeout,
-                "2s",
-            ),
-            store_retention,
+            limits: LimitsSection {
+                max_body: c.size("limits.max_body", &self.limits.max_body, 1 << 20),
+                max_response: c.size("limits.max_response", &self.limits.max_response, 8 << 20),
+                max_json_depth,
+                header_timeout: c.duration(
+                    "limits.header_timeout",
+                    &self.limits.header_timeout,
+                    "10s",
+                ),
+                max_connections,
+            },
+            store: StoreSection {
+                kind: store_kind,
+                path: self
+                    .store
+                    .path
+                    .unwrap_or_else(|| "/var/lib/palisade/state.redb".into()),
+                url: self.store.url,
+                url_env: self.store.url_env,
+                pool_size: store_pool_size,
+                statement_timeout: c.duration(
+                    "store.statement_timeout",
+                    &self.store.statement_timeout,
+                    "2s",
+                ),
+                retention: store_retention,
+            },
             access_log,
             signing_key: self.signing.key,
             trust_issuers: self.trust.issuers,

@@ -64,12 +64,12 @@ impl Enforcement {
         }
         // One clock for the checks and the store, so that both judge an expiry alike.
         let clock = AnchoredClock::new();
-        let store: Arc<dyn Store> = match config.store_kind {
+        let store: Arc<dyn Store> = match config.store.kind {
             crate::config::StoreKind::Embedded => Arc::new(
                 crate::store::embedded::EmbeddedStore::open_with(
-                    &config.store_path,
+                    &config.store.path,
                     log.clone(),
-                    config.store_retention,
+                    config.store.retention,
                     Arc::new(clock),
                 )
                 .context("store")?,

@@ -61,7 +61,7 @@ pub async fn serve(
         let metrics = metrics.clone();
         let tls = tls.clone();
         tokio::spawn(async move {
-            let header_timeout = state.config.header_timeout;
+            let header_timeout = state.config.limits.header_timeout;
             // Slow headers are cut here as on the data plane: a stalled client must not
             // hold admin connections open. The TLS handshake counts against the same limit.
             let mut builder = auto::Builder::new(TokioExecutor::new());

@@ -287,7 +287,7 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
         let held = McpLeg::held(
             &bytes,
             &parts.headers,
-            state.config.max_json_depth,
+            state.config.limits.max_json_depth,
             bundle.as_deref(),
         );
         match held {
@@ -324,7 +324,7 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
     };
     let (refused, receipt) = (written.refused, written.receipt);
     // Read to its end: a streamed answer is committed by its relay before the stream ends.
-    let _ = body::collect_proxy(written.resp.into_body(), state.config.max_response).await;
+    let _ = body::collect_proxy(written.resp.into_body(), state.config.limits.max_response).await;
     // A refused release records its code and rejection receipt in the escrow, from the
     // refusal itself.
     if let Some(code) = refused {

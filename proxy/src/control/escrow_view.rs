@@ -41,7 +41,7 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
     }
     if let Some(req) = &rec.request {
         let bytes = STANDARD.decode(&req.body_b64).unwrap_or_default();
-        let depth = state.config.max_json_depth;
+        let depth = state.config.limits.max_json_depth;
         let content_type = req
             .headers
             .iter()
@@ -73,7 +73,7 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
                 .unwrap_or_default();
             json!({
                 "content_type": pre["content_type"],
-                "body": shown(&bytes, read_json(&bytes, state.config.max_json_depth, false)),
+                "body": shown(&bytes, read_json(&bytes, state.config.limits.max_json_depth, false)),
             })
         };
     }

@@ -199,7 +199,7 @@ pub fn spawn_poll(state: Arc<AppState>) {
     let Some(enf) = state.enforcement.clone() else {
         return;
     };
-    if state.config.store_kind != crate::config::StoreKind::Postgres {
+    if state.config.store.kind != crate::config::StoreKind::Postgres {
         return;
     }
     tokio::spawn(async move {

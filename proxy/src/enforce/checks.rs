@@ -125,7 +125,7 @@ pub(crate) async fn check(
     let staged = match &facts.inverse {
         Some(carried) => Some(inverse::parse(
             &carried.inverse_bytes()?,
-            config.max_json_depth,
+            config.limits.max_json_depth,
         )?),
         None => match enf
             .store
@@ -133,7 +133,7 @@ pub(crate) async fn check(
             .await
             .map_err(StoreError::into_refusal)?
         {
-            Some(bytes) => Some(inverse::parse(&bytes, config.max_json_depth)?),
+            Some(bytes) => Some(inverse::parse(&bytes, config.limits.max_json_depth)?),
             None => None,
         },
     };
@@ -439,7 +439,7 @@ fn check_contract(
     let Some(cap) = binding.capability() else {
         return Ok(());
     };
-    palisade_rich::check_input(&cap.contract, facts.input, config.max_json_depth)?;
+    palisade_rich::check_input(&cap.contract, facts.input, config.limits.max_json_depth)?;
     let (path, query) = facts
         .path
         .split_once('?')

@@ -106,7 +106,7 @@ impl KeyTimes {
     pub fn from_config(config: &crate::config::Config) -> Self {
         // A request holds its key while its body is read, its checks and lock wait run, the
         // upstream answers (bounded by upstream.timeout) and its receipt is stored.
-        let upstream = config.upstream_timeout.as_millis().min(i64::MAX as u128) as i64;
+        let upstream = config.upstream.timeout.as_millis().min(i64::MAX as u128) as i64;
         Self {
             retention_ms: config
                 .idempotency_retention

@@ -69,7 +69,7 @@ pub(crate) async fn check(
         return resp;
     }
     let (parts, body) = resp.into_parts();
-    let bytes = match body::collect_proxy(body, state.config.max_response).await {
+    let bytes = match body::collect_proxy(body, state.config.limits.max_response).await {
         Ok(b) => b,
         Err(CollectError::TooLarge(_)) => {
             return problem(
@@ -88,7 +88,7 @@ pub(crate) async fn check(
             .into_response()
         }
     };
-    let verdict = match palisade_policy::json::parse(&bytes, state.config.max_json_depth) {
+    let verdict = match palisade_policy::json::parse(&bytes, state.config.limits.max_json_depth) {
         Err(_) => Err(String::new()),
         Ok(v) => schema.check(&v).map_err(|v| v.instance_location),
     };
@@ -273,9 +273,9 @@ pub(crate) async fn fallback(
     };
     let upstream = match crate::net::upstream::Upstream::with_base(
         uri,
-        state.config.upstream_connect_timeout,
-        state.config.upstream_timeout,
-        state.config.upstream_ca.as_deref(),
+        state.config.upstream.connect_timeout,
+        state.config.upstream.timeout,
+        state.config.upstream.ca.as_deref(),
     ) {
         Ok(u) => u,
         Err(_) => return failed(),

@@ -79,7 +79,7 @@ pub(crate) async fn fetch_state(
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
-    let bytes = body::collect_limited(resp.into_body(), config.max_response)
+    let bytes = body::collect_limited(resp.into_body(), config.limits.max_response)
         .await
         .map_err(|_| unavailable())?;
     let digest = fence::pre_image_digest(
@@ -88,7 +88,7 @@ pub(crate) async fn fetch_state(
             content_type: content_type.as_deref(),
             body: &bytes,
         },
-        config.max_json_depth,
+        config.limits.max_json_depth,
     )?;
     let representation = (!matches!(status, 404 | 410)).then_some((content_type, bytes));
     Ok(State {

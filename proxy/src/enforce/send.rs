@@ -197,7 +197,7 @@ pub(crate) async fn settle(
     let mut buffered = Bytes::new();
     if buffer {
         let (rparts, rbody) = resp.into_parts();
-        resp = match body::collect_proxy(rbody, state.config.max_response).await {
+        resp = match body::collect_proxy(rbody, state.config.limits.max_response).await {
             Ok(b) => {
                 buffered = b.clone();
                 Response::from_parts(rparts, body::full(b))

@@ -67,16 +67,19 @@ pub(crate) async fn run(
         // A bound operation that only reads needs no lease (its sideEffect says so); its
         // input contract still holds.
         if cap.contract.side_effect == SideEffect::Read {
-            let checked =
-                palisade_rich::check_input(&cap.contract, &bytes, state.config.max_json_depth)
-                    .and_then(|()| {
-                        palisade_rich::check_parameters(
-                            cap,
-                            parts.uri.path(),
-                            parts.uri.query(),
-                            &crate::net::headers::values(&parts.headers),
-                        )
-                    });
+            let checked = palisade_rich::check_input(
+                &cap.contract,
+                &bytes,
+                state.config.limits.max_json_depth,
+            )
+            .and_then(|()| {
+                palisade_rich::check_parameters(
+                    cap,
+                    parts.uri.path(),
+                    parts.uri.query(),
+                    &crate::net::headers::values(&parts.headers),
+                )
+            });
             if let Err(refusal) = checked {
                 return leg.refuse(state, refusal.into(), &cx, &parts, &bytes).await;
             }

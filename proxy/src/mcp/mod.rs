@@ -72,7 +72,7 @@ pub(crate) async fn handle(
     }
     // A body that is too large or cannot be read is refused through the one refusal path,
     // counted and receipted like its HTTP twin (SPEC §5.5; issue 55's first defect).
-    let bytes = match body::read_request_body(body, state.config.max_body).await {
+    let bytes = match body::read_request_body(body, state.config.limits.max_body).await {
         Ok(b) => b,
         Err(e) => {
             let (refusal, status) = match e {
@@ -94,7 +94,7 @@ pub(crate) async fn handle(
     };
     // What we check must be what the server reads: a body our strict parser refuses
     // (duplicate members, lone surrogates) could read differently there, so it goes nowhere.
-    let msg = match palisade_policy::json::parse(&bytes, state.config.max_json_depth) {
+    let msg = match palisade_policy::json::parse(&bytes, state.config.limits.max_json_depth) {
         Ok(v) => v,
         Err(_) => {
             let refusal = Refusal::new(
@@ -251,9 +251,11 @@ async fn tool_call(
     // A tool that only reads needs no lease; its input contract still holds.
     if let Some(cap) = binding.capability() {
         if cap.contract.side_effect == SideEffect::Read {
-            if let Err(refusal) =
-                palisade_rich::check_input(&cap.contract, &call.args, state.config.max_json_depth)
-            {
+            if let Err(refusal) = palisade_rich::check_input(
+                &cap.contract,
+                &call.args,
+                state.config.limits.max_json_depth,
+            ) {
                 return refused(refusal.into()).await;
             }
             let rule = rule.map(|r| r.with_fallback(cap, &parts, &bytes, conn));
@@ -357,7 +359,7 @@ async fn list(
         .unwrap_or("")
         .to_ascii_lowercase();
     let (mut rparts, rbody) = resp.into_parts();
-    let limit = state.config.max_response;
+    let limit = state.config.limits.max_response;
     if content_type.starts_with("text/event-stream") {
         let (state, cx) = (state.clone(), cx.clone());
         let body = sse::map_json(rbody, limit as usize, move |v| {

@@ -54,7 +54,7 @@ pub(crate) async fn relay(
         return relay_stream(state, cx, rule, id, resp, commit);
     }
     let (mut parts, rbody) = resp.into_parts();
-    let bytes = match body::collect_proxy(rbody, state.config.max_response).await {
+    let bytes = match body::collect_proxy(rbody, state.config.limits.max_response).await {
         Ok(b) => b,
         Err(_) => {
             let msg = error_msg(
@@ -121,10 +121,10 @@ fn relay_stream(
         }
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, BoxError>>(16);
-    let limit = state.config.max_response as usize;
+    let limit = state.config.limits.max_response as usize;
     // A write holds its resource's lock until it is committed: its wait is bounded.
     let deadline =
-        tokio::time::Instant::now() + cx.timeout.unwrap_or(state.config.upstream_timeout);
+        tokio::time::Instant::now() + cx.timeout.unwrap_or(state.config.upstream.timeout);
     let (state, cx) = (state.clone(), cx.clone());
     tokio::spawn(async move {
         let mut events = sse::Events::new(rbody, limit);

@@ -288,7 +288,7 @@ pub(super) async fn fallback_answer(
     if !resp.status().is_success() {
         return None;
     }
-    let bytes = body::collect_proxy(resp.into_body(), state.config.max_response)
+    let bytes = body::collect_proxy(resp.into_body(), state.config.limits.max_response)
         .await
         .ok()?;
     super::wire::messages_in(&bytes).into_iter().find(|m| {

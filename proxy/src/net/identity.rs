@@ -145,11 +145,11 @@ impl ServerCertVerifier for SpiffeVerifier {
 /// Identities that will not be checked because the upstream is plain HTTP (SPEC §7: `config
 /// check` warns).
 pub fn unchecked(config: &crate::config::Config, bundle: Option<&Bundle>) -> Vec<String> {
-    if config.upstream_url.scheme() == Some(&http::uri::Scheme::HTTPS) {
+    if config.upstream.url.scheme() == Some(&http::uri::Scheme::HTTPS) {
         return Vec::new();
     }
     let mut out = Vec::new();
-    if config.upstream_identity.is_some() {
+    if config.upstream.identity.is_some() {
         out.push("upstream.tls.identity is not checked: upstream.url is not https".to_owned());
     }
     let pinned = bundle.map_or(0, |b| {

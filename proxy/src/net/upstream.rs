@@ -96,12 +96,12 @@ pub struct Upstream {
 impl Upstream {
     pub fn new(config: &Config) -> Result<Self, tls::TlsError> {
         let mut u = Self::with_base(
-            config.upstream_url.clone(),
-            config.upstream_connect_timeout,
-            config.upstream_timeout,
-            config.upstream_ca.as_deref(),
+            config.upstream.url.clone(),
+            config.upstream.connect_timeout,
+            config.upstream.timeout,
+            config.upstream.ca.as_deref(),
         )?;
-        u.default_identity = config.upstream_identity.clone();
+        u.default_identity = config.upstream.identity.clone();
         Ok(u)
     }
 

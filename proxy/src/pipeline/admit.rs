@@ -63,7 +63,7 @@ pub async fn input(
         operation: &cap.operation,
         contract_digest: &cap.contract.digest,
     };
-    let input = palisade_policy::json::parse(bytes, state.config.max_json_depth).ok();
+    let input = palisade_policy::json::parse(bytes, state.config.limits.max_json_depth).ok();
     admission::check_input(state, adm, admitted, input.as_ref(), &cx, call)
         .await
         .map_err(Refused::into_response)

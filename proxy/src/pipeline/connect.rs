@@ -136,13 +136,14 @@ fn map_request(
     bytes: &[u8],
 ) -> Result<Bytes, Refusal> {
     // Parsed once: the source contract and the connector read the same tree.
-    let input = palisade_policy::json::parse(bytes, state.config.max_json_depth).map_err(|_| {
-        Refusal::new(
-            ErrorCode::ContractInput,
-            "the request body is not I-JSON, and the operation's connector maps JSON",
-        )
-        .with_location("")
-    })?;
+    let input =
+        palisade_policy::json::parse(bytes, state.config.limits.max_json_depth).map_err(|_| {
+            Refusal::new(
+                ErrorCode::ContractInput,
+                "the request body is not I-JSON, and the operation's connector maps JSON",
+            )
+            .with_location("")
+        })?;
     palisade_rich::check_input_value(&source.contract, &input)?;
     let out = conn.request.run(&input).map_err(Refusal::from)?;
     palisade_rich::check_mapped_input(&target.contract, &out)?;
@@ -232,7 +233,7 @@ pub(super) async fn collect_answer(
     body: ProxyBody,
     cx: &WriteContext,
 ) -> Result<Bytes, Response<ProxyBody>> {
-    let refusal = match body::collect_proxy(body, state.config.max_response).await {
+    let refusal = match body::collect_proxy(body, state.config.limits.max_response).await {
         Ok(b) => return Ok(b),
         Err(CollectError::TooLarge(_)) => Refusal::new(
             ErrorCode::ResponseTooLarge,
@@ -254,7 +255,7 @@ pub(super) fn map_answer(
     source: &Capability,
     bytes: &[u8],
 ) -> Result<Bytes, Refusal> {
-    let depth = state.config.max_json_depth;
+    let depth = state.config.limits.max_json_depth;
     palisade_policy::json::parse(bytes, depth)
         .map_err(|_| {
             Refusal::new(

@@ -102,7 +102,7 @@ pub(super) async fn answer(
         return forward_plain(state, parts, body::boxed(body), conn, &cx, fenced_read).await;
     }
 
-    let bytes = match body::read_request_body(body, state.config.max_body).await {
+    let bytes = match body::read_request_body(body, state.config.limits.max_body).await {
         Ok(bytes) => bytes,
         Err(CollectError::TooLarge(limit)) => {
             // A refused write like any other (SPEC §5.5): counted, and receipted when
@@ -145,7 +145,7 @@ async fn checked_read(
     cx: &WriteContext,
 ) -> Answer {
     let (parts, body) = req.into_parts();
-    let bytes = match body::read_request_body(body, state.config.max_body).await {
+    let bytes = match body::read_request_body(body, state.config.limits.max_body).await {
         Ok(b) => b,
         Err(_) => {
             let p = Problem::answer(

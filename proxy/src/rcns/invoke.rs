@@ -235,7 +235,7 @@ async fn input_of(
     body: Incoming,
     recipe: &palisade_rich::rcns::Recipe,
 ) -> Result<serde_json::Value, Refusal> {
-    let bytes = match body::read_request_body(body, state.config.max_body).await {
+    let bytes = match body::read_request_body(body, state.config.limits.max_body).await {
         Ok(b) => b,
         Err(CollectError::TooLarge(_)) => {
             return Err(Refusal::new(
@@ -250,12 +250,13 @@ async fn input_of(
             ))
         }
     };
-    let v = palisade_policy::json::parse(&bytes, state.config.max_json_depth).map_err(|_| {
-        Refusal::new(
-            ErrorCode::ContractInput,
-            "the body is not an I-JSON document",
-        )
-    })?;
+    let v =
+        palisade_policy::json::parse(&bytes, state.config.limits.max_json_depth).map_err(|_| {
+            Refusal::new(
+                ErrorCode::ContractInput,
+                "the body is not an I-JSON document",
+            )
+        })?;
     recipe.input_schema.check(&v).map_err(|viol| {
         Refusal::new(
             ErrorCode::ContractInput,

@@ -57,7 +57,7 @@ pub async fn handle(
         Ok(a) => a,
         Err(answer) => return answer,
     };
-    let limit = MAX_PROPOSAL.min(state.config.max_body);
+    let limit = MAX_PROPOSAL.min(state.config.limits.max_body);
     let bytes = match body::read_request_body(body, limit).await {
         Ok(b) => b,
         Err(CollectError::TooLarge(_)) => {

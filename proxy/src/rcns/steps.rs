@@ -206,9 +206,10 @@ impl Run {
         let status = written.resp.status();
         let code = written.code();
         let receipt = written.receipt;
-        let answer = body::collect_proxy(written.resp.into_body(), state.config.max_response)
-            .await
-            .unwrap_or_default();
+        let answer =
+            body::collect_proxy(written.resp.into_body(), state.config.limits.max_response)
+                .await
+                .unwrap_or_default();
         let answer: Value = serde_json::from_slice(&answer).unwrap_or(Value::Null);
         if status.is_success() {
             let receipt = receipt.unwrap_or(Value::Null);

@@ -129,7 +129,7 @@ impl ToolStep<'_> {
         let args = serde_json::to_vec(&self.req.arguments).unwrap_or_default();
         let mut cx = self.cx.clone();
         cx.bind(Some(self.bundle), &crate::context::Binding::Bound(cap));
-        let depth = self.state.config.max_json_depth;
+        let depth = self.state.config.limits.max_json_depth;
         if let Err(r) = palisade_rich::check_input(&cap.contract, &args, depth) {
             return self.refused(r, Some(&args)).await;
         }
@@ -176,7 +176,7 @@ impl ToolStep<'_> {
             window_ms: self.window_ms,
             inverse,
         };
-        let depth = self.state.config.max_json_depth;
+        let depth = self.state.config.limits.max_json_depth;
         let leg = match McpLeg::held(&bytes, &parts.headers, depth, Some(self.bundle)) {
             Ok(l) => l,
             Err(r) => return self.refused(r, None).await,
@@ -235,7 +235,7 @@ impl ToolStep<'_> {
         resp: http::Response<body::ProxyBody>,
         lease_id: Option<String>,
     ) -> ToolOutcome {
-        let max = self.state.config.max_response;
+        let max = self.state.config.limits.max_response;
         let bytes = body::collect_proxy(resp.into_body(), max)
             .await
             .unwrap_or_default();

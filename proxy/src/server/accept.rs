@@ -28,7 +28,7 @@ pub(crate) fn http_builder(state: &AppState) -> auto::Builder<TokioExecutor> {
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(state.config.header_timeout)
+        .header_read_timeout(state.config.limits.header_timeout)
         .keep_alive(true);
     builder.http2().timer(TokioTimer::new());
     builder
@@ -86,7 +86,7 @@ async fn serve_connection(
     acceptor: Option<TlsAcceptor>,
     watcher: hyper_util::server::graceful::Watcher,
 ) {
-    let header_timeout = state.config.header_timeout;
+    let header_timeout = state.config.limits.header_timeout;
     let result = match acceptor {
         None => {
             let info = ConnInfo::new(peer, false, None, Some(Bound::default()));

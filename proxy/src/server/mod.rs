@@ -71,9 +71,9 @@ impl Server {
         let shadow = match &config.shadow_url {
             Some(url) => Some(Upstream::with_base(
                 url.clone(),
-                config.upstream_connect_timeout,
-                config.upstream_timeout,
-                config.upstream_ca.as_deref(),
+                config.upstream.connect_timeout,
+                config.upstream.timeout,
+                config.upstream.ca.as_deref(),
             )?),
             None => None,
         };
@@ -206,7 +206,7 @@ impl Server {
 
         let builder = http_builder(&state);
         let graceful = GracefulShutdown::new();
-        let permits = Arc::new(Semaphore::new(state.config.max_connections));
+        let permits = Arc::new(Semaphore::new(state.config.limits.max_connections));
         let shards = shards::spawn(
             runtimes.saturating_sub(1),
             &shards::Shared {
@@ -221,7 +221,7 @@ impl Server {
             data = %data.local_addr()?,
             admin = %admin_addr,
             tls = acceptor.is_some(),
-            upstream = %state.config.upstream_url,
+            upstream = %state.config.upstream.url,
             runtimes = runtimes.max(1),
             "palisade listening"
         );

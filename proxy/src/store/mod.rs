@@ -15,10 +15,10 @@ use postgres::{Connect, PostgresStore};
 /// The URL `config` names: `store.url_env` wins over `store.url` (SPEC §10). Never logged
 /// or echoed (it may hold a password).
 pub fn url_from_config(config: &Config) -> Result<String, StoreError> {
-    match &config.store_url_env {
+    match &config.store.url_env {
         Some(var) => std::env::var(var)
             .map_err(|_| StoreError::Unavailable(format!("store.url_env: {var} is not set"))),
-        None => Ok(config.store_url.clone().unwrap_or_default()),
+        None => Ok(config.store.url.clone().unwrap_or_default()),
     }
 }
 
@@ -26,9 +26,9 @@ pub fn url_from_config(config: &Config) -> Result<String, StoreError> {
 pub fn connect_from_config<'a>(config: &Config, url: &'a str, clock: SharedClock) -> Connect<'a> {
     Connect {
         url,
-        pool_size: config.store_pool_size,
-        statement_timeout: config.store_statement_timeout,
-        retention: config.store_retention,
+        pool_size: config.store.pool_size,
+        statement_timeout: config.store.statement_timeout,
+        retention: config.store.retention,
         clock,
         tls: crate::net::db_tls::client_config,
     }

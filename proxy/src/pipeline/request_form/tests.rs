@@ -127,7 +127,7 @@ proptest! {
         let fence = palisade_policy::target::resource_key(
             &palisade_policy::target::request_target("https://erp.example.com", &pq).expect("target"),
         ).to_owned();
-        let up = Upstream::with_base("http://127.0.0.1:9".parse().expect("uri"), c.upstream_connect_timeout, c.upstream_timeout, None).expect("upstream");
+        let up = Upstream::with_base("http://127.0.0.1:9".parse().expect("uri"), c.upstream.connect_timeout, c.upstream.timeout, None).expect("upstream");
         let conn = ConnInfo::new("127.0.0.1:1".parse().expect("addr"), false, None, None);
         let sent = build_upstream_request(&up, p, crate::net::body::empty(), &conn, None).expect("forwardable");
         let forwarded = sent.uri().path().to_owned();
