@@ -85,22 +85,22 @@ pub(super) fn verify_config(config: &Path, json: bool) -> Result<(), Failure> {
                 )));
             }
             let running = in_use(&cfg.store.path);
-            if running && cfg.admin_addr.ends_with(":0") {
+            if running && cfg.admin.addr.ends_with(":0") {
                 return Err(Failure::usage(format!(
                     "{}: the store is in use by a running sidecar whose admin listener has no fixed port (admin.addr {}): verify it with --url and --key",
                     cfg.store.path.display(),
-                    cfg.admin_addr
+                    cfg.admin.addr
                 )));
             }
             if running {
                 // Its sidecar runs: read the log as it serves it.
-                let scheme = if cfg.admin_tls.is_some() {
+                let scheme = if cfg.admin.tls.is_some() {
                     "https"
                 } else {
                     "http"
                 };
-                let url = format!("{scheme}://{}", cfg.admin_addr);
-                let token = cfg.admin_token_file.as_deref();
+                let url = format!("{scheme}://{}", cfg.admin.addr);
+                let token = cfg.admin.token_file.as_deref();
                 let place = format!(
                     "{} (through its sidecar at {url})",
                     cfg.store.path.display()

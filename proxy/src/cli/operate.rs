@@ -65,7 +65,7 @@ pub(super) fn load_config(path: &Path) -> Result<Config, Failure> {
 pub(super) fn check_referenced_files(cfg: &Config, path: &Path) -> Result<Vec<String>, Failure> {
     let file = path.display().to_string();
     let mut lines = Vec::new();
-    if let Some(tls) = &cfg.listen_tls {
+    if let Some(tls) = &cfg.listen.tls {
         if let Err(e) = crate::net::tls::ReloadingCert::load(&tls.cert, &tls.key) {
             lines.push(format!("{file}: listen.tls: {e}"));
         }
@@ -75,7 +75,7 @@ pub(super) fn check_referenced_files(cfg: &Config, path: &Path) -> Result<Vec<St
             }
         }
     }
-    if let Some(tls) = &cfg.admin_tls {
+    if let Some(tls) = &cfg.admin.tls {
         if let Err(e) = crate::net::tls::ReloadingCert::load(&tls.cert, &tls.key) {
             lines.push(format!("{file}: admin.tls: {e}"));
         }
@@ -85,7 +85,7 @@ pub(super) fn check_referenced_files(cfg: &Config, path: &Path) -> Result<Vec<St
             }
         }
     }
-    if let Some(f) = &cfg.admin_token_file {
+    if let Some(f) = &cfg.admin.token_file {
         if crate::control::admin_auth::read_token(f).is_none() {
             lines.push(format!(
                 "{file}: admin.token_file: cannot read {} or it is empty",

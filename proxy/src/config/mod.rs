@@ -24,9 +24,9 @@ use std::path::Path;
 pub use collector::parse_size;
 use collector::{section, Collector};
 pub use model::{
-    AccessLog, Admission, Aip2, Config, ConfigError, ConfigProblem, Delivery, LimitsSection,
-    ListenTls, ProxyHeader, Rcns, Retention, Sink, StoreKind, StoreSection, UnboundWrites,
-    UpstreamSection, Witness, DEFAULT_SIGNING_KEY,
+    AccessLog, AdminSection, Admission, Aip2, Config, ConfigError, ConfigProblem, Delivery,
+    EscrowSection, LimitsSection, ListenSection, ListenTls, ProxyHeader, Rcns, Retention, Sink,
+    StoreKind, StoreSection, UnboundWrites, UpstreamSection, Witness, DEFAULT_SIGNING_KEY,
 };
 use raw::RawConfig;
 

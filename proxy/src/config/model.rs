@@ -55,6 +55,39 @@ pub enum Sink {
     Webhook(String),
 }
 
+/// `[escrow]`, validated: who decides held writes and where they are announced.
+#[derive(Debug, Clone)]
+pub struct EscrowSection {
+    /// `escrow.approvals_required` (SPEC §9): distinct approvers before a held write goes.
+    pub approvals: usize,
+    /// `escrow.webhook`: where a held write is announced (`escrow_held`, no payload).
+    pub webhook: Option<String>,
+    /// `escrow.console_url`: the console as operators reach it, for the announcement's link.
+    pub console_url: Option<String>,
+}
+
+/// `[listen]`, validated: the data plane's listener.
+#[derive(Debug, Clone)]
+pub struct ListenSection {
+    pub addr: String,
+    pub drain_timeout: Duration,
+    pub tls: Option<ListenTls>,
+}
+
+/// `[admin]`, validated: the admin listener and its credentials.
+#[derive(Debug, Clone)]
+pub struct AdminSection {
+    pub addr: String,
+    /// `admin.token_file`: the bearer token mutating and `/admin/v1/*` calls need (SPEC §9).
+    pub token_file: Option<PathBuf>,
+    /// `admin.tls`: the admin listener over TLS; with `client_ca`, client certificates are
+    /// asked for (not required: probes have none) and verified.
+    pub tls: Option<ListenTls>,
+    /// `admin.allowed_spiffe_ids`: a verified client certificate with one of these URI SANs
+    /// is an admin credential, as the token is.
+    pub spiffe_ids: Vec<String>,
+}
+
 /// `[upstream]`, validated: where the SoR is and how it is reached.
 #[derive(Debug, Clone)]
 pub struct UpstreamSection {
@@ -94,12 +127,8 @@ pub struct StoreSection {
 /// A validated configuration. Every field has its SPEC default filled in.
 #[derive(Debug, Clone)]
 pub struct Config {
-    /// `escrow.approvals_required` (SPEC §9): distinct approvers before a held write goes.
-    pub escrow_approvals: usize,
-    /// `escrow.webhook`: where a held write is announced (`escrow_held`, no payload).
-    pub escrow_webhook: Option<String>,
-    /// `escrow.console_url`: the console as operators reach it, for the announcement's link.
-    pub escrow_console_url: Option<String>,
+    /// `[escrow]`.
+    pub escrow: EscrowSection,
     /// `runtime.threads`: data-plane runtimes (`None`: one per available CPU).
     pub runtime_threads: Option<usize>,
     /// `[budgets] rules` (SPEC §14): none unless configured.
@@ -112,19 +141,11 @@ pub struct Config {
     pub rcns: Option<Rcns>,
     /// `[receipts]`: the receipt log's origin and witnesses.
     pub receipts: Receipts,
-    pub listen_addr: String,
-    pub drain_timeout: Duration,
-    pub listen_tls: Option<ListenTls>,
+    /// `[listen]`.
+    pub listen: ListenSection,
     pub public_base: Option<String>,
-    pub admin_addr: String,
-    /// `admin.token_file`: the bearer token mutating and `/admin/v1/*` calls need (SPEC §9).
-    pub admin_token_file: Option<PathBuf>,
-    /// `admin.tls`: the admin listener over TLS; with `client_ca`, client certificates are
-    /// asked for (not required: probes have none) and verified.
-    pub admin_tls: Option<ListenTls>,
-    /// `admin.allowed_spiffe_ids`: a verified client certificate with one of these URI SANs
-    /// is an admin credential, as the token is.
-    pub admin_spiffe_ids: Vec<String>,
+    /// `[admin]`.
+    pub admin: AdminSection,
     /// `[upstream]`.
     pub upstream: UpstreamSection,
     pub shadow_url: Option<http::Uri>,

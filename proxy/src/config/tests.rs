@@ -4,9 +4,9 @@ use std::time::Duration;
 #[test]
 fn minimal_config_gets_spec_defaults() {
     let c = Config::parse("[upstream]\nurl = \"http://127.0.0.1:8081\"\n", "t.toml").unwrap();
-    assert_eq!(c.listen_addr, "0.0.0.0:8080");
-    assert_eq!(c.admin_addr, "127.0.0.1:9901");
-    assert_eq!(c.drain_timeout, Duration::from_secs(20));
+    assert_eq!(c.listen.addr, "0.0.0.0:8080");
+    assert_eq!(c.admin.addr, "127.0.0.1:9901");
+    assert_eq!(c.listen.drain_timeout, Duration::from_secs(20));
     assert_eq!(c.limits.max_body, 1 << 20);
     assert_eq!(c.limits.max_response, 8 << 20);
     assert_eq!(c.limits.max_json_depth, 128);
@@ -119,7 +119,7 @@ quarantine_dir = "/var/lib/palisade/quarantine"
     assert_eq!(c.receipts.origin, "erp.example.com/palisade");
     assert_eq!(c.mcp_path.as_deref(), Some("/mcp"));
     assert_eq!(c.drift_sinks.len(), 3);
-    assert!(c.listen_tls.unwrap().client_ca.is_some());
+    assert!(c.listen.tls.unwrap().client_ca.is_some());
     assert_eq!(
         c.upstream.identity.as_deref(),
         Some("spiffe://cluster.local/ns/erp/sa/erp")

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::collector::Collector;
 use super::model::{
-    AccessLog, Config, LimitsSection, ListenTls, Sink, StoreKind, StoreSection, UnboundWrites,
-    UpstreamSection,
+    AccessLog, AdminSection, Config, EscrowSection, LimitsSection, ListenSection, ListenTls, Sink,
+    StoreKind, StoreSection, UnboundWrites, UpstreamSection,
 };
 use super::raw::{RawConfig, RawSink};
 
@@ -342,26 +342,32 @@ impl RawConfig {
 
         Config {
             budgets,
-            escrow_approvals,
-            escrow_webhook,
-            escrow_console_url,
+            escrow: EscrowSection {
+                approvals: escrow_approvals,
+                webhook: escrow_webhook,
+                console_url: escrow_console_url,
+            },
             runtime_threads,
             aip2,
             admission,
             rcns,
             receipts,
-            listen_addr,
-            drain_timeout,
-            listen_tls: self.listen.tls.map(|t| ListenTls {
-                cert: t.cert,
-                key: t.key,
-                client_ca: t.client_ca,
-            }),
+            listen: ListenSection {
+                addr: listen_addr,
+                drain_timeout,
+                tls: self.listen.tls.map(|t| ListenTls {
+                    cert: t.cert,
+                    key: t.key,
+                    client_ca: t.client_ca,
+                }),
+            },
             public_base,
-            admin_addr,
-            admin_token_file,
-            admin_tls,
-            admin_spiffe_ids,
+            admin: AdminSection {
+                addr: admin_addr,
+                token_file: admin_token_file,
+                tls: admin_tls,
+                spiffe_ids: admin_spiffe_ids,
+            },
             upstream: UpstreamSection {
                 url: upstream_url,
                 connect_timeout: c.duration(

@@ -85,7 +85,7 @@ impl Enforcement {
         freezes.changed(super::Freezes::decode(
             &store.freezes().await.context("store: the freezes")?,
         ));
-        let escrow_hook = match &config.escrow_webhook {
+        let escrow_hook = match &config.escrow.webhook {
             Some(url) => {
                 metrics::describe_counter!(
                     "palisade_escrow_notifications_dropped_total",

@@ -107,7 +107,7 @@ async fn respond(
     peer_spiffe_id: Option<Arc<str>>,
 ) -> Result<Response<ProxyBody>, Infallible> {
     // The listener's own origin is https:// when it serves TLS.
-    let tls_listener = state.config.admin_tls.is_some();
+    let tls_listener = state.config.admin.tls.is_some();
     let text = |status: StatusCode, body: &'static str| {
         let mut r = Response::new(body::full(body));
         *r.status_mut() = status;
@@ -125,7 +125,7 @@ async fn respond(
         .and_then(|h| h.to_str().ok())
         .or_else(|| req.uri().authority().map(|a| a.as_str()));
     let credential =
-        state.config.admin_token_file.is_some() || !state.config.admin_spiffe_ids.is_empty();
+        state.config.admin.token_file.is_some() || !state.config.admin.spiffe_ids.is_empty();
     if let Err(why) = crate::control::admin_origin::check_site(
         req.method(),
         path,
@@ -170,7 +170,7 @@ async fn respond(
             return Ok(json(
                 StatusCode::OK,
                 serde_json::json!({"name": name,
-                    "approvals_required": state.config.escrow_approvals}),
+                    "approvals_required": state.config.escrow.approvals}),
             ));
         }
         (&Method::GET, "/admin/v1/budgets") => {

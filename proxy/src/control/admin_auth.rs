@@ -98,8 +98,8 @@ pub(super) fn allowed(
     headers: &HeaderMap,
     peer_spiffe_id: Option<&str>,
 ) -> bool {
-    let token = config.admin_token_file.as_deref();
-    if token.is_none() && config.admin_spiffe_ids.is_empty() {
+    let token = config.admin.token_file.as_deref();
+    if token.is_none() && config.admin.spiffe_ids.is_empty() {
         return true;
     }
     caller(config, headers, peer_spiffe_id).is_some()
@@ -112,11 +112,12 @@ pub(super) fn caller(
     headers: &HeaderMap,
     peer_spiffe_id: Option<&str>,
 ) -> Option<String> {
-    if let Some(id) = peer_spiffe_id.filter(|id| config.admin_spiffe_ids.iter().any(|a| a == id)) {
+    if let Some(id) = peer_spiffe_id.filter(|id| config.admin.spiffe_ids.iter().any(|a| a == id)) {
         return Some(id.to_owned());
     }
     config
-        .admin_token_file
+        .admin
+        .token_file
         .as_deref()
         .and_then(|f| authorized(f, headers))
 }

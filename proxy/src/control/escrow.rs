@@ -71,7 +71,7 @@ pub async fn approve(
             approvals,
             ..rec.clone()
         };
-        let enough = record.approvals.len() >= state.config.escrow_approvals;
+        let enough = record.approvals.len() >= state.config.escrow.approvals;
         let decision = Decision {
             outcome: "approved",
             by: &by,

@@ -33,7 +33,7 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
     let now = enf.clock.now_ms();
     let mut doc = status_doc(&rec);
     doc["caller"] = json!(rec.caller);
-    doc["approvals_required"] = json!(state.config.escrow_approvals);
+    doc["approvals_required"] = json!(state.config.escrow.approvals);
     doc["expired"] = json!(expired(&rec, now));
     if let Some(ms) = rec.lease_expires_at_ms {
         doc["lease_expires_at"] = json!(palisade_policy::lease::format_rfc3339_ms(ms));

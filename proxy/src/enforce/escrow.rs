@@ -79,7 +79,7 @@ pub(crate) enum Answer {
 /// The `escrow_held` announcement of a hold (`escrow.webhook`): who, what, until when, and
 /// where in the console; never the request.
 fn announce(state: &AppState, record: &EscrowRecord) -> Value {
-    let link = state.config.escrow_console_url.as_deref().map(|base| {
+    let link = state.config.escrow.console_url.as_deref().map(|base| {
         let base = base.split('#').next().unwrap_or(base);
         format!("{base}#/escrow/{}", record.escrow_id)
     });
@@ -93,7 +93,7 @@ fn announce(state: &AppState, record: &EscrowRecord) -> Value {
         "lease_expires_at": record
             .lease_expires_at_ms
             .map(palisade_policy::lease::format_rfc3339_ms),
-        "approvals_required": state.config.escrow_approvals,
+        "approvals_required": state.config.escrow.approvals,
         "link": link,
     })
 }

@@ -49,7 +49,7 @@ pub struct Server {
 impl Server {
     /// Loads what the config names (TLS material, upstream client) and binds both listeners.
     pub async fn bind(config: Config) -> anyhow::Result<Self> {
-        let tls = match &config.listen_tls {
+        let tls = match &config.listen.tls {
             Some(t) => {
                 let resolver = ReloadingCert::load(&t.cert, &t.key)?;
                 let server_config = tls::server_config(resolver.clone(), t.client_ca.as_deref())?;
@@ -57,7 +57,7 @@ impl Server {
             }
             None => None,
         };
-        let admin_tls = match &config.admin_tls {
+        let admin_tls = match &config.admin.tls {
             Some(t) => {
                 let resolver = ReloadingCert::load(&t.cert, &t.key).context("admin.tls")?;
                 let server_config =
@@ -84,7 +84,7 @@ impl Server {
         if let Some(b) = &bundle {
             tracing::info!(digest = %b.digest, binding_id = %b.binding_id, capabilities = b.capabilities.len(), "rich bundle loaded");
         }
-        if let Some(f) = &config.admin_token_file {
+        if let Some(f) = &config.admin.token_file {
             if crate::control::admin_auth::read_token(f).is_none() {
                 anyhow::bail!(
                     "admin.token_file: cannot read {} or it is empty",
@@ -112,16 +112,16 @@ impl Server {
             None => None,
         };
         // SO_REUSEPORT, so that the other data-plane runtimes can bind beside it (`shards`).
-        let data_addr = tokio::net::lookup_host(&config.listen_addr)
+        let data_addr = tokio::net::lookup_host(&config.listen.addr)
             .await
             .ok()
             .and_then(|mut a| a.next())
-            .with_context(|| format!("listen.addr: cannot resolve {}", config.listen_addr))?;
+            .with_context(|| format!("listen.addr: cannot resolve {}", config.listen.addr))?;
         let data = shards::reuse_port_listener(data_addr)
-            .with_context(|| format!("listen.addr: cannot bind {}", config.listen_addr))?;
-        let admin = TcpListener::bind(&config.admin_addr)
+            .with_context(|| format!("listen.addr: cannot bind {}", config.listen.addr))?;
+        let admin = TcpListener::bind(&config.admin.addr)
             .await
-            .with_context(|| format!("admin.addr: cannot bind {}", config.admin_addr))?;
+            .with_context(|| format!("admin.addr: cannot bind {}", config.admin.addr))?;
         Ok(Self {
             data,
             admin,
@@ -245,7 +245,7 @@ impl Server {
         let _ = tokio::time::timeout(ACCEPT_GRACE, accept.run()).await;
         drop(accept);
         drop(data); // new connections are refused from here on
-        let drain = state.config.drain_timeout;
+        let drain = state.config.listen.drain_timeout;
         if tokio::time::timeout(drain, graceful.shutdown())
             .await
             .is_err()

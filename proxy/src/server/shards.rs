@@ -117,7 +117,7 @@ async fn serve(n: usize, shared: Shared, mut stopped: watch::Receiver<bool>) {
     let _ = tokio::time::timeout(ACCEPT_GRACE, accept.run()).await;
     drop(accept);
     drop(listener);
-    let drain = shared.state.config.drain_timeout;
+    let drain = shared.state.config.listen.drain_timeout;
     if tokio::time::timeout(drain, graceful.shutdown())
         .await
         .is_err()
