@@ -107,6 +107,20 @@ async fn send(
     (parts, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
 }
 
+/// PROPOSEs `RESTOCK /restock` as `tok-a`: the synthesis id and the session it lives in.
+async fn propose_restock(p: &Palisade) -> (String, String) {
+    let proposal = json!({"method": "PROPOSE", "parameters": {"endpoint": {
+        "method": "RESTOCK", "path": "/restock", "description": "restock",
+        "semantic": {"intent": "restock two items"},
+        "input_schema": {"$schema": DIALECT, "type": "object"}}, "persistent": false}});
+    let headers = [("allow-rcns", "true"), ("authority-scope", CLAIM)];
+    let (parts, body) = send(p, "PROPOSE", "/", &headers, &proposal).await;
+    assert_eq!(parts.status.as_u16(), 263, "{body}");
+    let id = body["synthesis_id"].as_str().unwrap().to_owned();
+    let session = parts.headers["session-id"].to_str().unwrap().to_owned();
+    (id, session)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recipe_of_tool_calls_commits_whole_or_is_compensated_by_inverse_tool_calls() {
     let server = McpServer::start_with(&[("LEVEL_TOOL", "1")]).await;
@@ -115,15 +129,7 @@ async fn a_recipe_of_tool_calls_commits_whole_or_is_compensated_by_inverse_tool_
     // A write budget on the tool (SPEC §14): composed tool calls spend it like any write.
     let budgets = "[budgets]\nrules = [{ name = \"levels\", per = [\"operation\"], limit = 5, window = \"1m\" }]\n";
     let p = sidecar_with(&server, &b, &(callers(dir.path()) + budgets));
-    let proposal = json!({"method": "PROPOSE", "parameters": {"endpoint": {
-        "method": "RESTOCK", "path": "/restock", "description": "restock",
-        "semantic": {"intent": "restock two items"},
-        "input_schema": {"$schema": DIALECT, "type": "object"}}, "persistent": false}});
-    let headers = [("allow-rcns", "true"), ("authority-scope", CLAIM)];
-    let (parts, body) = send(&p, "PROPOSE", "/", &headers, &proposal).await;
-    assert_eq!(parts.status.as_u16(), 263, "{body}");
-    let id = body["synthesis_id"].as_str().unwrap().to_owned();
-    let session = parts.headers["session-id"].to_str().unwrap().to_owned();
+    let (id, session) = propose_restock(&p).await;
     let invoke = [
         ("contract-synthesized", id.as_str()),
         ("session-id", session.as_str()),
@@ -297,15 +303,7 @@ async fn a_tool_step_whose_answer_breaks_its_contract_is_compensated_too() {
                         "properties": {"qty": {"type": "integer", "maximum": 100}}});
     let b = bundle_with(dir.path(), capped);
     let p = sidecar_with(&server, &b, &callers(dir.path()));
-    let proposal = json!({"method": "PROPOSE", "parameters": {"endpoint": {
-        "method": "RESTOCK", "path": "/restock", "description": "restock",
-        "semantic": {"intent": "restock two items"},
-        "input_schema": {"$schema": DIALECT, "type": "object"}}, "persistent": false}});
-    let headers = [("allow-rcns", "true"), ("authority-scope", CLAIM)];
-    let (parts, body) = send(&p, "PROPOSE", "/", &headers, &proposal).await;
-    assert_eq!(parts.status.as_u16(), 263, "{body}");
-    let id = body["synthesis_id"].as_str().unwrap().to_owned();
-    let session = parts.headers["session-id"].to_str().unwrap().to_owned();
+    let (id, session) = propose_restock(&p).await;
     let invoke = [
         ("contract-synthesized", id.as_str()),
         ("session-id", session.as_str()),

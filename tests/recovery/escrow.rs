@@ -146,9 +146,17 @@ async fn escrow_holds_until_an_operator_decides_and_rechecks_on_release() {
     let (status, doc) = admin_post(s.p.admin, "/admin/v1/escrow/nope/approve").await;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert_eq!(doc["code"], "ERR_NOT_FOUND");
-    assert!(drift_events(&s.p)
-        .iter()
-        .any(|e| e["code"] == "ERR_LEASE_EXPIRED"));
+    // A release's refusal may be kept a moment after the approval is answered.
+    wait::until(
+        "the expired release's drift event is kept",
+        Duration::from_secs(5),
+        || {
+            drift_events(&s.p)
+                .iter()
+                .any(|e| e["code"] == "ERR_LEASE_EXPIRED")
+        },
+    )
+    .await;
     // Only undecided escrows are listed.
     let (_, list) = admin_get(s.p.admin, "/admin/v1/escrow").await;
     let list: Value = serde_json::from_str(&list).unwrap();

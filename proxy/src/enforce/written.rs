@@ -25,7 +25,7 @@ pub(crate) struct Written {
 }
 
 /// What a sent write committed on its answer came to.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug)]
 pub(crate) struct Settled {
     /// The commit receipt (kind `commit`; outcome `interim` or `uncertain` as it was).
     pub receipt: Option<Value>,

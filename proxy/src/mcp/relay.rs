@@ -65,7 +65,8 @@ pub(crate) async fn relay(
             );
             return match commit {
                 Some(c) => {
-                    settled_reply(state, cx, c, Some(ErrorCode::ResponseTooLarge), msg).await
+                    let verdict = Verdict::Replaced(ErrorCode::ResponseTooLarge);
+                    settled_reply(state, cx, c, verdict, msg).await
                 }
                 None => body::json_response(StatusCode::OK, &msg),
             };
@@ -138,8 +139,7 @@ fn relay_stream(
                         let code = ErrorCode::UpstreamTimeout;
                         let detail = "the tool call was not answered within its timeout";
                         let msg = unanswered(&cx, &id, code, detail);
-                        let verdict = Verdict::Unanswered(code);
-                        give_up(&state, &cx, (commit.take(), verdict), msg, client.take()).await;
+                        give_up(&state, &cx, commit.take(), code, msg, client.take()).await;
                         return;
                     }
                 }
@@ -154,8 +154,7 @@ fn relay_stream(
                         let code = ErrorCode::UpstreamUnavailable;
                         let detail = "the server's stream ended before the tool call was answered";
                         let msg = unanswered(&cx, &id, code, detail);
-                        let verdict = Verdict::Unanswered(code);
-                        give_up(&state, &cx, (commit.take(), verdict), msg, client.take()).await;
+                        give_up(&state, &cx, commit.take(), code, msg, client.take()).await;
                     } else if let (Some(Err(e)), Some(tx)) = (ended, client.take()) {
                         let _ = tx.send(Err(e)).await;
                     }
@@ -195,12 +194,13 @@ fn relay_stream(
 async fn give_up(
     state: &AppState,
     cx: &WriteContext,
-    (commit, verdict): (Option<Commit>, Verdict),
+    commit: Option<Commit>,
+    code: ErrorCode,
     msg: Value,
     client: Option<tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>>,
 ) {
     let msg = match commit {
-        Some(c) => settle(state, cx, c, verdict, msg).await.0,
+        Some(c) => settle(state, cx, c, Verdict::Unanswered(code), msg).await.0,
         None => msg,
     };
     if let Some(tx) = client {

@@ -159,15 +159,11 @@ impl Commit {
             keep,
             told,
         } = self;
-        let keep = if note == Some(receipts::INTERIM) {
-            Keep::Nothing
-        } else {
-            keep
-        };
+        let interim = note == Some(receipts::INTERIM);
+        let keep = if interim { Keep::Nothing } else { keep };
         let what = send::Settle { permit, keep, note };
         let (resp, receipt) = send::settle(state, &enf, cx, what, resp).await;
         if let Some(tx) = told {
-            let interim = note == Some(receipts::INTERIM);
             // Nobody waiting (an agent's own call) is fine: the answer carries it too.
             let _ = tx.send(Settled {
                 receipt: receipt.clone(),
@@ -352,16 +348,14 @@ pub(super) async fn settle(
     (with_receipt(msg, receipt), resp.into_parts().0.headers)
 }
 
-/// [`settle`], answered as a JSON reply of its own; `code` is the sidecar's problem that `msg`
-/// carries, if it carries one.
+/// [`settle`], answered as a JSON reply of its own.
 pub(super) async fn settled_reply(
     state: &AppState,
     cx: &WriteContext,
     commit: Commit,
-    code: Option<ErrorCode>,
+    verdict: Verdict,
     msg: Value,
 ) -> Response<ProxyBody> {
-    let verdict = code.map_or(Verdict::Complete, Verdict::Replaced);
     let (msg, headers) = settle(state, cx, commit, verdict, msg).await;
     let mut resp = body::json_response(StatusCode::OK, &msg);
     copy_receipt_headers(&headers, resp.headers_mut());
@@ -397,7 +391,7 @@ pub(crate) async fn dry_run(
     if typed {
         msg["result"]["resultType"] = json!("complete");
     }
-    settled_reply(state, cx, commit, None, msg).await
+    settled_reply(state, cx, commit, Verdict::Complete, msg).await
 }
 
 pub(super) fn copy_receipt_headers(from: &http::HeaderMap, to: &mut http::HeaderMap) {
