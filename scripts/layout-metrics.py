@@ -24,7 +24,12 @@ import re
 import sys
 
 ROOT = pathlib.Path(".")
-RENDERERS = {"proxy/src/net/problem.rs", "proxy/src/net/jsonrpc.rs", "proxy/src/enforce/receipts.rs"}
+RENDERERS = {
+    "proxy/src/net/problem.rs",
+    "proxy/src/net/jsonrpc.rs",
+    "proxy/src/enforce/receipts.rs",
+    "proxy/src/enforce/own.rs",
+}
 
 
 def rust_sources():
@@ -140,7 +145,10 @@ def main():
         if s in RENDERERS or not s.startswith("proxy/"):
             continue
         text = strip_comments(without_tests(p.read_text()))
-        for m in re.finditer(r"\bProblem::\w+\(|\berror_(?:response|doc)\(|\.into_rpc\(", text):
+        # A site builds a problem document or a JSON-RPC error, or renders the sidecar's own
+        # typed answer (`enforce::own::Own`) onto a wire.
+        own_render = r"\.into_rpc\(|\.rpc_doc\(|Own::into_response|Own::answer|\bown\.into_response\(|Own::failed\([^;]*\)\.into_response\("
+        for m in re.finditer(r"\bProblem::\w+\(|\berror_(?:response|doc)\(|" + own_render, text):
             line = text.count("\n", 0, m.start()) + 1
             if re.search(r"fn\s+error_(response|doc)", text[max(0, m.start() - 10) : m.end()]):
                 continue

@@ -28,10 +28,12 @@ use palisade_policy::{ErrorCode, Refusal};
 use crate::context::{AppState, Call, Enforcement, Outcome, QuoteChannelState, WriteContext};
 use crate::enforce::forward::forward_plain;
 use crate::enforce::idempotency::{self, KeyTimes, Pending, Reservation};
-use crate::enforce::receipts;
-use crate::net::body::{self, CollectError, ProxyBody};
+use crate::enforce::own::{forwarded, Own, Staged};
+use crate::enforce::receipts::{self, Refused};
+use crate::net::body::{self, CollectError};
 use crate::net::client_addr::client_addr;
 use crate::net::headers::RECEIPT_HEADER;
+use crate::net::problem::{Failure, Purpose};
 use crate::store::Attachments;
 
 use super::refusal::{over_rate, Members};
@@ -65,9 +67,9 @@ pub async fn handle(
     qc: &QuoteChannelState,
     parts: http::request::Parts,
     body: Incoming,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Staged {
     let (state, cx) = (&**call.state, &call.cx);
-    let refused = |resp| (resp, Outcome::Refused);
+    let refused = |r: Refused| Err(Own::from(r));
     let Some(aip) = &state.config.aip2 else {
         return refused(refuse(state, cx, not_found()).await);
     };
@@ -87,10 +89,8 @@ pub async fn handle(
             ErrorCode::MethodNotAllowed,
             "the quote channel accepts POST only",
         );
-        let mut resp = refuse(state, cx, r).await;
-        resp.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static("POST"));
-        return refused(resp);
+        let r = refuse(state, cx, r).await;
+        return refused(r.with_header(header::ALLOW, HeaderValue::from_static("POST")));
     }
 
     let client = client_addr(
@@ -99,8 +99,8 @@ pub async fn handle(
         &aip.trusted_proxies,
         aip.trusted_proxy_header,
     );
-    if let Some(resp) = over_rate(state, enf, cx, &qc.rate, client, Members::QuoteChannel).await {
-        return refused(resp);
+    if let Some(r) = over_rate(state, enf, cx, &qc.rate, client, Members::QuoteChannel).await {
+        return refused(r);
     }
 
     let limit = MAX_MESSAGE.min(state.config.limits.max_body);
@@ -146,7 +146,7 @@ pub async fn handle(
             Reservation::Stored(rec) if rec.fingerprint == fingerprint => {
                 let mut resp = idempotency::replay(&rec);
                 *resp.status_mut() = StatusCode::OK;
-                return (resp, Outcome::Forwarded);
+                return Ok((resp, Outcome::Forwarded));
             }
             Reservation::Running(Some(f)) if f != fingerprint => {
                 return refused(refuse(state, cx, reused()).await);
@@ -176,30 +176,26 @@ async fn deliver(
     req: http::Request<Bytes>,
     pending: Pending,
     checked: &aip2::Checked,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Staged {
     let cx = &call.cx;
     let (parts, bytes) = req.into_parts();
-    let (resp, outcome) =
-        forward_plain(call.state, parts, body::full(bytes), call.conn, cx, None).await;
-    if !matches!(outcome, Outcome::Forwarded) || resp.status().is_server_error() {
+    let sent = forward_plain(call.state, parts, body::full(bytes), call.conn, cx, None).await;
+    let resp = match sent {
+        Ok(resp) if !resp.status().is_server_error() => resp,
         // Not delivered (or the agent failed): the sender may send it again.
-        pending.release().await;
-        return (resp, outcome);
-    }
+        sent => {
+            pending.release().await;
+            return sent.map(forwarded);
+        }
+    };
     let (head, reply) = resp.into_parts();
     let reply = match body::collect_proxy(reply, MAX_REPLY).await {
         Ok(b) => b,
         Err(e) => {
             tracing::warn!(error = %e, "quote-channel reply not stored");
             pending.release().await;
-            let r = Refusal::new(
-                ErrorCode::ResponseTooLarge,
-                "the agent's reply could not be read whole (limit 64 KiB)",
-            );
-            return (
-                crate::net::problem::Problem::of_refusal(&r, &cx.trace_id).into_response(),
-                Outcome::Error,
-            );
+            let failure = Failure::ResponseTooLarge(Purpose::QuoteReply);
+            return Err(Own::failed(failure, &cx.trace_id));
         }
     };
     let mut resp = Response::from_parts(head, body::full(reply.clone()));
@@ -235,7 +231,7 @@ async fn deliver(
         }
     }
     drop(pending);
-    (resp, Outcome::Forwarded)
+    Ok((resp, Outcome::Forwarded))
 }
 
 fn not_found() -> Refusal {
@@ -253,6 +249,6 @@ fn reused() -> Refusal {
 }
 
 /// A receipted refusal with the SDK handler's members.
-async fn refuse(state: &AppState, cx: &WriteContext, r: Refusal) -> Response<ProxyBody> {
+async fn refuse(state: &AppState, cx: &WriteContext, r: Refusal) -> Refused {
     super::refusal::refuse(state, cx, r, Members::QuoteChannel).await
 }

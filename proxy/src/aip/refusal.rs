@@ -4,12 +4,11 @@
 
 use std::net::IpAddr;
 
-use http::{header, HeaderValue, Response};
+use http::{header, HeaderValue};
 use palisade_policy::{ErrorCode, Refusal};
 
 use crate::context::{AppState, Enforcement, WriteContext};
-use crate::enforce::receipts;
-use crate::net::body::ProxyBody;
+use crate::enforce::receipts::{self, Refused};
 use crate::net::rate::{Admit, ClientRate};
 
 /// The SDK members a refusal carries beside ours (`accepted`/`reason` for the quote
@@ -33,16 +32,9 @@ impl Members {
 }
 
 /// A receipted refusal with the SDK's members.
-pub async fn refuse(
-    state: &AppState,
-    cx: &WriteContext,
-    r: Refusal,
-    members: Members,
-) -> Response<ProxyBody> {
+pub async fn refuse(state: &AppState, cx: &WriteContext, r: Refusal, members: Members) -> Refused {
     let evidence = receipts::Evidence::with_extra(&members.of(&r));
-    receipts::record(state, r, cx, evidence)
-        .await
-        .into_response()
+    receipts::record(state, r, cx, evidence).await
 }
 
 /// `Some(429)` when `client` is over `rate`. The first refusal per address and window is
@@ -55,7 +47,7 @@ pub async fn over_rate(
     rate: &ClientRate,
     client: IpAddr,
     members: Members,
-) -> Option<Response<ProxyBody>> {
+) -> Option<Refused> {
     let Admit::No {
         retry_after,
         receipt,
@@ -68,16 +60,11 @@ pub async fn over_rate(
         "too many requests from this client address (aip2.rate_limit)",
     );
     let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-    let mut resp = if receipt {
+    let refused = if receipt {
         refuse(state, cx, r, members).await
     } else {
-        state.metrics.refusal(r.code);
-        let mut p = crate::net::problem::Problem::of_refusal(&r, &cx.trace_id);
-        p.extensions
-            .extend(members.of(&r).into_iter().map(|(k, v)| (k.to_owned(), v)));
-        p.into_response()
+        let extra = members.of(&r).into_iter().map(|(k, v)| (k.to_owned(), v));
+        receipts::counted(state, r, cx).with_extra(extra.collect())
     };
-    resp.headers_mut()
-        .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-    Some(resp)
+    Some(refused.with_header(header::RETRY_AFTER, HeaderValue::from(secs.max(1))))
 }

@@ -27,6 +27,8 @@ use palisade_policy::aip2::{self, message, Channel};
 use palisade_policy::{ErrorCode, Refusal};
 
 use crate::context::{AppState, Call, Enforcement, Outcome};
+use crate::enforce::own::{Own, Staged};
+use crate::enforce::receipts::Refused;
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::client_addr::client_addr;
 use crate::store::{RelayEntry, RelayLimits, RelayMessage, RelayPosted, RelayQuery};
@@ -56,9 +58,9 @@ pub async fn handle(
     enf: &Enforcement,
     parts: http::request::Parts,
     body: Incoming,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Staged {
     let (state, cx) = (call.state, &call.cx);
-    let refused = |resp| (resp, Outcome::Refused);
+    let refused = |r: Refused| Err(Own::from(r));
     let rest = parts.uri.path().strip_prefix(PREFIX).unwrap_or_default();
     let route = match rest.split('/').collect::<Vec<_>>().as_slice() {
         ["inbox", did] if !did.is_empty() => Route::Inbox((*did).to_owned()),
@@ -80,20 +82,18 @@ pub async fn handle(
             ErrorCode::MethodNotAllowed,
             "the relay's message list takes GET and POST, an inbox GET",
         );
-        let mut resp = refuse(state, cx, r, Members::Relay).await;
+        let r = refuse(state, cx, r, Members::Relay).await;
         let allow = match route {
             Route::Messages(_) => "GET, POST",
             Route::Inbox(_) => "GET",
         };
-        resp.headers_mut()
-            .insert(header::ALLOW, HeaderValue::from_static(allow));
-        return refused(resp);
+        return refused(r.with_header(header::ALLOW, HeaderValue::from_static(allow)));
     }
     let result = match (route, parts.method == Method::POST) {
         (Route::Messages(tx), true) => {
             // The rate limit comes before the body is read.
-            if let Some(resp) = over_rate_post(call, enf, &parts).await {
-                return refused(resp);
+            if let Some(r) = over_rate_post(call, enf, &parts).await {
+                return refused(r);
             }
             post(call, enf, body, &tx).await
         }
@@ -101,15 +101,14 @@ pub async fn handle(
         (Route::Inbox(did), _) => list(enf, &parts, RelayTarget::Inbox(did)).await,
     };
     match result {
-        Ok(resp) => (resp, Outcome::Forwarded),
+        Ok(resp) => Ok((resp, Outcome::Forwarded)),
         Err(r) => {
             let full = r.code == ErrorCode::RelayFull;
-            let mut resp = refuse(state, cx, r, Members::Relay).await;
+            let mut r = refuse(state, cx, r, Members::Relay).await;
             if full {
-                resp.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+                r = r.with_header(header::RETRY_AFTER, HeaderValue::from_static("60"));
             }
-            refused(resp)
+            refused(r)
         }
     }
 }
@@ -119,7 +118,7 @@ async fn over_rate_post(
     call: &Call<'_>,
     enf: &Enforcement,
     parts: &http::request::Parts,
-) -> Option<Response<ProxyBody>> {
+) -> Option<Refused> {
     let state = call.state;
     let (aip, qc) = (state.config.aip2.as_ref()?, state.quote_channel.as_ref()?);
     let client = client_addr(

@@ -32,6 +32,7 @@ use palisade_policy::{ErrorCode, Refusal};
 use crate::context::AppState;
 use crate::context::Call;
 use crate::context::Enforcement;
+use crate::enforce::own::Own;
 use crate::enforce::permit::Denied;
 use crate::enforce::receipts;
 use crate::net::body::{self, ProxyBody};
@@ -62,7 +63,7 @@ pub async fn handle(
     enf: &Enforcement,
     parts: http::request::Parts,
     body: Incoming,
-) -> Response<ProxyBody> {
+) -> Result<Response<ProxyBody>, Own> {
     let (state, conn, cx) = (&**call.state, &**call.conn, &call.cx);
     let path = parts.uri.path().to_owned();
     let rest = &path[PREFIX.len()..];
@@ -98,10 +99,10 @@ pub async fn handle(
         .into()),
     };
     match result {
-        Ok(resp) => resp,
-        Err(denied) => receipts::refuse_denied(state, denied, cx, None, None)
+        Ok(resp) => Ok(resp),
+        Err(denied) => Err(receipts::refuse_denied(state, denied, cx, None, None)
             .await
-            .into_response(),
+            .into()),
     }
 }
 

@@ -27,7 +27,6 @@ use palisade_policy::ErrorCode;
 use subtle::ConstantTimeEq as _;
 
 use crate::net::body::ProxyBody;
-use crate::net::problem::Problem;
 
 /// Largest token file read (a token is tens of bytes; this bounds a mistaken mount).
 const MAX_TOKEN_FILE: u64 = 4096;
@@ -158,11 +157,11 @@ pub(super) fn authorized(token_file: &Path, headers: &HeaderMap) -> Option<Strin
 }
 
 pub(super) fn refused() -> Response<ProxyBody> {
-    let mut resp = Problem::untraced(
+    // The admin API's problems are made in one place (`escrow::problem`).
+    let mut resp = crate::enforce::escrow::problem(
         ErrorCode::AdminUnauthorized,
         "this admin endpoint needs Authorization: Bearer <admin token> or an allowed client certificate",
-    )
-    .into_response();
+    );
     resp.headers_mut().insert(
         header::WWW_AUTHENTICATE,
         header::HeaderValue::from_static("Bearer realm=\"palisade-admin\""),

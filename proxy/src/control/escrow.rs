@@ -10,7 +10,7 @@ use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 use palisade_policy::ErrorCode;
 use serde_json::{json, Value};
 
-use crate::context::{AppState, Enforcement, WriteContext};
+use crate::context::{AppState, Enforcement, Outcome, WriteContext};
 use crate::enforce::delivery::Keep;
 use crate::enforce::engine;
 use crate::enforce::escrow::{load, not_held, problem, rebuild, status_doc, LIST_SCAN};
@@ -322,7 +322,11 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
         };
         engine::release(state, enf, conn, w, &who, keep).await
     };
-    let (refused, receipt) = (written.refused, written.receipt);
+    // A refusal, not a failure after the release was sent (its escrow says released).
+    let refused = written
+        .code
+        .filter(|_| matches!(written.outcome, Outcome::Refused));
+    let receipt = written.receipt;
     // Read to its end: a streamed answer is committed by its relay before the stream ends.
     let _ = body::collect_proxy(written.resp.into_body(), state.config.limits.max_response).await;
     // A refused release records its code and rejection receipt in the escrow, from the

@@ -21,23 +21,24 @@ use std::future::Future;
 use std::sync::Arc;
 
 use bytes::Bytes;
-use http::{HeaderMap, Method, Response, StatusCode};
+use http::{HeaderMap, Method, Response};
 use palisade_policy::{ErrorCode, Refusal};
 use palisade_rich::{Bundle, IdempotencyKey};
 use serde_json::Value;
 
-use crate::context::{AppState, Binding, Enforcement, Outcome, Routed, WriteContext};
+use crate::context::{AppState, Binding, Enforcement, Routed, WriteContext};
 use crate::enforce::checks;
 use crate::enforce::delivery::{Delivery, Keep};
 use crate::enforce::escrow;
 use crate::enforce::facts::{InProcessGrant, Requester, WriteFacts};
 use crate::enforce::idempotency::{self, Begin};
+use crate::enforce::own::Own;
 use crate::enforce::permit::{Denied, Disposition};
 use crate::enforce::stop;
 use crate::enforce::written::Written;
 use crate::net::body::ProxyBody;
 use crate::net::conn::ConnInfo;
-use crate::net::problem::Problem;
+use crate::net::problem::{Failure, Unfinished};
 
 /// What an idempotency key is read from (`headers`) and what the request is judged by.
 pub(crate) struct KeyRequest<'a> {
@@ -189,7 +190,11 @@ pub(crate) async fn run<L: Leg>(
         }
     };
     let answer = leg.hold_answer();
-    let failure = Failure::of(&answer);
+    // A failed task is answered in the form its surface speaks.
+    let rpc_id = match &answer {
+        escrow::Answer::Http => None,
+        escrow::Answer::Mcp { id, .. } => Some(id.clone()),
+    };
     let trace_id = cx.trace_id.clone();
     let task = {
         let (state, enf, conn) = (state.clone(), enf.clone(), conn.clone());
@@ -214,12 +219,11 @@ pub(crate) async fn run<L: Leg>(
         Ok(w) => w,
         Err(e) => {
             tracing::error!(error = %e, "write task failed");
-            let p = Problem::answer(
-                ErrorCode::Internal,
-                "the write could not be completed",
-                &trace_id,
-            );
-            Written::plain(failure.render(&p), Outcome::Error)
+            let own = Own::failed(Failure::Internal(Unfinished::Write), &trace_id);
+            match rpc_id {
+                None => Written::own(own),
+                Some(id) => Written::own_rpc(own, id),
+            }
         }
     }
 }
@@ -280,27 +284,5 @@ pub(crate) async fn release<L: Leg>(
             leg.deliver(state.clone(), enf.clone(), d).await
         }
         Err(denied) => leg.refuse(state, denied, &cx, &parts, &body).await,
-    }
-}
-
-/// How a write that failed inside the engine is answered: the form its surface speaks.
-enum Failure {
-    Problem,
-    Rpc(Value),
-}
-
-impl Failure {
-    fn of(answer: &escrow::Answer) -> Self {
-        match answer {
-            escrow::Answer::Http => Failure::Problem,
-            escrow::Answer::Mcp { id, .. } => Failure::Rpc(id.clone()),
-        }
-    }
-
-    fn render(self, p: &Problem) -> Response<ProxyBody> {
-        match self {
-            Failure::Problem => p.clone().into_response(),
-            Failure::Rpc(id) => crate::net::jsonrpc::rpc_error(id, StatusCode::OK, p),
-        }
     }
 }

@@ -3,14 +3,14 @@
 //! permit. Fenced reads get `Agent-Fence-Token`; an identity mismatch is reported.
 
 use http::{HeaderValue, Response};
-use palisade_policy::ErrorCode;
 
-use crate::context::{AppState, Outcome, WriteContext};
+use crate::context::{AppState, WriteContext};
 use crate::enforce::identity;
+use crate::enforce::own::Own;
 use crate::net::body::ProxyBody;
 use crate::net::conn::ConnInfo;
 use crate::net::headers::{self};
-use crate::net::problem::Problem;
+use crate::net::problem::Failure;
 use crate::net::rewrite::build_upstream_request;
 use crate::net::upstream::UpstreamError;
 use tokio::time::Instant;
@@ -24,17 +24,14 @@ pub(crate) async fn forward_plain(
     conn: &ConnInfo,
     cx: &WriteContext,
     fenced_read: Option<String>,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Result<Response<ProxyBody>, Own> {
     let trace_id = &*cx.trace_id;
-    let problem =
-        |code: ErrorCode, detail: &str| Problem::answer(code, detail, trace_id).into_response();
     let bound = conn.bound_for(parts.version);
     let upstream_req = match build_upstream_request(&state.upstream, parts, body, conn, None) {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "request target not forwardable");
-            let resp = problem(ErrorCode::BadRequest, "request target cannot be forwarded");
-            return (resp, Outcome::Refused);
+            return Err(Own::failed(Failure::NotForwardable, &cx.trace_id));
         }
     };
     let sent_at = Instant::now();
@@ -55,17 +52,16 @@ pub(crate) async fn forward_plain(
                         .insert(headers::FENCE_HEADER, HeaderValue::from(epoch));
                 }
             }
-            (resp, Outcome::Forwarded)
+            Ok(resp)
         }
         Err(UpstreamError::Identity(m)) => {
             tracing::warn!(error = %m, trace_id = %trace_id, "upstream identity refused");
-            (identity::refused(state, cx, &m).await, Outcome::Refused)
+            Err(Own::from(identity::refused(state, cx, &m).await))
         }
         Err(e) => {
             // The full error goes to the log; the client learns only the code (STYLE §2).
             tracing::warn!(error = %e, trace_id = %trace_id, "upstream failure");
-            let (code, detail) = e.problem();
-            (problem(code, detail), Outcome::Error)
+            Err(Own::failed(Failure::upstream(&e), &cx.trace_id))
         }
     }
 }

@@ -2,12 +2,11 @@
 //! what a mismatch met at the TLS handshake leaves behind (drift event, rejection receipt).
 //! The handshake check itself is `net::identity`.
 
-use http::Response;
 use palisade_policy::codes::{ErrorCode, Refusal};
 use palisade_policy::drift::Action;
 
 use crate::context::{AppState, WriteContext};
-use crate::net::body::ProxyBody;
+use crate::enforce::receipts::Refused;
 use crate::net::identity::Mismatch;
 
 /// The `deployment.identity` of the capability the bundle in force routes `method path` to.
@@ -48,11 +47,7 @@ pub(crate) fn report(state: &AppState, cx: &WriteContext, m: &Mismatch) -> Refus
 
 /// 502 `ERR_DEPLOYMENT_IDENTITY` for a request that holds no permit (a read, a pre-image
 /// fetch): the drift event and a rejection receipt. Nothing of the request reached the peer.
-pub(crate) async fn refused(
-    state: &AppState,
-    cx: &WriteContext,
-    m: &Mismatch,
-) -> Response<ProxyBody> {
+pub(crate) async fn refused(state: &AppState, cx: &WriteContext, m: &Mismatch) -> Refused {
     let refusal = report(state, cx, m);
-    crate::enforce::output::blocked(state, &refusal, cx).await
+    crate::enforce::output::blocked(state, refusal, cx).await
 }

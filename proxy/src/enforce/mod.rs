@@ -25,6 +25,7 @@ pub mod forward;
 pub mod idempotency;
 pub mod identity;
 pub mod output;
+pub mod own;
 pub mod permit;
 pub mod preimage;
 pub mod receipts;

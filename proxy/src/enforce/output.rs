@@ -23,11 +23,11 @@ use palisade_rich::{Capability, DriftPolicy, SideEffect};
 
 use crate::context::AppState;
 use crate::context::WriteContext;
-use crate::enforce::receipts;
+use crate::enforce::own::Own;
+use crate::enforce::receipts::Refused;
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::conn::ConnInfo;
-use crate::net::headers;
-use crate::net::problem::Problem;
+use crate::net::problem::{Failure, Purpose};
 use crate::net::rewrite;
 
 /// What the fallback needs to send the request again: a copy of its head ([`copy_head`]),
@@ -49,10 +49,6 @@ pub(crate) fn copy_head(parts: &http::request::Parts) -> Option<http::request::P
     b.body(()).ok().map(|r| r.into_parts().0)
 }
 
-fn problem(code: ErrorCode, detail: &str, cx: &WriteContext) -> Problem {
-    Problem::answer(code, detail, &cx.trace_id)
-}
-
 /// Applies `cap`'s output contract to `resp`. `retry` is `None` when the request cannot be
 /// sent again (its body was streamed).
 pub(crate) async fn check(
@@ -61,31 +57,22 @@ pub(crate) async fn check(
     cx: &WriteContext,
     resp: Response<ProxyBody>,
     retry: Option<Retry<'_>>,
-) -> Response<ProxyBody> {
+) -> Result<Response<ProxyBody>, Own> {
     let Some(schema) = &cap.contract.output else {
-        return resp;
+        return Ok(resp);
     };
     if !resp.status().is_success() {
-        return resp;
+        return Ok(resp);
     }
     let (parts, body) = resp.into_parts();
     let bytes = match body::collect_proxy(body, state.config.limits.max_response).await {
         Ok(b) => b,
-        Err(CollectError::TooLarge(_)) => {
-            return problem(
-                ErrorCode::ResponseTooLarge,
-                "the upstream response exceeds limits.max_response and cannot be checked",
-                cx,
-            )
-            .into_response()
-        }
-        Err(CollectError::Read(_)) => {
-            return problem(
-                ErrorCode::UpstreamUnavailable,
-                "the upstream connection failed",
-                cx,
-            )
-            .into_response()
+        Err(e) => {
+            let failure = match e {
+                CollectError::TooLarge(_) => Failure::ResponseTooLarge(Purpose::Checked),
+                CollectError::Read(_) => Failure::ResponseUnreadable,
+            };
+            return Err(Own::failed(failure, &cx.trace_id));
         }
     };
     let verdict = match palisade_policy::json::parse(&bytes, state.config.limits.max_json_depth) {
@@ -93,7 +80,7 @@ pub(crate) async fn check(
         Ok(v) => schema.check(&v).map_err(|v| v.instance_location),
     };
     let location = match verdict {
-        Ok(()) => return Response::from_parts(parts, body::full(bytes)),
+        Ok(()) => return Ok(Response::from_parts(parts, body::full(bytes))),
         Err(location) => location,
     };
     let readish = matches!(
@@ -112,17 +99,18 @@ pub(crate) async fn check(
     )
     .with_location(location.clone());
     report(state, &refusal, cx, action, Observed::payload(&bytes));
+    let blocked = || async { Err(Own::from(blocked(state, refusal, cx).await)) };
     match action {
-        Action::Notify => Response::from_parts(parts, body::full(bytes)),
+        Action::Notify => Ok(Response::from_parts(parts, body::full(bytes))),
         Action::Fallback => match (retry, &cap.runtime.fallback) {
             (Some(r), Some(base)) => fallback(state, base, r, cx).await,
-            _ => blocked(state, &refusal, cx).await,
+            _ => blocked().await,
         },
         Action::Quarantined => {
             quarantine(state, &bytes);
-            blocked(state, &refusal, cx).await
+            blocked().await
         }
-        Action::Blocked => blocked(state, &refusal, cx).await,
+        Action::Blocked => blocked().await,
     }
 }
 
@@ -198,40 +186,14 @@ pub(crate) fn quarantine(state: &AppState, bytes: &[u8]) {
 }
 
 /// A refusal of a request that holds no lease (502 `ERR_CONTRACT_OUTPUT`,
-/// `ERR_DEPLOYMENT_IDENTITY`): problem+json with a rejection receipt. The caller emits the
-/// drift event.
-pub(crate) async fn blocked(
-    state: &AppState,
-    refusal: &Refusal,
-    cx: &WriteContext,
-) -> Response<ProxyBody> {
-    with_receipt_header(blocked_problem(state, refusal, cx).await)
-}
-
-/// A problem as a response, its `receipt` member also in `Agent-Commit-Receipt`.
-pub(crate) fn with_receipt_header(p: Problem) -> Response<ProxyBody> {
-    let receipt = p
-        .extensions
-        .get("receipt")
-        .and_then(receipts::receipt_header_value);
-    let mut resp = p.into_response();
-    if let Some(v) = receipt {
-        resp.headers_mut().insert(headers::RECEIPT_HEADER, v);
-    }
-    resp
-}
-
-/// The problem of [`blocked`], its rejection receipt stored and carried as `receipt`.
-pub(crate) async fn blocked_problem(
-    state: &AppState,
-    refusal: &Refusal,
-    cx: &WriteContext,
-) -> Problem {
-    let mut p = Problem::of_refusal(refusal, &cx.trace_id);
+/// `ERR_DEPLOYMENT_IDENTITY`), its rejection receipt stored; the caller counted it and
+/// emitted its drift event ([`report`]).
+pub(crate) async fn blocked(state: &AppState, refusal: Refusal, cx: &WriteContext) -> Refused {
+    let mut refused = Refused::answered(refusal, &cx.trace_id);
     if let Some(enf) = &state.enforcement {
         let body = ReceiptBody {
             method: Some(cx.method.to_string()),
-            code: Some(refusal.code.as_str().to_owned()),
+            code: Some(refused.code().as_str().to_owned()),
             trace_id: Some(cx.trace_id.to_string()),
             lockfile_digest: cx.lockfile_digest.clone(),
             caller: cx.caller.clone(),
@@ -244,13 +206,11 @@ pub(crate) async fn blocked_problem(
             )
         };
         match enf.store.append_receipt(body).await {
-            Ok(sealed) => {
-                p.extensions.insert("receipt".into(), sealed.value);
-            }
+            Ok(sealed) => refused.receipt = Some(sealed.value),
             Err(e) => tracing::error!(error = %e, "rejection receipt not stored"),
         }
     }
-    p
+    refused
 }
 
 /// The request again, to the pre-qualified backup deployment.
@@ -259,42 +219,30 @@ pub(crate) async fn fallback(
     base: &str,
     r: Retry<'_>,
     cx: &WriteContext,
-) -> Response<ProxyBody> {
-    let failed = || {
-        problem(
-            ErrorCode::UpstreamUnavailable,
-            "the fallback deployment did not answer",
-            cx,
-        )
-        .into_response()
-    };
+) -> Result<Response<ProxyBody>, Own> {
+    let failed = || Own::failed(Failure::FallbackDown, &cx.trace_id);
     let Ok(uri) = base.parse::<http::Uri>() else {
-        return failed();
+        return Err(failed());
     };
-    let upstream = match crate::net::upstream::Upstream::with_base(
+    let upstream = crate::net::upstream::Upstream::with_base(
         uri,
         state.config.upstream.connect_timeout,
         state.config.upstream.timeout,
         state.config.upstream.ca.as_deref(),
-    ) {
-        Ok(u) => u,
-        Err(_) => return failed(),
-    };
-    let Ok(req) =
-        rewrite::build_upstream_request(&upstream, r.parts, body::full(r.body), r.conn, None)
-    else {
-        return failed();
-    };
+    )
+    .map_err(|_| failed())?;
+    let req = rewrite::build_upstream_request(&upstream, r.parts, body::full(r.body), r.conn, None)
+        .map_err(|_| failed())?;
     match upstream.send(req).await {
         Ok(resp) => {
             let mut resp = crate::net::upstream::downstream(resp);
             resp.headers_mut()
                 .insert("agent-fallback", HeaderValue::from_static("1"));
-            resp
+            Ok(resp)
         }
         Err(e) => {
             tracing::warn!(error = %e, "fallback deployment failed");
-            failed()
+            Err(failed())
         }
     }
 }

@@ -230,26 +230,33 @@ impl Refused {
         out
     }
 
-    /// A JSON-RPC error answering `id` whose data is the problem (SPEC §6), with the same
-    /// headers.
-    pub fn into_rpc(self, id: serde_json::Value, status: http::StatusCode) -> Response<ProxyBody> {
-        let resp = crate::net::jsonrpc::error_response(id, status, self.problem().to_json());
-        self.on(resp)
-    }
-
-    /// problem+json, with `Agent-Commit-Receipt` and `Agent-Fence-Token`.
-    pub fn into_response(self) -> Response<ProxyBody> {
-        let resp = self.problem().into_response();
-        self.on(resp)
-    }
-
-    /// `resp` with this refusal's headers on it.
-    fn on(&self, mut resp: Response<ProxyBody>) -> Response<ProxyBody> {
-        for (name, value) in self.headers() {
-            resp.headers_mut().insert(name, value);
+    /// A refusal answered and not receipted here: a path that names nothing (not counted:
+    /// a scan of made-up paths is no policy event), or one whose count, drift event and
+    /// receipt its caller made ([`counted`], `output::blocked`).
+    pub fn answered(refusal: Refusal, trace_id: &std::sync::Arc<str>) -> Self {
+        Self {
+            refusal,
+            receipt: None,
+            current_epoch: None,
+            request_id: uuid::Uuid::new_v4().to_string(),
+            trace_id: trace_id.clone(),
+            extra: Vec::new(),
+            added: Vec::new(),
         }
-        resp
     }
+
+    /// With protocol members beside the problem's own.
+    pub fn with_extra(mut self, extra: Vec<(String, serde_json::Value)>) -> Self {
+        self.extra.extend(extra);
+        self
+    }
+}
+
+/// A refusal counted in `palisade_refusals_total` and not receipted: past the first of a
+/// rate window (a flood must not become a flood of durable writes).
+pub fn counted(state: &AppState, refusal: Refusal, cx: &WriteContext) -> Refused {
+    state.metrics.refusal(refusal.code);
+    Refused::answered(refusal, &cx.trace_id)
 }
 
 /// The one refusal path: counts the refusal, stores its rejection receipt and emits its drift

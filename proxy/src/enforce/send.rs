@@ -6,7 +6,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use http::{header, HeaderValue, Response};
 use palisade_policy::ErrorCode;
-use serde_json::{json, Value};
+use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::context::AppState;
@@ -15,12 +15,14 @@ use crate::context::Outcome;
 use crate::context::WriteContext;
 use crate::enforce::delivery::{Delivery, Keep};
 use crate::enforce::identity;
+use crate::enforce::own::Own;
 use crate::enforce::permit::Permit;
 use crate::enforce::receipts;
+use crate::enforce::receipts::Refused;
 use crate::enforce::written::Written;
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::conn::ConnInfo;
-use crate::net::problem::Problem;
+use crate::net::problem::{Failure, Purpose};
 use crate::net::rewrite::build_upstream_request;
 use crate::net::upstream::UpstreamError;
 use crate::store::{Attachments, EscrowRecord, EscrowState, EscrowUpdate};
@@ -28,10 +30,26 @@ use palisade_rich::Capability;
 
 /// A permitted write as it came back from its upstream leg.
 pub(crate) struct Sent {
-    pub resp: Response<ProxyBody>,
+    /// The upstream's answer, or the sidecar's own (the leg failed), typed.
+    pub answer: Result<Response<ProxyBody>, Own>,
     pub outcome: Outcome,
     /// What the commit receipt must say that its status cannot (`outcome`, SPEC §5.5).
     pub note: Option<&'static str>,
+}
+
+impl Sent {
+    /// A request sent as it is (no permit): the answer, or the sidecar's problem if the leg
+    /// failed.
+    pub fn passed(answer: Result<Response<ProxyBody>, Own>) -> Self {
+        let outcome = answer
+            .as_ref()
+            .map_or_else(Own::outcome, |_| Outcome::Forwarded);
+        Self {
+            answer,
+            outcome,
+            note: None,
+        }
+    }
 }
 
 /// What a permitted write's commit stores: its permit, what is kept with the receipt, and
@@ -69,7 +87,7 @@ pub(crate) async fn forward(
         _ => Some(&state.upstream),
     };
     let Sent {
-        resp,
+        answer,
         outcome,
         note,
     } = match target {
@@ -81,7 +99,7 @@ pub(crate) async fn forward(
                 HeaderValue::from_static("application/json"),
             );
             Sent {
-                resp,
+                answer: Ok(resp),
                 outcome: Outcome::Forwarded,
                 note: None,
             }
@@ -93,15 +111,18 @@ pub(crate) async fn forward(
     };
     // The write has happened; an answer that breaks the output contract is still not passed
     // on (no fallback: a write is not sent twice).
-    let resp = match cap {
-        Some(cap) if matches!(outcome, Outcome::Forwarded) && target.is_some() => {
+    let answer = match (cap, answer) {
+        (Some(cap), Ok(resp)) if target.is_some() => {
             crate::enforce::output::check(state, cap, cx, resp, None).await
         }
-        _ => resp,
+        (_, answer) => answer,
     };
     let what = Settle { permit, keep, note };
-    let (resp, receipt) = settle(state, enf, cx, what, resp).await;
-    Written::with_receipt(resp, outcome, receipt)
+    let settled = settle(state, enf, cx, what, answer).await;
+    Written {
+        code: settled.failed,
+        ..Written::with_receipt(settled.resp, outcome, settled.receipt)
+    }
 }
 
 /// The upstream leg of a permitted write: the fence token on, the binding's identity and
@@ -115,9 +136,8 @@ pub(crate) async fn send(
     cx: &WriteContext,
 ) -> Sent {
     let (parts, bytes) = req.into_parts();
-    let problem = |code: ErrorCode, detail: &str| Problem::answer(code, detail, &cx.trace_id);
-    let failed = |p: Problem, note| Sent {
-        resp: p.into_response(),
+    let failed = |own: Own, note| Sent {
+        answer: Err(own),
         outcome: Outcome::Error,
         note,
     };
@@ -127,8 +147,7 @@ pub(crate) async fn send(
         Ok(req) => req,
         Err(e) => {
             tracing::warn!(error = %e, "request target not forwardable");
-            let p = problem(ErrorCode::BadRequest, "request target cannot be forwarded");
-            return failed(p, None);
+            return failed(Own::failed(Failure::NotForwardable, &cx.trace_id), None);
         }
     };
     let sent_at = Instant::now();
@@ -153,7 +172,7 @@ pub(crate) async fn send(
         .record(sent_at.elapsed().as_secs_f64());
     match result {
         Ok(resp) => Sent {
-            resp: crate::net::upstream::downstream(resp),
+            answer: Ok(crate::net::upstream::downstream(resp)),
             outcome: Outcome::Forwarded,
             note: None,
         },
@@ -162,67 +181,73 @@ pub(crate) async fn send(
             // moved; the commit receipt says the write was not sent.
             tracing::warn!(error = %m, trace_id = %cx.trace_id, "upstream identity refused");
             let refusal = identity::report(state, cx, &m);
-            let p = Problem::of_refusal(&refusal, &cx.trace_id);
-            failed(p, Some("not-sent"))
+            let own = Own::from(Refused::answered(refusal, &cx.trace_id));
+            failed(own, Some("not-sent"))
         }
         Err(e) => {
             // The full error goes to the log; the client learns only the code.
             tracing::warn!(error = %e, trace_id = %cx.trace_id, "upstream failure");
-            let (code, detail) = e.problem();
-            let mut p = problem(code, detail);
+            let failure = Failure::upstream(&e);
             // Sent but unanswered: the write may or may not have happened.
-            let mut note = None;
-            if p.code == ErrorCode::UpstreamTimeout {
-                p.extensions.insert("outcome".into(), json!("uncertain"));
-                note = Some("uncertain");
-            }
-            failed(p, note)
+            let note = match failure {
+                Failure::Upstream {
+                    uncertain: true, ..
+                } => Some("uncertain"),
+                _ => None,
+            };
+            failed(Own::failed(failure, &cx.trace_id), note)
         }
     }
 }
 
+/// What a commit came to: the answer as the client gets it, its receipt (none if it could not
+/// be stored), and the code of the sidecar's problem if that is the answer.
+pub(crate) struct Committed {
+    pub resp: Response<ProxyBody>,
+    pub receipt: Option<Value>,
+    pub failed: Option<ErrorCode>,
+}
+
 /// The commit of a forwarded write whose answer is final: the answer buffered when `keep`
-/// stores it, then the receipt with what `keep` asks for, in one durable transaction. Gives
-/// the answer as the client gets it and the receipt (none if it could not be stored).
+/// stores it, then the receipt with what `keep` asks for, in one durable transaction.
 pub(crate) async fn settle(
     state: &AppState,
     enf: &Enforcement,
     cx: &WriteContext,
     what: Settle<'_>,
-    mut resp: Response<ProxyBody>,
-) -> (Response<ProxyBody>, Option<Value>) {
+    answer: Result<Response<ProxyBody>, Own>,
+) -> Committed {
     let Settle { permit, keep, note } = what;
-    let buffer = !matches!(keep, Keep::Nothing);
-    let problem = |code: ErrorCode, detail: &str| Problem::answer(code, detail, &cx.trace_id);
+    // What `keep` stores is the answer whole: the upstream's, read to its end here.
+    let answer = match answer {
+        Ok(resp) if !matches!(keep, Keep::Nothing) => {
+            let (rparts, rbody) = resp.into_parts();
+            match body::collect_proxy(rbody, state.config.limits.max_response).await {
+                Ok(b) => Ok(Response::from_parts(rparts, body::full(b))),
+                Err(e) => Err(Own::failed(
+                    match e {
+                        CollectError::TooLarge(_) => Failure::ResponseTooLarge(Purpose::Stored),
+                        CollectError::Read(_) => Failure::ResponseUnreadable,
+                    },
+                    &cx.trace_id,
+                )),
+            }
+        }
+        answer => answer,
+    };
+    // A sent write's answer on the HTTP wire: the sidecar's own problem rendered here, once,
+    // its code kept typed; the problem is what the client gets and what a key replays.
+    let failed = answer.as_ref().err().map(Own::code);
+    let mut resp = answer.unwrap_or_else(Own::into_response);
     let mut buffered = Bytes::new();
-    if buffer {
+    if !matches!(keep, Keep::Nothing) {
         let (rparts, rbody) = resp.into_parts();
-        resp = match body::collect_proxy(rbody, state.config.limits.max_response).await {
-            Ok(b) => {
-                buffered = b.clone();
-                Response::from_parts(rparts, body::full(b))
-            }
-            Err(e) => {
-                let p = match e {
-                    CollectError::TooLarge(_) => problem(
-                        ErrorCode::ResponseTooLarge,
-                        "the upstream response exceeds limits.max_response and cannot be stored",
-                    ),
-                    CollectError::Read(_) => problem(
-                        ErrorCode::UpstreamUnavailable,
-                        "the upstream connection failed",
-                    ),
-                };
-                let resp = p.into_response();
-                // The problem is what the client gets and what the key replays.
-                let (p_parts, p_body) = resp.into_parts();
-                let b = body::collect_proxy(p_body, u64::MAX)
-                    .await
-                    .unwrap_or_default();
-                buffered = b.clone();
-                Response::from_parts(p_parts, body::full(b))
-            }
-        };
+        // Full bodies now (the answer read above, or a problem): nothing here can fail.
+        let b = body::collect_proxy(rbody, u64::MAX)
+            .await
+            .unwrap_or_default();
+        buffered = b.clone();
+        resp = Response::from_parts(rparts, body::full(b));
     }
     let attach = |r: &Response<ProxyBody>| match &keep {
         Keep::Nothing => Attachments::default(),
@@ -258,5 +283,9 @@ pub(crate) async fn settle(
     let sealed = receipts::commit(enf, permit, cx, note, &mut resp, attach).await;
     // Released only now: the key's outcome is durable, so a retry finds it.
     drop(keep);
-    (resp, sealed.map(|r| r.value))
+    Committed {
+        resp,
+        receipt: sealed.map(|r| r.value),
+        failed,
+    }
 }

@@ -83,9 +83,10 @@ pub(crate) async fn run(
             if let Err(refusal) = checked {
                 return leg.refuse(state, refusal.into(), &cx, &parts, &bytes).await;
             }
-            let (resp, outcome) =
-                forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
-            return Written::plain(resp, outcome);
+            return match forward_plain(state, parts, body::full(bytes), conn, &cx, None).await {
+                Ok(resp) => Written::plain(resp, Outcome::Forwarded),
+                Err(own) => Written::own(own),
+            };
         }
     }
     let w = Write {

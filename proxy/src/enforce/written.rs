@@ -7,6 +7,7 @@ use palisade_policy::ErrorCode;
 use serde_json::Value;
 
 use crate::context::Outcome;
+use crate::enforce::own::Own;
 use crate::enforce::receipts::Refused;
 use crate::net::body::ProxyBody;
 
@@ -17,8 +18,11 @@ pub(crate) struct Written {
     /// idempotency key replayed; `None` when there is none (a read-only operation, or the
     /// store did not take it).
     pub receipt: Option<Value>,
-    /// The refusal's code, when the write was refused.
-    pub refused: Option<ErrorCode>,
+    /// The code of the sidecar's own answer, when it answered with one: a refusal before the
+    /// write, a failure after it (an output contract, the upstream down or too slow). Set
+    /// where the answer is made, never read back out of it; an upstream's own error answer
+    /// has none.
+    pub code: Option<ErrorCode>,
     /// A write committed on its answer (an MCP tool call): what the commit came to, told
     /// once the answer is known, which may be after `resp`'s head (a streamed answer).
     pub settled: Option<tokio::sync::oneshot::Receiver<Settled>>,
@@ -37,15 +41,9 @@ pub(crate) struct Settled {
 }
 
 impl Written {
-    /// An answer that left no receipt (a read-only operation forwarded, a failure).
+    /// An answer that left no receipt (a read-only operation forwarded).
     pub fn plain(resp: Response<ProxyBody>, outcome: Outcome) -> Self {
-        Self {
-            resp,
-            outcome,
-            receipt: None,
-            refused: None,
-            settled: None,
-        }
+        Self::with_receipt(resp, outcome, None)
     }
 
     /// An answer and the receipt it carries.
@@ -58,41 +56,37 @@ impl Written {
             resp,
             outcome,
             receipt,
-            refused: None,
+            code: None,
             settled: None,
+        }
+    }
+
+    /// The sidecar's own answer on the HTTP wire: problem+json.
+    pub fn own(own: Own) -> Self {
+        let (code, outcome, receipt) = (own.code(), own.outcome(), own.receipt());
+        Self {
+            code: Some(code),
+            ..Self::with_receipt(own.into_response(), outcome, receipt)
+        }
+    }
+
+    /// The sidecar's own answer to a tool call: a JSON-RPC error answering `id`.
+    pub fn own_rpc(own: Own, id: Value) -> Self {
+        let (code, outcome, receipt) = (own.code(), own.outcome(), own.receipt());
+        Self {
+            code: Some(code),
+            ..Self::with_receipt(own.into_rpc(id, http::StatusCode::OK), outcome, receipt)
         }
     }
 
     /// A recorded refusal, rendered as problem+json.
     pub fn refused(r: Refused) -> Self {
-        let (code, receipt) = (r.code(), r.receipt.clone());
-        Self {
-            resp: r.into_response(),
-            outcome: Outcome::Refused,
-            receipt,
-            refused: Some(code),
-            settled: None,
-        }
-    }
-
-    /// The code of the sidecar's own problem, if it answered with one: a refusal before the
-    /// write, or a failure after it (an output contract, the upstream down or too slow). An
-    /// upstream's own error answer has none.
-    pub fn code(&self) -> Option<ErrorCode> {
-        self.refused
-            .or_else(|| self.resp.extensions().get::<ErrorCode>().copied())
+        Self::own(Own::from(r))
     }
 
     /// A recorded refusal of a tool call, rendered as a JSON-RPC error answering `id`.
     pub fn refused_rpc(r: Refused, id: Value) -> Self {
-        let (code, receipt) = (r.code(), r.receipt.clone());
-        Self {
-            resp: r.into_rpc(id, http::StatusCode::OK),
-            outcome: Outcome::Refused,
-            receipt,
-            refused: Some(code),
-            settled: None,
-        }
+        Self::own_rpc(Own::from(r), id)
     }
 
     /// The wire form alone, for a surface that needs nothing else.

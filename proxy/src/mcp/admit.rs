@@ -6,7 +6,6 @@
 
 use std::collections::BTreeSet;
 
-use http::Response;
 use palisade_rich::admission::Call;
 use palisade_rich::Bundle;
 use serde_json::Value;
@@ -15,7 +14,6 @@ use super::call::ToolCall;
 use crate::admission::{self, Presented};
 use crate::context::{AppState, Binding, WriteContext};
 use crate::enforce::receipts::Refused;
-use crate::net::body::ProxyBody;
 
 /// Decides a tool call; `Ok` when admission does not apply or admits it.
 pub(super) async fn tool_call(
@@ -94,10 +92,4 @@ pub(super) fn only_granted(
     let mut out = msg.clone();
     out["result"]["tools"] = Value::Array(kept);
     Some(out)
-}
-
-/// An admission refusal as a JSON-RPC error, its HTTP status and challenge kept.
-pub(super) fn as_rpc(refused: Refused, id: Value) -> Response<ProxyBody> {
-    let status = refused.status();
-    refused.into_rpc(id, status)
 }

@@ -33,8 +33,6 @@ use crate::enforce::forward::forward_plain;
 use crate::enforce::permit::Denied;
 use crate::enforce::send;
 use crate::net::body::{self, CollectError, ProxyBody};
-use crate::net::jsonrpc::rpc_error;
-use crate::net::problem::Problem;
 
 mod admit;
 pub(crate) mod call;
@@ -48,7 +46,9 @@ pub mod results;
 pub mod sse;
 pub mod wire;
 
-use refusal::{refuse, Carried, Reply};
+use crate::enforce::own::Own;
+use crate::net::problem::{Failure, Purpose};
+use refusal::{passed, refuse, Carried, Reply, Staged, Stop};
 use wire::{header_mismatch, method_of};
 pub use wire::{METHOD_HEADER, NAME_HEADER, PROTOCOL_HEADER};
 
@@ -59,6 +59,17 @@ pub(crate) async fn handle(
     body: hyper::body::Incoming,
     presented: Option<&Presented>,
 ) -> (Response<ProxyBody>, Outcome) {
+    serve(call, parts, body, presented)
+        .await
+        .unwrap_or_else(Stop::render)
+}
+
+async fn serve(
+    call: Call<'_>,
+    parts: http::request::Parts,
+    body: hyper::body::Incoming,
+    presented: Option<&Presented>,
+) -> Staged {
     let (state, conn, cx) = (call.state, call.conn, &call.cx);
     if let Some(refusal) = origin_refused(&state.config, &parts.headers) {
         // The transport's DNS-rebinding rule (SPEC §11): 403, the body a JSON-RPC error
@@ -68,7 +79,7 @@ pub(crate) async fn handle(
     }
     if parts.method != Method::POST {
         // GET streams and the session DELETE carry no JSON-RPC request to check.
-        return forward_plain(state, parts, body::boxed(body), conn, cx, None).await;
+        return passed(forward_plain(state, parts, body::boxed(body), conn, cx, None).await);
     }
     // A body that is too large or cannot be read is refused through the one refusal path,
     // counted and receipted like its HTTP twin (SPEC §5.5; issue 55's first defect).
@@ -115,7 +126,7 @@ pub(crate) async fn handle(
             let reply = Reply::transport(StatusCode::BAD_REQUEST);
             return refuse(state, cx, refusal.into(), Carried::body(&bytes), reply).await;
         }
-        return forward_plain(state, parts, body::full(bytes), conn, cx, None).await;
+        return passed(forward_plain(state, parts, body::full(bytes), conn, cx, None).await);
     }
     let id = msg.get("id").cloned().unwrap_or(Value::Null);
     if let Some(refusal) = header_mismatch(&parts.headers, &msg) {
@@ -129,7 +140,7 @@ pub(crate) async fn handle(
     match method_of(&rpc.msg) {
         Some("tools/call") => tool_call(call, parts, rpc, presented).await,
         Some("tools/list") => list(call, parts, rpc, presented).await,
-        _ => forward_plain(state, parts, body::full(rpc.bytes), conn, cx, None).await,
+        _ => passed(forward_plain(state, parts, body::full(rpc.bytes), conn, cx, None).await),
     }
 }
 
@@ -168,7 +179,7 @@ async fn tool_call(
     mut parts: http::request::Parts,
     rpc: Rpc,
     presented: Option<&Presented>,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Staged {
     let Call {
         state,
         conn,
@@ -194,7 +205,10 @@ async fn tool_call(
     match admit::tool_call(state, presented, bundle.as_deref(), &binding, &call, &cx).await {
         // Admitted: the token's subject is the request's caller already (admission::take).
         Ok(()) => {}
-        Err(refused) => return (admit::as_rpc(refused, id), Outcome::Refused),
+        Err(refused) => {
+            let status = refused.status();
+            return Err(Stop::rpc(refused, Reply { id, status }));
+        }
     }
     // A connection (RICH §9, issue 37) maps the call onto the legacy tool the server has;
     // everything after this decides on the call the server will receive.
@@ -245,7 +259,7 @@ async fn tool_call(
         .clone()
         .filter(|_| state.config.enforcing())
     else {
-        return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+        return passed(forward_plain(state, parts, body::full(bytes), conn, &cx, None).await);
     };
     let rule = results::OutputRule::of_call(binding.capability(), back.clone());
     // A tool that only reads needs no lease; its input contract still holds.
@@ -267,17 +281,13 @@ async fn tool_call(
             } else {
                 bytes
             };
-            let (resp, outcome) =
-                forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
-            let sent = send::Sent {
-                resp,
-                outcome,
-                note: None,
-            };
-            return (
+            let answer = forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+            let sent = send::Sent::passed(answer);
+            let outcome = sent.outcome;
+            return Ok((
                 relay::relay(state, &cx, rule, id, sent, None).await,
                 outcome,
-            );
+            ));
         }
     }
 
@@ -299,9 +309,9 @@ async fn tool_call(
         grant: None,
         leg,
     };
-    Box::pin(engine::run(state, &enf, conn, w))
+    Ok(Box::pin(engine::run(state, &enf, conn, w))
         .await
-        .into_pair()
+        .into_pair())
 }
 
 /// A pinned tool last listed with another definition is not called (SPEC §7): the refusal.
@@ -330,7 +340,7 @@ async fn list(
     parts: http::request::Parts,
     rpc: Rpc,
     presented: Option<&Presented>,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Staged {
     let Call {
         state,
         conn,
@@ -343,14 +353,18 @@ async fn list(
     // With a token, the listing shows only the bound tools it grants (SPEC §13).
     let granted = match admit::listing(state, presented, &cx).await {
         Ok(g) => g,
-        Err(refused) => return (admit::as_rpc(refused, id), Outcome::Refused),
+        Err(refused) => {
+            let status = refused.status();
+            return Err(Stop::rpc(refused, Reply { id, status }));
+        }
     };
-    let (resp, outcome) = forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+    let (resp, outcome) =
+        passed(forward_plain(state, parts, body::full(bytes), conn, &cx, None).await)?;
     let Some(bundle) = bundle else {
-        return (resp, outcome);
+        return Ok((resp, outcome));
     };
     if !resp.status().is_success() {
-        return (resp, outcome);
+        return Ok((resp, outcome));
     }
     let content_type = resp
         .headers()
@@ -371,21 +385,15 @@ async fn list(
                 None => sse::Verdict::Keep,
             }
         });
-        return (Response::from_parts(rparts, body), outcome);
+        return Ok((Response::from_parts(rparts, body), outcome));
     }
     // A JSON reply: bounded, filtered, re-encoded.
     let b = match body::collect_proxy(rbody, limit).await {
         Ok(b) => b,
         Err(_) => {
-            let p = Problem::answer(
-                ErrorCode::ResponseTooLarge,
-                "the tools/list answer exceeds limits.max_response and cannot be checked",
-                &cx.trace_id,
-            );
-            return (
-                rpc_error(Value::Null, StatusCode::BAD_GATEWAY, &p),
-                Outcome::Error,
-            );
+            let failure = Failure::ResponseTooLarge(Purpose::Listing);
+            let own = Own::failed(failure, &cx.trace_id);
+            return Err(Stop::rpc(own, Reply::transport(StatusCode::BAD_GATEWAY)));
         }
     };
     let filtered = serde_json::from_slice::<Value>(&b).ok().and_then(|v| {
@@ -397,5 +405,5 @@ async fn list(
         None => b,
     };
     rparts.headers.remove(header::CONTENT_LENGTH);
-    (Response::from_parts(rparts, body::full(out)), outcome)
+    Ok((Response::from_parts(rparts, body::full(out)), outcome))
 }

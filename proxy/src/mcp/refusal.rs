@@ -6,6 +6,7 @@ use http::{Response, StatusCode};
 use serde_json::Value;
 
 use crate::context::{AppState, Outcome, WriteContext};
+use crate::enforce::own::Own;
 use crate::enforce::permit::Denied;
 use crate::enforce::receipts::{self, Refused};
 use crate::net::body::ProxyBody;
@@ -26,6 +27,7 @@ impl<'a> Carried<'a> {
 }
 
 /// How the JSON-RPC error answers: the request's `id`, in an HTTP answer of `status`.
+#[derive(Debug)]
 pub(crate) struct Reply {
     pub id: Value,
     pub status: StatusCode,
@@ -49,16 +51,59 @@ impl Reply {
     }
 }
 
-/// A refusal, recorded, as a JSON-RPC error.
+/// What a stage of the MCP surface comes to: an answer to pass on, or the sidecar's own
+/// answer and the form it takes, which `mcp::handle` renders once.
+pub(crate) type Staged = Result<(Response<ProxyBody>, Outcome), Stop>;
+
+/// The sidecar's own answer to an MCP request, not yet on the wire.
+#[derive(Debug)]
+pub(crate) struct Stop {
+    own: Own,
+    /// The JSON-RPC error's addressee; `None`: the leg to the server failed, answered as
+    /// problem+json like any proxied request's.
+    reply: Option<Reply>,
+}
+
+impl Stop {
+    /// A JSON-RPC error answering `reply`.
+    pub fn rpc(own: impl Into<Own>, reply: Reply) -> Self {
+        Self {
+            own: own.into(),
+            reply: Some(reply),
+        }
+    }
+
+    /// problem+json: the request went no further than the sidecar's leg to the server.
+    pub fn problem(own: Own) -> Self {
+        Self { own, reply: None }
+    }
+
+    /// The one place an MCP request's own answer is rendered.
+    pub fn render(self) -> (Response<ProxyBody>, Outcome) {
+        let outcome = self.own.outcome();
+        let resp = match self.reply {
+            Some(r) => self.own.into_rpc(r.id, r.status),
+            None => self.own.into_response(),
+        };
+        (resp, outcome)
+    }
+}
+
+/// A refusal, recorded, as a JSON-RPC error answering `reply`.
 pub(crate) async fn refuse(
     state: &AppState,
     cx: &WriteContext,
     denied: Denied,
     carried: Carried<'_>,
     reply: Reply,
-) -> (Response<ProxyBody>, Outcome) {
-    let refused = record(state, cx, denied, carried).await;
-    (refused.into_rpc(reply.id, reply.status), Outcome::Refused)
+) -> Staged {
+    Err(Stop::rpc(record(state, cx, denied, carried).await, reply))
+}
+
+/// A request the server answers as it is, or the problem of the leg that failed.
+pub(crate) fn passed(sent: Result<Response<ProxyBody>, Own>) -> Staged {
+    sent.map(crate::enforce::own::forwarded)
+        .map_err(Stop::problem)
 }
 
 /// A refusal of a tool call, recorded: its lease and arguments are the evidence.

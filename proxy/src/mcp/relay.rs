@@ -6,19 +6,19 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use http::{header, HeaderValue, Response, StatusCode};
-use palisade_policy::ErrorCode;
 use serde_json::Value;
 
 use super::sse;
 use crate::context::AppState;
 use crate::context::WriteContext;
+use crate::enforce::own::Own;
 use crate::enforce::send;
 use crate::net::body::{self, BoxError, ProxyBody};
 use crate::net::headers;
+use crate::net::problem::{Failure, Purpose, Silence};
 
 use super::results::{
-    copy_receipt_headers, error_msg, judge, settle, settled_reply, unanswered, Commit, OutputRule,
-    Verdict,
+    copy_receipt_headers, judge, replaced, settle, settled_reply, Commit, OutputRule,
 };
 
 /// `resp`, the server's reply to tool call `id`, on its way to the client: checked against
@@ -32,21 +32,26 @@ pub(crate) async fn relay(
     sent: send::Sent,
     commit: Option<Commit>,
 ) -> Response<ProxyBody> {
-    let send::Sent { resp, note, .. } = sent;
+    let send::Sent { answer, note, .. } = sent;
+    let resp = match answer {
+        Ok(resp) => resp,
+        // The leg failed: the sidecar's problem is the answer, final, its code typed.
+        Err(own) => {
+            return match commit {
+                Some(c) => c.settle(state, cx, note, None, Err(own)).await.0,
+                None => own.into_response(),
+            };
+        }
+    };
     let sse = resp
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.to_ascii_lowercase().starts_with("text/event-stream"));
-    // A failed leg, or an HTTP error from the server: the answer is final as it is.
+    // An HTTP error from the server: the answer is final as it is.
     if !resp.status().is_success() || note.is_some() || (rule.is_none() && commit.is_none()) {
         return match commit {
-            Some(c) => {
-                // The sidecar's own problem (the leg failed) carries its code; a server's HTTP
-                // error does not.
-                let code = resp.extensions().get::<ErrorCode>().copied();
-                c.settle(state, cx, note, code, resp).await.0
-            }
+            Some(c) => c.settle(state, cx, note, None, Ok(resp)).await.0,
             None => resp,
         };
     }
@@ -57,17 +62,10 @@ pub(crate) async fn relay(
     let bytes = match body::collect_proxy(rbody, state.config.limits.max_response).await {
         Ok(b) => b,
         Err(_) => {
-            let msg = error_msg(
-                cx,
-                &id,
-                ErrorCode::ResponseTooLarge,
-                "the tool result exceeds limits.max_response and cannot be checked",
-            );
+            let own = Own::failed(Failure::ResponseTooLarge(Purpose::ToolResult), &cx.trace_id);
+            let (msg, verdict) = replaced(own, &id);
             return match commit {
-                Some(c) => {
-                    let verdict = Verdict::Replaced(ErrorCode::ResponseTooLarge);
-                    settled_reply(state, cx, c, verdict, msg).await
-                }
+                Some(c) => settled_reply(state, cx, c, verdict, msg).await,
                 None => body::json_response(StatusCode::OK, &msg),
             };
         }
@@ -92,7 +90,7 @@ pub(crate) async fn relay(
         // committed as what it is, sent with an answer nobody can judge.
         (None, Some(c)) => {
             let resp = Response::from_parts(parts, body::full(bytes));
-            c.settle(state, cx, None, None, resp).await.0
+            c.settle(state, cx, None, None, Ok(resp)).await.0
         }
         (None, None) => Response::from_parts(parts, body::full(bytes)),
     }
@@ -136,10 +134,8 @@ fn relay_stream(
                 match tokio::time::timeout_at(deadline, events.next()).await {
                     Ok(n) => n,
                     Err(_) => {
-                        let code = ErrorCode::UpstreamTimeout;
-                        let detail = "the tool call was not answered within its timeout";
-                        let msg = unanswered(&cx, &id, code, detail);
-                        give_up(&state, &cx, commit.take(), code, msg, client.take()).await;
+                        let silence = Silence::Timeout;
+                        give_up(&state, &cx, commit.take(), &id, silence, client.take()).await;
                         return;
                     }
                 }
@@ -151,10 +147,8 @@ fn relay_stream(
                 ended => {
                     // The stream ended (or broke) before the call was answered.
                     if commit.is_some() {
-                        let code = ErrorCode::UpstreamUnavailable;
-                        let detail = "the server's stream ended before the tool call was answered";
-                        let msg = unanswered(&cx, &id, code, detail);
-                        give_up(&state, &cx, commit.take(), code, msg, client.take()).await;
+                        let silence = Silence::StreamEnded;
+                        give_up(&state, &cx, commit.take(), &id, silence, client.take()).await;
                     } else if let (Some(Err(e)), Some(tx)) = (ended, client.take()) {
                         let _ = tx.send(Err(e)).await;
                     }
@@ -195,12 +189,14 @@ async fn give_up(
     state: &AppState,
     cx: &WriteContext,
     commit: Option<Commit>,
-    code: ErrorCode,
-    msg: Value,
+    id: &Value,
+    silence: Silence,
     client: Option<tokio::sync::mpsc::Sender<Result<Bytes, BoxError>>>,
 ) {
+    let own = Own::failed(Failure::Unanswered(silence), &cx.trace_id);
+    let (msg, verdict) = replaced(own, id);
     let msg = match commit {
-        Some(c) => settle(state, cx, c, Verdict::Unanswered(code), msg).await.0,
+        Some(c) => settle(state, cx, c, verdict, msg).await.0,
         None => msg,
     };
     if let Some(tx) = client {

@@ -37,6 +37,7 @@ use crate::context::AppState;
 use crate::context::Enforcement;
 use crate::context::WriteContext;
 use crate::enforce::delivery::Keep;
+use crate::enforce::own::Own;
 use crate::enforce::permit::Permit;
 use crate::enforce::receipts;
 use crate::enforce::send;
@@ -44,8 +45,8 @@ use crate::enforce::written::Settled;
 use crate::net::body::{self, ProxyBody};
 use crate::net::conn::ConnInfo;
 use crate::net::headers;
-use crate::net::jsonrpc::{self, with_receipt};
-use crate::net::problem::Problem;
+use crate::net::jsonrpc::with_receipt;
+use crate::net::problem::Failure;
 
 /// Whether `result` is an interim outcome rather than a complete result.
 pub fn is_interim(result: &Value) -> bool {
@@ -151,7 +152,7 @@ impl Commit {
         cx: &WriteContext,
         note: Option<&str>,
         code: Option<ErrorCode>,
-        resp: Response<ProxyBody>,
+        answer: Result<Response<ProxyBody>, Own>,
     ) -> (Response<ProxyBody>, Option<Value>) {
         let Commit {
             enf,
@@ -162,16 +163,16 @@ impl Commit {
         let interim = note == Some(receipts::INTERIM);
         let keep = if interim { Keep::Nothing } else { keep };
         let what = send::Settle { permit, keep, note };
-        let (resp, receipt) = send::settle(state, &enf, cx, what, resp).await;
+        let committed = send::settle(state, &enf, cx, what, answer).await;
         if let Some(tx) = told {
             // Nobody waiting (an agent's own call) is fine: the answer carries it too.
             let _ = tx.send(Settled {
-                receipt: receipt.clone(),
-                code,
+                receipt: committed.receipt.clone(),
+                code: committed.failed.or(code),
                 interim,
             });
         }
-        (resp, receipt)
+        (committed.resp, committed.receipt)
     }
 }
 
@@ -280,7 +281,9 @@ pub(super) async fn fallback_answer(
         body: f.body.clone(),
         conn: &f.conn,
     };
-    let resp = crate::enforce::output::fallback(state, &f.base, retry, cx).await;
+    let resp = crate::enforce::output::fallback(state, &f.base, retry, cx)
+        .await
+        .ok()?;
     if !resp.status().is_success() {
         return None;
     }
@@ -324,11 +327,19 @@ pub(super) async fn judge(
             None => refusal,
         },
     };
-    let p = crate::enforce::output::blocked_problem(state, &refusal, cx).await;
-    Some((
-        jsonrpc::error_doc(id.clone(), p.to_json()),
-        Verdict::Replaced(p.code),
-    ))
+    let own = Own::from(crate::enforce::output::blocked(state, refusal, cx).await);
+    Some(replaced(own, id))
+}
+
+/// The JSON-RPC error that replaces the answer to call `id` (its output contract refused it,
+/// it was too large to check, or it never came), and the verdict it is committed with.
+pub(super) fn replaced(own: Own, id: &Value) -> (Value, Verdict) {
+    let code = own.code();
+    let verdict = match &own {
+        Own::Failed(f) if matches!(f.failure, Failure::Unanswered(_)) => Verdict::Unanswered(code),
+        _ => Verdict::Replaced(code),
+    };
+    (own.rpc_doc(id.clone()), verdict)
 }
 
 /// Commits `commit` with `msg` as its answer; gives the message with its receipt, and the
@@ -343,7 +354,7 @@ pub(super) async fn settle(
 ) -> (Value, http::HeaderMap) {
     let resp = body::json_response(StatusCode::OK, &msg);
     let (resp, receipt) = commit
-        .settle(state, cx, verdict.note(), verdict.code(), resp)
+        .settle(state, cx, verdict.note(), verdict.code(), Ok(resp))
         .await;
     (with_receipt(msg, receipt), resp.into_parts().0.headers)
 }
@@ -360,19 +371,6 @@ pub(super) async fn settled_reply(
     let mut resp = body::json_response(StatusCode::OK, &msg);
     copy_receipt_headers(&headers, resp.headers_mut());
     resp
-}
-
-/// A problem as the JSON-RPC error that answers `id`.
-pub(super) fn error_msg(cx: &WriteContext, id: &Value, code: ErrorCode, detail: &str) -> Value {
-    let p = Problem::answer(code, detail, &cx.trace_id);
-    jsonrpc::error_doc(id.clone(), p.to_json())
-}
-
-/// [`error_msg`] for a call whose answer never came: it may or may not have run.
-pub(super) fn unanswered(cx: &WriteContext, id: &Value, code: ErrorCode, detail: &str) -> Value {
-    let mut msg = error_msg(cx, id, code, detail);
-    msg["error"]["data"]["outcome"] = json!("uncertain");
-    msg
 }
 
 /// The answer of a dry run with no shadow deployment: checked, not executed (SPEC §5.4).

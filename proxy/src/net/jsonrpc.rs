@@ -6,7 +6,6 @@ use http::{Response, StatusCode};
 use serde_json::{json, Value};
 
 use crate::net::body::{self, ProxyBody};
-use crate::net::problem::Problem;
 
 /// JSON-RPC error code of a Palisade refusal (SPEC §6).
 pub const REFUSED: i64 = -32001;
@@ -36,10 +35,6 @@ pub(crate) fn with_receipt(mut msg: Value, receipt: Option<Value>) -> Value {
         }
     }
     msg
-}
-
-pub(crate) fn rpc_error(id: Value, status: StatusCode, p: &Problem) -> Response<ProxyBody> {
-    error_response(id, status, p.to_json())
 }
 
 /// The JSON-RPC error answering `id` with `problem` as its data (SPEC §6).

@@ -91,11 +91,9 @@ impl Problem {
         doc
     }
 
-    /// The response; its code also travels in the response's extensions (never on the
-    /// wire), so a stage that made it can tell the sidecar's problem from an upstream's
-    /// without reading the body back.
+    /// The response: problem+json, never cached. What made it keeps its code typed
+    /// (`enforce::own::Own`); nothing reads it back out of the response.
     pub fn into_response(self) -> Response<ProxyBody> {
-        let code = self.code;
         let status = StatusCode::from_u16(self.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
         let body = serde_json::to_vec(&self.to_json()).unwrap_or_default();
         let mut resp = Response::new(body::full(body));
@@ -108,7 +106,180 @@ impl Problem {
             header::CACHE_CONTROL,
             header::HeaderValue::from_static("no-store"),
         );
-        resp.extensions_mut().insert(code);
         resp
+    }
+}
+
+/// What went wrong when the sidecar answers itself and no policy refused: the upstream, a
+/// limit on an answer, a path that names nothing, a task. Typed until the surface that
+/// carries it renders it ([`Problem::of_failure`] is the one table from failure to code and
+/// detail), so a stage says what happened and never how it looks on a wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Failure {
+    /// The request's target cannot be rewritten for the upstream.
+    NotForwardable,
+    /// The request body could not be read.
+    BodyUnreadable,
+    /// A read's body exceeds `limits.max_body`.
+    BodyTooLarge,
+    /// A reserved path that names no endpoint; `endpoints` says which there are.
+    NoEndpoint(&'static str),
+    /// The upstream failed (its code and detail: `UpstreamError::problem`); `uncertain`: it
+    /// was sent and not answered, so it may or may not have happened.
+    Upstream {
+        code: ErrorCode,
+        detail: &'static str,
+        uncertain: bool,
+    },
+    /// The upstream's answer exceeds `limits.max_response`: it cannot be `checked` or
+    /// `stored` (the purpose the detail names).
+    ResponseTooLarge(Purpose),
+    /// The upstream connection failed while its answer was read.
+    ResponseUnreadable,
+    /// The fallback deployment did not answer.
+    FallbackDown,
+    /// A tool call sent and never answered: it may or may not have run.
+    Unanswered(Silence),
+    /// A task of the sidecar's failed: what could not be completed.
+    Internal(Unfinished),
+}
+
+/// Why an answer had to be read whole.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    /// An output contract checks it.
+    Checked,
+    /// It is stored with the write's receipt (an idempotency key, an escrow).
+    Stored,
+    /// A tools/list answer is pinned and filtered.
+    Listing,
+    /// An AIP-2.1 quote channel stores the agent's reply (64 KiB).
+    QuoteReply,
+    /// A tool call's result is checked against its output contract.
+    ToolResult,
+}
+
+/// How a tool call's answer failed to come.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Silence {
+    /// Not within its timeout.
+    Timeout,
+    /// The server's stream ended first.
+    StreamEnded,
+}
+
+/// What a failed task left undone.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unfinished {
+    /// An enforced write's task.
+    Write,
+    /// An RCNS composition's task; its steps' receipts say what was done.
+    Composition,
+}
+
+impl Failure {
+    /// The failure the upstream's error is, as the client learns it (the error itself goes to
+    /// the log).
+    pub fn upstream(e: &crate::net::upstream::UpstreamError) -> Self {
+        let (code, detail) = e.problem();
+        Failure::Upstream {
+            code,
+            detail,
+            uncertain: code == ErrorCode::UpstreamTimeout,
+        }
+    }
+
+    /// Its code and detail: the one table.
+    fn table(self) -> (ErrorCode, &'static str) {
+        match self {
+            Failure::NotForwardable => {
+                (ErrorCode::BadRequest, "request target cannot be forwarded")
+            }
+            Failure::BodyUnreadable => (ErrorCode::BadRequest, "request body could not be read"),
+            Failure::BodyTooLarge => (
+                ErrorCode::BodyTooLarge,
+                "request body exceeds limits.max_body",
+            ),
+            Failure::NoEndpoint(endpoints) => (ErrorCode::NotFound, endpoints),
+            Failure::Upstream { code, detail, .. } => (code, detail),
+            Failure::ResponseTooLarge(purpose) => (
+                ErrorCode::ResponseTooLarge,
+                match purpose {
+                    Purpose::Checked => {
+                        "the upstream response exceeds limits.max_response and cannot be checked"
+                    }
+                    Purpose::Stored => {
+                        "the upstream response exceeds limits.max_response and cannot be stored"
+                    }
+                    Purpose::Listing => {
+                        "the tools/list answer exceeds limits.max_response and cannot be checked"
+                    }
+                    Purpose::QuoteReply => {
+                        "the agent's reply could not be read whole (limit 64 KiB)"
+                    }
+                    Purpose::ToolResult => {
+                        "the tool result exceeds limits.max_response and cannot be checked"
+                    }
+                },
+            ),
+            Failure::ResponseUnreadable => (
+                ErrorCode::UpstreamUnavailable,
+                "the upstream connection failed",
+            ),
+            Failure::FallbackDown => (
+                ErrorCode::UpstreamUnavailable,
+                "the fallback deployment did not answer",
+            ),
+            Failure::Unanswered(Silence::Timeout) => (
+                ErrorCode::UpstreamTimeout,
+                "the tool call was not answered within its timeout",
+            ),
+            Failure::Unanswered(Silence::StreamEnded) => (
+                ErrorCode::UpstreamUnavailable,
+                "the server's stream ended before the tool call was answered",
+            ),
+            Failure::Internal(Unfinished::Write) => {
+                (ErrorCode::Internal, "the write could not be completed")
+            }
+            Failure::Internal(Unfinished::Composition) => (
+                ErrorCode::Internal,
+                "the composition could not be completed: its steps' receipts say what was done",
+            ),
+        }
+    }
+
+    pub fn code(self) -> ErrorCode {
+        self.table().0
+    }
+
+    /// Whether the client's request was at fault (a refusal in the access log and metrics)
+    /// rather than the sidecar or the upstream (an error).
+    pub fn is_refusal(self) -> bool {
+        matches!(
+            self,
+            Failure::NotForwardable
+                | Failure::BodyUnreadable
+                | Failure::BodyTooLarge
+                | Failure::NoEndpoint(_)
+        )
+    }
+}
+
+impl Problem {
+    /// The problem a failure is answered with, a fresh `instance`; a call sent and not
+    /// answered says `"outcome": "uncertain"`.
+    pub fn of_failure(f: Failure, trace_id: &str) -> Self {
+        let (code, detail) = f.table();
+        let mut p = Self::answer(code, detail, trace_id);
+        if matches!(
+            f,
+            Failure::Upstream {
+                uncertain: true,
+                ..
+            } | Failure::Unanswered(_)
+        ) {
+            p.extensions.insert("outcome".into(), json!("uncertain"));
+        }
+        p
     }
 }

@@ -3,16 +3,14 @@
 //! decided by `admission::gate` before its body is read; its input is held to the granted
 //! bound once it is.
 
-use crate::enforce::receipts::Refused;
+use crate::enforce::own::Own;
 use std::sync::Arc;
 
-use http::Response;
 use palisade_rich::admission::Call;
 use palisade_rich::Bundle;
 
 use crate::admission::{self, Admission, Presented};
 use crate::context::{AppState, Binding, WriteContext};
-use crate::net::body::ProxyBody;
 
 /// `Ok(None)`: admission does not apply (off, no bundle, or an unbound operation).
 pub async fn stage(
@@ -21,7 +19,7 @@ pub async fn stage(
     binding: Binding<'_>,
     bundle: Option<&Bundle>,
     cx: &WriteContext,
-) -> Result<Option<Admission>, Response<ProxyBody>> {
+) -> Result<Option<Admission>, Own> {
     let (Some(adm), Some(enf), Some(bundle), Some(presented), Binding::Bound(cap)) = (
         &state.admission,
         &state.enforcement,
@@ -39,7 +37,7 @@ pub async fn stage(
     admission::gate(state, enf, adm, presented, (bundle, cap), &cx)
         .await
         .map(Some)
-        .map_err(Refused::into_response)
+        .map_err(Own::from)
 }
 
 /// The body of an admitted write against the granted bound.
@@ -50,7 +48,7 @@ pub async fn input(
     binding: Binding<'_>,
     bytes: &[u8],
     cx: &WriteContext,
-) -> Result<(), Response<ProxyBody>> {
+) -> Result<(), Own> {
     let (Some(adm), Some(_), Some(bundle), Binding::Bound(cap)) =
         (&state.admission, &state.enforcement, bundle, binding)
     else {
@@ -66,5 +64,5 @@ pub async fn input(
     let input = palisade_policy::json::parse(bytes, state.config.limits.max_json_depth).ok();
     admission::check_input(state, adm, admitted, input.as_ref(), &cx, call)
         .await
-        .map_err(Refused::into_response)
+        .map_err(Own::from)
 }

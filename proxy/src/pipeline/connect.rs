@@ -29,6 +29,7 @@ use palisade_rich::{connections, Bundle, Capability, Connection, DriftPolicy};
 
 use crate::context::{AppState, Binding, Routed, WriteContext};
 use crate::enforce::output::{self, Observed};
+use crate::enforce::own::Own;
 use crate::enforce::receipts;
 use crate::enforce::written::Written;
 use crate::net::body::{self, CollectError, ProxyBody};
@@ -63,7 +64,7 @@ pub(super) async fn request(
     parts: &mut http::request::Parts,
     bytes: &Bytes,
     cx: &mut WriteContext,
-) -> Result<Option<(Bytes, Back, Routed)>, Response<ProxyBody>> {
+) -> Result<Option<(Bytes, Back, Routed)>, Own> {
     let Some(bundle) = from.bundle.filter(|b| !b.connections.is_empty()) else {
         return Ok(None);
     };
@@ -102,8 +103,7 @@ pub(super) async fn request(
                 body: Some(bytes),
                 ..receipts::Evidence::default()
             };
-            let refused = receipts::record(state, refusal, cx, evidence).await;
-            return Err(refused.into_response());
+            return Err(receipts::record(state, refusal, cx, evidence).await.into());
         }
     };
     readdress(parts, &target.operation, &path, mapped.len());
@@ -189,31 +189,28 @@ pub(super) async fn response(
     back: Back,
     cx: &WriteContext,
     written: Written,
-) -> Response<ProxyBody> {
+) -> Result<Response<ProxyBody>, Own> {
     let Written { resp, receipt, .. } = written;
     let bundle = &back.bundle;
     let Some(conn) = bundle.connection_of(back.source) else {
-        return resp;
+        return Ok(resp);
     };
     let (Some(connector), true) = (&conn.response, resp.status().is_success()) else {
-        return resp;
+        return Ok(resp);
     };
     // Only the SoR's own answer is mapped: a dry run's or an escrow hold's 2xx is the
     // sidecar's (its receipt says which), and an idempotent replay carries the commit's.
     let commit = receipt.filter(|r| r["receipt"]["kind"] == "commit");
     let Some(commit) = commit else {
-        return resp;
+        return Ok(resp);
     };
     let source = &bundle.capabilities[conn.source];
     let (head, body) = resp.into_parts();
-    let bytes = match collect_answer(state, body, cx).await {
-        Ok(b) => b,
-        Err(resp) => return resp,
-    };
+    let bytes = collect_answer(state, body, cx).await?;
     // The target's output contract has been applied by the write path already (under the
     // target binding's own drift policy); what is left is the mapping.
     match map_answer(state, connector, source, &bytes) {
-        Ok(out) => mapped(head, out),
+        Ok(out) => Ok(mapped(head, out)),
         Err(refusal) => {
             let unmapped = Unmapped {
                 conn,
@@ -232,7 +229,7 @@ pub(super) async fn collect_answer(
     state: &AppState,
     body: ProxyBody,
     cx: &WriteContext,
-) -> Result<Bytes, Response<ProxyBody>> {
+) -> Result<Bytes, Own> {
     let refusal = match body::collect_proxy(body, state.config.limits.max_response).await {
         Ok(b) => return Ok(b),
         Err(CollectError::TooLarge(_)) => Refusal::new(
@@ -244,7 +241,7 @@ pub(super) async fn collect_answer(
             "the upstream connection failed",
         ),
     };
-    Err(output::blocked(state, &refusal, cx).await)
+    Err(output::blocked(state, refusal, cx).await.into())
 }
 
 /// The answer through the response connector and the source contract's `structural.output`:
@@ -305,7 +302,7 @@ impl Unmapped<'_> {
         state: &AppState,
         refusal: Refusal,
         cx: &WriteContext,
-    ) -> Response<ProxyBody> {
+    ) -> Result<Response<ProxyBody>, Own> {
         let Unmapped {
             conn,
             connector,
@@ -321,16 +318,15 @@ impl Unmapped<'_> {
         };
         if conn.on_drift == DriftPolicy::Notify {
             output::report(state, &refusal, cx, Action::Notify, observed);
-            return Response::from_parts(head, body::full(bytes));
+            return Ok(Response::from_parts(head, body::full(bytes)));
         }
         output::report(state, &refusal, cx, Action::Blocked, observed);
-        let mut p = output::blocked_problem(state, &refusal, cx).await;
-        p.extensions
-            .insert("upstream_status".into(), head.status.as_u16().into());
+        let mut extra = vec![("upstream_status".to_owned(), head.status.as_u16().into())];
         if let Some(commit) = commit {
             // The write went through: say so, and hand its commit receipt on.
-            p.extensions.insert("commit_receipt".into(), commit);
+            extra.push(("commit_receipt".to_owned(), commit));
         }
-        output::with_receipt_header(p)
+        let refused = output::blocked(state, refusal, cx).await.with_extra(extra);
+        Err(Own::from(refused))
     }
 }

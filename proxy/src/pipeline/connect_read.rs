@@ -15,16 +15,16 @@
 
 use std::sync::Arc;
 
-use http::Response;
 use palisade_policy::{ErrorCode, Refusal};
 use palisade_rich::{connections, Bundle, Capability, Connection};
 
 use super::connect::{self, map_answer, mapped, reference, Unmapped};
-use crate::context::{AppState, Binding, Outcome, WriteContext};
+use crate::context::{AppState, Binding, WriteContext};
 use crate::enforce::forward::forward_plain;
 use crate::enforce::output;
+use crate::enforce::own::{forwarded, Own, Staged};
 use crate::enforce::receipts::{self, Evidence};
-use crate::net::body::{self, ProxyBody};
+use crate::net::body;
 use crate::net::conn::ConnInfo;
 
 /// A read on a connection's source (`index`, whose connection is a read's). The agent's
@@ -36,7 +36,7 @@ pub(super) async fn read(
     bundle: &Arc<Bundle>,
     index: usize,
     cx: &mut WriteContext,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Staged {
     let found = bundle
         .connection_of(index)
         .filter(|c| c.read)
@@ -50,8 +50,9 @@ pub(super) async fn read(
             ErrorCode::Internal,
             "the read's connection is not in the bundle",
         );
-        let refused = receipts::record(state, refusal, cx, Evidence::default()).await;
-        return (refused.into_response(), Outcome::Refused);
+        return Err(receipts::record(state, refusal, cx, Evidence::default())
+            .await
+            .into());
     };
     cx.connector = Some(reference(conn, source, target));
     // The agent's request, as the receipts of its refusals name it.
@@ -66,29 +67,27 @@ pub(super) async fn read(
                 body: Some(pq.as_bytes()),
                 ..Evidence::default()
             };
-            let refused = receipts::record(state, refusal, cx, evidence).await;
-            return (refused.into_response(), Outcome::Refused);
+            return Err(receipts::record(state, refusal, cx, evidence).await.into());
         }
     };
     readdress(&mut parts, &path, query.as_deref());
     // The legacy read, under the legacy binding: its output contract and drift policy.
     cx.bind(Some(bundle), &Binding::Bound(target));
-    let (resp, outcome) = forward_plain(state, parts, body::empty(), conn_info, cx, None).await;
-    let resp = output::check(state, target, cx, resp, None).await;
+    let resp = forward_plain(state, parts, body::empty(), conn_info, cx, None).await?;
+    // The sidecar's refusal of the legacy answer replaces it; the request was forwarded.
+    let checked = output::check(state, target, cx, resp, None).await;
+    let resp = checked.map_err(Own::replacing)?;
     let Some(connector) = conn.response.as_deref() else {
-        return (resp, outcome);
+        return Ok(forwarded(resp));
     };
     if !resp.status().is_success() {
-        // The SoR's error domain, or the sidecar's refusal of the legacy answer: as it is.
-        return (resp, outcome);
+        // The SoR's error domain: as it is.
+        return Ok(forwarded(resp));
     }
     let (head, body) = resp.into_parts();
-    let bytes = match connect::collect_answer(state, body, &source_cx).await {
-        Ok(b) => b,
-        Err(resp) => return (resp, Outcome::Refused),
-    };
+    let bytes = connect::collect_answer(state, body, &source_cx).await?;
     match map_answer(state, connector, source, &bytes) {
-        Ok(out) => (mapped(head, out), outcome),
+        Ok(out) => Ok(forwarded(mapped(head, out))),
         Err(refusal) => {
             let unmapped = Unmapped {
                 conn,
@@ -97,13 +96,10 @@ pub(super) async fn read(
                 bytes,
                 commit: None,
             };
-            let resp = unmapped.answer(state, refusal, &source_cx).await;
-            let outcome = if resp.status().is_success() {
-                outcome
-            } else {
-                Outcome::Refused
-            };
-            (resp, outcome)
+            unmapped
+                .answer(state, refusal, &source_cx)
+                .await
+                .map(forwarded)
         }
     }
 }

@@ -24,19 +24,19 @@ use std::sync::Arc;
 use http::{Method, Request, Response};
 use hyper::body::Incoming;
 use palisade_policy::method::MethodClass;
-use palisade_policy::ErrorCode;
 use tokio::time::Instant;
 
 use crate::aip::{quote_channel, relay};
 use crate::authority;
 use crate::context::{AppState, Call, Outcome, WriteContext};
 use crate::enforce::escrow;
+use crate::enforce::own::{Own, Staged};
 use crate::enforce::receipts::{self, Evidence};
 use crate::mcp;
 use crate::net::body::ProxyBody;
 use crate::net::conn::ConnInfo;
 use crate::net::headers;
-use crate::net::problem::Problem;
+use crate::net::problem::Failure;
 pub use exchange::ExchangeBody;
 use exchange::{finish, Exchange, InflightGuard, Kind};
 
@@ -119,10 +119,12 @@ pub async fn handle(
     };
     let presented = presented.as_ref();
     let req = Request::from_parts(parts, body);
-    let (resp, outcome) = match route {
+    let staged = match route {
         Route::Sor => sor::answer(&state, &conn, req, &ex, presented).await,
         route => Box::pin(own(&state, &conn, route, req, &ex, presented)).await,
     };
+    // The one place an HTTP surface's own answer is rendered (problem+json).
+    let (resp, outcome) = staged.unwrap_or_else(Own::answer);
     Ok(finish(&state, resp, ex, outcome, inflight))
 }
 
@@ -192,7 +194,7 @@ async fn own(
     req: Request<Incoming>,
     ex: &Exchange,
     presented: Option<&crate::admission::Presented>,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Staged {
     let by_status = |resp: Response<ProxyBody>| {
         let outcome = if resp.status().is_success() {
             Outcome::Forwarded
@@ -205,7 +207,7 @@ async fn own(
     let call = Call::new(state, conn, ex.write_context());
     let Some(enf) = &state.enforcement else {
         return match route {
-            Route::Mcp => mcp::handle(call, parts, body, presented).await,
+            Route::Mcp => Ok(mcp::handle(call, parts, body, presented).await),
             Route::Metadata => metadata(state, ex),
             Route::Refused(refusal) => refused_form(state, ex, refusal).await,
             _ => reserved(ex),
@@ -213,8 +215,12 @@ async fn own(
     };
     match route {
         Route::Refused(refusal) => refused_form(state, ex, refusal).await,
-        Route::Authority => by_status(authority::handle(&call, enf, parts, body).await),
-        Route::EscrowStatus => by_status(escrow::lookup(enf, &ex.path, ex.caller.clone()).await),
+        Route::Authority => authority::handle(&call, enf, parts, body)
+            .await
+            .map(by_status),
+        Route::EscrowStatus => Ok(by_status(
+            escrow::lookup(enf, &ex.path, ex.caller.clone()).await,
+        )),
         Route::Relay => relay::handle(&call, enf, parts, body).await,
         Route::QuoteChannel => match &state.quote_channel {
             Some(qc) => quote_channel::handle(&call, enf, qc, parts, body).await,
@@ -226,7 +232,7 @@ async fn own(
         }
         Route::Reserved => reserved(ex),
         Route::Metadata => metadata(state, ex),
-        Route::Mcp => mcp::handle(call, parts, body, presented).await,
+        Route::Mcp => Ok(mcp::handle(call, parts, body, presented).await),
         Route::Sor => {
             sor::answer(state, conn, Request::from_parts(parts, body), ex, presented).await
         }
@@ -241,32 +247,29 @@ async fn refused_form(
     state: &AppState,
     ex: &Exchange,
     refusal: palisade_policy::Refusal,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Staged {
     let cx = WriteContext::new(
         ex.method.clone(),
         ex.trace_id.clone(),
         format!("{} <refused request form>", ex.method),
     );
-    let refused = receipts::record(state, refusal, &cx, Evidence::default()).await;
-    (refused.into_response(), Outcome::Refused)
+    Err(receipts::record(state, refusal, &cx, Evidence::default())
+        .await
+        .into())
 }
 
 /// A reserved prefix that names no endpoint of the sidecar's.
-fn reserved(ex: &Exchange) -> (Response<ProxyBody>, Outcome) {
-    let p = Problem::answer(
-        ErrorCode::NotFound,
-        "no sidecar endpoint at this path",
-        &ex.trace_id,
-    );
-    (p.into_response(), Outcome::Refused)
+fn reserved(ex: &Exchange) -> Staged {
+    let failure = Failure::NoEndpoint("no sidecar endpoint at this path");
+    Err(Own::failed(failure, &ex.trace_id))
 }
 
 /// RICH admission's protected-resource metadata (RFC 9728): the sidecar's own.
-fn metadata(state: &AppState, ex: &Exchange) -> (Response<ProxyBody>, Outcome) {
+fn metadata(state: &AppState, ex: &Exchange) -> Staged {
     let Some(adm) = &state.admission else {
         return reserved(ex);
     };
     let bundle = state.bundle.load_full();
     let resp = crate::admission::metadata::response(adm, bundle.as_deref());
-    (resp, Outcome::Forwarded)
+    Ok((resp, Outcome::Forwarded))
 }

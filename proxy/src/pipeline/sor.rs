@@ -16,7 +16,6 @@
 
 use std::sync::Arc;
 
-use http::Response;
 use hyper::body::Incoming;
 use palisade_policy::{ErrorCode, Refusal};
 
@@ -25,15 +24,14 @@ use super::connect;
 use super::connect_read;
 use super::exchange::{Exchange, Kind};
 use crate::admission::Presented;
-use crate::context::{AppState, Outcome, Routed, WriteContext};
+use crate::context::{AppState, Routed, WriteContext};
 use crate::enforce::forward::forward_plain;
+use crate::enforce::own::{forwarded, Own, Staged};
 use crate::enforce::receipts::{self, Evidence};
 use crate::enforce::{facts, output, write};
-use crate::net::body::{self, CollectError, ProxyBody};
+use crate::net::body::{self, CollectError};
 use crate::net::conn::ConnInfo;
-use crate::net::problem::Problem;
-
-type Answer = (Response<ProxyBody>, Outcome);
+use crate::net::problem::Failure;
 
 /// A read or write for the SoR.
 pub(super) async fn answer(
@@ -42,7 +40,7 @@ pub(super) async fn answer(
     req: http::Request<Incoming>,
     ex: &Exchange,
     presented: Option<&Presented>,
-) -> Answer {
+) -> Staged {
     let (parts, body) = req.into_parts();
     // One bundle version decides this request from here to its end.
     let bundle = state.bundle.load_full();
@@ -55,10 +53,7 @@ pub(super) async fn answer(
     // body is read or any lease is looked at.
     let mut cx = ex.write_context();
     let staged = admit::stage(state, presented, binding, bundle.as_deref(), &cx);
-    let admitted = match staged.await {
-        Ok(a) => a,
-        Err(resp) => return (resp, Outcome::Refused),
-    };
+    let admitted = staged.await?;
 
     if ex.kind == Kind::Read {
         cx.bind(bundle.as_deref(), &binding);
@@ -77,7 +72,7 @@ pub(super) async fn answer(
                     ..Evidence::default()
                 };
                 let refused = receipts::record(state, refusal, &cx, evidence);
-                return (Box::pin(refused).await.into_response(), Outcome::Refused);
+                return Err(Box::pin(refused).await.into());
             }
             // A read connection (RICH §9, issue 37) maps the query and the answer.
             if let (Some(b), Routed::Bound(i)) = (&bundle, routed) {
@@ -99,7 +94,8 @@ pub(super) async fn answer(
             }
             _ => None,
         };
-        return forward_plain(state, parts, body::boxed(body), conn, &cx, fenced_read).await;
+        let sent = forward_plain(state, parts, body::boxed(body), conn, &cx, fenced_read);
+        return sent.await.map(forwarded);
     }
 
     let bytes = match body::read_request_body(body, state.config.limits.max_body).await {
@@ -112,17 +108,17 @@ pub(super) async fn answer(
             cx.bind(bundle.as_deref(), &binding);
             let refusal = Refusal::new(ErrorCode::BodyTooLarge, detail);
             let refused = receipts::record(state, refusal, &cx, Evidence::default());
-            return (Box::pin(refused).await.into_response(), Outcome::Refused);
+            return Err(Box::pin(refused).await.into());
         }
         Err(CollectError::Read(e)) => {
             tracing::debug!(error = %e, "request body read failed");
-            let detail = "request body could not be read";
-            return (problem(ex, ErrorCode::BadRequest, detail), Outcome::Refused);
+            return Err(Own::failed(Failure::BodyUnreadable, &ex.trace_id));
         }
     };
     if !state.config.enforcing() {
         // `ptcl.writes = []`: a plain proxy.
-        return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+        let sent = forward_plain(state, parts, body::full(bytes), conn, &cx, None);
+        return sent.await.map(forwarded);
     }
     let w = Enforced {
         parts,
@@ -143,28 +139,20 @@ async fn checked_read(
     req: http::Request<Incoming>,
     cap: &palisade_rich::Capability,
     cx: &WriteContext,
-) -> Answer {
+) -> Staged {
     let (parts, body) = req.into_parts();
-    let bytes = match body::read_request_body(body, state.config.limits.max_body).await {
-        Ok(b) => b,
-        Err(_) => {
-            let p = Problem::answer(
-                ErrorCode::BodyTooLarge,
-                "request body exceeds limits.max_body",
-                &cx.trace_id,
-            );
-            return (p.into_response(), Outcome::Refused);
-        }
-    };
+    let bytes = body::read_request_body(body, state.config.limits.max_body)
+        .await
+        .map_err(|_| Own::failed(Failure::BodyTooLarge, &cx.trace_id))?;
     let kept = output::copy_head(&parts);
-    let (resp, outcome) =
-        forward_plain(state, parts, body::full(bytes.clone()), conn, cx, None).await;
+    let resp = forward_plain(state, parts, body::full(bytes.clone()), conn, cx, None).await?;
     let retry = kept.map(|parts| output::Retry {
         parts,
         body: bytes,
         conn,
     });
-    (output::check(state, cap, cx, resp, retry).await, outcome)
+    let checked = output::check(state, cap, cx, resp, retry).await;
+    checked.map(forwarded).map_err(Own::replacing)
 }
 
 /// A write with enforcement on, its body read.
@@ -178,7 +166,7 @@ struct Enforced {
 }
 
 /// The admitted bound, the connection's mapping, the write engine, the answer mapped back.
-async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced) -> Answer {
+async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced) -> Staged {
     let Enforced {
         mut parts,
         bytes,
@@ -188,14 +176,12 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         admitted,
     } = w;
     let Some(enf) = &state.enforcement else {
-        return forward_plain(state, parts, body::full(bytes), conn, &cx, None).await;
+        let sent = forward_plain(state, parts, body::full(bytes), conn, &cx, None);
+        return sent.await.map(forwarded);
     };
     if let Some(a) = &admitted {
         let binding = routed.binding(bundle.as_deref());
-        let held = admit::input(state, a, bundle.as_ref(), binding, &bytes, &cx);
-        if let Err(resp) = held.await {
-            return (resp, Outcome::Refused);
-        }
+        admit::input(state, a, bundle.as_ref(), binding, &bytes, &cx).await?;
     }
     // A connection (RICH §9) maps the request onto the operation the SoR serves; everything
     // after it decides on the request the SoR will receive.
@@ -207,7 +193,7 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
     let (bytes, back, routed) = match mapped {
         Ok(Some((mapped, back, target))) => (mapped, Some(back), target),
         Ok(None) => (bytes, None, routed),
-        Err(resp) => return (resp, Outcome::Refused),
+        Err(own) => return Err(own),
     };
     let kept = back.as_ref().map(|_| cx.clone());
     let req = write::WriteRequest {
@@ -221,13 +207,11 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
     let written = write::run(state, enf, conn, req).await;
     let outcome = written.outcome;
     let resp = match (back, kept) {
-        (Some(back), Some(cx)) => connect::response(state, back, &cx, written).await,
+        (Some(back), Some(cx)) => {
+            let mapped = connect::response(state, back, &cx, written).await;
+            mapped.map_err(Own::replacing)?
+        }
         _ => written.resp,
     };
-    (resp, outcome)
-}
-
-/// A problem of the data plane (no policy was violated: no receipt, no drift event).
-fn problem(ex: &Exchange, code: ErrorCode, detail: &str) -> Response<ProxyBody> {
-    Problem::answer(code, detail, &ex.trace_id).into_response()
+    Ok((resp, outcome))
 }

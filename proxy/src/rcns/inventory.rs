@@ -4,21 +4,20 @@
 //! Patterns are public and answered even when RCNS is off (saying so); contracts and attempts
 //! are their agent's, and every agent's only under `inspect:all`.
 
-use http::Response;
 use palisade_policy::{ErrorCode, Refusal};
 use palisade_rich::rcns::SynthesizedContract;
 use serde_json::{json, Value};
 
-use super::answer::{json, refused};
+use super::answer::{json, refusal, refused};
 use super::identity::Who;
 use crate::context::{AppState, Enforcement, Outcome, WriteContext};
-use crate::net::body::ProxyBody;
+use crate::enforce::own::{Own, Staged};
 use crate::store::{RcnsKind, RcnsRecord};
 
 /// Most entries one DISCOVER /contracts lists.
 pub const MAX_LISTED: usize = 1000;
 
-pub fn patterns(state: &AppState) -> (Response<ProxyBody>, Outcome) {
+pub fn patterns(state: &AppState) -> Staged {
     let enabled = state.rcns.as_ref().is_some_and(|r| r.config.enabled);
     let bundle = state.bundle.load();
     let patterns: Vec<Value> = bundle
@@ -27,17 +26,12 @@ pub fn patterns(state: &AppState) -> (Response<ProxyBody>, Outcome) {
         .map(|set| set.recipes.iter().map(|r| r.pattern()).collect())
         .unwrap_or_default();
     let doc = json!({"rcns_enabled": enabled, "patterns": patterns});
-    (json(200, &doc), Outcome::Forwarded)
+    Ok((json(200, &doc), Outcome::Forwarded))
 }
 
-pub async fn contracts(
-    state: &AppState,
-    enf: &Enforcement,
-    who: &Who,
-    cx: WriteContext,
-) -> (Response<ProxyBody>, Outcome) {
+pub async fn contracts(state: &AppState, enf: &Enforcement, who: &Who, cx: WriteContext) -> Staged {
     let Some(agent) = agent(who) else {
-        return unidentified(state, who, &cx).await;
+        return Err(unidentified(state, who, &cx).await);
     };
     let owner = (!who.sees_all()).then_some(agent.as_str());
     match enf
@@ -51,9 +45,9 @@ pub async fn contracts(
                 .filter_map(view_of)
                 .filter(|v| v.get("revoked").is_none())
                 .collect();
-            (json(200, &Value::Array(list)), Outcome::Forwarded)
+            Ok((json(200, &Value::Array(list)), Outcome::Forwarded))
         }
-        Err(e) => store_down(state, &cx, &e).await,
+        Err(e) => Err(store_down(state, &cx, &e).await),
     }
 }
 
@@ -63,13 +57,13 @@ pub async fn contract(
     who: &Who,
     id: &str,
     cx: WriteContext,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Staged {
     let found = match find(state, enf, who, RcnsKind::Contract, id, &cx).await {
         Ok(r) => r,
-        Err(answer) => return answer,
+        Err(own) => return Err(own),
     };
     match view_of(&found) {
-        Some(v) => (json(200, &v), Outcome::Forwarded),
+        Some(v) => Ok((json(200, &v), Outcome::Forwarded)),
         None => {
             let r = Refusal::new(ErrorCode::Internal, "the stored contract cannot be read");
             refused(state, &cx, r, Vec::new()).await
@@ -83,10 +77,10 @@ pub async fn attempt(
     who: &Who,
     id: &str,
     cx: WriteContext,
-) -> (Response<ProxyBody>, Outcome) {
+) -> Staged {
     match find(state, enf, who, RcnsKind::Attempt, id, &cx).await {
-        Ok(r) => (json(200, &r.body), Outcome::Forwarded),
-        Err(answer) => answer,
+        Ok(r) => Ok((json(200, &r.body), Outcome::Forwarded)),
+        Err(own) => Err(own),
     }
 }
 
@@ -109,7 +103,7 @@ async fn find(
     kind: RcnsKind,
     id: &str,
     cx: &WriteContext,
-) -> Result<RcnsRecord, (Response<ProxyBody>, Outcome)> {
+) -> Result<RcnsRecord, Own> {
     let Some(agent) = agent(who) else {
         return Err(unidentified(state, who, cx).await);
     };
@@ -124,7 +118,7 @@ async fn find(
                 ErrorCode::NotFound,
                 format!("no live {what} with this id (it never was, or it expired)"),
             );
-            return Err(refused(state, cx, r, Vec::new()).await);
+            return Err(refusal(state, cx, r, Vec::new()).await);
         }
         Err(e) => return Err(store_down(state, cx, &e).await),
     };
@@ -134,7 +128,7 @@ async fn find(
             format!("the {what} belongs to another agent"),
         )
         .with_reason("contract-not-yours");
-        return Err(refused(state, cx, r, Vec::new()).await);
+        return Err(refusal(state, cx, r, Vec::new()).await);
     }
     Ok(record)
 }
@@ -145,11 +139,7 @@ pub fn agent(who: &Who) -> Option<String> {
 }
 
 /// No identity, or one the callers file does not name.
-pub async fn unidentified(
-    state: &AppState,
-    who: &Who,
-    cx: &WriteContext,
-) -> (Response<ProxyBody>, Outcome) {
+pub async fn unidentified(state: &AppState, who: &Who, cx: &WriteContext) -> Own {
     let r = match who.identity {
         None => Refusal::new(
             ErrorCode::CallerUnidentified,
@@ -161,18 +151,14 @@ pub async fn unidentified(
         )
         .with_reason("rcns-disabled"),
     };
-    refused(state, cx, r, Vec::new()).await
+    refusal(state, cx, r, Vec::new()).await
 }
 
-pub async fn store_down(
-    state: &AppState,
-    cx: &WriteContext,
-    e: &crate::store::StoreError,
-) -> (Response<ProxyBody>, Outcome) {
+pub async fn store_down(state: &AppState, cx: &WriteContext, e: &crate::store::StoreError) -> Own {
     tracing::warn!(error = %e, "rcns: the store cannot be used");
     let r = Refusal::new(
         ErrorCode::StoreUnavailable,
         "the state store cannot be used; nothing was changed",
     );
-    refused(state, cx, r, Vec::new()).await
+    refusal(state, cx, r, Vec::new()).await
 }

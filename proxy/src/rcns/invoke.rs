@@ -21,7 +21,6 @@
 
 use std::sync::Arc;
 
-use http::Response;
 use hyper::body::Incoming;
 use palisade_policy::receipt::Attribution;
 use palisade_policy::{ErrorCode, Refusal};
@@ -33,12 +32,14 @@ use serde_json::json;
 use super::answer::refused;
 use super::identity::Who;
 use super::inventory::{store_down, unidentified};
-use crate::context::{AppState, Enforcement, Outcome, WriteContext};
-use crate::net::body::{self, CollectError, ProxyBody};
+use crate::context::{AppState, Enforcement, WriteContext};
+use crate::enforce::own::Own;
+use crate::net::body::{self, CollectError};
 use crate::net::conn::ConnInfo;
+use crate::net::problem::{Failure, Unfinished};
 use crate::store::RcnsKind;
 
-type Answer = (Response<ProxyBody>, Outcome);
+type Answer = crate::enforce::own::Staged;
 
 /// Which contract a request invokes (`Contract-Synthesized`), who invokes it, and the
 /// credential admission took off the request.
@@ -68,7 +69,7 @@ pub async fn handle(
         return refused(state, &cx, r, vec![("lock", json!(1))]).await;
     }
     let Some(caller) = who.caller() else {
-        return unidentified(state, who, &cx).await;
+        return Err(unidentified(state, who, &cx).await);
     };
     // Our ids are `syn_` and 32 hex; anything much longer names nothing worth a lookup.
     let looked_up = if id.len() <= 128 {
@@ -85,7 +86,7 @@ pub async fn handle(
             );
             return refused(state, &cx, r, Vec::new()).await;
         }
-        Err(e) => return store_down(state, &cx, &e).await,
+        Err(e) => return Err(store_down(state, &cx, &e).await),
     };
     let Some(contract) = contract else {
         let r = Refusal::new(ErrorCode::Internal, "the stored contract cannot be read");
@@ -137,7 +138,7 @@ pub async fn handle(
                 let r = Refusal::new(ErrorCode::NotFound, "the contract expired meanwhile");
                 return refused(state, &cx, r, Vec::new()).await;
             }
-            Err(e) => return store_down(state, &cx, &e).await,
+            Err(e) => return Err(store_down(state, &cx, &e).await),
         }
     }
     let bundle = state.bundle.load_full();
@@ -156,7 +157,7 @@ pub async fn handle(
     };
     let admitted = match admit_steps(state, enf, &recipe, bundle.as_deref(), presented, &cx).await {
         Ok(a) => a,
-        Err(refused) => return (refused.into_response(), Outcome::Refused),
+        Err(refused) => return Err(refused.into()),
     };
     let trace_id = cx.trace_id.clone();
     let run = super::steps::Run {
@@ -175,21 +176,12 @@ pub async fn handle(
         Ok(answer) => answer,
         Err(e) => {
             tracing::error!(error = %e, "composition task failed");
-            not_completed(&trace_id)
+            Err(Own::failed(
+                Failure::Internal(Unfinished::Composition),
+                &trace_id,
+            ))
         }
     }
-}
-
-/// A composition whose task failed (issue 55's second defect): an error, not a refusal,
-/// answered with its own instance and the request's trace id so that it can be found in the
-/// logs; what its steps did is in their receipts.
-fn not_completed(trace_id: &str) -> (http::Response<crate::net::body::ProxyBody>, Outcome) {
-    let r = Refusal::new(
-        ErrorCode::Internal,
-        "the composition could not be completed: its steps' receipts say what was done",
-    );
-    let p = crate::net::problem::Problem::of_refusal(&r, trace_id);
-    (p.into_response(), Outcome::Error)
 }
 
 /// Admission (SPEC §13) of an invocation's steps: where a step's binding requires it, the
@@ -276,8 +268,12 @@ mod tests {
     /// refused.
     #[tokio::test]
     async fn a_failed_composition_is_an_error_with_its_instance_and_trace_id() {
-        let (resp, outcome) = not_completed("4bf92f3577b34da6a3ce929d0e0e4736");
-        assert!(matches!(outcome, Outcome::Error));
+        // What the spawned composition's failure is answered with (`handle`), rendered as
+        // pipeline::handle renders it.
+        let trace: Arc<str> = Arc::from("4bf92f3577b34da6a3ce929d0e0e4736");
+        let own = Own::failed(Failure::Internal(Unfinished::Composition), &trace);
+        let (resp, outcome) = own.answer();
+        assert!(matches!(outcome, crate::context::Outcome::Error));
         assert_eq!(resp.status(), http::StatusCode::INTERNAL_SERVER_ERROR);
         let bytes = resp.into_body().collect().await.expect("body").to_bytes();
         let doc: serde_json::Value = serde_json::from_slice(&bytes).expect("problem JSON");

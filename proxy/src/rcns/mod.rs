@@ -24,7 +24,7 @@ mod tool_steps;
 
 use std::sync::Arc;
 
-use http::{Method, Response};
+use http::Method;
 use hyper::body::Incoming;
 
 pub use headers::{
@@ -32,8 +32,7 @@ pub use headers::{
     WELL_KNOWN,
 };
 
-use crate::context::{AppState, Call, Enforcement, Outcome};
-use crate::net::body::ProxyBody;
+use crate::context::{AppState, Call, Enforcement};
 
 /// What an RCNS request asks for.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -138,7 +137,7 @@ pub async fn handle(
     route: Route,
     req: http::Request<Incoming>,
     presented: Option<&crate::admission::Presented>,
-) -> (Response<ProxyBody>, Outcome) {
+) -> crate::enforce::own::Staged {
     let Call { state, conn, cx } = call;
     let (parts, body) = req.into_parts();
     let who = identity::resolve(state, conn, &parts);
@@ -159,14 +158,12 @@ pub async fn handle(
         Route::Contract(id) => inventory::contract(state, enf, &who, &id, cx).await,
         Route::Attempt(id) => inventory::attempt(state, enf, &who, &id, cx).await,
         Route::Unknown => {
-            let r = palisade_policy::Refusal::new(
-                palisade_policy::ErrorCode::NotFound,
-                "no AGTP endpoint here: PROPOSE, DISCOVER /patterns, DISCOVER /contracts, INSPECT /contracts/{id}, INSPECT /rcns-attempts/{id}, or their /.well-known/agtp/ paths",
-            );
             // As for any other reserved path that names nothing: answered, not receipted (a
             // scan of made-up paths must not become durable writes).
-            let p = crate::net::problem::Problem::of_refusal(&r, &cx.trace_id);
-            (p.into_response(), Outcome::Refused)
+            let failure = crate::net::problem::Failure::NoEndpoint(
+                "no AGTP endpoint here: PROPOSE, DISCOVER /patterns, DISCOVER /contracts, INSPECT /contracts/{id}, INSPECT /rcns-attempts/{id}, or their /.well-known/agtp/ paths",
+            );
+            Err(crate::enforce::own::Own::failed(failure, &cx.trace_id))
         }
     }
 }

@@ -18,10 +18,12 @@ use palisade_rich::rcns::evaluate::{self, Refused};
 use palisade_rich::rcns::{Caller, Matched, Proposal, SynthesizedContract};
 use serde_json::{json, Value};
 
-use super::answer::{json, refused};
+use super::answer::{json, refusal, refused};
 use super::identity::Who;
 use super::inventory::store_down;
 use crate::context::{AppState, Enforcement, Outcome, RcnsState, WriteContext};
+use crate::enforce::own::Own;
+use crate::enforce::receipts;
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::rate::Admit;
 use crate::store::{RcnsKind, RcnsPut, RcnsPutMode, RcnsRecord};
@@ -33,7 +35,7 @@ const ESCALATE_AFTER: u64 = 3;
 /// Attempts kept per agent (older ones expire with the session TTL).
 const ATTEMPTS_PER_AGENT: u64 = 1000;
 
-type Answer = (Response<ProxyBody>, Outcome);
+type Answer = crate::enforce::own::Staged;
 
 /// What a PROPOSE or an implicit request is decided with.
 struct Ask<'a> {
@@ -55,7 +57,7 @@ pub async fn handle(
 ) -> Answer {
     let mut ask = match open(state, enf, parts, who, cx).await {
         Ok(a) => a,
-        Err(answer) => return answer,
+        Err(own) => return Err(own),
     };
     let limit = MAX_PROPOSAL.min(state.config.limits.max_body);
     let bytes = match body::read_request_body(body, limit).await {
@@ -105,7 +107,7 @@ pub async fn implicit(
 ) -> Answer {
     let mut ask = match open(state, enf, parts, who, cx).await {
         Ok(a) => a,
-        Err(answer) => return answer,
+        Err(own) => return Err(own),
     };
     let bundle = state.bundle.load_full();
     let recipes = bundle.as_deref().and_then(|b| b.recipes.as_deref());
@@ -167,17 +169,17 @@ async fn open<'a>(
     parts: &http::request::Parts,
     who: &Who,
     cx: WriteContext,
-) -> Result<Ask<'a>, Answer> {
+) -> Result<Ask<'a>, Own> {
     let enabled = state.rcns.as_ref().is_some_and(|r| r.config.enabled);
     let allow = super::headers::allowed(parts.headers.get(super::headers::ALLOW_RCNS));
     if let Err(g) = evaluate::gate(enabled, allow, who.caller(), &who.claim) {
         let extra = vec![("lock", json!(g.lock))];
-        return Err(refused(state, &cx, g.refusal, extra).await);
+        return Err(refusal(state, &cx, g.refusal, extra).await);
     }
     let (Some(rcns), Some(caller)) = (state.rcns.as_ref(), who.caller()) else {
         // The gate opened only with both; kept as a refusal rather than a panic.
         let r = Refusal::new(ErrorCode::Internal, "negotiation state missing");
-        return Err(refused(state, &cx, r, Vec::new()).await);
+        return Err(refusal(state, &cx, r, Vec::new()).await);
     };
     if let Admit::No {
         retry_after,
@@ -188,18 +190,16 @@ async fn open<'a>(
             ErrorCode::RateLimited,
             "too many PROPOSE requests from this agent (rcns.rate_limit)",
         );
-        let mut resp = if receipt {
-            refused(state, &cx, r, Vec::new()).await.0
+        let refused = if receipt {
+            receipts::record(state, r, &cx, receipts::Evidence::default()).await
         } else {
             // Past the first refusal of the window: counted, not receipted (a flood of
             // PROPOSEs must not become a flood of durable writes).
-            state.metrics.refusal(r.code);
-            crate::net::problem::Problem::of_refusal(&r, &cx.trace_id).into_response()
+            receipts::counted(state, r, &cx)
         };
         let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-        resp.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(secs.max(1)));
-        return Err((resp, Outcome::Refused));
+        let retry = HeaderValue::from(secs.max(1));
+        return Err(refused.with_header(header::RETRY_AFTER, retry).into());
     }
     Ok(Ask {
         state,
@@ -334,10 +334,10 @@ impl Ask<'_> {
                 match old {
                     Some(old) if old.fingerprint == made.fingerprint => {
                         // The same PROPOSE again: the same synthesis, answered again.
-                        return (
+                        return Ok((
                             approved(&old, p.persistent && !old.persistent),
                             Outcome::Forwarded,
-                        );
+                        ));
                     }
                     _ => {
                         let r = Refusal::new(
@@ -356,7 +356,7 @@ impl Ask<'_> {
                 .with_reason("policy-refused");
                 return self.refuse(Some(p), Refused::Plain(r)).await;
             }
-            Err(e) => return store_down(self.state, &self.cx, &e).await,
+            Err(e) => return Err(store_down(self.state, &self.cx, &e).await),
         };
         let hash = contract.contract_hash();
         self.keep_attempt(Some(p), Ok(&contract)).await;
@@ -372,10 +372,10 @@ impl Ask<'_> {
             "recipe_lineage": {"recipe_name": contract.recipe_name, "recipe_version": contract.recipe_version},
         }));
         metrics::counter!("palisade_rcns_contracts_synthesized_total", "origin" => contract.negotiation_origin).increment(1);
-        (
+        Ok((
             approved(&contract, p.persistent && !persistent),
             Outcome::Forwarded,
-        )
+        ))
     }
 }
 

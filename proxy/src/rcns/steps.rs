@@ -9,7 +9,7 @@ use std::sync::Arc;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 use bytes::Bytes;
-use http::{header, HeaderValue, Response};
+use http::{header, HeaderValue};
 use palisade_policy::lease::RecoveryMode;
 use palisade_policy::receipt::Attribution;
 use palisade_policy::{ErrorCode, Refusal};
@@ -25,11 +25,11 @@ use crate::enforce::facts::InProcessGrant;
 use crate::enforce::receipts::Refused;
 use crate::enforce::write::WriteRequest;
 use crate::enforce::written::Written;
-use crate::net::body::{self, ProxyBody};
+use crate::net::body::{self};
 use crate::net::conn::ConnInfo;
 use crate::net::headers;
 
-type Answer = (Response<ProxyBody>, Outcome);
+type Answer = crate::enforce::own::Staged;
 
 /// Headers of the invocation that do not travel to its steps: RCNS's own, the PTCL ones
 /// (each step gets the sidecar's lease), and what describes the invocation's body.
@@ -126,7 +126,7 @@ impl Run {
         if let Ok(v) = HeaderValue::from_str(&encoded) {
             h.insert(super::headers::STEP_RECEIPTS, v);
         }
-        (resp, Outcome::Forwarded)
+        Ok((resp, Outcome::Forwarded))
     }
 
     /// Runs step `i`: grants its lease, sends it through the write path.
@@ -204,7 +204,7 @@ impl Run {
             }
         };
         let status = written.resp.status();
-        let code = written.code();
+        let code = written.code;
         let receipt = written.receipt;
         let answer =
             body::collect_proxy(written.resp.into_body(), state.config.limits.max_response)

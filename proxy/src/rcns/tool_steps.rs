@@ -23,7 +23,7 @@ use palisade_rich::rcns::compose::ToolRequest;
 use palisade_rich::{Bundle, SideEffect};
 use serde_json::Value;
 
-use crate::context::{AppState, Enforcement, Routed, WriteContext};
+use crate::context::{AppState, Enforcement, Outcome, Routed, WriteContext};
 use crate::enforce::engine;
 use crate::enforce::facts::InProcessGrant;
 use crate::enforce::forward::forward_plain;
@@ -133,13 +133,9 @@ impl ToolStep<'_> {
         if let Err(r) = palisade_rich::check_input(&cap.contract, &args, depth) {
             return self.refused(r, Some(&args)).await;
         }
-        let (resp, outcome) =
+        let answer =
             forward_plain(self.state, parts, body::full(bytes), self.conn, &cx, None).await;
-        let sent = send::Sent {
-            resp,
-            outcome,
-            note: None,
-        };
+        let sent = send::Sent::passed(answer);
         let rule = OutputRule::of(Some(cap));
         let resp = relay::relay(self.state, &cx, rule, Value::from(1), sent, None).await;
         self.outcome(resp, None).await
@@ -197,10 +193,11 @@ impl ToolStep<'_> {
         let Written {
             resp,
             receipt,
-            refused,
+            code,
+            outcome,
             settled,
-            ..
         } = written;
+        let refused = code.filter(|_| matches!(outcome, Outcome::Refused));
         let mut out = self.outcome(resp, Some(lease_id)).await;
         // What the write came to, typed by the engine and the MCP leg (issue 55), not read
         // back out of the JSON-RPC answer: the answer read above gives the step's result.
