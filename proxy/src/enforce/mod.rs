@@ -9,6 +9,8 @@
 //! any refusal → receipts::record   the one refusal path: metric, rejection receipt, drift
 //!                                  event → Refused, which each surface renders once
 //!                                  (problem+json, JSON-RPC error, escrow record, RCNS step)
+//! own::Own                         the sidecar's own answer, a Refused or a typed Failure,
+//!                                  until the surface renders it (stages return Result)
 //! ```
 //! Beside the write path: [`forward`] (a request sent as it is, for reads and unenforced
 //! writes), [`output`] (output contracts on answers), [`identity`] (a deployment-identity
