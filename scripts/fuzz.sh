@@ -8,14 +8,25 @@
 # The targets are built once, then run side by side, one per CPU: libFuzzer is single-threaded,
 # so each still gets N seconds of a core of its own, and CI waits N × targets / CPUs seconds
 # instead of N × targets.
+#
+#   scripts/fuzz.sh [N]        build, then run each target N seconds
+#   scripts/fuzz.sh build      build only (scripts/test.sh builds beside the test binaries)
+#   scripts/fuzz.sh run [N]    run what was built
 set -euo pipefail
 cd "$(dirname "$0")/../policy/fuzz"
+step=all
+case "${1:-}" in
+  build | run) step=$1; shift ;;
+esac
 seconds="${1:-60}"
 if ! command -v cargo-fuzz >/dev/null 2>&1; then
   cargo install cargo-fuzz --locked --version 0.13.2
 fi
 export RUSTC_BOOTSTRAP=1
-cargo fuzz build --sanitizer none
+if [ "$step" != run ]; then
+  cargo fuzz build --sanitizer none
+fi
+[ "$step" = build ] && exit 0
 logs=$(mktemp -d)
 trap 'rm -rf "$logs"' EXIT
 cpus=$(nproc 2>/dev/null || echo 1)
