@@ -99,25 +99,6 @@ cargo fmt --all -- --check
 say "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
-# The fuzz targets build beside the test binaries, at a lower priority: the tail of a Rust
-# build (one crate, one rustc) leaves a core idle. It is waited for before any test runs, so
-# no test shares the machine with a compiler.
-fuzz_seconds="${PALISADE_FUZZ_SECONDS:-10}"
-fuzz_build=""
-if [ "$fuzz_seconds" != 0 ]; then
-  fuzz_log=$(mktemp)
-  nice -n 10 scripts/fuzz.sh build >"$fuzz_log" 2>&1 &
-  fuzz_build=$!
-fi
-
-say "cargo test (build)"
-cargo test --workspace --locked --no-run
-if [ -n "$fuzz_build" ]; then
-  say "fuzz targets (build, started beside the test build)"
-  wait "$fuzz_build" || { cat "$fuzz_log"; exit 1; }
-  tail -n 2 "$fuzz_log"
-fi
-
 # Most integration tests wait on processes they started (the sidecar, SDKs, a browser), so
 # four at a time keep this 2-core machine busy: the `it` binary takes 82 s instead of 110.
 say "cargo test"
@@ -133,9 +114,10 @@ say "cargo test (current-thread runtime)"
 PALISADE_RUNTIME=current_thread cargo test --locked --workspace --test it -- dataplane:: enforce:: \
   bypass:: admission:: 2>&1 | tee -a "$test_log"
 
+fuzz_seconds="${PALISADE_FUZZ_SECONDS:-10}"
 if [ "$fuzz_seconds" != 0 ]; then
   say "fuzz targets (${fuzz_seconds}s each)"
-  scripts/fuzz.sh run "$fuzz_seconds"
+  scripts/fuzz.sh --smoke "$fuzz_seconds"
 fi
 say "all checks passed"
 # One closing line with the totals of every cargo test binary (unit, property, vector and
