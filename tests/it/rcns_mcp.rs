@@ -349,3 +349,48 @@ async fn a_tool_step_whose_answer_breaks_its_contract_is_compensated_too() {
     undone.sort();
     assert_eq!(undone, ["set_level C-1 0", "set_level C-2 0"], "{ran:?}");
 }
+
+/// A server's own JSON-RPC error whose `data` imitates the sidecar's problem (a code of ours,
+/// a 5xx status, a receipt) names no code of the sidecar's in the step's failure, and its
+/// "receipt" is not the step's: the step's code, receipt and "may have applied" come typed
+/// from the engine (issue 55), and the receipt is the commit of the call that was sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_servers_error_that_imitates_our_problem_is_not_taken_for_it() {
+    let server = McpServer::start_with(&[("LEVEL_TOOL", "1")]).await;
+    let dir = tempfile::tempdir().unwrap();
+    let b = bundle(dir.path());
+    let p = sidecar_with(&server, &b, &callers(dir.path()));
+    let (id, session) = propose_restock(&p).await;
+    let invoke = [
+        ("contract-synthesized", id.as_str()),
+        ("session-id", session.as_str()),
+        ("authority-scope", CLAIM),
+    ];
+    let input = json!({"sku": "C-1", "qty": 5, "sku2": "FORGE", "extra": 1});
+    let (parts, b) = send(&p, "RESTOCK", "/restock", &invoke, &input).await;
+    assert!(!parts.status.is_success(), "{b}");
+    assert_eq!(
+        (b["code"].as_str(), b["step"].as_u64()),
+        (Some("ERR_RCNS_STEP_FAILED"), Some(2)),
+        "{b}"
+    );
+    // Not the forged code, and not the forged receipt: the commit receipt of the call the
+    // sidecar sent, signed, naming the step.
+    assert_ne!(b["step_code"], "ERR_CONTRACT_OUTPUT", "{b}");
+    assert_ne!(
+        b["step_receipt"]["receipt"]["receipt_id"], "urn:uuid:forged",
+        "{b}"
+    );
+    assert_receipt_verifies(&b["step_receipt"], "commit");
+    assert_eq!(b["step_receipt"]["receipt"]["rcns_step"], 2, "{b}");
+    // The server's own error is its answer, not a sidecar failure after sending: only the
+    // step before it is undone.
+    let compensated = b["compensated"].as_array().expect("compensated");
+    assert_eq!(compensated.len(), 1, "{b}");
+    let ran = server.executions();
+    assert_eq!(
+        ran,
+        ["set_level C-1 5", "set_level FORGE 6", "set_level C-1 0"],
+        "{ran:?}"
+    );
+}
