@@ -22,6 +22,7 @@ use palisade_policy::{fence, inverse, target, ErrorCode, Refusal};
 
 use crate::config::{Config, UnboundWrites};
 use crate::context::{Binding, Enforcement};
+use crate::enforce::contract;
 use crate::enforce::facts::{InProcessGrant, Requester, WriteFacts};
 use crate::enforce::permit::{Denied, Permit};
 use crate::enforce::preimage::fetch_state;
@@ -109,7 +110,7 @@ pub(crate) async fn check(
     };
     let verified = verified?;
     let l = verified.lease();
-    check_contract(config, &binding, &facts)?;
+    contract::check(config, &binding, &facts)?;
     // A lease this sidecar granted names its caller (SPEC §5.7): only that caller may use it.
     if let Some(agent) = &l.agent_id {
         if who.caller.as_deref() != Some(agent.as_str()) {
@@ -360,7 +361,7 @@ async fn granted(
         )
     })?;
     // Check 9, as for any write.
-    check_contract(config, &binding, facts)?;
+    contract::check(config, &binding, facts)?;
     let resource = facts
         .resource
         .clone()
@@ -427,24 +428,4 @@ async fn granted(
         },
     )
     .await
-}
-
-/// Check 9: the body (or a tool call's arguments) against the bound contract's
-/// `structural.input`, and the path and query against its `structural.parameters`.
-fn check_contract(
-    config: &Config,
-    binding: &Binding<'_>,
-    facts: &WriteFacts<'_>,
-) -> Result<(), Refusal> {
-    let Some(cap) = binding.capability() else {
-        return Ok(());
-    };
-    palisade_rich::check_input(&cap.contract, facts.input, config.limits.max_json_depth)?;
-    let (path, query) = facts
-        .path
-        .split_once('?')
-        .map_or((facts.path, None), |(p, q)| (p, Some(q)));
-    let none = http::HeaderMap::new();
-    let headers = crate::net::headers::values(facts.headers.unwrap_or(&none));
-    palisade_rich::check_parameters(cap, path, query, &headers)
 }

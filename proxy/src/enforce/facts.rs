@@ -57,6 +57,9 @@ pub struct WriteFacts<'a> {
     pub resource: Option<String>,
     /// Check 9's input: an HTTP body, or a tool call's `arguments`.
     pub input: &'a [u8],
+    /// `input` as parsed already by the stage that read it (a tool call's `arguments`, an
+    /// HTTP body that admission or a connection read): check 9 does not parse it again.
+    pub parsed: Option<&'a serde_json::Value>,
     /// The whole request as sent (its digest goes into the receipt).
     pub body: &'a [u8],
     /// The path and query, recorded with the lease (and GET for check 12 on HTTP).
@@ -124,6 +127,7 @@ impl<'a> WriteFacts<'a> {
                 .and_then(|o| target::request_target(o, path).ok()),
             resource: None,
             input: body,
+            parsed: None,
             body,
             path,
             headers: Some(&parts.headers),

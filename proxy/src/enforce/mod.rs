@@ -19,6 +19,7 @@
 //! below it, never `mcp`, `authority`, `pipeline` or `control`.
 
 pub mod checks;
+pub mod contract;
 pub mod delivery;
 pub mod engine;
 pub mod escrow;

@@ -42,6 +42,10 @@ pub(crate) struct WriteRequest {
     /// A lease the sidecar grants the write itself (an RCNS step); `None`: the write carries
     /// its own in `Agent-Compensation-Lease`.
     pub grant: Option<InProcessGrant>,
+    /// `body` as a stage before parsed it (admission, a connection, an RCNS step that built
+    /// it), so that no later check parses it again; `None`: check 9 parses it if its contract
+    /// has an input schema.
+    pub input: Option<Value>,
 }
 
 /// An enforced write whose body has been read: what it came to ([`Written`]).
@@ -58,20 +62,24 @@ pub(crate) async fn run(
         bundle,
         routed,
         grant,
+        input,
     } = req;
     // The engine and the delivery read the binding from the route the request came with.
-    let leg = HttpLeg { routed };
+    let leg = HttpLeg { routed, input };
     let binding = leg.routed.binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
     if let Some(cap) = binding.capability() {
         // A bound operation that only reads needs no lease (its sideEffect says so); its
         // input contract still holds.
         if cap.contract.side_effect == SideEffect::Read {
-            let checked = palisade_rich::check_input(
-                &cap.contract,
-                &bytes,
-                state.config.limits.max_json_depth,
-            )
+            let checked = match &leg.input {
+                Some(v) => palisade_rich::check_input_value(&cap.contract, v),
+                None => palisade_rich::check_input(
+                    &cap.contract,
+                    &bytes,
+                    state.config.limits.max_json_depth,
+                ),
+            }
             .and_then(|()| {
                 palisade_rich::check_parameters(
                     cap,
@@ -103,6 +111,8 @@ pub(crate) async fn run(
 /// An HTTP write: PTCL headers in, problem+json out.
 pub(crate) struct HttpLeg {
     routed: Routed,
+    /// The body as parsed before the engine (see [`WriteRequest::input`]).
+    input: Option<Value>,
 }
 
 impl HttpLeg {
@@ -110,6 +120,7 @@ impl HttpLeg {
     pub(crate) fn of(bundle: Option<&Bundle>, parts: &http::request::Parts) -> Self {
         Self {
             routed: Routed::of(bundle, &parts.method, parts.uri.path()),
+            input: None,
         }
     }
 }
@@ -126,7 +137,10 @@ impl Leg for HttpLeg {
         _binding: &Binding<'_>,
         who: &Requester,
     ) -> WriteFacts<'a> {
-        WriteFacts::http(parts, body, who)
+        WriteFacts {
+            parsed: self.input.as_ref(),
+            ..WriteFacts::http(parts, body, who)
+        }
     }
 
     fn key<'a>(&'a self, parts: &'a http::request::Parts, body: &'a [u8]) -> KeyRequest<'a> {

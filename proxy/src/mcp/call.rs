@@ -97,6 +97,7 @@ impl ToolCall {
                 .and_then(|o| palisade_policy::target::request_target(o, &self.path).ok()),
             resource: Some(self.resource(binding)),
             input: &self.args,
+            parsed: Some(&self.arguments),
             body,
             path: &self.path,
             headers: None,

@@ -46,7 +46,7 @@ pub async fn input(
     admitted: &Admission,
     bundle: Option<&Arc<Bundle>>,
     binding: Binding<'_>,
-    bytes: &[u8],
+    input: Option<&serde_json::Value>,
     cx: &WriteContext,
 ) -> Result<(), Own> {
     let (Some(adm), Some(_), Some(bundle), Binding::Bound(cap)) =
@@ -61,8 +61,7 @@ pub async fn input(
         operation: &cap.operation,
         contract_digest: &cap.contract.digest,
     };
-    let input = palisade_policy::json::parse(bytes, state.config.limits.max_json_depth).ok();
-    admission::check_input(state, adm, admitted, input.as_ref(), &cx, call)
+    admission::check_input(state, adm, admitted, input, &cx, call)
         .await
         .map_err(Own::from)
 }

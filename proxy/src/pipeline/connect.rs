@@ -26,6 +26,7 @@ use palisade_policy::receipt::ConnectorRef;
 use palisade_policy::{ErrorCode, Refusal};
 use palisade_rich::connector::Connector;
 use palisade_rich::{connections, Bundle, Capability, Connection, DriftPolicy};
+use serde_json::Value;
 
 use crate::context::{AppState, Binding, Routed, WriteContext};
 use crate::enforce::output::{self, Observed};
@@ -62,9 +63,9 @@ pub(super) async fn request(
     state: &AppState,
     from: Source<'_>,
     parts: &mut http::request::Parts,
-    bytes: &Bytes,
+    (bytes, parsed): (&Bytes, Option<&Value>),
     cx: &mut WriteContext,
-) -> Result<Option<(Bytes, Back, Routed)>, Own> {
+) -> Result<Option<Mapped>, Own> {
     let Some(bundle) = from.bundle.filter(|b| !b.connections.is_empty()) else {
         return Ok(None);
     };
@@ -93,7 +94,7 @@ pub(super) async fn request(
     );
     let mapped = params
         .and(path)
-        .and_then(|p| Ok((p, map_request(state, conn, source, target, bytes)?)));
+        .and_then(|p| Ok((p, map_request(conn, source, target, parsed)?)));
     let (path, mapped) = match mapped {
         Ok(m) => m,
         Err(refusal) => {
@@ -106,12 +107,28 @@ pub(super) async fn request(
             return Err(receipts::record(state, refusal, cx, evidence).await.into());
         }
     };
-    readdress(parts, &target.operation, &path, mapped.len());
+    let (input, bytes) = mapped;
+    readdress(parts, &target.operation, &path, bytes.len());
     let back = Back {
         bundle: bundle.clone(),
         source: conn.source,
     };
-    Ok(Some((mapped, back, Routed::Bound(conn.target))))
+    Ok(Some(Mapped {
+        bytes,
+        input,
+        back,
+        target: Routed::Bound(conn.target),
+    }))
+}
+
+/// A request a connection mapped onto its target operation.
+pub(super) struct Mapped {
+    /// The target's body, and the same as a value (what check 9 reads).
+    pub bytes: Bytes,
+    pub input: Value,
+    /// How its answer is mapped back.
+    pub back: Back,
+    pub target: Routed,
 }
 
 pub(super) fn reference(
@@ -127,29 +144,29 @@ pub(super) fn reference(
     }
 }
 
-/// Source input → connector → target input; the mapped body's bytes.
+/// Source input → connector → target input: the mapped body, as a value and as bytes. The
+/// body was parsed once by the SoR stage (`None`: it is not I-JSON); the source contract and
+/// the connector read the same tree.
 fn map_request(
-    state: &AppState,
     conn: &Connection,
     source: &Capability,
     target: &Capability,
-    bytes: &[u8],
-) -> Result<Bytes, Refusal> {
-    // Parsed once: the source contract and the connector read the same tree.
-    let input =
-        palisade_policy::json::parse(bytes, state.config.limits.max_json_depth).map_err(|_| {
-            Refusal::new(
-                ErrorCode::ContractInput,
-                "the request body is not I-JSON, and the operation's connector maps JSON",
-            )
-            .with_location("")
-        })?;
-    palisade_rich::check_input_value(&source.contract, &input)?;
-    let out = conn.request.run(&input).map_err(Refusal::from)?;
+    parsed: Option<&Value>,
+) -> Result<(Value, Bytes), Refusal> {
+    let input = parsed.ok_or_else(|| {
+        Refusal::new(
+            ErrorCode::ContractInput,
+            "the request body is not I-JSON, and the operation's connector maps JSON",
+        )
+        .with_location("")
+    })?;
+    palisade_rich::check_input_value(&source.contract, input)?;
+    let out = conn.request.run(input).map_err(Refusal::from)?;
     palisade_rich::check_mapped_input(&target.contract, &out)?;
-    serde_json::to_vec(&out)
+    let bytes = serde_json::to_vec(&out)
         .map(Bytes::from)
-        .map_err(|_| Refusal::new(ErrorCode::Internal, "the mapped body could not be written"))
+        .map_err(|_| Refusal::new(ErrorCode::Internal, "the mapped body could not be written"))?;
+    Ok((out, bytes))
 }
 
 /// Points the request at the target operation: its method, `path` with the query kept, and

@@ -179,9 +179,21 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         let sent = forward_plain(state, parts, body::full(bytes), conn, &cx, None);
         return sent.await.map(forwarded);
     };
+    // The body parsed once, and only if something reads it as JSON: admission's granted
+    // bound, a connection's mapping, the contract's input schema (check 9).
+    let binding = routed.binding(bundle.as_deref());
+    let connected = match (&bundle, routed) {
+        (Some(b), Routed::Bound(i)) => b.connection_of(i).is_some(),
+        _ => false,
+    };
+    let schema = binding
+        .capability()
+        .is_some_and(|c| c.contract.input.is_some());
+    let mut input = (admitted.is_some() || connected || schema)
+        .then(|| palisade_policy::json::parse(&bytes, state.config.limits.max_json_depth).ok())
+        .flatten();
     if let Some(a) = &admitted {
-        let binding = routed.binding(bundle.as_deref());
-        admit::input(state, a, bundle.as_ref(), binding, &bytes, &cx).await?;
+        admit::input(state, a, bundle.as_ref(), binding, input.as_ref(), &cx).await?;
     }
     // A connection (RICH §9) maps the request onto the operation the SoR serves; everything
     // after it decides on the request the SoR will receive.
@@ -189,11 +201,14 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         bundle: bundle.as_ref(),
         routed,
     };
-    let mapped = connect::request(state, source, &mut parts, &bytes, &mut cx).await;
-    let (bytes, back, routed) = match mapped {
-        Ok(Some((mapped, back, target))) => (mapped, Some(back), target),
-        Ok(None) => (bytes, None, routed),
-        Err(own) => return Err(own),
+    let mapped = connect::request(state, source, &mut parts, (&bytes, input.as_ref()), &mut cx);
+    let (bytes, back, routed) = match mapped.await? {
+        Some(m) => {
+            // The target's input is the connector's output, as a value already.
+            input = Some(m.input);
+            (m.bytes, Some(m.back), m.target)
+        }
+        None => (bytes, None, routed),
     };
     let kept = back.as_ref().map(|_| cx.clone());
     let req = write::WriteRequest {
@@ -203,6 +218,7 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         bundle,
         routed,
         grant: None,
+        input,
     };
     let written = write::run(state, enf, conn, req).await;
     let outcome = written.outcome;

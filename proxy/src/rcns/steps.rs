@@ -199,6 +199,8 @@ impl Run {
                     bundle: self.bundle.clone(),
                     routed: crate::context::Routed::Bound(capability),
                     grant,
+                    // Built by the recipe as a value: written once, parsed never.
+                    input: req.body.clone(),
                 };
                 crate::enforce::write::run(state, enf, conn, req).await
             }
