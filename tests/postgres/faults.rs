@@ -24,19 +24,24 @@ async fn a_replica_killed_under_load_stalls_no_other() {
         next.clone(),
         stop.clone(),
     ));
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    let killed_at = next.load(Ordering::Relaxed);
+    // Under load (60 writes begun), then c is killed holding locks.
+    let counter: &AtomicU64 = &next;
+    let begun = |n: u64| move || counter.load(Ordering::Relaxed) >= 1_000_000 + n;
+    wait::until(
+        "60 writes begun under load",
+        Duration::from_secs(30),
+        begun(60),
+    )
+    .await;
+    let killed_at = next.load(Ordering::Relaxed) - 1_000_000;
     let mut c = c;
     c.child.kill().unwrap();
     c.child.wait().unwrap();
-    tokio::time::sleep(Duration::from_secs(3)).await;
+    // The others carry on: 50 more writes within 3 s of the kill (they stalled, otherwise).
+    let carry_on = "the others carry on: 50 writes within 3 s of the kill";
+    wait::until(carry_on, Duration::from_secs(3), begun(killed_at + 50)).await;
     stop.store(true, Ordering::Relaxed);
     let under_kill = loader.await.unwrap();
-    let after = next.load(Ordering::Relaxed);
-    assert!(
-        after > killed_at + 50,
-        "the others stalled after the kill: {killed_at} → {after}"
-    );
     for g in &under_kill {
         match g.status {
             None | Some(StatusCode::OK) => {}
@@ -77,7 +82,14 @@ async fn the_database_stopping_under_load_refuses_writes_and_recovers() {
         next.clone(),
         stop.clone(),
     ));
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    let counter: &AtomicU64 = &next;
+    let begun = |n: u64| move || counter.load(Ordering::Relaxed) >= 1_000_000 + n;
+    wait::until(
+        "40 writes begun under load",
+        Duration::from_secs(30),
+        begun(40),
+    )
+    .await;
     cluster.stop_immediate();
     let went = until_ready_is(&a, StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(5)).await;
     // Writes in flight when it went may have been forwarded; none after.
@@ -132,8 +144,10 @@ async fn the_database_stopping_under_load_refuses_writes_and_recovers() {
     cluster.pg_start();
     let came = until_ready_is(&a, StatusCode::OK, Duration::from_secs(5)).await;
     until_ready_is(&b, StatusCode::OK, Duration::from_secs(5)).await;
-    let recovered_from = next.load(Ordering::Relaxed);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Load goes on after the return: 50 more writes.
+    let recovered_from = next.load(Ordering::Relaxed) - 1_000_000;
+    let more = "50 writes begun after the database's return";
+    wait::until(more, Duration::from_secs(30), begun(recovered_from + 50)).await;
     stop.store(true, Ordering::Relaxed);
     let under_restart = loader.await.unwrap();
     eprintln!(
@@ -173,7 +187,7 @@ async fn the_database_stopping_under_load_refuses_writes_and_recovers() {
         StatusCode::OK,
         "writes resume without a restart"
     );
-    assert!(next.load(Ordering::Relaxed) > recovered_from);
+    assert!(next.load(Ordering::Relaxed) - 1_000_000 > recovered_from);
     given.extend(under_restart);
     assert_epochs_rise(upstream, "/items/load-");
     assert_log_holds(socket, &given).await;

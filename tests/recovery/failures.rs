@@ -216,7 +216,12 @@ async fn a_crash_under_load_loses_no_epoch_receipt_or_inverse() {
             }
         }));
     }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Mid-stream: writes keep arriving while 16 have been accepted.
+    let mid = "16 writes accepted before the kill";
+    wait::until(mid, Duration::from_secs(30), || {
+        accepted.lock().unwrap().len() >= 16
+    })
+    .await;
     let dir = kill_and_keep_state(p); // SIGKILL mid-stream
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for w in writers {
