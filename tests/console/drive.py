@@ -11,6 +11,7 @@ the operator. It exits non-zero on the first failed check, saying which. Environ
 """
 
 import json
+import shutil
 import os
 import sys
 import tempfile
@@ -55,6 +56,9 @@ def admin_call(method, path, token, body=None):
         return e.code, json.loads(e.read() or b"null")
 
 
+PROFILE = tempfile.mkdtemp(prefix="palisade-console-")
+
+
 def browser():
     opts = webdriver.ChromeOptions()
     opts.binary_location = "/usr/bin/chromium"
@@ -62,7 +66,7 @@ def browser():
         "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
         "--disable-background-networking", "--disable-component-update", "--disable-sync",
         "--disable-dev-shm-usage", "--window-size=1280,900",
-        f"--user-data-dir={tempfile.mkdtemp(prefix='palisade-console-')}",
+        f"--user-data-dir={PROFILE}",
     ):
         opts.add_argument(flag)
     # The system's chromedriver: Selenium Manager must not download one.
@@ -294,3 +298,4 @@ try:
     print("console: all checks passed", flush=True)
 finally:
     d.quit()
+    shutil.rmtree(PROFILE, ignore_errors=True)

@@ -41,10 +41,9 @@ fn containers_conf() -> PathBuf {
     static PATH: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
     PATH.get_or_init(|| {
         let dir = std::env::temp_dir();
-        let path = dir.join(format!(
-            "palisade-it-containers-{}.conf",
-            std::process::id()
-        ));
+        // One name for every run (the content never changes), so runs leave no files behind;
+        // written beside and renamed, so a concurrent run never reads half of it.
+        let path = dir.join("palisade-it-containers.conf");
         let tmp = dir.join(format!("palisade-it-containers-{}.tmp", std::process::id()));
         std::fs::write(&tmp, "[containers]\ndefault_ulimits = []\n").unwrap();
         std::fs::rename(&tmp, &path).unwrap();
