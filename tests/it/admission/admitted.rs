@@ -166,9 +166,15 @@ async fn tokens_admit_named_operations_and_everything_else_is_refused() {
             json!({"operation": PUT_OP, "contractDigest": digest_of(&put)}),
             "{name}"
         );
+        // The members that carry random or hashed text (the request id, the trace id, the
+        // signed receipt) can hold "1150" by chance; the rest must not name the input value.
+        let mut said = a.doc.clone();
+        for random in ["instance", "trace_id", "receipt"] {
+            said.as_object_mut().unwrap().remove(random);
+        }
         assert!(
-            !a.doc.to_string().contains("1150"),
-            "{name}: no input value echoed"
+            !said.to_string().contains("1150"),
+            "{name}: no input value echoed: {said}"
         );
     }
     let bounded = call(&s.p, "PUT", "/items/1", &[&t("bounded")], Some(&kept), body).await;
