@@ -33,18 +33,18 @@ use palisade_policy::lease;
 use serde_json::json;
 use tokio::time::Instant;
 
-const INVERSE: &[u8] = br#"{"method":"DELETE","path":"/x"}"#;
-
 struct Leases {
     key: KeyPair,
     base: String,
     pre_image: String,
-    inverse_digest: String,
-    inverse_b64: String,
 }
 
 impl Leases {
-    fn make(&self, path: &str) -> String {
+    /// A lease for a write to `path` and its inverse (`DELETE path`: an inverse must undo the
+    /// write's own resource, SPEC §5.4), as the two headers carry them.
+    fn make(&self, path: &str) -> (String, String) {
+        let inverse = serde_json::to_vec(&json!({"method": "DELETE", "path": path})).unwrap();
+        let jcs = palisade_policy::canon::canonicalize(&inverse, 8).unwrap();
         let f = json!({
             "ptcl_version": "1.0",
             "lease_id": format!("urn:uuid:{}", uuid::Uuid::new_v4()),
@@ -54,14 +54,15 @@ impl Leases {
             "t_granted_ms": 600_000,
             "cas_fence_epoch": 1,
             "pre_image_state_hash": self.pre_image,
-            "inverse_payload_jcs_hash": self.inverse_digest,
+            "inverse_payload_jcs_hash": Sha256Digest::of(&jcs).to_string(),
             "issued_at": lease::format_rfc3339_ms(palisade::clock::WallClock::now_ms()),
         });
-        serde_json::to_string(&lease::sign(
+        let lease = serde_json::to_string(&lease::sign(
             f.as_object().cloned().unwrap_or_default(),
             &self.key,
         ))
-        .unwrap()
+        .unwrap();
+        (lease, URL_SAFE_NO_PAD.encode(&inverse))
     }
 }
 
@@ -73,13 +74,10 @@ async fn main() {
     let seconds: u64 = args[3].parse().unwrap();
     let leases = (args[4] == "enforced").then(|| {
         let pem = std::fs::read_to_string(&args[5]).unwrap();
-        let jcs = palisade_policy::canon::canonicalize(INVERSE, 8).unwrap();
         Arc::new(Leases {
             key: KeyPair::from_pkcs8_pem(&pem).unwrap(),
             base: args[6].clone(),
             pre_image: args[7].clone(),
-            inverse_digest: Sha256Digest::of(&jcs).to_string(),
-            inverse_b64: URL_SAFE_NO_PAD.encode(INVERSE),
         })
     });
     let client: Client<_, Full<Bytes>> = Client::builder(TokioExecutor::new()).build_http();
@@ -131,9 +129,10 @@ async fn main() {
                     req = req.header("authorization", a.as_ref());
                 }
                 if let Some(l) = &leases {
+                    let (lease, inverse) = l.make(&path);
                     req = req
-                        .header("agent-compensation-lease", l.make(&path))
-                        .header("agent-compensation-inverse", l.inverse_b64.as_str());
+                        .header("agent-compensation-lease", lease)
+                        .header("agent-compensation-inverse", inverse);
                 }
                 let req = req.body(Full::new(body.clone())).unwrap();
                 // The lease is signed before the request is due, so signing is not counted.
@@ -148,15 +147,29 @@ async fn main() {
                 let t = due.unwrap_or_else(Instant::now);
                 match client.request(req).await {
                     Ok(resp) => {
-                        let ok = resp.status().is_success();
-                        let _ = resp.into_body().collect().await;
-                        if ok {
+                        let status = resp.status();
+                        let body = resp.into_body().collect().await;
+                        if status.is_success() {
                             lat.push(t.elapsed().as_micros() as u64);
                         } else {
+                            // The first refusal of a run says why (a bench that only counts
+                            // errors hides a setup that no longer matches the sidecar).
+                            if errors == 0 && conn == 0 {
+                                let text = body.map(|b| b.to_bytes()).unwrap_or_default();
+                                eprintln!(
+                                    "write_load: {status} {}",
+                                    String::from_utf8_lossy(&text)
+                                );
+                            }
                             errors += 1;
                         }
                     }
-                    Err(_) => errors += 1,
+                    Err(e) => {
+                        if errors == 0 && conn == 0 {
+                            eprintln!("write_load: {e}");
+                        }
+                        errors += 1
+                    }
                 }
             }
             (lat, errors)
