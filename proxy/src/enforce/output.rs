@@ -27,7 +27,7 @@ use crate::enforce::own::Own;
 use crate::enforce::receipts::Refused;
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::conn::ConnInfo;
-use crate::net::problem::{Failure, Purpose};
+use crate::net::problem::{Failure, Fault, Purpose};
 use crate::net::rewrite;
 
 /// What the fallback needs to send the request again: a copy of its head ([`copy_head`]),
@@ -70,7 +70,7 @@ pub(crate) async fn check(
         Err(e) => {
             let failure = match e {
                 CollectError::TooLarge(_) => Failure::ResponseTooLarge(Purpose::Checked),
-                CollectError::Read(_) => Failure::ResponseUnreadable,
+                CollectError::Read(_) => Failure::Upstream(Fault::Broken),
             };
             return Err(Own::failed(failure, &cx.trace_id));
         }

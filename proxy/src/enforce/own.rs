@@ -34,13 +34,11 @@ pub enum Own {
     Replaced(Box<Own>),
 }
 
-/// A failure and what its answer carries besides it.
+/// A failure, answered under the request's trace id.
 #[derive(Debug)]
 pub struct Failed {
     pub failure: Failure,
     pub trace_id: Arc<str>,
-    /// Headers the answer carries (a committed write's receipt and fence token).
-    pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl Own {
@@ -49,7 +47,6 @@ impl Own {
         Own::Failed(Failed {
             failure,
             trace_id: trace_id.clone(),
-            headers: Vec::new(),
         })
     }
 
@@ -89,10 +86,12 @@ impl Own {
         }
     }
 
+    /// The headers a refusal's answer carries (its receipt, the fence's epoch, a protocol's
+    /// challenge); a failure's carries none.
     fn headers(&self) -> Vec<(HeaderName, HeaderValue)> {
         match self {
             Own::Refused(r) => r.headers(),
-            Own::Failed(f) => f.headers.clone(),
+            Own::Failed(_) => Vec::new(),
             Own::Replaced(own) => own.headers(),
         }
     }
@@ -125,9 +124,7 @@ impl Own {
     pub fn rpc_doc(&self, id: Value) -> Value {
         jsonrpc::error_doc(id, self.problem().to_json())
     }
-}
 
-impl Own {
     /// This, as the answer that replaced the upstream's.
     pub fn replacing(self) -> Self {
         match self {

@@ -22,7 +22,7 @@ use crate::enforce::receipts::Refused;
 use crate::enforce::written::Written;
 use crate::net::body::{self, CollectError, ProxyBody};
 use crate::net::conn::ConnInfo;
-use crate::net::problem::{Failure, Purpose};
+use crate::net::problem::{Failure, Fault, Purpose};
 use crate::net::rewrite::build_upstream_request;
 use crate::net::upstream::UpstreamError;
 use crate::store::{Attachments, EscrowRecord, EscrowState, EscrowUpdate};
@@ -189,12 +189,7 @@ pub(crate) async fn send(
             tracing::warn!(error = %e, trace_id = %cx.trace_id, "upstream failure");
             let failure = Failure::upstream(&e);
             // Sent but unanswered: the write may or may not have happened.
-            let note = match failure {
-                Failure::Upstream {
-                    uncertain: true, ..
-                } => Some("uncertain"),
-                _ => None,
-            };
+            let note = failure.uncertain().then_some("uncertain");
             failed(Own::failed(failure, &cx.trace_id), note)
         }
     }
@@ -218,37 +213,39 @@ pub(crate) async fn settle(
     answer: Result<Response<ProxyBody>, Own>,
 ) -> Committed {
     let Settle { permit, keep, note } = what;
+    let keeps = !matches!(keep, Keep::Nothing);
     // What `keep` stores is the answer whole: the upstream's, read to its end here.
+    let mut buffered = Bytes::new();
     let answer = match answer {
-        Ok(resp) if !matches!(keep, Keep::Nothing) => {
+        Ok(resp) if keeps => {
             let (rparts, rbody) = resp.into_parts();
             match body::collect_proxy(rbody, state.config.limits.max_response).await {
-                Ok(b) => Ok(Response::from_parts(rparts, body::full(b))),
-                Err(e) => Err(Own::failed(
-                    match e {
-                        CollectError::TooLarge(_) => Failure::ResponseTooLarge(Purpose::Stored),
-                        CollectError::Read(_) => Failure::ResponseUnreadable,
-                    },
-                    &cx.trace_id,
-                )),
+                Ok(b) => {
+                    buffered = b.clone();
+                    Ok(Response::from_parts(rparts, body::full(b)))
+                }
+                Err(CollectError::TooLarge(_)) => Err(Failure::ResponseTooLarge(Purpose::Stored)),
+                Err(CollectError::Read(_)) => Err(Failure::Upstream(Fault::Broken)),
             }
+            .map_err(|f| Own::failed(f, &cx.trace_id))
         }
         answer => answer,
     };
     // A sent write's answer on the HTTP wire: the sidecar's own problem rendered here, once,
     // its code kept typed; the problem is what the client gets and what a key replays.
     let failed = answer.as_ref().err().map(Own::code);
-    let mut resp = answer.unwrap_or_else(Own::into_response);
-    let mut buffered = Bytes::new();
-    if !matches!(keep, Keep::Nothing) {
-        let (rparts, rbody) = resp.into_parts();
-        // Full bodies now (the answer read above, or a problem): nothing here can fail.
-        let b = body::collect_proxy(rbody, u64::MAX)
-            .await
-            .unwrap_or_default();
-        buffered = b.clone();
-        resp = Response::from_parts(rparts, body::full(b));
-    }
+    let mut resp = match answer {
+        Ok(resp) => resp,
+        Err(own) if keeps => {
+            let (pparts, pbody) = own.into_response().into_parts();
+            // A problem's body is whole already: this cannot fail.
+            buffered = body::collect_proxy(pbody, u64::MAX)
+                .await
+                .unwrap_or_default();
+            Response::from_parts(pparts, body::full(buffered.clone()))
+        }
+        Err(own) => own.into_response(),
+    };
     let attach = |r: &Response<ProxyBody>| match &keep {
         Keep::Nothing => Attachments::default(),
         Keep::Key(pending) => Attachments {

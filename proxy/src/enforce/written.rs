@@ -63,19 +63,20 @@ impl Written {
 
     /// The sidecar's own answer on the HTTP wire: problem+json.
     pub fn own(own: Own) -> Self {
-        let (code, outcome, receipt) = (own.code(), own.outcome(), own.receipt());
-        Self {
-            code: Some(code),
-            ..Self::with_receipt(own.into_response(), outcome, receipt)
-        }
+        Self::rendered(own, Own::into_response)
     }
 
     /// The sidecar's own answer to a tool call: a JSON-RPC error answering `id`.
     pub fn own_rpc(own: Own, id: Value) -> Self {
+        Self::rendered(own, |own| own.into_rpc(id, http::StatusCode::OK))
+    }
+
+    /// `own` rendered by `render`, its code, outcome and receipt kept beside the answer.
+    fn rendered(own: Own, render: impl FnOnce(Own) -> Response<ProxyBody>) -> Self {
         let (code, outcome, receipt) = (own.code(), own.outcome(), own.receipt());
         Self {
             code: Some(code),
-            ..Self::with_receipt(own.into_rpc(id, http::StatusCode::OK), outcome, receipt)
+            ..Self::with_receipt(render(own), outcome, receipt)
         }
     }
 

@@ -205,10 +205,7 @@ async fn tool_call(
     match admit::tool_call(state, presented, bundle.as_deref(), &binding, &call, &cx).await {
         // Admitted: the token's subject is the request's caller already (admission::take).
         Ok(()) => {}
-        Err(refused) => {
-            let status = refused.status();
-            return Err(Stop::rpc(refused, Reply { id, status }));
-        }
+        Err(refused) => return Err(Stop::admission(refused, id)),
     }
     // A connection (RICH §9, issue 37) maps the call onto the legacy tool the server has;
     // everything after this decides on the call the server will receive.
@@ -353,10 +350,7 @@ async fn list(
     // With a token, the listing shows only the bound tools it grants (SPEC §13).
     let granted = match admit::listing(state, presented, &cx).await {
         Ok(g) => g,
-        Err(refused) => {
-            let status = refused.status();
-            return Err(Stop::rpc(refused, Reply { id, status }));
-        }
+        Err(refused) => return Err(Stop::admission(refused, id)),
     };
     let (resp, outcome) =
         passed(forward_plain(state, parts, body::full(bytes), conn, &cx, None).await)?;

@@ -73,6 +73,13 @@ impl Stop {
         }
     }
 
+    /// An admission refusal: a JSON-RPC error answering `id`, its HTTP status (401, 403) and
+    /// challenge kept.
+    pub fn admission(refused: Refused, id: Value) -> Self {
+        let status = refused.status();
+        Self::rpc(refused, Reply { id, status })
+    }
+
     /// problem+json: the request went no further than the sidecar's leg to the server.
     pub fn problem(own: Own) -> Self {
         Self { own, reply: None }

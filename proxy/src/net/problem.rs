@@ -124,24 +124,26 @@ pub enum Failure {
     BodyTooLarge,
     /// A reserved path that names no endpoint; `endpoints` says which there are.
     NoEndpoint(&'static str),
-    /// The upstream failed (its code and detail: `UpstreamError::problem`); `uncertain`: it
-    /// was sent and not answered, so it may or may not have happened.
-    Upstream {
-        code: ErrorCode,
-        detail: &'static str,
-        uncertain: bool,
-    },
+    /// The upstream failed: not reached, not answering in time (sent, so it may or may not
+    /// have happened), or its connection broke (also while its answer was read).
+    Upstream(Fault),
     /// The upstream's answer exceeds `limits.max_response`: it cannot be `checked` or
     /// `stored` (the purpose the detail names).
     ResponseTooLarge(Purpose),
-    /// The upstream connection failed while its answer was read.
-    ResponseUnreadable,
     /// The fallback deployment did not answer.
     FallbackDown,
     /// A tool call sent and never answered: it may or may not have run.
     Unanswered(Silence),
     /// A task of the sidecar's failed: what could not be completed.
     Internal(Unfinished),
+}
+
+/// How the upstream failed, as the client learns it (the error itself goes to the log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    Unreachable,
+    Timeout,
+    Broken,
 }
 
 /// Why an answer had to be read whole.
@@ -178,15 +180,22 @@ pub enum Unfinished {
 }
 
 impl Failure {
-    /// The failure the upstream's error is, as the client learns it (the error itself goes to
-    /// the log).
+    /// The failure the upstream's error is.
     pub fn upstream(e: &crate::net::upstream::UpstreamError) -> Self {
-        let (code, detail) = e.problem();
-        Failure::Upstream {
-            code,
-            detail,
-            uncertain: code == ErrorCode::UpstreamTimeout,
-        }
+        use crate::net::upstream::UpstreamError;
+        Failure::Upstream(match e {
+            UpstreamError::Timeout(_) => Fault::Timeout,
+            UpstreamError::Connect(_) => Fault::Unreachable,
+            UpstreamError::Failed(_) | UpstreamError::Identity(_) => Fault::Broken,
+        })
+    }
+
+    /// Whether the call was sent and not answered: it may or may not have happened.
+    pub fn uncertain(self) -> bool {
+        matches!(
+            self,
+            Failure::Upstream(Fault::Timeout) | Failure::Unanswered(_)
+        )
     }
 
     /// Its code and detail: the one table.
@@ -201,7 +210,18 @@ impl Failure {
                 "request body exceeds limits.max_body",
             ),
             Failure::NoEndpoint(endpoints) => (ErrorCode::NotFound, endpoints),
-            Failure::Upstream { code, detail, .. } => (code, detail),
+            Failure::Upstream(Fault::Timeout) => (
+                ErrorCode::UpstreamTimeout,
+                "the upstream did not answer within upstream.timeout",
+            ),
+            Failure::Upstream(Fault::Unreachable) => (
+                ErrorCode::UpstreamUnavailable,
+                "the upstream could not be reached",
+            ),
+            Failure::Upstream(Fault::Broken) => (
+                ErrorCode::UpstreamUnavailable,
+                "the upstream connection failed",
+            ),
             Failure::ResponseTooLarge(purpose) => (
                 ErrorCode::ResponseTooLarge,
                 match purpose {
@@ -221,10 +241,6 @@ impl Failure {
                         "the tool result exceeds limits.max_response and cannot be checked"
                     }
                 },
-            ),
-            Failure::ResponseUnreadable => (
-                ErrorCode::UpstreamUnavailable,
-                "the upstream connection failed",
             ),
             Failure::FallbackDown => (
                 ErrorCode::UpstreamUnavailable,
@@ -271,13 +287,7 @@ impl Problem {
     pub fn of_failure(f: Failure, trace_id: &str) -> Self {
         let (code, detail) = f.table();
         let mut p = Self::answer(code, detail, trace_id);
-        if matches!(
-            f,
-            Failure::Upstream {
-                uncertain: true,
-                ..
-            } | Failure::Unanswered(_)
-        ) {
+        if f.uncertain() {
             p.extensions.insert("outcome".into(), json!("uncertain"));
         }
         p

@@ -39,28 +39,6 @@ pub enum UpstreamError {
     Identity(identity::Mismatch),
 }
 
-impl UpstreamError {
-    /// What the client is told of a failed upstream call: the code and a detail naming no
-    /// upstream internals (the error itself goes to the log).
-    pub fn problem(&self) -> (palisade_policy::ErrorCode, &'static str) {
-        use palisade_policy::ErrorCode;
-        match self {
-            Self::Timeout(_) => (
-                ErrorCode::UpstreamTimeout,
-                "the upstream did not answer within upstream.timeout",
-            ),
-            Self::Connect(_) => (
-                ErrorCode::UpstreamUnavailable,
-                "the upstream could not be reached",
-            ),
-            Self::Failed(_) | Self::Identity(_) => (
-                ErrorCode::UpstreamUnavailable,
-                "the upstream connection failed",
-            ),
-        }
-    }
-}
-
 /// An upstream answer made ready to pass downstream: hop-by-hop headers removed, the HTTP
 /// version left to the downstream connection.
 pub fn downstream(resp: Response<Incoming>) -> Response<ProxyBody> {

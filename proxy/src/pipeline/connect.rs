@@ -56,14 +56,16 @@ pub(super) struct Source<'a> {
     pub routed: Routed,
 }
 
-/// Maps a write addressed to a connection's source. `Ok(None)`: no connection; the request is
-/// unchanged. `Ok(Some)`: `parts` now address the target, the returned bytes are its body, and
-/// the write is routed to the target capability.
+/// Maps a write addressed to a connection's source: `parsed` is its body as the SoR stage
+/// parsed it (`None`: not I-JSON), `bytes` the same as sent, a refusal's evidence. `Ok(None)`:
+/// no connection; the request is unchanged. `Ok(Some)`: `parts` now address the target, the
+/// [`Mapped`] body is its body, and the write is routed to the target capability.
 pub(super) async fn request(
     state: &AppState,
     from: Source<'_>,
     parts: &mut http::request::Parts,
-    (bytes, parsed): (&Bytes, Option<&Value>),
+    bytes: &Bytes,
+    parsed: Option<&Value>,
     cx: &mut WriteContext,
 ) -> Result<Option<Mapped>, Own> {
     let Some(bundle) = from.bundle.filter(|b| !b.connections.is_empty()) else {

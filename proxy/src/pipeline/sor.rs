@@ -201,7 +201,7 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         bundle: bundle.as_ref(),
         routed,
     };
-    let mapped = connect::request(state, source, &mut parts, (&bytes, input.as_ref()), &mut cx);
+    let mapped = connect::request(state, source, &mut parts, &bytes, input.as_ref(), &mut cx);
     let (bytes, back, routed) = match mapped.await? {
         Some(m) => {
             // The target's input is the connector's output, as a value already.
