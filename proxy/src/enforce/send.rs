@@ -236,15 +236,19 @@ pub(crate) async fn settle(
     let failed = answer.as_ref().err().map(Own::code);
     let mut resp = match answer {
         Ok(resp) => resp,
-        Err(own) if keeps => {
-            let (pparts, pbody) = own.into_response().into_parts();
-            // A problem's body is whole already: this cannot fail.
-            buffered = body::collect_proxy(pbody, u64::MAX)
-                .await
-                .unwrap_or_default();
-            Response::from_parts(pparts, body::full(buffered.clone()))
+        Err(own) => {
+            let resp = own.into_response();
+            if keeps {
+                let (pparts, pbody) = resp.into_parts();
+                // A problem's body is whole already: this cannot fail.
+                buffered = body::collect_proxy(pbody, u64::MAX)
+                    .await
+                    .unwrap_or_default();
+                Response::from_parts(pparts, body::full(buffered.clone()))
+            } else {
+                resp
+            }
         }
-        Err(own) => own.into_response(),
     };
     let attach = |r: &Response<ProxyBody>| match &keep {
         Keep::Nothing => Attachments::default(),
