@@ -25,7 +25,7 @@ use palisade_policy::{ErrorCode, Refusal};
 use palisade_rich::admission::{self, Call, Operation};
 use palisade_rich::{Bundle, Capability};
 
-use crate::context::{AdmissionState, Admitted, AppState, Enforcement, WriteContext};
+use crate::context::{AdmissionState, Admitted, AppState, Enforcement, Recorder, WriteContext};
 use crate::enforce::receipts::{self, Refused};
 
 /// What a request was admitted with: the granted operation, its bound to check the input
@@ -47,12 +47,16 @@ pub enum Presented {
 /// Takes the request's `Authorization` off it (it was issued for this sidecar, and the SoR
 /// never sees it), unless `admission.forward_token`; whenever `[admission]` is configured (a
 /// binding may require a token where the mode is off).
-pub fn take(state: &AppState, parts: &mut http::request::Parts) -> Option<Presented> {
-    let adm = state.admission.as_ref()?;
+pub fn take(
+    adm: Option<&AdmissionState>,
+    enf: Option<&Enforcement>,
+    parts: &mut http::request::Parts,
+) -> Option<Presented> {
+    let adm = adm?;
     let presented = token(parts);
     // Leases granted, escrows held and idempotency keys scoped under this token name its
     // subject, as receipts do: one caller across a subject's tokens.
-    if let (Presented::Bearer(_), Some(enf)) = (&presented, &state.enforcement) {
+    if let (Presented::Bearer(_), Some(enf)) = (&presented, enf) {
         if let Ok(a) = verified(adm, enf, &presented) {
             parts
                 .extensions
@@ -65,6 +69,26 @@ pub fn take(state: &AppState, parts: &mut http::request::Parts) -> Option<Presen
     Some(presented)
 }
 
+/// What admission decides with: the issuers' keys and the verified-token cache, the clock
+/// that judges a token's times, and the recorder its refusals go to. Present when
+/// `[admission]` is configured and writes are enforced.
+#[derive(Clone, Copy)]
+pub struct Gate<'a> {
+    pub adm: &'a AdmissionState,
+    pub enf: &'a Enforcement,
+    pub rec: Recorder<'a>,
+}
+
+impl AppState {
+    pub fn gate(&self) -> Option<Gate<'_>> {
+        Some(Gate {
+            adm: self.admission.as_ref()?,
+            enf: self.enforcement.as_deref()?,
+            rec: self.recorder(),
+        })
+    }
+}
+
 /// Whether a call to `cap` needs a token: its binding's `runtime.admission`, else the mode.
 pub fn required(adm: &AdmissionState, cap: &Capability) -> bool {
     cap.runtime.admission.unwrap_or(adm.config.required)
@@ -72,9 +96,7 @@ pub fn required(adm: &AdmissionState, cap: &Capability) -> bool {
 
 /// Decides whether a request that presented `presented` may call `cap` of `bundle`.
 pub async fn gate(
-    state: &AppState,
-    enf: &Enforcement,
-    adm: &AdmissionState,
+    g: Gate<'_>,
     presented: &Presented,
     (bundle, cap): (&Bundle, &Capability),
     cx: &WriteContext,
@@ -84,17 +106,17 @@ pub async fn gate(
         operation: &cap.operation,
         contract_digest: &cap.contract.digest,
     };
-    let admitted = match verified(adm, enf, presented) {
+    let admitted = match verified(g.adm, g.enf, presented) {
         Ok(a) => a,
         Err(r) => {
             let shown = !matches!(presented, Presented::None);
-            return Err(refuse(state, adm, cx, r, Some(call), shown).await);
+            return Err(refuse(g.rec, g.adm, cx, r, Some(call), shown).await);
         }
     };
     let operation = match admission::admit(&admitted.grants, call) {
         Ok(op) => op.clone(),
         // The token verified, so `cx` names its subject already (`take`, then the caller).
-        Err(r) => return Err(refuse(state, adm, cx, r, Some(call), true).await),
+        Err(r) => return Err(refuse(g.rec, g.adm, cx, r, Some(call), true).await),
     };
     Ok(Admission {
         operation,
@@ -105,26 +127,23 @@ pub async fn gate(
 /// The token alone, for calls that need none but are shaped by one (MCP `tools/list`):
 /// `Ok(None)` when none was presented.
 pub async fn token_only(
-    state: &AppState,
-    enf: &Enforcement,
-    adm: &AdmissionState,
+    g: Gate<'_>,
     presented: &Presented,
     cx: &WriteContext,
 ) -> Result<Option<Arc<Admitted>>, Refused> {
     if matches!(presented, Presented::None) {
         return Ok(None);
     }
-    match verified(adm, enf, presented) {
+    match verified(g.adm, g.enf, presented) {
         Ok(a) => Ok(Some(a)),
-        Err(r) => Err(refuse(state, adm, cx, r, None, true).await),
+        Err(r) => Err(refuse(g.rec, g.adm, cx, r, None, true).await),
     }
 }
 
 /// The input of an admitted call against its granted bound; `None`: the input is not one
 /// JSON value.
 pub async fn check_input(
-    state: &AppState,
-    adm: &AdmissionState,
+    g: Gate<'_>,
     admission: &Admission,
     input: Option<&serde_json::Value>,
     cx: &WriteContext,
@@ -142,7 +161,7 @@ pub async fn check_input(
     };
     match checked {
         Ok(()) => Ok(()),
-        Err(r) => Err(refuse(state, adm, cx, r, Some(call), true).await),
+        Err(r) => Err(refuse(g.rec, g.adm, cx, r, Some(call), true).await),
     }
 }
 
@@ -198,7 +217,7 @@ fn verified(
 /// token was presented, `invalid_token` for a bad one, `insufficient_authorization_details`
 /// (with what to ask for) for one that does not admit the call.
 async fn refuse(
-    state: &AppState,
+    rec: Recorder<'_>,
     adm: &AdmissionState,
     cx: &WriteContext,
     r: Refusal,
@@ -225,7 +244,7 @@ async fn refuse(
         )
     };
     let evidence = receipts::Evidence::with_extra(&extra);
-    let refused = receipts::record(state, r, cx, evidence).await;
+    let refused = receipts::record(rec, r, cx, evidence).await;
     match HeaderValue::from_str(&challenge) {
         Ok(v) => refused.with_header(header::WWW_AUTHENTICATE, v),
         Err(_) => refused,

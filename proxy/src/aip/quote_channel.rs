@@ -25,7 +25,8 @@ use palisade_policy::aip2;
 use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 use palisade_policy::{ErrorCode, Refusal};
 
-use crate::context::{AppState, Call, Enforcement, Outcome, QuoteChannelState, WriteContext};
+use crate::config::Config;
+use crate::context::{Call, Enforcement, Outcome, QuoteChannelState, Recorder, WriteContext};
 use crate::enforce::forward::forward_plain;
 use crate::enforce::idempotency::{self, KeyTimes, Pending, Reservation};
 use crate::enforce::own::{forwarded, Own, Staged};
@@ -49,8 +50,8 @@ const POLL: Duration = Duration::from_millis(20);
 /// Whether `path` is under the quote channel, in any letter case: an agent whose router
 /// ignores case must not be reachable around the guard by another spelling (those are
 /// refused in [`handle`], not forwarded).
-pub fn is_channel(state: &AppState, path: &str) -> bool {
-    match &state.config.aip2 {
+pub fn is_channel(config: &Config, path: &str) -> bool {
+    match &config.aip2 {
         Some(a) => {
             let n = a.quote_channel.len();
             path.get(..n)
@@ -69,27 +70,28 @@ pub async fn handle(
     body: Incoming,
 ) -> Staged {
     let (state, cx) = (&**call.state, &call.cx);
+    let rec = state.recorder();
     let refused = |r: Refused| Err(Own::from(r));
     let Some(aip) = &state.config.aip2 else {
-        return refused(refuse(state, cx, not_found()).await);
+        return refused(refuse(rec, cx, not_found()).await);
     };
     let Some(rest) = parts.uri.path().strip_prefix(aip.quote_channel.as_str()) else {
         // Another letter case of the prefix.
-        return refused(refuse(state, cx, not_found()).await);
+        return refused(refuse(rec, cx, not_found()).await);
     };
     let mut segments = rest.trim_start_matches('/').split('/');
     let (Some(chain), Some(tx), None) = (segments.next(), segments.next(), segments.next()) else {
-        return refused(refuse(state, cx, not_found()).await);
+        return refused(refuse(rec, cx, not_found()).await);
     };
     if chain.is_empty() || tx.is_empty() {
-        return refused(refuse(state, cx, not_found()).await);
+        return refused(refuse(rec, cx, not_found()).await);
     }
     if parts.method != Method::POST {
         let r = Refusal::new(
             ErrorCode::MethodNotAllowed,
             "the quote channel accepts POST only",
         );
-        let r = refuse(state, cx, r).await;
+        let r = refuse(rec, cx, r).await;
         return refused(r.with_header(header::ALLOW, HeaderValue::from_static("POST")));
     }
 
@@ -99,7 +101,7 @@ pub async fn handle(
         &aip.trusted_proxies,
         aip.trusted_proxy_header,
     );
-    if let Some(r) = over_rate(state, enf, cx, &qc.rate, client, Members::QuoteChannel).await {
+    if let Some(r) = over_rate(rec, enf, cx, &qc.rate, client, Members::QuoteChannel).await {
         return refused(r);
     }
 
@@ -111,17 +113,17 @@ pub async fn handle(
                 ErrorCode::BodyTooLarge,
                 "a quote-channel message is limited to 64 KiB",
             );
-            return refused(refuse(state, cx, r).await);
+            return refused(refuse(rec, cx, r).await);
         }
         Err(CollectError::Read(_)) => {
             let r = Refusal::new(ErrorCode::BadRequest, "request body could not be read");
-            return refused(refuse(state, cx, r).await);
+            return refused(refuse(rec, cx, r).await);
         }
     };
     let now_s = u64::try_from(enf.clock.now_ms() / 1000).unwrap_or(0);
     let checked = match aip2::check(&bytes, chain, tx, &qc.rules, now_s) {
         Ok(c) => c,
-        Err(r) => return refused(refuse(state, cx, r).await),
+        Err(r) => return refused(refuse(rec, cx, r).await),
     };
 
     // The nonce store: a scoped key, so it never meets an Idempotency-Key of a write.
@@ -139,7 +141,7 @@ pub async fn handle(
         let reservation =
             match idempotency::reserve(enf, key.clone(), fingerprint.clone(), times).await {
                 Ok(r) => r,
-                Err(r) => return refused(refuse(state, cx, r).await),
+                Err(r) => return refused(refuse(rec, cx, r).await),
             };
         match reservation {
             Reservation::Fresh(p) => break p,
@@ -149,9 +151,9 @@ pub async fn handle(
                 return Ok((resp, Outcome::Forwarded));
             }
             Reservation::Running(Some(f)) if f != fingerprint => {
-                return refused(refuse(state, cx, reused()).await);
+                return refused(refuse(rec, cx, reused()).await);
             }
-            Reservation::Stored(_) => return refused(refuse(state, cx, reused()).await),
+            Reservation::Stored(_) => return refused(refuse(rec, cx, reused()).await),
             // The first copy is in flight: its reply is this one's.
             Reservation::Running(_) => {
                 if tokio::time::Instant::now() >= waited_until {
@@ -159,7 +161,7 @@ pub async fn handle(
                         ErrorCode::IdempotencyInFlight,
                         "the first copy of this message is still being delivered",
                     );
-                    return refused(refuse(state, cx, r).await);
+                    return refused(refuse(rec, cx, r).await);
                 }
                 tokio::time::sleep(POLL).await;
             }
@@ -249,6 +251,6 @@ fn reused() -> Refusal {
 }
 
 /// A receipted refusal with the SDK handler's members.
-async fn refuse(state: &AppState, cx: &WriteContext, r: Refusal) -> Refused {
-    super::refusal::refuse(state, cx, r, Members::QuoteChannel).await
+async fn refuse(rec: Recorder<'_>, cx: &WriteContext, r: Refusal) -> Refused {
+    super::refusal::refuse(rec, cx, r, Members::QuoteChannel).await
 }

@@ -7,7 +7,7 @@ use std::net::IpAddr;
 use http::{header, HeaderValue};
 use palisade_policy::{ErrorCode, Refusal};
 
-use crate::context::{AppState, Enforcement, WriteContext};
+use crate::context::{Enforcement, Recorder, WriteContext};
 use crate::enforce::receipts::{self, Refused};
 use crate::net::rate::{Admit, ClientRate};
 
@@ -32,16 +32,16 @@ impl Members {
 }
 
 /// A receipted refusal with the SDK's members.
-pub async fn refuse(state: &AppState, cx: &WriteContext, r: Refusal, members: Members) -> Refused {
+pub async fn refuse(rec: Recorder<'_>, cx: &WriteContext, r: Refusal, members: Members) -> Refused {
     let evidence = receipts::Evidence::with_extra(&members.of(&r));
-    receipts::record(state, r, cx, evidence).await
+    receipts::record(rec, r, cx, evidence).await
 }
 
 /// `Some(429)` when `client` is over `rate`. The first refusal per address and window is
 /// receipted; the rest are counted only, so a flood cannot turn into a flood of receipts
 /// (docs/decisions.md).
 pub async fn over_rate(
-    state: &AppState,
+    rec: Recorder<'_>,
     enf: &Enforcement,
     cx: &WriteContext,
     rate: &ClientRate,
@@ -61,10 +61,10 @@ pub async fn over_rate(
     );
     let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
     let refused = if receipt {
-        refuse(state, cx, r, members).await
+        refuse(rec, cx, r, members).await
     } else {
         let extra = members.of(&r).into_iter().map(|(k, v)| (k.to_owned(), v));
-        receipts::counted(state, r, cx).with_extra(extra.collect())
+        receipts::counted(rec, r, cx).with_extra(extra.collect())
     };
     Some(refused.with_header(header::RETRY_AFTER, HeaderValue::from(secs.max(1))))
 }

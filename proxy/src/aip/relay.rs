@@ -26,7 +26,8 @@ use hyper::body::Incoming;
 use palisade_policy::aip2::{self, message, Channel};
 use palisade_policy::{ErrorCode, Refusal};
 
-use crate::context::{AppState, Call, Enforcement, Outcome};
+use crate::config::Config;
+use crate::context::{Call, Enforcement, Outcome};
 use crate::enforce::own::{Own, Staged};
 use crate::enforce::receipts::Refused;
 use crate::net::body::{self, CollectError, ProxyBody};
@@ -44,8 +45,8 @@ pub const TX_PAGE: usize = 50;
 pub const INBOX_PAGE: usize = 100;
 
 /// Whether the relay serves `path`.
-pub fn is_relay(state: &AppState, path: &str) -> bool {
-    state.config.aip2.as_ref().is_some_and(|a| a.relay) && path.starts_with(PREFIX)
+pub fn is_relay(config: &Config, path: &str) -> bool {
+    config.aip2.as_ref().is_some_and(|a| a.relay) && path.starts_with(PREFIX)
 }
 
 enum Route {
@@ -70,7 +71,7 @@ pub async fn handle(
                 ErrorCode::NotFound,
                 "the relay serves /api/v1/negotiations/{txId}/messages and /api/v1/negotiations/inbox/{did}",
             );
-            return refused(refuse(state, cx, r, Members::Relay).await);
+            return refused(refuse(state.recorder(), cx, r, Members::Relay).await);
         }
     };
     let allowed = matches!(
@@ -82,7 +83,7 @@ pub async fn handle(
             ErrorCode::MethodNotAllowed,
             "the relay's message list takes GET and POST, an inbox GET",
         );
-        let r = refuse(state, cx, r, Members::Relay).await;
+        let r = refuse(state.recorder(), cx, r, Members::Relay).await;
         let allow = match route {
             Route::Messages(_) => "GET, POST",
             Route::Inbox(_) => "GET",
@@ -104,7 +105,7 @@ pub async fn handle(
         Ok(resp) => Ok((resp, Outcome::Forwarded)),
         Err(r) => {
             let full = r.code == ErrorCode::RelayFull;
-            let mut r = refuse(state, cx, r, Members::Relay).await;
+            let mut r = refuse(state.recorder(), cx, r, Members::Relay).await;
             if full {
                 r = r.with_header(header::RETRY_AFTER, HeaderValue::from_static("60"));
             }
@@ -127,7 +128,15 @@ async fn over_rate_post(
         &aip.trusted_proxies,
         aip.trusted_proxy_header,
     );
-    over_rate(state, enf, &call.cx, &qc.relay_rate, client, Members::Relay).await
+    over_rate(
+        state.recorder(),
+        enf,
+        &call.cx,
+        &qc.relay_rate,
+        client,
+        Members::Relay,
+    )
+    .await
 }
 
 /// Checks and keeps a posted message.

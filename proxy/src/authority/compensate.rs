@@ -169,7 +169,11 @@ pub(super) async fn compensate(
     let req = req
         .body(body::full(inv_body))
         .map_err(|_| bad("inverse request cannot be built"))?;
-    let identity = identity::for_route(state, &method, inv_path.split('?').next().unwrap_or(""));
+    let identity = identity::for_route(
+        state.bundle.load().as_deref(),
+        &method,
+        inv_path.split('?').next().unwrap_or(""),
+    );
     // A tool call answers failure inside an HTTP 200: a JSON-RPC error or an isError result.
     let mut tool_failed = false;
     let upstream_status = match state.upstream.send_as(req, identity.as_deref()).await {

@@ -151,7 +151,7 @@ pub async fn issue(
         .await
         .map_err(StoreError::into_refusal)?;
     let fetched = if config.pre_image_fetch {
-        let identity = identity::for_route(state, &Method::GET, path);
+        let identity = identity::for_route(state.bundle.load().as_deref(), &Method::GET, path);
         let state = preimage::fetch_state(
             config,
             &state.upstream,

@@ -100,9 +100,11 @@ pub async fn handle(
     };
     match result {
         Ok(resp) => Ok(resp),
-        Err(denied) => Err(receipts::refuse_denied(state, denied, cx, None, None)
-            .await
-            .into()),
+        Err(denied) => Err(
+            receipts::refuse_denied(state.recorder(), denied, cx, None, None)
+                .await
+                .into(),
+        ),
     }
 }
 

@@ -9,18 +9,36 @@ use crate::config::Config;
 use crate::net::upstream::Upstream;
 use crate::telemetry;
 
-/// State shared by every request of one server.
-pub struct AppState {
+/// What the write engine, its legs and every helper below a stage's entry work with: the
+/// configuration, the metrics, the upstream clients and write enforcement. Built once at
+/// start; a write's own task holds it (one `Arc`) instead of the whole server's state.
+pub struct Plane {
     pub config: Config,
     pub metrics: telemetry::Metrics,
     /// Present when `ptcl.writes` is not empty: every write goes through it.
     pub enforcement: Option<Arc<Enforcement>>,
-    /// The RICH bundle in force (SPEC §7): swapped whole on reload; a request loads it once
-    /// and is decided wholly by that version.
-    pub bundle: arc_swap::ArcSwapOption<palisade_rich::Bundle>,
     /// `upstream.shadow_url`: where DRY_RUN_SHADOW writes go instead of the SoR.
     pub shadow: Option<Upstream>,
     pub upstream: Upstream,
+}
+
+impl Plane {
+    pub fn recorder(&self) -> Recorder<'_> {
+        Recorder {
+            metrics: &self.metrics,
+            enf: self.enforcement.as_deref(),
+        }
+    }
+}
+
+/// State shared by every request of one server: the [`Plane`] (which it derefs to, so a
+/// stage reads `state.config` as any helper reads `plane.config`) and what only the stages
+/// and the admin API read.
+pub struct AppState {
+    pub plane: Arc<Plane>,
+    /// The RICH bundle in force (SPEC §7): swapped whole on reload; a request loads it once
+    /// and is decided wholly by that version.
+    pub bundle: arc_swap::ArcSwapOption<palisade_rich::Bundle>,
     /// Set on SIGTERM: `/readyz` turns 503 at once.
     pub draining: AtomicBool,
     /// MCP tools last listed with a changed definition (SPEC §7).
@@ -60,5 +78,22 @@ impl QuoteChannelState {
 impl AppState {
     pub fn is_draining(&self) -> bool {
         self.draining.load(Ordering::Relaxed)
+    }
+}
+
+/// What a refusal is recorded with (`enforce::receipts::record`): the refusal counter, and
+/// the store and drift sink when writes are enforced. The narrow handle the helpers below a
+/// stage's entry take when recording a refusal is all they do with the server's state.
+#[derive(Clone, Copy)]
+pub struct Recorder<'a> {
+    pub metrics: &'a telemetry::Metrics,
+    pub enf: Option<&'a Enforcement>,
+}
+
+impl std::ops::Deref for AppState {
+    type Target = Plane;
+
+    fn deref(&self) -> &Plane {
+        &self.plane
     }
 }

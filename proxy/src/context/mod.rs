@@ -23,7 +23,7 @@ mod request;
 mod signatures;
 
 pub use admission::{load_keys, AdmissionState, Admitted};
-pub use app::{AppState, QuoteChannelState};
+pub use app::{AppState, Plane, QuoteChannelState, Recorder};
 pub use call::Call;
 pub use cosigned::Cosigned;
 pub use enforcement::Enforcement;

@@ -300,14 +300,14 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
                     grant: None,
                     leg,
                 };
-                engine::release(state, enf, conn, w, &who, keep).await
+                engine::release(&state.plane, enf, conn, w, &who, keep).await
             }
             Err(refusal) => {
                 let evidence = receipts::Evidence {
                     body: Some(&bytes),
                     ..receipts::Evidence::default()
                 };
-                Written::refused(receipts::record(state, refusal, &cx, evidence).await)
+                Written::refused(receipts::record(state.recorder(), refusal, &cx, evidence).await)
             }
         }
     } else {
@@ -320,7 +320,7 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
             grant: None,
             leg,
         };
-        engine::release(state, enf, conn, w, &who, keep).await
+        engine::release(&state.plane, enf, conn, w, &who, keep).await
     };
     // A refusal, not a failure after the release was sent (its escrow says released).
     let refused = written

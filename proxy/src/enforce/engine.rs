@@ -26,7 +26,7 @@ use palisade_policy::{ErrorCode, Refusal};
 use palisade_rich::{Bundle, IdempotencyKey};
 use serde_json::Value;
 
-use crate::context::{AppState, Binding, Enforcement, Routed, WriteContext};
+use crate::context::{Binding, Enforcement, Plane, Recorder, Routed, WriteContext};
 use crate::enforce::checks;
 use crate::enforce::delivery::{Delivery, Keep};
 use crate::enforce::escrow;
@@ -72,7 +72,7 @@ pub(crate) trait Leg: Send + Sync + Sized + 'static {
     /// A refusal, recorded, as this surface answers it.
     fn refuse(
         &self,
-        state: &AppState,
+        rec: Recorder<'_>,
         denied: Denied,
         cx: &WriteContext,
         parts: &http::request::Parts,
@@ -92,7 +92,7 @@ pub(crate) trait Leg: Send + Sync + Sized + 'static {
     /// Sends a permitted write and commits it.
     fn deliver(
         self,
-        state: Arc<AppState>,
+        plane: Arc<Plane>,
         enf: Arc<Enforcement>,
         d: Delivery,
     ) -> impl Future<Output = Written> + Send;
@@ -113,7 +113,7 @@ pub(crate) struct Write<L> {
 
 /// Runs a write: its key rule and idempotency key, checks 1–12, then hold or delivery.
 pub(crate) async fn run<L: Leg>(
-    state: &Arc<AppState>,
+    plane: &Arc<Plane>,
     enf: &Arc<Enforcement>,
     conn: &Arc<ConnInfo>,
     w: Write<L>,
@@ -128,7 +128,7 @@ pub(crate) async fn run<L: Leg>(
     } = w;
     let binding = leg.routed().binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
-    let who = Requester::of(&state.config, &parts, conn);
+    let who = Requester::of(&plane.config, &parts, conn);
     let facts = WriteFacts {
         granted: grant,
         ..leg.facts(&parts, &body, &binding, &who)
@@ -139,7 +139,9 @@ pub(crate) async fn run<L: Leg>(
     cx.operation_key = Some(keys.operation.clone());
     cx.resource_key = Some(keys.resource.clone());
     if let Some(denied) = stop::frozen(enf, &keys) {
-        return leg.refuse(state, denied, &cx, &parts, &body).await;
+        return leg
+            .refuse(plane.recorder(), denied, &cx, &parts, &body)
+            .await;
     }
     let keep = {
         let key = leg.key(&parts, &body);
@@ -151,7 +153,9 @@ pub(crate) async fn run<L: Leg>(
                 ErrorCode::IdempotencyKeyRequired,
                 "the operation's contract requires an idempotency key",
             );
-            return leg.refuse(state, refusal.into(), &cx, &parts, &body).await;
+            return leg
+                .refuse(plane.recorder(), refusal.into(), &cx, &parts, &body)
+                .await;
         }
         let request = idempotency::Request {
             headers: &key.headers,
@@ -160,19 +164,23 @@ pub(crate) async fn run<L: Leg>(
             body: &key.body,
             caller: who.caller.as_deref(),
         };
-        let times = idempotency::KeyTimes::from_config(&state.config);
+        let times = idempotency::KeyTimes::from_config(&plane.config);
         match idempotency::begin(enf, &request, times).await {
             Ok(None) => Keep::Nothing,
             Ok(Some(Begin::Fresh(pending))) => Keep::Key(pending),
             Ok(Some(Begin::Replay { resp, receipt })) => return leg.replay(resp, receipt).await,
-            Err(refusal) => return leg.refuse(state, refusal.into(), &cx, &parts, &body).await,
+            Err(refusal) => {
+                return leg
+                    .refuse(plane.recorder(), refusal.into(), &cx, &parts, &body)
+                    .await
+            }
         }
     };
     let checked = checks::check(
         checks::Handles {
-            config: &state.config,
+            config: &plane.config,
             enf,
-            upstream: &state.upstream,
+            upstream: &plane.upstream,
         },
         facts,
         &who,
@@ -186,7 +194,9 @@ pub(crate) async fn run<L: Leg>(
         Ok(p) => p,
         Err(denied) => {
             keep.release().await;
-            return leg.refuse(state, denied, &cx, &parts, &body).await;
+            return leg
+                .refuse(plane.recorder(), denied, &cx, &parts, &body)
+                .await;
         }
     };
     let answer = leg.hold_answer();
@@ -197,7 +207,7 @@ pub(crate) async fn run<L: Leg>(
     };
     let trace_id = cx.trace_id.clone();
     let task = {
-        let (state, enf, conn) = (state.clone(), enf.clone(), conn.clone());
+        let (plane, enf, conn) = (plane.clone(), enf.clone(), conn.clone());
         tokio::spawn(async move {
             let hold = permit.disposition() == Disposition::Hold;
             let d = Delivery {
@@ -210,9 +220,9 @@ pub(crate) async fn run<L: Leg>(
                 bundle,
             };
             if hold {
-                return escrow::hold(&state, &enf, d, &who, answer).await;
+                return escrow::hold(&plane, &enf, d, &who, answer).await;
             }
-            leg.deliver(state, enf, d).await
+            leg.deliver(plane, enf, d).await
         })
     };
     match task.await {
@@ -232,7 +242,7 @@ pub(crate) async fn run<L: Leg>(
 /// the leg delivers it and `keep` (the escrow's final record) is stored with its receipt. A
 /// refusal comes back as a [`Written`] with its code and rejection receipt.
 pub(crate) async fn release<L: Leg>(
-    state: &Arc<AppState>,
+    plane: &Arc<Plane>,
     enf: &Arc<Enforcement>,
     conn: Arc<ConnInfo>,
     w: Write<L>,
@@ -254,13 +264,15 @@ pub(crate) async fn release<L: Leg>(
     let mut keys = stop::Keys::of(leg.operation_key(&parts, &binding), &facts, who);
     keys.also = cx.facing.clone();
     if let Some(denied) = stop::frozen(enf, &keys) {
-        return leg.refuse(state, denied, &cx, &parts, &body).await;
+        return leg
+            .refuse(plane.recorder(), denied, &cx, &parts, &body)
+            .await;
     }
     let checked = checks::check(
         checks::Handles {
-            config: &state.config,
+            config: &plane.config,
             enf,
-            upstream: &state.upstream,
+            upstream: &plane.upstream,
         },
         facts,
         who,
@@ -281,8 +293,11 @@ pub(crate) async fn release<L: Leg>(
                 keep,
                 bundle,
             };
-            leg.deliver(state.clone(), enf.clone(), d).await
+            leg.deliver(plane.clone(), enf.clone(), d).await
         }
-        Err(denied) => leg.refuse(state, denied, &cx, &parts, &body).await,
+        Err(denied) => {
+            leg.refuse(plane.recorder(), denied, &cx, &parts, &body)
+                .await
+        }
     }
 }

@@ -26,9 +26,9 @@ use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 use palisade_policy::{ErrorCode, Refusal};
 use serde_json::{json, Value};
 
-use crate::context::AppState;
 use crate::context::Enforcement;
 use crate::context::Outcome;
+use crate::context::Plane;
 use crate::enforce::delivery::{Delivery, Keep};
 use crate::enforce::facts::Requester;
 use crate::enforce::receipts;
@@ -78,8 +78,8 @@ pub(crate) enum Answer {
 
 /// The `escrow_held` announcement of a hold (`escrow.webhook`): who, what, until when, and
 /// where in the console; never the request.
-fn announce(state: &AppState, record: &EscrowRecord) -> Value {
-    let link = state.config.escrow.console_url.as_deref().map(|base| {
+fn announce(plane: &Plane, record: &EscrowRecord) -> Value {
+    let link = plane.config.escrow.console_url.as_deref().map(|base| {
         let base = base.split('#').next().unwrap_or(base);
         format!("{base}#/escrow/{}", record.escrow_id)
     });
@@ -93,7 +93,7 @@ fn announce(state: &AppState, record: &EscrowRecord) -> Value {
         "lease_expires_at": record
             .lease_expires_at_ms
             .map(palisade_policy::lease::format_rfc3339_ms),
-        "approvals_required": state.config.escrow.approvals,
+        "approvals_required": plane.config.escrow.approvals,
         "link": link,
     })
 }
@@ -101,7 +101,7 @@ fn announce(state: &AppState, record: &EscrowRecord) -> Value {
 /// Holds a permitted HUMAN_ESCROW write: 202 (or a tool result) with its Location and an
 /// escrow receipt.
 pub(crate) async fn hold(
-    state: &AppState,
+    plane: &Plane,
     enf: &Enforcement,
     d: Delivery,
     who: &Requester,
@@ -200,7 +200,7 @@ pub(crate) async fn hold(
     };
     let resp_body = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());
     // Announced once the hold is durable: a link to the write in the console, no payload.
-    let announcement = enf.escrow_hook.as_ref().map(|_| announce(state, &record));
+    let announcement = enf.escrow_hook.as_ref().map(|_| announce(plane, &record));
     let attach = Attachments {
         idempotency: pending.as_ref().map(|p| p.record(&resp, &resp_body)),
         freeze: None,
@@ -245,7 +245,7 @@ pub(crate) async fn hold(
                 lease: lease.as_deref(),
                 ..receipts::Evidence::default()
             };
-            let refused = receipts::record(state, refusal, cx, evidence).await;
+            let refused = receipts::record(plane.recorder(), refusal, cx, evidence).await;
             match answer {
                 Answer::Http => Written::refused(refused),
                 Answer::Mcp { id, .. } => Written::refused_rpc(refused, id),

@@ -4,7 +4,7 @@
 
 use http::{HeaderValue, Response};
 
-use crate::context::{AppState, WriteContext};
+use crate::context::{Plane, WriteContext};
 use crate::enforce::identity;
 use crate::enforce::own::Own;
 use crate::net::body::ProxyBody;
@@ -18,7 +18,7 @@ use tokio::time::Instant;
 /// Sends a request upstream as it is (no enforcement) and streams the answer back. A read of
 /// a fenced resource (`fenced_read`: its resource key) gets `Agent-Fence-Token`.
 pub(crate) async fn forward_plain(
-    state: &AppState,
+    plane: &Plane,
     parts: http::request::Parts,
     body: ProxyBody,
     conn: &ConnInfo,
@@ -27,7 +27,7 @@ pub(crate) async fn forward_plain(
 ) -> Result<Response<ProxyBody>, Own> {
     let trace_id = &*cx.trace_id;
     let bound = conn.bound_for(parts.version);
-    let upstream_req = match build_upstream_request(&state.upstream, parts, body, conn, None) {
+    let upstream_req = match build_upstream_request(&plane.upstream, parts, body, conn, None) {
         Ok(r) => r,
         Err(e) => {
             tracing::debug!(error = %e, "request target not forwardable");
@@ -36,16 +36,16 @@ pub(crate) async fn forward_plain(
     };
     let sent_at = Instant::now();
     let result =
-        crate::net::bound::send_on(&state.upstream, upstream_req, cx.identity.as_deref(), bound)
+        crate::net::bound::send_on(&plane.upstream, upstream_req, cx.identity.as_deref(), bound)
             .await;
-    state
+    plane
         .metrics
         .upstream_duration
         .record(sent_at.elapsed().as_secs_f64());
     match result {
         Ok(resp) => {
             let mut resp = crate::net::upstream::downstream(resp);
-            if let (Some(resource), Some(enf)) = (fenced_read, &state.enforcement) {
+            if let (Some(resource), Some(enf)) = (fenced_read, &plane.enforcement) {
                 // A store that cannot answer costs the read nothing but this header.
                 if let Ok(epoch @ 1..) = enf.store.epoch(&resource).await {
                     resp.headers_mut()
@@ -56,7 +56,7 @@ pub(crate) async fn forward_plain(
         }
         Err(UpstreamError::Identity(m)) => {
             tracing::warn!(error = %m, trace_id = %trace_id, "upstream identity refused");
-            Err(Own::from(identity::refused(state, cx, &m).await))
+            Err(Own::from(identity::refused(plane, cx, &m).await))
         }
         Err(e) => {
             // The full error goes to the log; the client learns only the code (STYLE §2).

@@ -5,15 +5,17 @@
 use palisade_policy::codes::{ErrorCode, Refusal};
 use palisade_policy::drift::Action;
 
-use crate::context::{AppState, WriteContext};
+use crate::context::{Plane, WriteContext};
 use crate::enforce::receipts::Refused;
 use crate::net::identity::Mismatch;
 
 /// The `deployment.identity` of the capability the bundle in force routes `method path` to.
-pub(crate) fn for_route(state: &AppState, method: &http::Method, path: &str) -> Option<String> {
-    let bundle = state.bundle.load();
-    bundle
-        .as_deref()?
+pub(crate) fn for_route(
+    bundle: Option<&palisade_rich::Bundle>,
+    method: &http::Method,
+    path: &str,
+) -> Option<String> {
+    bundle?
         .route(method.as_str(), path)?
         .deployment_identity
         .clone()
@@ -22,13 +24,13 @@ pub(crate) fn for_route(state: &AppState, method: &http::Method, path: &str) -> 
 /// Reports a mismatch: the `identity` drift event (the peer's SPIFFE ID as the observed
 /// identifier, its certificate's digest as evidence, the expected ID in the diagnostics) and
 /// the refusals counter. Returns the refusal for the response.
-pub(crate) fn report(state: &AppState, cx: &WriteContext, m: &Mismatch) -> Refusal {
+pub(crate) fn report(plane: &Plane, cx: &WriteContext, m: &Mismatch) -> Refusal {
     let refusal = Refusal::new(
         ErrorCode::DeploymentIdentity,
         "the upstream's TLS identity is not the binding's deployment.identity",
     );
     crate::enforce::output::report(
-        state,
+        plane,
         &refusal,
         cx,
         Action::Blocked,
@@ -47,7 +49,7 @@ pub(crate) fn report(state: &AppState, cx: &WriteContext, m: &Mismatch) -> Refus
 
 /// 502 `ERR_DEPLOYMENT_IDENTITY` for a request that holds no permit (a read, a pre-image
 /// fetch): the drift event and a rejection receipt. Nothing of the request reached the peer.
-pub(crate) async fn refused(state: &AppState, cx: &WriteContext, m: &Mismatch) -> Refused {
-    let refusal = report(state, cx, m);
-    crate::enforce::output::blocked(state, refusal, cx).await
+pub(crate) async fn refused(plane: &Plane, cx: &WriteContext, m: &Mismatch) -> Refused {
+    let refusal = report(plane, cx, m);
+    crate::enforce::output::blocked(plane, refusal, cx).await
 }

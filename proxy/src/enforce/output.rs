@@ -21,7 +21,7 @@ use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 use palisade_policy::{ErrorCode, Refusal};
 use palisade_rich::{Capability, DriftPolicy, SideEffect};
 
-use crate::context::AppState;
+use crate::context::Plane;
 use crate::context::WriteContext;
 use crate::enforce::own::Own;
 use crate::enforce::receipts::Refused;
@@ -52,7 +52,7 @@ pub(crate) fn copy_head(parts: &http::request::Parts) -> Option<http::request::P
 /// Applies `cap`'s output contract to `resp`. `retry` is `None` when the request cannot be
 /// sent again (its body was streamed).
 pub(crate) async fn check(
-    state: &AppState,
+    plane: &Plane,
     cap: &Capability,
     cx: &WriteContext,
     resp: Response<ProxyBody>,
@@ -65,7 +65,7 @@ pub(crate) async fn check(
         return Ok(resp);
     }
     let (parts, body) = resp.into_parts();
-    let bytes = match body::collect_proxy(body, state.config.limits.max_response).await {
+    let bytes = match body::collect_proxy(body, plane.config.limits.max_response).await {
         Ok(b) => b,
         Err(e) => {
             let failure = match e {
@@ -75,7 +75,7 @@ pub(crate) async fn check(
             return Err(Own::failed(failure, &cx.trace_id));
         }
     };
-    let verdict = match palisade_policy::json::parse(&bytes, state.config.limits.max_json_depth) {
+    let verdict = match palisade_policy::json::parse(&bytes, plane.config.limits.max_json_depth) {
         Err(_) => Err(String::new()),
         Ok(v) => schema.check(&v).map_err(|v| v.instance_location),
     };
@@ -98,16 +98,16 @@ pub(crate) async fn check(
         "the upstream response violates structural.output",
     )
     .with_location(location.clone());
-    report(state, &refusal, cx, action, Observed::payload(&bytes));
-    let blocked = || async { Err(Own::from(blocked(state, refusal, cx).await)) };
+    report(plane, &refusal, cx, action, Observed::payload(&bytes));
+    let blocked = || async { Err(Own::from(blocked(plane, refusal, cx).await)) };
     match action {
         Action::Notify => Ok(Response::from_parts(parts, body::full(bytes))),
         Action::Fallback => match (retry, &cap.runtime.fallback) {
-            (Some(r), Some(base)) => fallback(state, base, r, cx).await,
+            (Some(r), Some(base)) => fallback(plane, base, r, cx).await,
             _ => blocked().await,
         },
         Action::Quarantined => {
-            quarantine(state, &bytes);
+            quarantine(plane, &bytes);
             blocked().await
         }
         Action::Blocked => blocked().await,
@@ -140,14 +140,14 @@ impl Observed {
 /// The drift event and refusal count of a violation that no lease check caught: an output
 /// contract, the upstream's identity, a tool definition (SPEC §8).
 pub(crate) fn report(
-    state: &AppState,
+    plane: &Plane,
     refusal: &Refusal,
     cx: &WriteContext,
     action: Action,
     observed: Observed,
 ) {
-    state.metrics.refusal(refusal.code);
-    let Some(enf) = &state.enforcement else {
+    plane.metrics.refusal(refusal.code);
+    let Some(enf) = &plane.enforcement else {
         return;
     };
     if let Some(mut event) = DriftEvent::for_refusal(
@@ -172,10 +172,10 @@ pub(crate) fn report(
 }
 
 /// Keeps `bytes` for offline inspection: `drift.quarantine_dir/<hex SHA-256>`, mode 0600.
-pub(crate) fn quarantine(state: &AppState, bytes: &[u8]) {
+pub(crate) fn quarantine(plane: &Plane, bytes: &[u8]) {
     let digest = Sha256Digest::of(bytes);
-    let path = state.config.quarantine_dir.join(digest.to_hex());
-    let written = std::fs::create_dir_all(&state.config.quarantine_dir)
+    let path = plane.config.quarantine_dir.join(digest.to_hex());
+    let written = std::fs::create_dir_all(&plane.config.quarantine_dir)
         .and_then(|()| crate::fs::write_private_file(&path, bytes));
     match written {
         Err(e) => tracing::error!(error = %e, path = %path.display(), "quarantine write failed"),
@@ -188,9 +188,9 @@ pub(crate) fn quarantine(state: &AppState, bytes: &[u8]) {
 /// A refusal of a request that holds no lease (502 `ERR_CONTRACT_OUTPUT`,
 /// `ERR_DEPLOYMENT_IDENTITY`), its rejection receipt stored; the caller counted it and
 /// emitted its drift event ([`report`]).
-pub(crate) async fn blocked(state: &AppState, refusal: Refusal, cx: &WriteContext) -> Refused {
+pub(crate) async fn blocked(plane: &Plane, refusal: Refusal, cx: &WriteContext) -> Refused {
     let mut refused = Refused::answered(refusal, &cx.trace_id);
-    if let Some(enf) = &state.enforcement {
+    if let Some(enf) = &plane.enforcement {
         let body = ReceiptBody {
             method: Some(cx.method.to_string()),
             code: Some(refused.code().as_str().to_owned()),
@@ -215,7 +215,7 @@ pub(crate) async fn blocked(state: &AppState, refusal: Refusal, cx: &WriteContex
 
 /// The request again, to the pre-qualified backup deployment.
 pub(crate) async fn fallback(
-    state: &AppState,
+    plane: &Plane,
     base: &str,
     r: Retry<'_>,
     cx: &WriteContext,
@@ -226,9 +226,9 @@ pub(crate) async fn fallback(
     };
     let upstream = crate::net::upstream::Upstream::with_base(
         uri,
-        state.config.upstream.connect_timeout,
-        state.config.upstream.timeout,
-        state.config.upstream.ca.as_deref(),
+        plane.config.upstream.connect_timeout,
+        plane.config.upstream.timeout,
+        plane.config.upstream.ca.as_deref(),
     )
     .map_err(|_| failed())?;
     let req = rewrite::build_upstream_request(&upstream, r.parts, body::full(r.body), r.conn, None)

@@ -9,7 +9,7 @@ use palisade_policy::lease::{self};
 use palisade_policy::receipt::{ReceiptBody, ReceiptKind, SealedReceipt};
 use palisade_policy::{ErrorCode, Refusal};
 
-use crate::context::{AppState, Enforcement, WriteContext};
+use crate::context::{Enforcement, Recorder, WriteContext};
 use crate::enforce::permit::{Denied, Permit};
 use crate::net::body::ProxyBody;
 use crate::net::headers::{self, DRY_RUN_HEADER, FENCE_HEADER, RECEIPT_HEADER};
@@ -254,22 +254,22 @@ impl Refused {
 
 /// A refusal counted in `palisade_refusals_total` and not receipted: past the first of a
 /// rate window (a flood must not become a flood of durable writes).
-pub fn counted(state: &AppState, refusal: Refusal, cx: &WriteContext) -> Refused {
-    state.metrics.refusal(refusal.code);
+pub fn counted(rec: Recorder<'_>, refusal: Refusal, cx: &WriteContext) -> Refused {
+    rec.metrics.refusal(refusal.code);
     Refused::answered(refusal, &cx.trace_id)
 }
 
 /// The one refusal path: counts the refusal, stores its rejection receipt and emits its drift
 /// event (when enforcement is on), and gives the [`Refused`] each surface renders.
 pub async fn record(
-    state: &AppState,
+    rec: Recorder<'_>,
     refusal: Refusal,
     cx: &WriteContext,
     evidence: Evidence<'_>,
 ) -> Refused {
-    state.metrics.refusal(refusal.code);
+    rec.metrics.refusal(refusal.code);
     let request_id = uuid::Uuid::new_v4().to_string();
-    let receipt = match &state.enforcement {
+    let receipt = match rec.enf {
         Some(enf) => keep(enf, &refusal, cx, &evidence).await,
         None => None,
     };
@@ -383,7 +383,7 @@ pub(crate) fn carried_lease(headers: &http::HeaderMap) -> Option<Vec<u8>> {
 
 /// A refused check, recorded ([`record`]) with the lease and body it came with.
 pub(crate) async fn refuse_denied(
-    state: &AppState,
+    rec: Recorder<'_>,
     denied: Denied,
     cx: &WriteContext,
     lease: Option<&[u8]>,
@@ -402,20 +402,20 @@ pub(crate) async fn refuse_denied(
         peer: peer.as_ref(),
         extra,
     };
-    record(state, refusal, cx, evidence).await
+    record(rec, refusal, cx, evidence).await
 }
 
 /// A refused HTTP write, recorded: the lease it carried in `Agent-Compensation-Lease` and its
 /// body are the evidence.
 pub(crate) async fn refuse_write(
-    state: &AppState,
+    rec: Recorder<'_>,
     parts: &http::request::Parts,
     denied: Denied,
     cx: &WriteContext,
     body: &[u8],
 ) -> Refused {
     let lease = carried_lease(&parts.headers);
-    refuse_denied(state, denied, cx, lease.as_deref(), Some(body)).await
+    refuse_denied(rec, denied, cx, lease.as_deref(), Some(body)).await
 }
 
 /// The `lease_id` of a refused lease document (which may not verify), for its receipt.

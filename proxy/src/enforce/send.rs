@@ -9,9 +9,9 @@ use palisade_policy::ErrorCode;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::context::AppState;
 use crate::context::Enforcement;
 use crate::context::Outcome;
+use crate::context::Plane;
 use crate::context::WriteContext;
 use crate::enforce::delivery::{Delivery, Keep};
 use crate::enforce::identity;
@@ -65,7 +65,7 @@ pub(crate) struct Settle<'n> {
 /// outcome too: its epoch stays advanced (the write may have landed) and its receipt says
 /// what the client saw.
 pub(crate) async fn forward(
-    state: &AppState,
+    plane: &Plane,
     enf: &Enforcement,
     d: Delivery,
     cap: Option<&Capability>,
@@ -81,10 +81,10 @@ pub(crate) async fn forward(
     } = d;
     let (conn, cx) = (&*conn, &cx);
     let dry_run = permit.is_dry_run();
-    let target = match (&state.shadow, dry_run) {
+    let target = match (&plane.shadow, dry_run) {
         (Some(shadow), true) => Some(shadow),
         (None, true) => None,
-        _ => Some(&state.upstream),
+        _ => Some(&plane.upstream),
     };
     let Sent {
         answer,
@@ -106,19 +106,19 @@ pub(crate) async fn forward(
         }
         Some(upstream) => {
             let req = http::Request::from_parts(parts, bytes);
-            send(state, upstream, &permit, req, conn, cx).await
+            send(plane, upstream, &permit, req, conn, cx).await
         }
     };
     // The write has happened; an answer that breaks the output contract is still not passed
     // on (no fallback: a write is not sent twice).
     let answer = match (cap, answer) {
         (Some(cap), Ok(resp)) if target.is_some() => {
-            crate::enforce::output::check(state, cap, cx, resp, None).await
+            crate::enforce::output::check(plane, cap, cx, resp, None).await
         }
         (_, answer) => answer,
     };
     let what = Settle { permit, keep, note };
-    let settled = settle(state, enf, cx, what, answer).await;
+    let settled = settle(plane, enf, cx, what, answer).await;
     Written {
         code: settled.failed,
         ..Written::with_receipt(settled.resp, outcome, settled.receipt)
@@ -128,7 +128,7 @@ pub(crate) async fn forward(
 /// The upstream leg of a permitted write: the fence token on, the binding's identity and
 /// timeout applied, a failure turned into the problem the client gets.
 pub(crate) async fn send(
-    state: &AppState,
+    plane: &Plane,
     upstream: &crate::net::upstream::Upstream,
     permit: &Permit,
     req: http::Request<Bytes>,
@@ -166,7 +166,7 @@ pub(crate) async fn send(
         },
         None => send.await,
     };
-    state
+    plane
         .metrics
         .upstream_duration
         .record(sent_at.elapsed().as_secs_f64());
@@ -180,7 +180,7 @@ pub(crate) async fn send(
             // The handshake failed: nothing of the write left the sidecar. The epoch has
             // moved; the commit receipt says the write was not sent.
             tracing::warn!(error = %m, trace_id = %cx.trace_id, "upstream identity refused");
-            let refusal = identity::report(state, cx, &m);
+            let refusal = identity::report(plane, cx, &m);
             let own = Own::from(Refused::answered(refusal, &cx.trace_id));
             failed(own, Some("not-sent"))
         }
@@ -206,7 +206,7 @@ pub(crate) struct Committed {
 /// The commit of a forwarded write whose answer is final: the answer buffered when `keep`
 /// stores it, then the receipt with what `keep` asks for, in one durable transaction.
 pub(crate) async fn settle(
-    state: &AppState,
+    plane: &Plane,
     enf: &Enforcement,
     cx: &WriteContext,
     what: Settle<'_>,
@@ -219,7 +219,7 @@ pub(crate) async fn settle(
     let answer = match answer {
         Ok(resp) if keeps => {
             let (rparts, rbody) = resp.into_parts();
-            match body::collect_proxy(rbody, state.config.limits.max_response).await {
+            match body::collect_proxy(rbody, plane.config.limits.max_response).await {
                 Ok(b) => {
                     buffered = b.clone();
                     Ok(Response::from_parts(rparts, body::full(b)))

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use http::Response;
 use serde_json::Value;
 
-use crate::context::{AppState, Binding, Enforcement, Outcome, Routed, WriteContext};
+use crate::context::{Binding, Enforcement, Outcome, Plane, Recorder, Routed, WriteContext};
 use crate::enforce::delivery::Delivery;
 use crate::enforce::engine::{self, KeyRequest, Leg, Write};
 use crate::enforce::escrow;
@@ -50,7 +50,7 @@ pub(crate) struct WriteRequest {
 
 /// An enforced write whose body has been read: what it came to ([`Written`]).
 pub(crate) async fn run(
-    state: &Arc<AppState>,
+    plane: &Arc<Plane>,
     enf: &Arc<Enforcement>,
     conn: &Arc<ConnInfo>,
     req: WriteRequest,
@@ -77,7 +77,7 @@ pub(crate) async fn run(
                 None => palisade_rich::check_input(
                     &cap.contract,
                     &bytes,
-                    state.config.limits.max_json_depth,
+                    plane.config.limits.max_json_depth,
                 ),
             }
             .and_then(|()| {
@@ -89,9 +89,11 @@ pub(crate) async fn run(
                 )
             });
             if let Err(refusal) = checked {
-                return leg.refuse(state, refusal.into(), &cx, &parts, &bytes).await;
+                return leg
+                    .refuse(plane.recorder(), refusal.into(), &cx, &parts, &bytes)
+                    .await;
             }
-            return match forward_plain(state, parts, body::full(bytes), conn, &cx, None).await {
+            return match forward_plain(plane, parts, body::full(bytes), conn, &cx, None).await {
                 Ok(resp) => Written::plain(resp, Outcome::Forwarded),
                 Err(own) => Written::own(own),
             };
@@ -105,7 +107,7 @@ pub(crate) async fn run(
         grant,
         leg,
     };
-    engine::run(state, enf, conn, w).await
+    engine::run(plane, enf, conn, w).await
 }
 
 /// An HTTP write: PTCL headers in, problem+json out.
@@ -162,13 +164,13 @@ impl Leg for HttpLeg {
 
     async fn refuse(
         &self,
-        state: &AppState,
+        rec: Recorder<'_>,
         denied: Denied,
         cx: &WriteContext,
         parts: &http::request::Parts,
         body: &[u8],
     ) -> Written {
-        Written::refused(receipts::refuse_write(state, parts, denied, cx, body).await)
+        Written::refused(receipts::refuse_write(rec, parts, denied, cx, body).await)
     }
 
     async fn replay(&self, resp: Response<ProxyBody>, receipt: Option<Value>) -> Written {
@@ -179,9 +181,9 @@ impl Leg for HttpLeg {
         escrow::Answer::Http
     }
 
-    async fn deliver(self, state: Arc<AppState>, enf: Arc<Enforcement>, d: Delivery) -> Written {
+    async fn deliver(self, plane: Arc<Plane>, enf: Arc<Enforcement>, d: Delivery) -> Written {
         let bundle = d.bundle.clone();
         let cap = self.routed.binding(bundle.as_deref()).capability();
-        send::forward(&state, &enf, d, cap).await
+        send::forward(&plane, &enf, d, cap).await
     }
 }

@@ -11,53 +11,48 @@ use palisade_rich::Bundle;
 use serde_json::Value;
 
 use super::call::ToolCall;
-use crate::admission::{self, Presented};
-use crate::context::{AppState, Binding, WriteContext};
+use crate::admission::{self, Gate, Presented};
+use crate::context::{Binding, WriteContext};
 use crate::enforce::receipts::Refused;
 
 /// Decides a tool call; `Ok` when admission does not apply or admits it.
 pub(super) async fn tool_call(
-    state: &AppState,
+    gate: Option<Gate<'_>>,
     presented: Option<&Presented>,
     bundle: Option<&Bundle>,
     binding: &Binding<'_>,
     call: &ToolCall,
     cx: &WriteContext,
 ) -> Result<(), Refused> {
-    let (Some(adm), Some(enf), Some(bundle), Some(presented), Binding::Bound(cap)) = (
-        &state.admission,
-        &state.enforcement,
-        bundle,
-        presented,
-        binding,
-    ) else {
+    let (Some(g), Some(bundle), Some(presented), Binding::Bound(cap)) =
+        (gate, bundle, presented, binding)
+    else {
         return Ok(());
     };
-    if !admission::required(adm, cap) {
+    if !admission::required(g.adm, cap) {
         return Ok(());
     }
-    let admitted = admission::gate(state, enf, adm, presented, (bundle, cap), cx).await?;
+    let admitted = admission::gate(g, presented, (bundle, cap), cx).await?;
     let named = Call {
         binding_id: &bundle.binding_id,
         operation: &cap.operation,
         contract_digest: &cap.contract.digest,
     };
-    admission::check_input(state, adm, &admitted, Some(&call.arguments), cx, named).await?;
+    admission::check_input(g, &admitted, Some(&call.arguments), cx, named).await?;
     Ok(())
 }
 
 /// The bound tools a listing may show: `None` (all) without a token; with a valid one, the
 /// tool names it grants.
 pub(super) async fn listing(
-    state: &AppState,
+    gate: Option<Gate<'_>>,
     presented: Option<&Presented>,
     cx: &WriteContext,
 ) -> Result<Option<BTreeSet<String>>, Refused> {
-    let (Some(adm), Some(enf), Some(presented)) = (&state.admission, &state.enforcement, presented)
-    else {
+    let (Some(g), Some(presented)) = (gate, presented) else {
         return Ok(None);
     };
-    let Some(admitted) = admission::token_only(state, enf, adm, presented, cx).await? else {
+    let Some(admitted) = admission::token_only(g, presented, cx).await? else {
         return Ok(None);
     };
     Ok(Some(

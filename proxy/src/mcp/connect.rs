@@ -28,7 +28,7 @@ use palisade_rich::{Bundle, Contract, DriftPolicy};
 use serde_json::{json, Value};
 
 use super::wire::NAME_HEADER;
-use crate::context::{AppState, WriteContext};
+use crate::context::{Plane, WriteContext};
 use crate::enforce::output::{self, Observed};
 
 /// What a connected call's result needs to be mapped back.
@@ -124,7 +124,7 @@ pub(crate) enum MappedResult {
 
 /// A complete, non-error result `msg` through `back` (its drift event reported here).
 pub(crate) fn map_result(
-    state: &AppState,
+    plane: &Plane,
     cx: &WriteContext,
     back: &Back,
     mut msg: Value,
@@ -168,10 +168,10 @@ pub(crate) fn map_result(
             };
             let refusal = refusal.with_status(502);
             if back.on_drift == DriftPolicy::Notify {
-                output::report(state, &refusal, cx, Action::Notify, observed);
+                output::report(plane, &refusal, cx, Action::Notify, observed);
                 return MappedResult::Passed(msg);
             }
-            output::report(state, &refusal, cx, Action::Blocked, observed);
+            output::report(plane, &refusal, cx, Action::Blocked, observed);
             MappedResult::Refused(refusal)
         }
     }

@@ -17,7 +17,7 @@ use serde_json::{json, Value};
 
 use super::call::{self, ToolCall};
 use super::{relay, results, PROTOCOL_HEADER};
-use crate::context::{AppState, Binding, Enforcement, Outcome, Routed, WriteContext};
+use crate::context::{Binding, Enforcement, Outcome, Plane, Recorder, Routed, WriteContext};
 use crate::enforce::delivery::Delivery;
 use crate::enforce::engine::{KeyRequest, Leg};
 use crate::enforce::escrow;
@@ -123,7 +123,7 @@ impl Leg for McpLeg {
 
     async fn refuse(
         &self,
-        state: &AppState,
+        rec: Recorder<'_>,
         denied: Denied,
         cx: &WriteContext,
         _parts: &http::request::Parts,
@@ -133,7 +133,7 @@ impl Leg for McpLeg {
             lease: self.call.lease.as_deref(),
             body: &self.call.args,
         };
-        let r = super::refusal::record(state, cx, denied, carried).await;
+        let r = super::refusal::record(rec, cx, denied, carried).await;
         Written::refused_rpc(r, self.id.clone())
     }
 
@@ -150,7 +150,7 @@ impl Leg for McpLeg {
         }
     }
 
-    async fn deliver(self, state: Arc<AppState>, enf: Arc<Enforcement>, d: Delivery) -> Written {
+    async fn deliver(self, plane: Arc<Plane>, enf: Arc<Enforcement>, d: Delivery) -> Written {
         let Delivery {
             permit,
             mut parts,
@@ -170,12 +170,12 @@ impl Leg for McpLeg {
             keep,
             told: Some(told),
         };
-        let upstream = match (commit.permit.is_dry_run(), &state.shadow) {
-            (false, _) => &state.upstream,
+        let upstream = match (commit.permit.is_dry_run(), &plane.shadow) {
+            (false, _) => &plane.upstream,
             (true, Some(shadow)) => shadow,
             // DRY_RUN_SHADOW with no shadow deployment: the sidecar answers.
             (true, None) => {
-                let resp = results::dry_run(&state, &cx, self.id, self.typed, commit).await;
+                let resp = results::dry_run(&plane, &cx, self.id, self.typed, commit).await;
                 return Written {
                     settled: Some(settled),
                     ..Written::plain(resp, Outcome::Forwarded)
@@ -186,9 +186,9 @@ impl Leg for McpLeg {
         parts.headers.remove(idempotency::KEY_HEADER);
         let forwarded = call::without_ptcl(self.msg);
         let req = http::Request::from_parts(parts, forwarded);
-        let sent = send::send(&state, upstream, &commit.permit, req, &conn, &cx).await;
+        let sent = send::send(&plane, upstream, &commit.permit, req, &conn, &cx).await;
         let outcome = sent.outcome;
-        let resp = relay::relay(&state, &cx, rule, self.id, sent, Some(commit)).await;
+        let resp = relay::relay(&plane, &cx, rule, self.id, sent, Some(commit)).await;
         // Committed by the relay when the answer arrives: its receipt is in the answer, and
         // told, typed, to whoever runs the call (an RCNS step).
         Written {

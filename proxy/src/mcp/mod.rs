@@ -75,7 +75,14 @@ async fn serve(
         // The transport's DNS-rebinding rule (SPEC §11): 403, the body a JSON-RPC error
         // with no id, as the MCP transport says.
         let reply = Reply::transport(StatusCode::FORBIDDEN);
-        return refuse(state, cx, refusal.into(), Carried::default(), reply).await;
+        return refuse(
+            state.recorder(),
+            cx,
+            refusal.into(),
+            Carried::default(),
+            reply,
+        )
+        .await;
     }
     if parts.method != Method::POST {
         // GET streams and the session DELETE carry no JSON-RPC request to check.
@@ -100,7 +107,7 @@ async fn serve(
                 ),
             };
             let (carried, reply) = (Carried::default(), Reply::transport(status));
-            return refuse(state, cx, refusal.into(), carried, reply).await;
+            return refuse(state.recorder(), cx, refusal.into(), carried, reply).await;
         }
     };
     // What we check must be what the server reads: a body our strict parser refuses
@@ -113,7 +120,14 @@ async fn serve(
                 "the body is not a single well-formed I-JSON document",
             );
             let reply = Reply::transport(StatusCode::BAD_REQUEST);
-            return refuse(state, cx, refusal.into(), Carried::body(&bytes), reply).await;
+            return refuse(
+                state.recorder(),
+                cx,
+                refusal.into(),
+                Carried::body(&bytes),
+                reply,
+            )
+            .await;
         }
     };
     if let Value::Array(batch) = &msg {
@@ -124,7 +138,14 @@ async fn serve(
                 "a tools/call must be sent alone, not in a JSON-RPC batch",
             );
             let reply = Reply::transport(StatusCode::BAD_REQUEST);
-            return refuse(state, cx, refusal.into(), Carried::body(&bytes), reply).await;
+            return refuse(
+                state.recorder(),
+                cx,
+                refusal.into(),
+                Carried::body(&bytes),
+                reply,
+            )
+            .await;
         }
         return passed(forward_plain(state, parts, body::full(bytes), conn, cx, None).await);
     }
@@ -134,7 +155,14 @@ async fn serve(
             id,
             status: StatusCode::BAD_REQUEST,
         };
-        return refuse(state, cx, refusal.into(), Carried::body(&bytes), reply).await;
+        return refuse(
+            state.recorder(),
+            cx,
+            refusal.into(),
+            Carried::body(&bytes),
+            reply,
+        )
+        .await;
     }
     let rpc = Rpc { bytes, msg, id };
     match method_of(&rpc.msg) {
@@ -189,7 +217,14 @@ async fn tool_call(
     let Some(call) = call::ToolCall::of(&msg) else {
         let refusal = Refusal::new(ErrorCode::BadRequest, "tools/call needs params.name");
         let carried = Carried::body(&bytes);
-        return refuse(state, &cx, refusal.into(), carried, Reply::to(id)).await;
+        return refuse(
+            state.recorder(),
+            &cx,
+            refusal.into(),
+            carried,
+            Reply::to(id),
+        )
+        .await;
     };
     cx.operation = format!("tools/call {}", call.name);
     let bundle = state.bundle.load_full();
@@ -198,11 +233,27 @@ async fn tool_call(
     cx.bind(bundle.as_deref(), &binding);
     if let Some(refusal) = pin_drifted(state, bundle.as_deref(), &binding, &call.name) {
         let carried = Carried::body(&bytes);
-        return refuse(state, &cx, refusal.into(), carried, Reply::to(id)).await;
+        return refuse(
+            state.recorder(),
+            &cx,
+            refusal.into(),
+            carried,
+            Reply::to(id),
+        )
+        .await;
     }
     // RICH admission (SPEC §13): the tool, its contract digest and the granted bound over
     // its arguments, before anything else is looked at.
-    match admit::tool_call(state, presented, bundle.as_deref(), &binding, &call, &cx).await {
+    match admit::tool_call(
+        state.gate(),
+        presented,
+        bundle.as_deref(),
+        &binding,
+        &call,
+        &cx,
+    )
+    .await
+    {
         // Admitted: the token's subject is the request's caller already (admission::take).
         Ok(()) => {}
         Err(refused) => return Err(Stop::admission(refused, id)),
@@ -218,7 +269,14 @@ async fn tool_call(
                     let refusal =
                         Refusal::new(ErrorCode::Internal, "the mapped call names no tool");
                     let carried = Carried::body(&bytes);
-                    return refuse(state, &cx, refusal.into(), carried, Reply::to(id)).await;
+                    return refuse(
+                        state.recorder(),
+                        &cx,
+                        refusal.into(),
+                        carried,
+                        Reply::to(id),
+                    )
+                    .await;
                 };
                 (msg, bytes, call, routed, back) =
                     (m.msg, m.bytes, mapped_call, Routed::Bound(m.target), m.back);
@@ -227,7 +285,14 @@ async fn tool_call(
                 let binding = routed.binding(Some(b));
                 if let Some(refusal) = pin_drifted(state, Some(b), &binding, &call.name) {
                     let carried = Carried::body(&bytes);
-                    return refuse(state, &cx, refusal.into(), carried, Reply::to(id)).await;
+                    return refuse(
+                        state.recorder(),
+                        &cx,
+                        refusal.into(),
+                        carried,
+                        Reply::to(id),
+                    )
+                    .await;
                 }
             }
             Err(refusal) => {
@@ -235,7 +300,14 @@ async fn tool_call(
                     lease: call.lease.as_deref(),
                     body: &call.args,
                 };
-                return refuse(state, &cx, refusal.into(), carried, Reply::to(id)).await;
+                return refuse(
+                    state.recorder(),
+                    &cx,
+                    refusal.into(),
+                    carried,
+                    Reply::to(id),
+                )
+                .await;
             }
         }
     }
@@ -248,7 +320,7 @@ async fn tool_call(
             body: &call.args,
         };
         let (cx, reply) = (&cx, Reply::to(id.clone()));
-        async move { refuse(state, cx, denied, carried, reply).await }
+        async move { refuse(state.recorder(), cx, denied, carried, reply).await }
     };
 
     let Some(enf) = state
@@ -282,7 +354,7 @@ async fn tool_call(
             let sent = send::Sent::passed(answer);
             let outcome = sent.outcome;
             return Ok((
-                relay::relay(state, &cx, rule, id, sent, None).await,
+                relay::relay(&state.plane, &cx, rule, id, sent, None).await,
                 outcome,
             ));
         }
@@ -306,7 +378,7 @@ async fn tool_call(
         grant: None,
         leg,
     };
-    Ok(Box::pin(engine::run(state, &enf, conn, w))
+    Ok(Box::pin(engine::run(&state.plane, &enf, conn, w))
         .await
         .into_pair())
 }
@@ -348,7 +420,7 @@ async fn list(
     cx.operation = "tools/list".to_owned();
     cx.bind(bundle.as_deref(), &Binding::Unbound);
     // With a token, the listing shows only the bound tools it grants (SPEC §13).
-    let granted = match admit::listing(state, presented, &cx).await {
+    let granted = match admit::listing(state.gate(), presented, &cx).await {
         Ok(g) => g,
         Err(refused) => return Err(Stop::admission(refused, id)),
     };
@@ -371,7 +443,7 @@ async fn list(
     if content_type.starts_with("text/event-stream") {
         let (state, cx) = (state.clone(), cx.clone());
         let body = sse::map_json(rbody, limit as usize, move |v| {
-            let pinned = pinning::filter(&state, &cx, &bundle, v);
+            let pinned = pinning::filter(&state.plane, &state.mcp_drifted, &cx, &bundle, v);
             match admit::only_granted(pinned.as_ref().unwrap_or(v), &bundle, granted.as_ref())
                 .or(pinned)
             {
@@ -391,7 +463,7 @@ async fn list(
         }
     };
     let filtered = serde_json::from_slice::<Value>(&b).ok().and_then(|v| {
-        let pinned = pinning::filter(state, &cx, &bundle, &v);
+        let pinned = pinning::filter(&state.plane, &state.mcp_drifted, &cx, &bundle, &v);
         admit::only_granted(pinned.as_ref().unwrap_or(&v), &bundle, granted.as_ref()).or(pinned)
     });
     let out = match filtered {

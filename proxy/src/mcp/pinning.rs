@@ -19,8 +19,8 @@ use palisade_rich::{Bundle, DriftPolicy};
 use serde_json::Value;
 
 use crate::config::UnboundWrites;
-use crate::context::AppState;
 use crate::context::WriteContext;
+use crate::context::{Drifted, Plane};
 
 /// Whether a drifted tool's calls are refused under `policy`.
 pub fn refuses_calls(policy: DriftPolicy) -> bool {
@@ -29,7 +29,13 @@ pub fn refuses_calls(policy: DriftPolicy) -> bool {
 
 /// The `tools/list` response `msg` with changed and unknown tools handled; `None` when it
 /// needs no change (or is not a `tools/list` result).
-pub fn filter(state: &AppState, cx: &WriteContext, bundle: &Bundle, msg: &Value) -> Option<Value> {
+pub fn filter(
+    plane: &Plane,
+    pins: &Drifted,
+    cx: &WriteContext,
+    bundle: &Bundle,
+    msg: &Value,
+) -> Option<Value> {
     let tools = msg.get("result")?.get("tools")?.as_array()?;
     let mut kept = Vec::with_capacity(tools.len());
     let mut changed = false;
@@ -37,9 +43,9 @@ pub fn filter(state: &AppState, cx: &WriteContext, bundle: &Bundle, msg: &Value)
         let name = tool.get("name").and_then(Value::as_str).unwrap_or("");
         let keep = match bundle.tool(name) {
             None => {
-                if state.config.unbound_writes == UnboundWrites::Deny {
+                if plane.config.unbound_writes == UnboundWrites::Deny {
                     report(
-                        state,
+                        plane,
                         cx,
                         (name, tool),
                         None,
@@ -57,15 +63,13 @@ pub fn filter(state: &AppState, cx: &WriteContext, bundle: &Bundle, msg: &Value)
                     let listed = Sha256Digest::of_json(tool);
                     let drifted = &listed != pinned;
                     let removes = refuses_calls(cap.runtime.on_drift);
-                    state
-                        .mcp_drifted
-                        .mark(&bundle.digest, name, drifted && removes);
+                    pins.mark(&bundle.digest, name, drifted && removes);
                     if drifted {
                         let action = match cap.runtime.on_drift {
                             DriftPolicy::Notify => Action::Notify,
                             DriftPolicy::Quarantine => {
                                 crate::enforce::output::quarantine(
-                                    state,
+                                    plane,
                                     &palisade_policy::canon::to_vec(tool),
                                 );
                                 Action::Quarantined
@@ -75,7 +79,7 @@ pub fn filter(state: &AppState, cx: &WriteContext, bundle: &Bundle, msg: &Value)
                         let expected = pinned.spelled(Spelling::ShaDash256);
                         let listed = (name, tool);
                         let why = "changed-definition";
-                        report(state, cx, listed, Some(expected), action, why);
+                        report(plane, cx, listed, Some(expected), action, why);
                     }
                     !(drifted && removes)
                 }
@@ -98,7 +102,7 @@ pub fn filter(state: &AppState, cx: &WriteContext, bundle: &Bundle, msg: &Value)
 /// A `tool-definition` drift event naming the tool; the evidence is the listed definition
 /// (`listed`: the tool's name and definition as the server listed them).
 fn report(
-    state: &AppState,
+    plane: &Plane,
     cx: &WriteContext,
     (tool, definition): (&str, &Value),
     expected: Option<String>,
@@ -110,7 +114,7 @@ fn report(
         "a listed tool does not match its pinned definition",
     );
     crate::enforce::output::report(
-        state,
+        plane,
         &refusal,
         cx,
         action,

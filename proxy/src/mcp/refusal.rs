@@ -5,7 +5,7 @@
 use http::{Response, StatusCode};
 use serde_json::Value;
 
-use crate::context::{AppState, Outcome, WriteContext};
+use crate::context::{Outcome, Recorder, WriteContext};
 use crate::enforce::own::Own;
 use crate::enforce::permit::Denied;
 use crate::enforce::receipts::{self, Refused};
@@ -98,13 +98,13 @@ impl Stop {
 
 /// A refusal, recorded, as a JSON-RPC error answering `reply`.
 pub(crate) async fn refuse(
-    state: &AppState,
+    rec: Recorder<'_>,
     cx: &WriteContext,
     denied: Denied,
     carried: Carried<'_>,
     reply: Reply,
 ) -> Staged {
-    Err(Stop::rpc(record(state, cx, denied, carried).await, reply))
+    Err(Stop::rpc(record(rec, cx, denied, carried).await, reply))
 }
 
 /// A request the server answers as it is, or the problem of the leg that failed.
@@ -115,10 +115,10 @@ pub(crate) fn passed(sent: Result<Response<ProxyBody>, Own>) -> Staged {
 
 /// A refusal of a tool call, recorded: its lease and arguments are the evidence.
 pub(crate) async fn record(
-    state: &AppState,
+    rec: Recorder<'_>,
     cx: &WriteContext,
     denied: Denied,
     carried: Carried<'_>,
 ) -> Refused {
-    receipts::refuse_denied(state, denied, cx, carried.lease, Some(carried.body)).await
+    receipts::refuse_denied(rec, denied, cx, carried.lease, Some(carried.body)).await
 }

@@ -9,7 +9,7 @@ use http::{header, HeaderValue, Response, StatusCode};
 use serde_json::Value;
 
 use super::sse;
-use crate::context::AppState;
+use crate::context::Plane;
 use crate::context::WriteContext;
 use crate::enforce::own::Own;
 use crate::enforce::send;
@@ -25,7 +25,7 @@ use super::results::{
 /// `rule`, and committed by `commit` when it answers a write (see the module doc). `sent`
 /// says what the upstream leg made of it.
 pub(crate) async fn relay(
-    state: &Arc<AppState>,
+    plane: &Arc<Plane>,
     cx: &WriteContext,
     rule: Option<OutputRule>,
     id: Value,
@@ -38,7 +38,7 @@ pub(crate) async fn relay(
         // The leg failed: the sidecar's problem is the answer, final, its code typed.
         Err(own) => {
             return match commit {
-                Some(c) => c.settle(state, cx, note, None, Err(own)).await.0,
+                Some(c) => c.settle(plane, cx, note, None, Err(own)).await.0,
                 None => own.into_response(),
             };
         }
@@ -51,33 +51,33 @@ pub(crate) async fn relay(
     // An HTTP error from the server: the answer is final as it is.
     if !resp.status().is_success() || note.is_some() || (rule.is_none() && commit.is_none()) {
         return match commit {
-            Some(c) => c.settle(state, cx, note, None, Ok(resp)).await.0,
+            Some(c) => c.settle(plane, cx, note, None, Ok(resp)).await.0,
             None => resp,
         };
     }
     if sse {
-        return relay_stream(state, cx, rule, id, resp, commit);
+        return relay_stream(plane, cx, rule, id, resp, commit);
     }
     let (mut parts, rbody) = resp.into_parts();
-    let bytes = match body::collect_proxy(rbody, state.config.limits.max_response).await {
+    let bytes = match body::collect_proxy(rbody, plane.config.limits.max_response).await {
         Ok(b) => b,
         Err(_) => {
             let own = Own::failed(Failure::ResponseTooLarge(Purpose::ToolResult), &cx.trace_id);
             let (msg, verdict) = replaced(own, &id);
             return match commit {
-                Some(c) => settled_reply(state, cx, c, verdict, msg).await,
+                Some(c) => settled_reply(plane, cx, c, verdict, msg).await,
                 None => body::json_response(StatusCode::OK, &msg),
             };
         }
     };
     let judged = match serde_json::from_slice::<Value>(&bytes) {
-        Ok(v) => judge(state, cx, rule.as_ref(), &id, v).await,
+        Ok(v) => judge(plane, cx, rule.as_ref(), &id, v).await,
         Err(_) => None,
     };
     parts.headers.remove(header::CONTENT_LENGTH);
     match (judged, commit) {
         (Some((msg, verdict)), Some(c)) => {
-            let (msg, headers) = settle(state, cx, c, verdict, msg).await;
+            let (msg, headers) = settle(plane, cx, c, verdict, msg).await;
             copy_receipt_headers(&headers, &mut parts.headers);
             let out = Bytes::from(serde_json::to_vec(&msg).unwrap_or_default());
             Response::from_parts(parts, body::full(out))
@@ -90,7 +90,7 @@ pub(crate) async fn relay(
         // committed as what it is, sent with an answer nobody can judge.
         (None, Some(c)) => {
             let resp = Response::from_parts(parts, body::full(bytes));
-            c.settle(state, cx, None, None, Ok(resp)).await.0
+            c.settle(plane, cx, None, None, Ok(resp)).await.0
         }
         (None, None) => Response::from_parts(parts, body::full(bytes)),
     }
@@ -98,7 +98,7 @@ pub(crate) async fn relay(
 
 /// The SSE case of [`relay`]: the head goes out now; a task relays the events.
 fn relay_stream(
-    state: &Arc<AppState>,
+    plane: &Arc<Plane>,
     cx: &WriteContext,
     rule: Option<OutputRule>,
     id: Value,
@@ -120,11 +120,11 @@ fn relay_stream(
         }
     }
     let (tx, rx) = tokio::sync::mpsc::channel::<Result<Bytes, BoxError>>(16);
-    let limit = state.config.limits.max_response as usize;
+    let limit = plane.config.limits.max_response as usize;
     // A write holds its resource's lock until it is committed: its wait is bounded.
     let deadline =
-        tokio::time::Instant::now() + cx.timeout.unwrap_or(state.config.upstream.timeout);
-    let (state, cx) = (state.clone(), cx.clone());
+        tokio::time::Instant::now() + cx.timeout.unwrap_or(plane.config.upstream.timeout);
+    let (plane, cx) = (plane.clone(), cx.clone());
     tokio::spawn(async move {
         let mut events = sse::Events::new(rbody, limit);
         let mut client = Some(tx);
@@ -135,7 +135,7 @@ fn relay_stream(
                     Ok(n) => n,
                     Err(_) => {
                         let silence = Silence::Timeout;
-                        give_up(&state, &cx, commit.take(), &id, silence, client.take()).await;
+                        give_up(&plane, &cx, commit.take(), &id, silence, client.take()).await;
                         return;
                     }
                 }
@@ -148,7 +148,7 @@ fn relay_stream(
                     // The stream ended (or broke) before the call was answered.
                     if commit.is_some() {
                         let silence = Silence::StreamEnded;
-                        give_up(&state, &cx, commit.take(), &id, silence, client.take()).await;
+                        give_up(&plane, &cx, commit.take(), &id, silence, client.take()).await;
                     } else if let (Some(Err(e)), Some(tx)) = (ended, client.take()) {
                         let _ = tx.send(Err(e)).await;
                     }
@@ -157,9 +157,9 @@ fn relay_stream(
             };
             let mut out = event.clone();
             if let Some(msg) = sse::json_data(&event) {
-                if let Some((msg, verdict)) = judge(&state, &cx, rule.as_ref(), &id, msg).await {
+                if let Some((msg, verdict)) = judge(&plane, &cx, rule.as_ref(), &id, msg).await {
                     let msg = match commit.take() {
-                        Some(c) => settle(&state, &cx, c, verdict, msg).await.0,
+                        Some(c) => settle(&plane, &cx, c, verdict, msg).await.0,
                         None => msg,
                     };
                     out = sse::with_data(&event, &msg);
@@ -186,7 +186,7 @@ fn relay_stream(
 
 /// A write whose answer never came: committed as uncertain, the client told so.
 async fn give_up(
-    state: &AppState,
+    plane: &Plane,
     cx: &WriteContext,
     commit: Option<Commit>,
     id: &Value,
@@ -196,7 +196,7 @@ async fn give_up(
     let own = Own::failed(Failure::Unanswered(silence), &cx.trace_id);
     let (msg, verdict) = replaced(own, id);
     let msg = match commit {
-        Some(c) => settle(state, cx, c, verdict, msg).await.0,
+        Some(c) => settle(plane, cx, c, verdict, msg).await.0,
         None => msg,
     };
     if let Some(tx) = client {

@@ -33,8 +33,8 @@ use palisade_rich::{Contract, DriftPolicy};
 use serde_json::{json, Value};
 
 use super::connect::{map_result, Back, MappedResult};
-use crate::context::AppState;
 use crate::context::Enforcement;
+use crate::context::Plane;
 use crate::context::WriteContext;
 use crate::enforce::delivery::Keep;
 use crate::enforce::own::Own;
@@ -148,7 +148,7 @@ impl Commit {
     /// Commits with `resp` as the answer (`send::settle`), and tells whoever waits.
     pub(super) async fn settle(
         self,
-        state: &AppState,
+        plane: &Plane,
         cx: &WriteContext,
         note: Option<&str>,
         code: Option<ErrorCode>,
@@ -163,7 +163,7 @@ impl Commit {
         let interim = note == Some(receipts::INTERIM);
         let keep = if interim { Keep::Nothing } else { keep };
         let what = send::Settle { permit, keep, note };
-        let committed = send::settle(state, &enf, cx, what, answer).await;
+        let committed = send::settle(plane, &enf, cx, what, answer).await;
         if let Some(tx) = told {
             // Nobody waiting (an agent's own call) is fine: the answer carries it too.
             let _ = tx.send(Settled {
@@ -217,7 +217,7 @@ pub(super) enum Breach {
 /// The output-contract breach of `msg`, if it answers `id` with a complete result that
 /// breaks `rule` (reported: drift event, quarantine). `None`: pass it on.
 pub(super) fn violation(
-    state: &AppState,
+    plane: &Plane,
     cx: &WriteContext,
     rule: &OutputRule,
     msg: &Value,
@@ -252,7 +252,7 @@ pub(super) fn violation(
     )
     .with_location(location);
     crate::enforce::output::report(
-        state,
+        plane,
         &refusal,
         cx,
         action,
@@ -262,7 +262,7 @@ pub(super) fn violation(
         (Action::Notify, _) => None,
         (Action::Fallback, Some(f)) => Some(Breach::Fallback(f.clone(), refusal)),
         (Action::Quarantined, _) => {
-            crate::enforce::output::quarantine(state, &evidence);
+            crate::enforce::output::quarantine(plane, &evidence);
             Some(Breach::Refused(refusal))
         }
         _ => Some(Breach::Refused(refusal)),
@@ -271,7 +271,7 @@ pub(super) fn violation(
 
 /// The answer to `id` from the fallback deployment, if it gives one.
 pub(super) async fn fallback_answer(
-    state: &AppState,
+    plane: &Plane,
     cx: &WriteContext,
     f: &Fallback,
     id: &Value,
@@ -281,13 +281,13 @@ pub(super) async fn fallback_answer(
         body: f.body.clone(),
         conn: &f.conn,
     };
-    let resp = crate::enforce::output::fallback(state, &f.base, retry, cx)
+    let resp = crate::enforce::output::fallback(plane, &f.base, retry, cx)
         .await
         .ok()?;
     if !resp.status().is_success() {
         return None;
     }
-    let bytes = body::collect_proxy(resp.into_body(), state.config.limits.max_response)
+    let bytes = body::collect_proxy(resp.into_body(), plane.config.limits.max_response)
         .await
         .ok()?;
     super::wire::messages_in(&bytes).into_iter().find(|m| {
@@ -298,7 +298,7 @@ pub(super) async fn fallback_answer(
 /// The answer to request `id` as the client is to get it, and what it was; `None` when `msg`
 /// is not that answer.
 pub(super) async fn judge(
-    state: &AppState,
+    plane: &Plane,
     cx: &WriteContext,
     rule: Option<&OutputRule>,
     id: &Value,
@@ -310,10 +310,10 @@ pub(super) async fn judge(
     if msg.get("result").is_some_and(is_interim) {
         return Some((msg, Verdict::Interim));
     }
-    let refusal = match rule.and_then(|r| violation(state, cx, r, &msg)) {
+    let refusal = match rule.and_then(|r| violation(plane, cx, r, &msg)) {
         None => match rule.and_then(|r| r.back.as_deref()) {
             // A connected call's complete result, the target's contract met: mapped back.
-            Some(back) if !is_error(&msg) => match map_result(state, cx, back, msg) {
+            Some(back) if !is_error(&msg) => match map_result(plane, cx, back, msg) {
                 MappedResult::Mapped(m) | MappedResult::Passed(m) => {
                     return Some((m, Verdict::Complete))
                 }
@@ -322,12 +322,12 @@ pub(super) async fn judge(
             _ => return Some((msg, Verdict::Complete)),
         },
         Some(Breach::Refused(refusal)) => refusal,
-        Some(Breach::Fallback(f, refusal)) => match fallback_answer(state, cx, &f, id).await {
+        Some(Breach::Fallback(f, refusal)) => match fallback_answer(plane, cx, &f, id).await {
             Some(answer) => return Some((answer, Verdict::Complete)),
             None => refusal,
         },
     };
-    let own = Own::from(crate::enforce::output::blocked(state, refusal, cx).await);
+    let own = Own::from(crate::enforce::output::blocked(plane, refusal, cx).await);
     Some(replaced(own, id))
 }
 
@@ -346,7 +346,7 @@ pub(super) fn replaced(own: Own, id: &Value) -> (Value, Verdict) {
 /// receipt headers for a JSON reply. An interim answer (`note` [`receipts::INTERIM`]) does
 /// not spend the call's idempotency key: the call is not done.
 pub(super) async fn settle(
-    state: &AppState,
+    plane: &Plane,
     cx: &WriteContext,
     commit: Commit,
     verdict: Verdict,
@@ -354,20 +354,20 @@ pub(super) async fn settle(
 ) -> (Value, http::HeaderMap) {
     let resp = body::json_response(StatusCode::OK, &msg);
     let (resp, receipt) = commit
-        .settle(state, cx, verdict.note(), verdict.code(), Ok(resp))
+        .settle(plane, cx, verdict.note(), verdict.code(), Ok(resp))
         .await;
     (with_receipt(msg, receipt), resp.into_parts().0.headers)
 }
 
 /// [`settle`], answered as a JSON reply of its own.
 pub(super) async fn settled_reply(
-    state: &AppState,
+    plane: &Plane,
     cx: &WriteContext,
     commit: Commit,
     verdict: Verdict,
     msg: Value,
 ) -> Response<ProxyBody> {
-    let (msg, headers) = settle(state, cx, commit, verdict, msg).await;
+    let (msg, headers) = settle(plane, cx, commit, verdict, msg).await;
     let mut resp = body::json_response(StatusCode::OK, &msg);
     copy_receipt_headers(&headers, resp.headers_mut());
     resp
@@ -376,7 +376,7 @@ pub(super) async fn settled_reply(
 /// The answer of a dry run with no shadow deployment: checked, not executed (SPEC §5.4).
 /// `typed` adds `resultType` (2026-07-28 and later), which earlier revisions do not know.
 pub(crate) async fn dry_run(
-    state: &AppState,
+    plane: &Plane,
     cx: &WriteContext,
     id: Value,
     typed: bool,
@@ -389,7 +389,7 @@ pub(crate) async fn dry_run(
     if typed {
         msg["result"]["resultType"] = json!("complete");
     }
-    settled_reply(state, cx, commit, Verdict::Complete, msg).await
+    settled_reply(plane, cx, commit, Verdict::Complete, msg).await
 }
 
 pub(super) fn copy_receipt_headers(from: &http::HeaderMap, to: &mut http::HeaderMap) {

@@ -9,32 +9,28 @@ use std::sync::Arc;
 use palisade_rich::admission::Call;
 use palisade_rich::Bundle;
 
-use crate::admission::{self, Admission, Presented};
-use crate::context::{AppState, Binding, WriteContext};
+use crate::admission::{self, Admission, Gate, Presented};
+use crate::context::{Binding, WriteContext};
 
 /// `Ok(None)`: admission does not apply (off, no bundle, or an unbound operation).
 pub async fn stage(
-    state: &AppState,
+    gate: Option<Gate<'_>>,
     presented: Option<&Presented>,
     binding: Binding<'_>,
     bundle: Option<&Bundle>,
     cx: &WriteContext,
 ) -> Result<Option<Admission>, Own> {
-    let (Some(adm), Some(enf), Some(bundle), Some(presented), Binding::Bound(cap)) = (
-        &state.admission,
-        &state.enforcement,
-        bundle,
-        presented,
-        binding,
-    ) else {
+    let (Some(g), Some(bundle), Some(presented), Binding::Bound(cap)) =
+        (gate, bundle, presented, binding)
+    else {
         return Ok(None);
     };
-    if !admission::required(adm, cap) {
+    if !admission::required(g.adm, cap) {
         return Ok(None);
     }
     let mut cx = cx.clone();
     cx.bind(Some(bundle), &Binding::Bound(cap));
-    admission::gate(state, enf, adm, presented, (bundle, cap), &cx)
+    admission::gate(g, presented, (bundle, cap), &cx)
         .await
         .map(Some)
         .map_err(Own::from)
@@ -42,16 +38,14 @@ pub async fn stage(
 
 /// The body of an admitted write against the granted bound.
 pub async fn input(
-    state: &AppState,
+    gate: Option<Gate<'_>>,
     admitted: &Admission,
     bundle: Option<&Arc<Bundle>>,
     binding: Binding<'_>,
     input: Option<&serde_json::Value>,
     cx: &WriteContext,
 ) -> Result<(), Own> {
-    let (Some(adm), Some(_), Some(bundle), Binding::Bound(cap)) =
-        (&state.admission, &state.enforcement, bundle, binding)
-    else {
+    let (Some(g), Some(bundle), Binding::Bound(cap)) = (gate, bundle, binding) else {
         return Ok(());
     };
     let mut cx = cx.clone();
@@ -61,7 +55,7 @@ pub async fn input(
         operation: &cap.operation,
         contract_digest: &cap.contract.digest,
     };
-    admission::check_input(state, adm, admitted, input, &cx, call)
+    admission::check_input(g, admitted, input, &cx, call)
         .await
         .map_err(Own::from)
 }

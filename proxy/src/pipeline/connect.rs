@@ -106,7 +106,9 @@ pub(super) async fn request(
                 body: Some(bytes),
                 ..receipts::Evidence::default()
             };
-            return Err(receipts::record(state, refusal, cx, evidence).await.into());
+            return Err(receipts::record(state.recorder(), refusal, cx, evidence)
+                .await
+                .into());
         }
     };
     let (input, bytes) = mapped;

@@ -50,9 +50,11 @@ pub(super) async fn read(
             ErrorCode::Internal,
             "the read's connection is not in the bundle",
         );
-        return Err(receipts::record(state, refusal, cx, Evidence::default())
-            .await
-            .into());
+        return Err(
+            receipts::record(state.recorder(), refusal, cx, Evidence::default())
+                .await
+                .into(),
+        );
     };
     cx.connector = Some(reference(conn, source, target));
     // The agent's request, as the receipts of its refusals name it.
@@ -67,7 +69,9 @@ pub(super) async fn read(
                 body: Some(pq.as_bytes()),
                 ..Evidence::default()
             };
-            return Err(receipts::record(state, refusal, cx, evidence).await.into());
+            return Err(receipts::record(state.recorder(), refusal, cx, evidence)
+                .await
+                .into());
         }
     };
     readdress(&mut parts, &path, query.as_deref());

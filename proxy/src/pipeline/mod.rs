@@ -95,7 +95,11 @@ pub async fn handle(
     // decides with what was presented.
     let presented = match &prepared {
         Err(_) => None,
-        Ok(_) => crate::admission::take(&state, &mut parts),
+        Ok(_) => crate::admission::take(
+            state.admission.as_ref(),
+            state.enforcement.as_deref(),
+            &mut parts,
+        ),
     };
     // One caller for the request (conn::ConnInfo::caller). A write's is kept on the request
     // for the stages that read it again (the lease's agent_id, the idempotency scope); a
@@ -172,10 +176,10 @@ fn route_of(state: &AppState, parts: &http::request::Parts, ex: &Exchange) -> Ro
 /// The AIP-2.1 surfaces the sidecar serves itself, when `[aip2]` is configured.
 fn aip_route(state: &AppState, path: &str) -> Option<Route> {
     state.quote_channel.as_ref()?;
-    if relay::is_relay(state, path) {
+    if relay::is_relay(&state.config, path) {
         return Some(Route::Relay);
     }
-    quote_channel::is_channel(state, path).then_some(Route::QuoteChannel)
+    quote_channel::is_channel(&state.config, path).then_some(Route::QuoteChannel)
 }
 
 fn is_reserved(path: &str) -> bool {
@@ -253,9 +257,11 @@ async fn refused_form(
         ex.trace_id.clone(),
         format!("{} <refused request form>", ex.method),
     );
-    Err(receipts::record(state, refusal, &cx, Evidence::default())
-        .await
-        .into())
+    Err(
+        receipts::record(state.recorder(), refusal, &cx, Evidence::default())
+            .await
+            .into(),
+    )
 }
 
 /// A reserved prefix that names no endpoint of the sidecar's.

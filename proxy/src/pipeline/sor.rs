@@ -52,7 +52,7 @@ pub(super) async fn answer(
     // RICH admission (SPEC §13): a bound operation needs a token that admits it, before its
     // body is read or any lease is looked at.
     let mut cx = ex.write_context();
-    let staged = admit::stage(state, presented, binding, bundle.as_deref(), &cx);
+    let staged = admit::stage(state.gate(), presented, binding, bundle.as_deref(), &cx);
     let admitted = staged.await?;
 
     if ex.kind == Kind::Read {
@@ -71,7 +71,7 @@ pub(super) async fn answer(
                     body: Some(pq.as_bytes()),
                     ..Evidence::default()
                 };
-                let refused = receipts::record(state, refusal, &cx, evidence);
+                let refused = receipts::record(state.recorder(), refusal, &cx, evidence);
                 return Err(Box::pin(refused).await.into());
             }
             // A read connection (RICH §9, issue 37) maps the query and the answer.
@@ -107,7 +107,7 @@ pub(super) async fn answer(
             let detail = format!("request body exceeds limits.max_body ({limit} bytes)");
             cx.bind(bundle.as_deref(), &binding);
             let refusal = Refusal::new(ErrorCode::BodyTooLarge, detail);
-            let refused = receipts::record(state, refusal, &cx, Evidence::default());
+            let refused = receipts::record(state.recorder(), refusal, &cx, Evidence::default());
             return Err(Box::pin(refused).await.into());
         }
         Err(CollectError::Read(e)) => {
@@ -193,7 +193,15 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         .then(|| palisade_policy::json::parse(&bytes, state.config.limits.max_json_depth).ok())
         .flatten();
     if let Some(a) = &admitted {
-        admit::input(state, a, bundle.as_ref(), binding, input.as_ref(), &cx).await?;
+        admit::input(
+            state.gate(),
+            a,
+            bundle.as_ref(),
+            binding,
+            input.as_ref(),
+            &cx,
+        )
+        .await?;
     }
     // A connection (RICH §9) maps the request onto the operation the SoR serves; everything
     // after it decides on the request the SoR will receive.
@@ -220,7 +228,7 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         grant: None,
         input,
     };
-    let written = write::run(state, enf, conn, req).await;
+    let written = write::run(&state.plane, enf, conn, req).await;
     let outcome = written.outcome;
     let resp = match (back, kept) {
         (Some(back), Some(cx)) => {

@@ -18,7 +18,9 @@ pub async fn refusal(
     extra: Vec<(&'static str, Value)>,
 ) -> Own {
     let evidence = receipts::Evidence::with_extra(&extra);
-    receipts::record(state, r, cx, evidence).await.into()
+    receipts::record(state.recorder(), r, cx, evidence)
+        .await
+        .into()
 }
 
 /// [`refusal`], as what a stage comes to.

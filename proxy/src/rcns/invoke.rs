@@ -155,7 +155,8 @@ pub async fn handle(
         Ok(v) => v,
         Err(r) => return refused(state, &cx, r, Vec::new()).await,
     };
-    let admitted = match admit_steps(state, enf, &recipe, bundle.as_deref(), presented, &cx).await {
+    let admitted = match admit_steps(state.gate(), &recipe, bundle.as_deref(), presented, &cx).await
+    {
         Ok(a) => a,
         Err(refused) => return Err(refused.into()),
     };
@@ -189,15 +190,14 @@ pub async fn handle(
 /// step runs (each step's input is held to its granted bound when it is built). Per step:
 /// what was admitted, `None` where admission does not apply.
 async fn admit_steps(
-    state: &AppState,
-    enf: &Enforcement,
+    gate: Option<crate::admission::Gate<'_>>,
     recipe: &palisade_rich::rcns::Recipe,
     bundle: Option<&palisade_rich::Bundle>,
     presented: Option<&crate::admission::Presented>,
     cx: &WriteContext,
 ) -> Result<Vec<Option<crate::admission::Admission>>, crate::enforce::receipts::Refused> {
     let mut admitted = Vec::with_capacity(recipe.steps.len());
-    let (Some(adm), Some(b)) = (&state.admission, bundle) else {
+    let (Some(g), Some(b)) = (gate, bundle) else {
         return Ok(admitted);
     };
     let none = crate::admission::Presented::None;
@@ -207,14 +207,14 @@ async fn admit_steps(
             admitted.push(None);
             continue;
         };
-        if !crate::admission::required(adm, cap) {
+        if !crate::admission::required(g.adm, cap) {
             admitted.push(None);
             continue;
         }
         let mut scx = cx.clone();
         scx.bind(Some(b), &crate::context::Binding::Bound(cap));
         admitted.push(Some(
-            crate::admission::gate(state, enf, adm, presented, (b, cap), &scx).await?,
+            crate::admission::gate(g, presented, (b, cap), &scx).await?,
         ));
     }
     Ok(admitted)

@@ -191,11 +191,11 @@ async fn open<'a>(
             "too many PROPOSE requests from this agent (rcns.rate_limit)",
         );
         let refused = if receipt {
-            receipts::record(state, r, &cx, receipts::Evidence::default()).await
+            receipts::record(state.recorder(), r, &cx, receipts::Evidence::default()).await
         } else {
             // Past the first refusal of the window: counted, not receipted (a flood of
             // PROPOSEs must not become a flood of durable writes).
-            receipts::counted(state, r, &cx)
+            receipts::counted(state.recorder(), r, &cx)
         };
         let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
         let retry = HeaderValue::from(secs.max(1));

@@ -202,7 +202,7 @@ impl Run {
                     // Built by the recipe as a value: written once, parsed never.
                     input: req.body.clone(),
                 };
-                crate::enforce::write::run(state, enf, conn, req).await
+                crate::enforce::write::run(&state.plane, enf, conn, req).await
             }
         };
         let status = written.resp.status();
@@ -350,9 +350,9 @@ impl Run {
         input: Option<&Value>,
         cx: &WriteContext,
     ) -> Result<(), Refused> {
-        let (Some(Some(a)), Some(adm), Some(b)) = (
+        let (Some(Some(a)), Some(g), Some(b)) = (
             self.admitted.get(i),
-            &self.state.admission,
+            self.state.gate(),
             self.bundle.as_deref(),
         ) else {
             return Ok(());
@@ -372,7 +372,7 @@ impl Run {
         };
         let mut cx = cx.clone();
         cx.bind(Some(b), &crate::context::Binding::Bound(cap));
-        crate::admission::check_input(&self.state, adm, a, input, &cx, call).await
+        crate::admission::check_input(g, a, input, &cx, call).await
     }
 }
 

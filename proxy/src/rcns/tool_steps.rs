@@ -137,7 +137,7 @@ impl ToolStep<'_> {
             forward_plain(self.state, parts, body::full(bytes), self.conn, &cx, None).await;
         let sent = send::Sent::passed(answer);
         let rule = OutputRule::of(Some(cap));
-        let resp = relay::relay(self.state, &cx, rule, Value::from(1), sent, None).await;
+        let resp = relay::relay(&self.state.plane, &cx, rule, Value::from(1), sent, None).await;
         self.outcome(resp, None).await
     }
 
@@ -189,7 +189,7 @@ impl ToolStep<'_> {
             grant: Some(grant),
             leg,
         };
-        let written = Box::pin(engine::run(self.state, self.enf, self.conn, w)).await;
+        let written = Box::pin(engine::run(&self.state.plane, self.enf, self.conn, w)).await;
         let Written {
             resp,
             receipt,
@@ -291,7 +291,7 @@ impl ToolStep<'_> {
             body: args,
             ..Evidence::default()
         };
-        let refused = receipts::record(self.state, refusal, &self.cx, evidence).await;
+        let refused = receipts::record(self.state.recorder(), refusal, &self.cx, evidence).await;
         ToolOutcome {
             ok: false,
             answer: Value::Null,
