@@ -6,8 +6,8 @@ use http::{header, HeaderValue, Method, Response, StatusCode};
 use palisade_policy::{inverse, ErrorCode, Refusal};
 use serde_json::{json, Value};
 
-use crate::context::AppState;
 use crate::context::Enforcement;
+use crate::context::Plane;
 use crate::enforce::identity;
 use crate::enforce::permit::Denied;
 use crate::enforce::stop::Keys;
@@ -25,7 +25,7 @@ type Undo = (Method, String, Vec<(String, String)>, Bytes);
 /// Undoes a committed write (SPEC §5.4): a write like any other, fenced on the inverse's
 /// resource with that resource's next epoch and stopped by freezes.
 pub(super) async fn compensate(
-    state: &AppState,
+    plane: &Plane,
     enf: &Enforcement,
     parts: &http::request::Parts,
     lease_id: &str,
@@ -68,13 +68,13 @@ pub(super) async fn compensate(
                         "no inverse payload is staged for this lease",
                     )
                 })?;
-            let inv = inverse::parse(&bytes, state.config.limits.max_json_depth)?;
+            let inv = inverse::parse(&bytes, plane.config.limits.max_json_depth)?;
             // A lease granted before the binding rule, with an inverse elsewhere, is refused
             // here with the code staging it would get now (SPEC §5.4, issue 54).
-            check_record_target(state, &inv, &record)?;
+            check_record_target(plane, &inv, &record)?;
             if let Some(call) = &inv.tool {
                 let (path, headers, body) =
-                    crate::mcp::inverse::inverse_request(&state.config, call);
+                    crate::mcp::inverse::inverse_request(&plane.config, call);
                 tool_call = Some(call.clone());
                 (Method::POST, path, headers, body)
             } else {
@@ -115,8 +115,8 @@ pub(super) async fn compensate(
 
     // What the inverse writes: its resource (fenced) and operation, as freezes name them.
     let (inv_resource, operation) = match &tool_call {
-        Some(call) => tool_keys(state, call),
-        None => http_keys(state, &resource, &method, &inv_path),
+        Some(call) => tool_keys(plane, call),
+        None => http_keys(plane, &resource, &method, &inv_path),
     };
     // A compensation is stopped like any write (SPEC §14): by a freeze of the inverse's
     // resource or operation, of the lease holder, or of all.
@@ -152,7 +152,7 @@ pub(super) async fn compensate(
             return Err(bad("the lease has no committed write to compensate").into())
         }
     };
-    let uri = state
+    let uri = plane
         .upstream
         .uri_for(&inv_path)
         .map_err(|_| bad("inverse path cannot be forwarded"))?;
@@ -170,18 +170,18 @@ pub(super) async fn compensate(
         .body(body::full(inv_body))
         .map_err(|_| bad("inverse request cannot be built"))?;
     let identity = identity::for_route(
-        state.bundle.load().as_deref(),
+        plane.bundle.load().as_deref(),
         &method,
         inv_path.split('?').next().unwrap_or(""),
     );
     // A tool call answers failure inside an HTTP 200: a JSON-RPC error or an isError result.
     let mut tool_failed = false;
-    let upstream_status = match state.upstream.send_as(req, identity.as_deref()).await {
+    let upstream_status = match plane.upstream.send_as(req, identity.as_deref()).await {
         Ok(resp) => {
             let status = resp.status().as_u16();
             // Drain the answer so the connection returns to the pool.
             let answer =
-                body::collect_limited(resp.into_body(), state.config.limits.max_response).await;
+                body::collect_limited(resp.into_body(), plane.config.limits.max_response).await;
             if tool_call.is_some() && status < 400 {
                 tool_failed = answer.map_or(true, |a| crate::mcp::inverse::inverse_failed(&a));
             }
@@ -267,18 +267,18 @@ fn http_inverse(inv: inverse::InversePayload) -> Result<Undo, Refusal> {
 /// The binding rule (SPEC §5.4) for a committed lease's inverse, against the write its record
 /// names.
 fn check_record_target(
-    state: &AppState,
+    plane: &Plane,
     inv: &inverse::InversePayload,
     record: &crate::store::LeaseRecord,
 ) -> Result<(), Refusal> {
     let path = super::grant::record_path(record).unwrap_or_else(|| "/".into());
-    super::grant::check_target(state, inv, &path, record.method.as_deref())
+    super::grant::check_target(plane, inv, &path, record.method.as_deref())
 }
 
 /// An inverse tool call's resource (`mcp:tool/<name>`, or `…/<handle>` when its contract names
 /// a state handle the arguments carry, SPEC §11) and operation.
-fn tool_keys(state: &AppState, call: &inverse::ToolCall) -> (String, String) {
-    let bundle = state.bundle.load_full();
+fn tool_keys(plane: &Plane, call: &inverse::ToolCall) -> (String, String) {
+    let bundle = plane.bundle.load_full();
     let handle = bundle
         .as_deref()
         .and_then(|b| b.tool_index(&call.name).and_then(|i| b.capabilities.get(i)))
@@ -289,7 +289,7 @@ fn tool_keys(state: &AppState, call: &inverse::ToolCall) -> (String, String) {
 
 /// An HTTP inverse's resource (the written resource's origin and the inverse's path, without
 /// query: SPEC §4.3) and operation (the lockfile's, else `METHOD <path>`).
-fn http_keys(state: &AppState, written: &str, method: &Method, pq: &str) -> (String, String) {
+fn http_keys(plane: &Plane, written: &str, method: &Method, pq: &str) -> (String, String) {
     let path = pq.split('?').next().unwrap_or(pq);
     let origin = written
         .split_once("://")
@@ -301,7 +301,7 @@ fn http_keys(state: &AppState, written: &str, method: &Method, pq: &str) -> (Str
     let resource = palisade_policy::target::request_target(&origin, path)
         .map(|t| palisade_policy::target::resource_key(&t).to_owned())
         .unwrap_or_else(|_| written.to_owned());
-    let bundle = state.bundle.load_full();
+    let bundle = plane.bundle.load_full();
     let operation = bundle
         .as_deref()
         .and_then(|b| {

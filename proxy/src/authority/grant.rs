@@ -6,8 +6,8 @@ use palisade_policy::lease::{self, RecoveryMode};
 use palisade_policy::{inverse, json, target, ErrorCode, Refusal};
 use serde_json::{json, Value};
 
-use crate::context::AppState;
 use crate::context::Enforcement;
+use crate::context::Plane;
 use crate::enforce::facts;
 use crate::enforce::identity;
 use crate::enforce::preimage;
@@ -19,13 +19,13 @@ use crate::store::{LeaseRecord, LeaseState};
 use super::lease_record::{bad, PREFIX};
 
 pub(super) async fn grant(
-    state: &AppState,
+    plane: &Plane,
     enf: &Enforcement,
     parts: &http::request::Parts,
     body: &[u8],
     conn: &ConnInfo,
 ) -> Result<Response<ProxyBody>, Refusal> {
-    let config = &state.config;
+    let config = &plane.config;
     let caller = conn.caller(parts).ok_or_else(|| {
         Refusal::new(
             ErrorCode::CallerUnidentified,
@@ -87,7 +87,7 @@ pub(super) async fn grant(
         trace_anchor,
         inverse,
     };
-    let (signed, lease_id) = issue(state, enf, parts, conn, lease).await?;
+    let (signed, lease_id) = issue(plane, enf, parts, conn, lease).await?;
     let mut resp = body::json_response(StatusCode::CREATED, &signed);
     if let Ok(loc) = HeaderValue::from_str(&format!("{PREFIX}/{lease_id}")) {
         resp.headers_mut().insert(header::LOCATION, loc);
@@ -112,13 +112,13 @@ pub struct Grant<'a> {
 /// request the grant is made for: its origin and the headers the pre-image GET carries.
 /// Returns the signed lease and its id.
 pub async fn issue(
-    state: &AppState,
+    plane: &Plane,
     enf: &Enforcement,
     parts: &http::request::Parts,
     conn: &ConnInfo,
     g: Grant<'_>,
 ) -> Result<(Value, String), Refusal> {
-    let config = &state.config;
+    let config = &plane.config;
     let (caller, mode, t_req, inverse) = (g.caller, g.mode, g.t_req, g.inverse);
     // The target must be a resource behind this sidecar.
     let normalized = target::normalize(g.target_uri)
@@ -142,7 +142,7 @@ pub async fn issue(
     let pq = &normalized[own.len() - 1..];
     let path = pq.split('?').next().unwrap_or(pq);
     if let Some(inv) = &inverse {
-        check_target(state, inv, path, None)?;
+        check_target(plane, inv, path, None)?;
     }
 
     let current = enf
@@ -151,10 +151,10 @@ pub async fn issue(
         .await
         .map_err(StoreError::into_refusal)?;
     let fetched = if config.pre_image_fetch {
-        let identity = identity::for_route(state.bundle.load().as_deref(), &Method::GET, path);
+        let identity = identity::for_route(plane.bundle.load().as_deref(), &Method::GET, path);
         let state = preimage::fetch_state(
             config,
-            &state.upstream,
+            &plane.upstream,
             pq,
             &parts.headers,
             identity.as_deref(),
@@ -216,7 +216,7 @@ pub async fn issue(
 /// (`/mcp/tools/<name>`) is a tool call, whose contract may declare another inverse tool; any
 /// other an HTTP write.
 pub(super) fn check_target(
-    state: &AppState,
+    plane: &Plane,
     inv: &inverse::InversePayload,
     path: &str,
     method: Option<&str>,
@@ -224,7 +224,7 @@ pub(super) fn check_target(
     let Some(name) = path.strip_prefix(crate::mcp::call::TOOL_PATH) else {
         return inverse::check_target(inv, &inverse::Undoes::Http { method, path });
     };
-    let bundle = state.bundle.load_full();
+    let bundle = plane.bundle.load_full();
     let declared = bundle.as_deref().and_then(|b| {
         b.tool_index(name)
             .and_then(|i| b.capabilities.get(i))
@@ -265,7 +265,7 @@ fn made_inverse(
 }
 
 pub(super) async fn stage_inverse(
-    state: &AppState,
+    plane: &Plane,
     enf: &Enforcement,
     lease_id: &str,
     body: &[u8],
@@ -275,7 +275,7 @@ pub(super) async fn stage_inverse(
             "lease_id in the path must be 1 to 128 bytes without '/'",
         ));
     }
-    let inverse = inverse::parse(body, state.config.limits.max_json_depth)?;
+    let inverse = inverse::parse(body, plane.config.limits.max_json_depth)?;
     // A lease this authority granted names its target: the inverse is judged now. One signed
     // elsewhere is judged with its write, at check 10 (SPEC §5.4).
     if let Some(record) = enf
@@ -285,7 +285,7 @@ pub(super) async fn stage_inverse(
         .map_err(StoreError::into_refusal)?
     {
         if let Some(path) = record_path(&record) {
-            check_target(state, &inverse, &path, None)?;
+            check_target(plane, &inverse, &path, None)?;
         }
     }
     let digest = inverse.digest.to_string();

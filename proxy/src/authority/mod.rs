@@ -29,9 +29,9 @@ use http::{Method, Response};
 use hyper::body::Incoming;
 use palisade_policy::{ErrorCode, Refusal};
 
-use crate::context::AppState;
 use crate::context::Call;
 use crate::context::Enforcement;
+use crate::context::Plane;
 use crate::enforce::own::Own;
 use crate::enforce::permit::Denied;
 use crate::enforce::receipts;
@@ -47,13 +47,13 @@ use lookup::lookup;
 /// Undoes the committed write of `lease_id` for the caller `parts` and `conn` name (SPEC
 /// §5.4): the endpoint's work, and RCNS's when a later step of a composition fails.
 pub async fn compensate_lease(
-    state: &AppState,
+    plane: &Plane,
     enf: &Enforcement,
     parts: &http::request::Parts,
     lease_id: &str,
     conn: &ConnInfo,
 ) -> Result<Response<ProxyBody>, Refusal> {
-    compensate(state, enf, parts, lease_id, conn)
+    compensate(plane, enf, parts, lease_id, conn)
         .await
         .map_err(|d| d.refusal)
 }
@@ -68,7 +68,7 @@ pub async fn handle(
     let path = parts.uri.path().to_owned();
     let rest = &path[PREFIX.len()..];
     let result: Result<_, Denied> = match (&parts.method, rest) {
-        (&Method::POST, "") => match read_body(state, body).await {
+        (&Method::POST, "") => match read_body(state.config.limits.max_body, body).await {
             Ok(b) => grant(state, enf, &parts, &b, conn)
                 .await
                 .map_err(Denied::from),
@@ -85,7 +85,7 @@ pub async fn handle(
         }
         (&Method::PUT, r) if r.starts_with('/') && r.ends_with("/inverse") => {
             let lease_id = &r[1..r.len() - "/inverse".len()];
-            match read_body(state, body).await {
+            match read_body(state.config.limits.max_body, body).await {
                 Ok(b) => stage_inverse(state, enf, lease_id, &b)
                     .await
                     .map_err(Denied::from),
@@ -108,8 +108,8 @@ pub async fn handle(
     }
 }
 
-async fn read_body(state: &AppState, body: Incoming) -> Result<Bytes, Refusal> {
-    body::read_request_body(body, state.config.limits.max_body)
+async fn read_body(max_body: u64, body: Incoming) -> Result<Bytes, Refusal> {
+    body::read_request_body(body, max_body)
         .await
         .map_err(|e| match e {
             body::CollectError::TooLarge(_) => Refusal::new(

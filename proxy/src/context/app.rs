@@ -10,7 +10,7 @@ use crate::net::upstream::Upstream;
 use crate::telemetry;
 
 /// What the write engine, its legs and every helper below a stage's entry work with: the
-/// configuration, the metrics, the upstream clients and write enforcement. Built once at
+/// configuration, the metrics, the upstream clients, write enforcement and the bundle in force. Built once at
 /// start; a write's own task holds it (one `Arc`) instead of the whole server's state.
 pub struct Plane {
     pub config: Config,
@@ -20,6 +20,9 @@ pub struct Plane {
     /// `upstream.shadow_url`: where DRY_RUN_SHADOW writes go instead of the SoR.
     pub shadow: Option<Upstream>,
     pub upstream: Upstream,
+    /// The RICH bundle in force (SPEC §7): swapped whole on reload; a request loads it once
+    /// and is decided wholly by that version.
+    pub bundle: arc_swap::ArcSwapOption<palisade_rich::Bundle>,
 }
 
 impl Plane {
@@ -36,9 +39,6 @@ impl Plane {
 /// and the admin API read.
 pub struct AppState {
     pub plane: Arc<Plane>,
-    /// The RICH bundle in force (SPEC §7): swapped whole on reload; a request loads it once
-    /// and is decided wholly by that version.
-    pub bundle: arc_swap::ArcSwapOption<palisade_rich::Bundle>,
     /// Set on SIGTERM: `/readyz` turns 503 at once.
     pub draining: AtomicBool,
     /// MCP tools last listed with a changed definition (SPEC §7).

@@ -20,7 +20,7 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 
-use crate::context::AppState;
+use crate::context::{AppState, Plane};
 use crate::control::{admin_auth, escrow};
 use crate::net::body::{self, ProxyBody};
 
@@ -239,10 +239,12 @@ async fn respond(
     if let Some(rest) = path.strip_prefix("/admin/v1/freeze") {
         let by = admin_auth::who(&state.config, req.headers(), peer_spiffe_id.as_deref());
         return Ok(match (req.method().clone(), rest) {
-            (Method::POST, "" | "/") => crate::control::freeze::make(state, req, by).await,
-            (Method::GET, "" | "/") => crate::control::freeze::list(state).await,
+            (Method::POST, "" | "/") => {
+                crate::control::freeze::make(state.plane.clone(), req, by).await
+            }
+            (Method::GET, "" | "/") => crate::control::freeze::list(state.plane.clone()).await,
             (Method::DELETE, r) => match r.strip_prefix('/').filter(|id| !id.is_empty()) {
-                Some(id) => crate::control::freeze::lift(state, id, by).await,
+                Some(id) => crate::control::freeze::lift(state.plane.clone(), id, by).await,
                 None => text(StatusCode::NOT_FOUND, "not found\n"),
             },
             _ => text(StatusCode::METHOD_NOT_ALLOWED, "method not allowed\n"),
@@ -251,15 +253,15 @@ async fn respond(
     if let Some(rest) = path.strip_prefix("/admin/v1/escrow") {
         let by = admin_auth::who(&state.config, req.headers(), peer_spiffe_id.as_deref());
         let resp = match (req.method().clone(), rest) {
-            (Method::GET, "" | "/") => escrow::list(state).await,
+            (Method::GET, "" | "/") => escrow::list(state.plane.clone()).await,
             (Method::POST, r) => match r.strip_prefix('/').and_then(|r| r.split_once('/')) {
                 Some((id, "approve")) if !id.is_empty() => {
                     let id = id.to_owned();
-                    escrow::approve(state, id, by, req.into_body()).await
+                    escrow::approve(state.plane.clone(), id, by, req.into_body()).await
                 }
                 Some((id, "reject")) if !id.is_empty() => {
                     let id = id.to_owned();
-                    escrow::reject(state, id, by, req.into_body()).await
+                    escrow::reject(state.plane.clone(), id, by, req.into_body()).await
                 }
                 _ => text(StatusCode::NOT_FOUND, "not found\n"),
             },
@@ -304,8 +306,8 @@ async fn respond(
 
 /// An HTTP resource's key: its normalised URI without the query (relative to `public_base`
 /// when it starts with `/`).
-fn http_key(state: &AppState, decoded: &str) -> Option<String> {
-    let absolute = match (decoded.starts_with('/'), &state.config.public_base) {
+fn http_key(public_base: Option<&str>, decoded: &str) -> Option<String> {
+    let absolute = match (decoded.starts_with('/'), public_base) {
         (true, Some(base)) => format!("{}{decoded}", base.trim_end_matches('/')),
         _ => decoded.to_owned(),
     };
@@ -316,9 +318,9 @@ fn http_key(state: &AppState, decoded: &str) -> Option<String> {
 /// `GET /admin/v1/fences/{resource}`: a resource's current epoch (0: never fenced). The
 /// resource is its key (SPEC §4.3), percent-encoded as one path segment; a key that starts
 /// with `/` is taken relative to `listen.public_base`.
-async fn fence(state: &AppState, encoded: &str) -> Response<ProxyBody> {
+async fn fence(plane: &Plane, encoded: &str) -> Response<ProxyBody> {
     let json = |status: StatusCode, doc: serde_json::Value| body::json_response(status, &doc);
-    let Some(enf) = &state.enforcement else {
+    let Some(enf) = &plane.enforcement else {
         return json(
             StatusCode::NOT_FOUND,
             serde_json::json!({"error": "no enforcement configured: there are no fences"}),
@@ -334,7 +336,7 @@ async fn fence(state: &AppState, encoded: &str) -> Response<ProxyBody> {
     let key = if decoded.starts_with("mcp:tool/") {
         decoded.into_owned()
     } else {
-        match http_key(state, &decoded) {
+        match http_key(plane.config.public_base.as_deref(), &decoded) {
             Some(k) => k,
             None => {
                 return json(

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use http::{header, HeaderMap, HeaderValue, Response, StatusCode};
 use tokio::sync::Semaphore;
 
-use crate::context::AppState;
+use crate::context::Plane;
 use crate::net::body::{self, BoxError, ProxyBody};
 
 /// Streams open at once.
@@ -56,8 +56,8 @@ fn frame(events: &[(u64, serde_json::Value)]) -> (Bytes, u64) {
     (Bytes::from(out), last)
 }
 
-pub fn stream(state: &AppState, query: Option<&str>, headers: &HeaderMap) -> Response<ProxyBody> {
-    let Some(enf) = &state.enforcement else {
+pub fn stream(plane: &Plane, query: Option<&str>, headers: &HeaderMap) -> Response<ProxyBody> {
+    let Some(enf) = &plane.enforcement else {
         return body::json_response(
             StatusCode::NOT_FOUND,
             &serde_json::json!({"error": "no enforcement configured: there are no drift events"}),

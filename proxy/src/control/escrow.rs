@@ -10,7 +10,7 @@ use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 use palisade_policy::ErrorCode;
 use serde_json::{json, Value};
 
-use crate::context::{AppState, Enforcement, Outcome, WriteContext};
+use crate::context::{Enforcement, Outcome, Plane, WriteContext};
 use crate::enforce::delivery::Keep;
 use crate::enforce::engine;
 use crate::enforce::escrow::{load, not_held, problem, rebuild, status_doc, LIST_SCAN};
@@ -29,12 +29,12 @@ static DECISIONS: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 /// `escrow.approvals_required` distinct names have approved, the write is released and every
 /// check runs again. The same name twice counts once: the repeat is refused.
 pub async fn approve(
-    state: Arc<AppState>,
+    plane: Arc<Plane>,
     id: String,
     by: String,
     body: hyper::body::Incoming,
 ) -> Response<ProxyBody> {
-    let Some(enf) = state.enforcement.clone() else {
+    let Some(enf) = plane.enforcement.clone() else {
         return problem(ErrorCode::NotFound, "write enforcement is off");
     };
     let said = match Said::read(body).await {
@@ -57,7 +57,7 @@ pub async fn approve(
         // after expiry (state `refused`, `ERR_LEASE_EXPIRED`, its receipt and drift event).
         if crate::control::escrow_view::expired(&rec, enf.clock.now_ms()) {
             drop(one);
-            return release(&state, &enf, &id).await;
+            return release(&plane, &enf, &id).await;
         }
         if rec.approvals.contains(&by) {
             return problem(
@@ -71,7 +71,7 @@ pub async fn approve(
             approvals,
             ..rec.clone()
         };
-        let enough = record.approvals.len() >= state.config.escrow.approvals;
+        let enough = record.approvals.len() >= plane.config.escrow.approvals;
         let decision = Decision {
             outcome: "approved",
             by: &by,
@@ -88,7 +88,7 @@ pub async fn approve(
         }
         // The release (held → releasing, compare-and-set) needs no other decision held back.
         drop(one);
-        release(&state, &enf, &id).await
+        release(&plane, &enf, &id).await
     });
     task.await
         .unwrap_or_else(|_| problem(ErrorCode::Internal, "the release could not be completed"))
@@ -214,7 +214,7 @@ async fn decide(
     }
 }
 
-async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Response<ProxyBody> {
+async fn release(plane: &Arc<Plane>, enf: &Arc<Enforcement>, id: &str) -> Response<ProxyBody> {
     let rec = match load(enf, id).await {
         Ok(r) => r,
         Err(resp) => return resp,
@@ -281,13 +281,13 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
     };
     // Released under the bundle in force now: its contract is what the write must meet. The
     // held request is judged again as the protocol that carried it.
-    let bundle = state.bundle.load_full();
+    let bundle = plane.bundle.load_full();
     let conn = Arc::new(conn);
     let written = if held.is_some_and(|r| r.protocol == HeldProtocol::Mcp) {
         let held = McpLeg::held(
             &bytes,
             &parts.headers,
-            state.config.limits.max_json_depth,
+            plane.config.limits.max_json_depth,
             bundle.as_deref(),
         );
         match held {
@@ -300,14 +300,14 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
                     grant: None,
                     leg,
                 };
-                engine::release(&state.plane, enf, conn, w, &who, keep).await
+                engine::release(plane, enf, conn, w, &who, keep).await
             }
             Err(refusal) => {
                 let evidence = receipts::Evidence {
                     body: Some(&bytes),
                     ..receipts::Evidence::default()
                 };
-                Written::refused(receipts::record(state.recorder(), refusal, &cx, evidence).await)
+                Written::refused(receipts::record(plane.recorder(), refusal, &cx, evidence).await)
             }
         }
     } else {
@@ -320,7 +320,7 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
             grant: None,
             leg,
         };
-        engine::release(&state.plane, enf, conn, w, &who, keep).await
+        engine::release(plane, enf, conn, w, &who, keep).await
     };
     // A refusal, not a failure after the release was sent (its escrow says released).
     let refused = written
@@ -328,7 +328,7 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
         .filter(|_| matches!(written.outcome, Outcome::Refused));
     let receipt = written.receipt;
     // Read to its end: a streamed answer is committed by its relay before the stream ends.
-    let _ = body::collect_proxy(written.resp.into_body(), state.config.limits.max_response).await;
+    let _ = body::collect_proxy(written.resp.into_body(), plane.config.limits.max_response).await;
     // A refused release records its code and rejection receipt in the escrow, from the
     // refusal itself.
     if let Some(code) = refused {
@@ -355,12 +355,12 @@ async fn release(state: &Arc<AppState>, enf: &Arc<Enforcement>, id: &str) -> Res
 /// `POST /admin/v1/escrow/{id}/reject` by `by`: one rejection rejects; its receipt (kind
 /// `approval`, outcome `rejected`) names the approver.
 pub async fn reject(
-    state: Arc<AppState>,
+    plane: Arc<Plane>,
     id: String,
     by: String,
     body: hyper::body::Incoming,
 ) -> Response<ProxyBody> {
-    let Some(enf) = state.enforcement.clone() else {
+    let Some(enf) = plane.enforcement.clone() else {
         return problem(ErrorCode::NotFound, "write enforcement is off");
     };
     let said = match Said::read(body).await {
@@ -396,8 +396,8 @@ pub async fn reject(
 }
 
 /// `GET /admin/v1/escrow`: escrows not yet decided (held, or left releasing by a crash).
-pub async fn list(state: Arc<AppState>) -> Response<ProxyBody> {
-    let Some(enf) = state.enforcement.clone() else {
+pub async fn list(plane: Arc<Plane>) -> Response<ProxyBody> {
+    let Some(enf) = plane.enforcement.clone() else {
         return body::json_response(StatusCode::OK, &json!({"escrows": []}));
     };
     match enf.store.escrows(LIST_SCAN).await {

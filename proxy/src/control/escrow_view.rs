@@ -13,7 +13,7 @@ use http::{Response, StatusCode};
 use palisade_policy::ErrorCode;
 use serde_json::{json, Value};
 
-use crate::context::AppState;
+use crate::context::Plane;
 use crate::enforce::escrow::{load, problem, status_doc};
 use crate::net::body::{self, ProxyBody};
 use crate::store::{EscrowRecord, EscrowState, HeldProtocol};
@@ -22,8 +22,8 @@ use crate::store::{EscrowRecord, EscrowState, HeldProtocol};
 const SHOWN_BODY: usize = 64 * 1024;
 
 /// `GET /admin/v1/escrow/{id}`.
-pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
-    let Some(enf) = &state.enforcement else {
+pub async fn detail(plane: &Plane, id: &str) -> Response<ProxyBody> {
+    let Some(enf) = &plane.enforcement else {
         return problem(ErrorCode::NotFound, "write enforcement is off");
     };
     let rec = match load(enf, id).await {
@@ -33,7 +33,7 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
     let now = enf.clock.now_ms();
     let mut doc = status_doc(&rec);
     doc["caller"] = json!(rec.caller);
-    doc["approvals_required"] = json!(state.config.escrow.approvals);
+    doc["approvals_required"] = json!(plane.config.escrow.approvals);
     doc["expired"] = json!(expired(&rec, now));
     if let Some(ms) = rec.lease_expires_at_ms {
         doc["lease_expires_at"] = json!(palisade_policy::lease::format_rfc3339_ms(ms));
@@ -41,7 +41,7 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
     }
     if let Some(req) = &rec.request {
         let bytes = STANDARD.decode(&req.body_b64).unwrap_or_default();
-        let depth = state.config.limits.max_json_depth;
+        let depth = plane.config.limits.max_json_depth;
         let content_type = req
             .headers
             .iter()
@@ -51,7 +51,7 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
         // Parsed once, for the view and for the contract check (an MCP call's tool and
         // arguments); an HTTP body too long to show is checked from its bytes alone.
         let parsed = read_json(&bytes, depth, req.protocol == HeldProtocol::Mcp);
-        doc["input_check"] = input_check(state, &rec, &bytes, parsed.as_ref(), depth);
+        doc["input_check"] = input_check(plane, &rec, &bytes, parsed.as_ref(), depth);
         doc["request"] = json!({
             "method": req.method,
             "target": req.target,
@@ -73,7 +73,7 @@ pub async fn detail(state: &AppState, id: &str) -> Response<ProxyBody> {
                 .unwrap_or_default();
             json!({
                 "content_type": pre["content_type"],
-                "body": shown(&bytes, read_json(&bytes, state.config.limits.max_json_depth, false)),
+                "body": shown(&bytes, read_json(&bytes, plane.config.limits.max_json_depth, false)),
             })
         };
     }
@@ -114,13 +114,13 @@ fn read_json(bytes: &[u8], depth: usize, always: bool) -> Option<Value> {
 /// its release will be judged by): `{"ok": true}`, `{"ok": false, "code", "detail",
 /// "location"}`, or `{"bound": false}` when no contract covers the operation.
 fn input_check(
-    state: &AppState,
+    plane: &Plane,
     rec: &EscrowRecord,
     bytes: &[u8],
     parsed: Option<&Value>,
     depth: usize,
 ) -> Value {
-    let bundle = state.bundle.load_full();
+    let bundle = plane.bundle.load_full();
     let Some(b) = bundle.as_deref() else {
         return json!({"bound": false});
     };

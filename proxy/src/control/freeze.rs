@@ -15,7 +15,7 @@ use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 use palisade_policy::ErrorCode;
 use serde_json::{json, Value};
 
-use crate::context::{AppState, Enforcement, Freezes};
+use crate::context::{Enforcement, Freezes, Plane};
 use crate::enforce::escrow::problem;
 use crate::net::body::{self, ProxyBody};
 use crate::store::{Attachments, FreezeChange};
@@ -25,11 +25,11 @@ const MAX_BODY: u64 = 16 * 1024;
 
 /// `POST /admin/v1/freeze` by `by` (the admin credential's name).
 pub async fn make(
-    state: Arc<AppState>,
+    plane: Arc<Plane>,
     req: http::Request<Incoming>,
     by: String,
 ) -> Response<ProxyBody> {
-    let Some(enf) = state.enforcement.clone() else {
+    let Some(enf) = plane.enforcement.clone() else {
         return problem(
             ErrorCode::NotFound,
             "write enforcement is off: there is nothing to freeze",
@@ -48,7 +48,7 @@ pub async fn make(
     };
     // Stored in the spelling writes are matched by; the 201 echoes it (SPEC §14).
     if let Some(value) = &request.value {
-        let public_base = state.config.public_base.as_deref();
+        let public_base = plane.config.public_base.as_deref();
         match freeze::canonical_value(request.scope, value, public_base) {
             Ok(v) => request.value = Some(v),
             Err(why) => return problem(ErrorCode::BadRequest, &why),
@@ -83,8 +83,8 @@ pub async fn make(
 }
 
 /// `DELETE /admin/v1/freeze/{id}` by `by`.
-pub async fn lift(state: Arc<AppState>, id: &str, by: String) -> Response<ProxyBody> {
-    let Some(enf) = state.enforcement.clone() else {
+pub async fn lift(plane: Arc<Plane>, id: &str, by: String) -> Response<ProxyBody> {
+    let Some(enf) = plane.enforcement.clone() else {
         return problem(
             ErrorCode::NotFound,
             "write enforcement is off: there is nothing to freeze",
@@ -110,8 +110,8 @@ pub async fn lift(state: Arc<AppState>, id: &str, by: String) -> Response<ProxyB
 }
 
 /// `GET /admin/v1/freeze`: every freeze stored, oldest first, each with `in_force`.
-pub async fn list(state: Arc<AppState>) -> Response<ProxyBody> {
-    let Some(enf) = state.enforcement.clone() else {
+pub async fn list(plane: Arc<Plane>) -> Response<ProxyBody> {
+    let Some(enf) = plane.enforcement.clone() else {
         return body::json_response(StatusCode::OK, &json!({"freezes": []}));
     };
     let stored = match stored(&enf).await {
@@ -195,11 +195,11 @@ async fn change(
 /// With a shared store, reads the freezes every `context::FREEZE_POLL`, so that one made at
 /// another replica holds here within that and one query. The embedded store has one sidecar:
 /// its list changes only through this one's admin API.
-pub fn spawn_poll(state: Arc<AppState>) {
-    let Some(enf) = state.enforcement.clone() else {
+pub fn spawn_poll(plane: Arc<Plane>) {
+    let Some(enf) = plane.enforcement.clone() else {
         return;
     };
-    if state.config.store.kind != crate::config::StoreKind::Postgres {
+    if plane.config.store.kind != crate::config::StoreKind::Postgres {
         return;
     }
     tokio::spawn(async move {
@@ -219,9 +219,9 @@ pub fn spawn_poll(state: Arc<AppState>) {
 
 /// `GET /admin/v1/budgets`: the `[budgets]` rules in force (SPEC §14). What each has spent is
 /// in `palisade_budget_spent_total` and `palisade_budget_refusals_total`.
-pub fn budgets(state: &AppState) -> serde_json::Value {
+pub fn budgets(plane: &Plane) -> serde_json::Value {
     use palisade_policy::budget::Dim;
-    let rules: Vec<serde_json::Value> = state
+    let rules: Vec<serde_json::Value> = plane
         .enforcement
         .as_ref()
         .map(|e| e.budgets.as_slice())

@@ -11,13 +11,13 @@ use http::{header, HeaderValue, Response, StatusCode};
 use palisade_policy::log::merkle;
 use palisade_policy::log::tiles::{self, TileKind, TilePath};
 
-use crate::context::AppState;
+use crate::context::Plane;
 use crate::net::body::{self, ProxyBody};
 use crate::store::{log_read, Store};
 
 /// Answers `GET /admin/v1/log/{rest}`.
-pub async fn get(state: &AppState, rest: &str, query: Option<&str>) -> Response<ProxyBody> {
-    let Some(enf) = &state.enforcement else {
+pub async fn get(plane: &Plane, rest: &str, query: Option<&str>) -> Response<ProxyBody> {
+    let Some(enf) = &plane.enforcement else {
         return text(
             StatusCode::NOT_FOUND,
             "no store configured: there is no log\n".into(),

@@ -8,7 +8,7 @@ use http::{Response, StatusCode};
 use palisade_rich::rcns::SynthesizedContract;
 use serde_json::{json, Value};
 
-use crate::context::AppState;
+use crate::context::Plane;
 use crate::net::body::{self, ProxyBody};
 use crate::store::{RcnsKind, RcnsPutMode};
 
@@ -24,8 +24,8 @@ fn unavailable(e: &crate::store::StoreError) -> Response<ProxyBody> {
     )
 }
 
-pub async fn list(state: &AppState) -> Response<ProxyBody> {
-    let Some(enf) = &state.enforcement else {
+pub async fn list(plane: &Plane) -> Response<ProxyBody> {
+    let Some(enf) = &plane.enforcement else {
         return answer(
             StatusCode::NOT_FOUND,
             json!({"error": "write enforcement is off"}),
@@ -45,8 +45,8 @@ pub async fn list(state: &AppState) -> Response<ProxyBody> {
     }
 }
 
-pub async fn revoke(state: &AppState, id: &str) -> Response<ProxyBody> {
-    let Some(enf) = &state.enforcement else {
+pub async fn revoke(plane: &Plane, id: &str) -> Response<ProxyBody> {
+    let Some(enf) = &plane.enforcement else {
         return answer(
             StatusCode::NOT_FOUND,
             json!({"error": "write enforcement is off"}),

@@ -19,7 +19,7 @@ use palisade_policy::log::merkle;
 use palisade_policy::log::witness::{self, AddCheckpoint};
 
 use crate::config::Witness;
-use crate::context::{AppState, Enforcement};
+use crate::context::{Enforcement, Plane};
 use crate::store::log_read;
 
 /// How long one witness request may take.
@@ -31,10 +31,10 @@ type HttpClient =
     Client<hyper_rustls::HttpsConnector<HttpConnector>, http_body_util::Full<bytes::Bytes>>;
 
 /// Starts the submitter when the configuration names witnesses and the sidecar has a log.
-pub fn spawn(state: Arc<AppState>) {
+pub fn spawn(plane: Arc<Plane>) {
     let (Some(enf), false) = (
-        state.enforcement.clone(),
-        state.config.receipts.witnesses.is_empty(),
+        plane.enforcement.clone(),
+        plane.config.receipts.witnesses.is_empty(),
     ) else {
         return;
     };
@@ -46,10 +46,10 @@ pub fn spawn(state: Arc<AppState>) {
         }
     };
     tokio::spawn(async move {
-        let witnesses = state.config.receipts.witnesses.clone();
+        let witnesses = plane.config.receipts.witnesses.clone();
         // The size each witness is known to hold (None: not known yet).
         let mut held: Vec<Option<u64>> = vec![None; witnesses.len()];
-        let mut tick = tokio::time::interval(state.config.receipts.witness_interval);
+        let mut tick = tokio::time::interval(plane.config.receipts.witness_interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;

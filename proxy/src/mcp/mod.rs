@@ -23,7 +23,6 @@ use palisade_rich::SideEffect;
 use serde_json::Value;
 
 use crate::admission::Presented;
-use crate::context::AppState;
 use crate::context::Binding;
 use crate::context::Call;
 use crate::context::Outcome;
@@ -71,18 +70,12 @@ async fn serve(
     presented: Option<&Presented>,
 ) -> Staged {
     let (state, conn, cx) = (call.state, call.conn, &call.cx);
+    let rec = state.recorder();
     if let Some(refusal) = origin_refused(&state.config, &parts.headers) {
         // The transport's DNS-rebinding rule (SPEC §11): 403, the body a JSON-RPC error
         // with no id, as the MCP transport says.
         let reply = Reply::transport(StatusCode::FORBIDDEN);
-        return refuse(
-            state.recorder(),
-            cx,
-            refusal.into(),
-            Carried::default(),
-            reply,
-        )
-        .await;
+        return refuse(rec, cx, refusal.into(), Carried::default(), reply).await;
     }
     if parts.method != Method::POST {
         // GET streams and the session DELETE carry no JSON-RPC request to check.
@@ -107,7 +100,7 @@ async fn serve(
                 ),
             };
             let (carried, reply) = (Carried::default(), Reply::transport(status));
-            return refuse(state.recorder(), cx, refusal.into(), carried, reply).await;
+            return refuse(rec, cx, refusal.into(), carried, reply).await;
         }
     };
     // What we check must be what the server reads: a body our strict parser refuses
@@ -120,14 +113,7 @@ async fn serve(
                 "the body is not a single well-formed I-JSON document",
             );
             let reply = Reply::transport(StatusCode::BAD_REQUEST);
-            return refuse(
-                state.recorder(),
-                cx,
-                refusal.into(),
-                Carried::body(&bytes),
-                reply,
-            )
-            .await;
+            return refuse(rec, cx, refusal.into(), Carried::body(&bytes), reply).await;
         }
     };
     if let Value::Array(batch) = &msg {
@@ -138,14 +124,7 @@ async fn serve(
                 "a tools/call must be sent alone, not in a JSON-RPC batch",
             );
             let reply = Reply::transport(StatusCode::BAD_REQUEST);
-            return refuse(
-                state.recorder(),
-                cx,
-                refusal.into(),
-                Carried::body(&bytes),
-                reply,
-            )
-            .await;
+            return refuse(rec, cx, refusal.into(), Carried::body(&bytes), reply).await;
         }
         return passed(forward_plain(state, parts, body::full(bytes), conn, cx, None).await);
     }
@@ -155,14 +134,7 @@ async fn serve(
             id,
             status: StatusCode::BAD_REQUEST,
         };
-        return refuse(
-            state.recorder(),
-            cx,
-            refusal.into(),
-            Carried::body(&bytes),
-            reply,
-        )
-        .await;
+        return refuse(rec, cx, refusal.into(), Carried::body(&bytes), reply).await;
     }
     let rpc = Rpc { bytes, msg, id };
     match method_of(&rpc.msg) {
@@ -213,34 +185,22 @@ async fn tool_call(
         conn,
         mut cx,
     } = rq;
+    let rec = state.recorder();
     let Rpc { bytes, msg, id } = rpc;
     let Some(call) = call::ToolCall::of(&msg) else {
         let refusal = Refusal::new(ErrorCode::BadRequest, "tools/call needs params.name");
         let carried = Carried::body(&bytes);
-        return refuse(
-            state.recorder(),
-            &cx,
-            refusal.into(),
-            carried,
-            Reply::to(id),
-        )
-        .await;
+        return refuse(rec, &cx, refusal.into(), carried, Reply::to(id)).await;
     };
     cx.operation = format!("tools/call {}", call.name);
     let bundle = state.bundle.load_full();
     let routed = Routed::tool(bundle.as_deref(), &call.name);
     let binding = routed.binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
-    if let Some(refusal) = pin_drifted(state, bundle.as_deref(), &binding, &call.name) {
+    if let Some(refusal) = pin_drifted(&state.mcp_drifted, bundle.as_deref(), &binding, &call.name)
+    {
         let carried = Carried::body(&bytes);
-        return refuse(
-            state.recorder(),
-            &cx,
-            refusal.into(),
-            carried,
-            Reply::to(id),
-        )
-        .await;
+        return refuse(rec, &cx, refusal.into(), carried, Reply::to(id)).await;
     }
     // RICH admission (SPEC §13): the tool, its contract digest and the granted bound over
     // its arguments, before anything else is looked at.
@@ -269,30 +229,18 @@ async fn tool_call(
                     let refusal =
                         Refusal::new(ErrorCode::Internal, "the mapped call names no tool");
                     let carried = Carried::body(&bytes);
-                    return refuse(
-                        state.recorder(),
-                        &cx,
-                        refusal.into(),
-                        carried,
-                        Reply::to(id),
-                    )
-                    .await;
+                    return refuse(rec, &cx, refusal.into(), carried, Reply::to(id)).await;
                 };
                 (msg, bytes, call, routed, back) =
                     (m.msg, m.bytes, mapped_call, Routed::Bound(m.target), m.back);
                 cx.operation = format!("tools/call {}", call.name);
                 cx.bind(Some(b), &routed.binding(Some(b)));
                 let binding = routed.binding(Some(b));
-                if let Some(refusal) = pin_drifted(state, Some(b), &binding, &call.name) {
+                if let Some(refusal) =
+                    pin_drifted(&state.mcp_drifted, Some(b), &binding, &call.name)
+                {
                     let carried = Carried::body(&bytes);
-                    return refuse(
-                        state.recorder(),
-                        &cx,
-                        refusal.into(),
-                        carried,
-                        Reply::to(id),
-                    )
-                    .await;
+                    return refuse(rec, &cx, refusal.into(), carried, Reply::to(id)).await;
                 }
             }
             Err(refusal) => {
@@ -300,14 +248,7 @@ async fn tool_call(
                     lease: call.lease.as_deref(),
                     body: &call.args,
                 };
-                return refuse(
-                    state.recorder(),
-                    &cx,
-                    refusal.into(),
-                    carried,
-                    Reply::to(id),
-                )
-                .await;
+                return refuse(rec, &cx, refusal.into(), carried, Reply::to(id)).await;
             }
         }
     }
@@ -320,7 +261,7 @@ async fn tool_call(
             body: &call.args,
         };
         let (cx, reply) = (&cx, Reply::to(id.clone()));
-        async move { refuse(state.recorder(), cx, denied, carried, reply).await }
+        async move { refuse(rec, cx, denied, carried, reply).await }
     };
 
     let Some(enf) = state
@@ -385,7 +326,7 @@ async fn tool_call(
 
 /// A pinned tool last listed with another definition is not called (SPEC §7): the refusal.
 fn pin_drifted(
-    state: &AppState,
+    pins: &crate::context::Drifted,
     bundle: Option<&palisade_rich::Bundle>,
     binding: &Binding<'_>,
     name: &str,
@@ -393,7 +334,7 @@ fn pin_drifted(
     let (b, cap) = (bundle?, binding.capability()?);
     (cap.tool_digest.is_some()
         && pinning::refuses_calls(cap.runtime.on_drift)
-        && state.mcp_drifted.is_drifted(&b.digest, name))
+        && pins.is_drifted(&b.digest, name))
     .then(|| {
         Refusal::new(
             ErrorCode::ToolDrifted,

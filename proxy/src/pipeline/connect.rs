@@ -28,7 +28,7 @@ use palisade_rich::connector::Connector;
 use palisade_rich::{connections, Bundle, Capability, Connection, DriftPolicy};
 use serde_json::Value;
 
-use crate::context::{AppState, Binding, Routed, WriteContext};
+use crate::context::{Binding, Plane, Routed, WriteContext};
 use crate::enforce::output::{self, Observed};
 use crate::enforce::own::Own;
 use crate::enforce::receipts;
@@ -61,7 +61,7 @@ pub(super) struct Source<'a> {
 /// no connection; the request is unchanged. `Ok(Some)`: `parts` now address the target, the
 /// [`Mapped`] body is its body, and the write is routed to the target capability.
 pub(super) async fn request(
-    state: &AppState,
+    plane: &Plane,
     from: Source<'_>,
     parts: &mut http::request::Parts,
     bytes: &Bytes,
@@ -106,7 +106,7 @@ pub(super) async fn request(
                 body: Some(bytes),
                 ..receipts::Evidence::default()
             };
-            return Err(receipts::record(state.recorder(), refusal, cx, evidence)
+            return Err(receipts::record(plane.recorder(), refusal, cx, evidence)
                 .await
                 .into());
         }
@@ -206,7 +206,7 @@ pub(super) fn retarget(parts: &mut http::request::Parts, pq: &str) {
 /// (the target's was applied by the write path). Only complete (2xx) answers are mapped; an
 /// error answer is the SoR's error domain and passes as it is.
 pub(super) async fn response(
-    state: &AppState,
+    plane: &Plane,
     back: Back,
     cx: &WriteContext,
     written: Written,
@@ -227,10 +227,10 @@ pub(super) async fn response(
     };
     let source = &bundle.capabilities[conn.source];
     let (head, body) = resp.into_parts();
-    let bytes = collect_answer(state, body, cx).await?;
+    let bytes = collect_answer(plane, body, cx).await?;
     // The target's output contract has been applied by the write path already (under the
     // target binding's own drift policy); what is left is the mapping.
-    match map_answer(state, connector, source, &bytes) {
+    match map_answer(plane, connector, source, &bytes) {
         Ok(out) => Ok(mapped(head, out)),
         Err(refusal) => {
             let unmapped = Unmapped {
@@ -240,18 +240,18 @@ pub(super) async fn response(
                 bytes,
                 commit: Some(commit),
             };
-            unmapped.answer(state, refusal, cx).await
+            unmapped.answer(plane, refusal, cx).await
         }
     }
 }
 
 /// The answer's body, whole (≤ `limits.max_response`), or the refusal that it cannot be.
 pub(super) async fn collect_answer(
-    state: &AppState,
+    plane: &Plane,
     body: ProxyBody,
     cx: &WriteContext,
 ) -> Result<Bytes, Own> {
-    let refusal = match body::collect_proxy(body, state.config.limits.max_response).await {
+    let refusal = match body::collect_proxy(body, plane.config.limits.max_response).await {
         Ok(b) => return Ok(b),
         Err(CollectError::TooLarge(_)) => Refusal::new(
             ErrorCode::ResponseTooLarge,
@@ -262,18 +262,18 @@ pub(super) async fn collect_answer(
             "the upstream connection failed",
         ),
     };
-    Err(output::blocked(state, refusal, cx).await.into())
+    Err(output::blocked(plane, refusal, cx).await.into())
 }
 
 /// The answer through the response connector and the source contract's `structural.output`:
 /// the mapped body, or why it cannot be (502).
 pub(super) fn map_answer(
-    state: &AppState,
+    plane: &Plane,
     connector: &Connector,
     source: &Capability,
     bytes: &[u8],
 ) -> Result<Bytes, Refusal> {
-    let depth = state.config.limits.max_json_depth;
+    let depth = plane.config.limits.max_json_depth;
     palisade_policy::json::parse(bytes, depth)
         .map_err(|_| {
             Refusal::new(
@@ -320,7 +320,7 @@ impl Unmapped<'_> {
     /// 502 with a rejection receipt and a drift event.
     pub(super) async fn answer(
         self,
-        state: &AppState,
+        plane: &Plane,
         refusal: Refusal,
         cx: &WriteContext,
     ) -> Result<Response<ProxyBody>, Own> {
@@ -338,16 +338,16 @@ impl Unmapped<'_> {
             diagnostics: vec![("direction", "response".to_owned())],
         };
         if conn.on_drift == DriftPolicy::Notify {
-            output::report(state, &refusal, cx, Action::Notify, observed);
+            output::report(plane, &refusal, cx, Action::Notify, observed);
             return Ok(Response::from_parts(head, body::full(bytes)));
         }
-        output::report(state, &refusal, cx, Action::Blocked, observed);
+        output::report(plane, &refusal, cx, Action::Blocked, observed);
         let mut extra = vec![("upstream_status".to_owned(), head.status.as_u16().into())];
         if let Some(commit) = commit {
             // The write went through: say so, and hand its commit receipt on.
             extra.push(("commit_receipt".to_owned(), commit));
         }
-        let refused = output::blocked(state, refusal, cx).await.with_extra(extra);
+        let refused = output::blocked(plane, refusal, cx).await.with_extra(extra);
         Err(Own::from(refused))
     }
 }

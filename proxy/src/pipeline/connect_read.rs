@@ -19,7 +19,7 @@ use palisade_policy::{ErrorCode, Refusal};
 use palisade_rich::{connections, Bundle, Capability, Connection};
 
 use super::connect::{self, map_answer, mapped, reference, Unmapped};
-use crate::context::{AppState, Binding, WriteContext};
+use crate::context::{Binding, Plane, WriteContext};
 use crate::enforce::forward::forward_plain;
 use crate::enforce::output;
 use crate::enforce::own::{forwarded, Own, Staged};
@@ -30,7 +30,7 @@ use crate::net::conn::ConnInfo;
 /// A read on a connection's source (`index`, whose connection is a read's). The agent's
 /// body, if any, is refused by its headers and never read.
 pub(super) async fn read(
-    state: &Arc<AppState>,
+    plane: &Arc<Plane>,
     conn_info: &Arc<ConnInfo>,
     parts: http::request::Parts,
     bundle: &Arc<Bundle>,
@@ -51,7 +51,7 @@ pub(super) async fn read(
             "the read's connection is not in the bundle",
         );
         return Err(
-            receipts::record(state.recorder(), refusal, cx, Evidence::default())
+            receipts::record(plane.recorder(), refusal, cx, Evidence::default())
                 .await
                 .into(),
         );
@@ -69,7 +69,7 @@ pub(super) async fn read(
                 body: Some(pq.as_bytes()),
                 ..Evidence::default()
             };
-            return Err(receipts::record(state.recorder(), refusal, cx, evidence)
+            return Err(receipts::record(plane.recorder(), refusal, cx, evidence)
                 .await
                 .into());
         }
@@ -77,9 +77,9 @@ pub(super) async fn read(
     readdress(&mut parts, &path, query.as_deref());
     // The legacy read, under the legacy binding: its output contract and drift policy.
     cx.bind(Some(bundle), &Binding::Bound(target));
-    let resp = forward_plain(state, parts, body::empty(), conn_info, cx, None).await?;
+    let resp = forward_plain(plane, parts, body::empty(), conn_info, cx, None).await?;
     // The sidecar's refusal of the legacy answer replaces it; the request was forwarded.
-    let checked = output::check(state, target, cx, resp, None).await;
+    let checked = output::check(plane, target, cx, resp, None).await;
     let resp = checked.map_err(Own::replacing)?;
     let Some(connector) = conn.response.as_deref() else {
         return Ok(forwarded(resp));
@@ -89,8 +89,8 @@ pub(super) async fn read(
         return Ok(forwarded(resp));
     }
     let (head, body) = resp.into_parts();
-    let bytes = connect::collect_answer(state, body, &source_cx).await?;
-    match map_answer(state, connector, source, &bytes) {
+    let bytes = connect::collect_answer(plane, body, &source_cx).await?;
+    match map_answer(plane, connector, source, &bytes) {
         Ok(out) => Ok(forwarded(mapped(head, out))),
         Err(refusal) => {
             let unmapped = Unmapped {
@@ -101,7 +101,7 @@ pub(super) async fn read(
                 commit: None,
             };
             unmapped
-                .answer(state, refusal, &source_cx)
+                .answer(plane, refusal, &source_cx)
                 .await
                 .map(forwarded)
         }

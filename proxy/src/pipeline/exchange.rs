@@ -7,7 +7,7 @@ use http::{Method, Response};
 use tokio::time::Instant;
 
 use crate::config::AccessLog;
-use crate::context::{AppState, Outcome};
+use crate::context::{Outcome, Plane};
 use crate::net::body::{Counted, OnEnd, ProxyBody};
 use crate::telemetry;
 
@@ -86,21 +86,21 @@ pub type ExchangeBody = Counted<ProxyBody, Box<AccessLine>>;
 
 /// Records metrics now and writes the access-log line when the response body has been sent.
 pub(super) fn finish(
-    state: &AppState,
+    plane: &Plane,
     resp: Response<ProxyBody>,
     ex: Exchange,
     outcome: Outcome,
     inflight: InflightGuard,
 ) -> Response<ExchangeBody> {
     let status = resp.status().as_u16();
-    state
+    plane
         .metrics
         .request(ex.kind.index(), method_index(&ex.method), outcome.index());
-    state
+    plane
         .metrics
         .request_duration
         .record(ex.start.elapsed().as_secs_f64());
-    let log = should_log(state.config.access_log, status, outcome);
+    let log = should_log(plane.config.access_log, status, outcome);
     let (parts, body) = resp.into_parts();
     let line = Box::new(AccessLine {
         ex,

@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 use crate::aip::{quote_channel, relay};
 use crate::authority;
-use crate::context::{AppState, Call, Outcome, WriteContext};
+use crate::context::{AdmissionState, AppState, Call, Outcome, Plane, Recorder, WriteContext};
 use crate::enforce::escrow;
 use crate::enforce::own::{Own, Staged};
 use crate::enforce::receipts::{self, Evidence};
@@ -212,13 +212,13 @@ async fn own(
     let Some(enf) = &state.enforcement else {
         return match route {
             Route::Mcp => Ok(mcp::handle(call, parts, body, presented).await),
-            Route::Metadata => metadata(state, ex),
-            Route::Refused(refusal) => refused_form(state, ex, refusal).await,
+            Route::Metadata => metadata(state.admission.as_ref(), state, ex),
+            Route::Refused(refusal) => refused_form(state.recorder(), ex, refusal).await,
             _ => reserved(ex),
         };
     };
     match route {
-        Route::Refused(refusal) => refused_form(state, ex, refusal).await,
+        Route::Refused(refusal) => refused_form(state.recorder(), ex, refusal).await,
         Route::Authority => authority::handle(&call, enf, parts, body)
             .await
             .map(by_status),
@@ -235,7 +235,7 @@ async fn own(
             crate::rcns::handle(call, enf, r, req, presented).await
         }
         Route::Reserved => reserved(ex),
-        Route::Metadata => metadata(state, ex),
+        Route::Metadata => metadata(state.admission.as_ref(), state, ex),
         Route::Mcp => Ok(mcp::handle(call, parts, body, presented).await),
         Route::Sor => {
             sor::answer(state, conn, Request::from_parts(parts, body), ex, presented).await
@@ -248,7 +248,7 @@ async fn own(
 /// method only (the spelling refused is the client's, not an operation), so no client-chosen
 /// text reaches an operator's tools.
 async fn refused_form(
-    state: &AppState,
+    rec: Recorder<'_>,
     ex: &Exchange,
     refusal: palisade_policy::Refusal,
 ) -> Staged {
@@ -257,11 +257,9 @@ async fn refused_form(
         ex.trace_id.clone(),
         format!("{} <refused request form>", ex.method),
     );
-    Err(
-        receipts::record(state.recorder(), refusal, &cx, Evidence::default())
-            .await
-            .into(),
-    )
+    Err(receipts::record(rec, refusal, &cx, Evidence::default())
+        .await
+        .into())
 }
 
 /// A reserved prefix that names no endpoint of the sidecar's.
@@ -271,11 +269,11 @@ fn reserved(ex: &Exchange) -> Staged {
 }
 
 /// RICH admission's protected-resource metadata (RFC 9728): the sidecar's own.
-fn metadata(state: &AppState, ex: &Exchange) -> Staged {
-    let Some(adm) = &state.admission else {
+fn metadata(adm: Option<&AdmissionState>, plane: &Plane, ex: &Exchange) -> Staged {
+    let Some(adm) = adm else {
         return reserved(ex);
     };
-    let bundle = state.bundle.load_full();
+    let bundle = plane.bundle.load_full();
     let resp = crate::admission::metadata::response(adm, bundle.as_deref());
     Ok((resp, Outcome::Forwarded))
 }

@@ -23,8 +23,8 @@ use super::admit;
 use super::connect;
 use super::connect_read;
 use super::exchange::{Exchange, Kind};
-use crate::admission::Presented;
-use crate::context::{AppState, Routed, WriteContext};
+use crate::admission::{Gate, Presented};
+use crate::context::{AppState, Plane, Routed, WriteContext};
 use crate::enforce::forward::forward_plain;
 use crate::enforce::own::{forwarded, Own, Staged};
 use crate::enforce::receipts::{self, Evidence};
@@ -77,7 +77,7 @@ pub(super) async fn answer(
             // A read connection (RICH §9, issue 37) maps the query and the answer.
             if let (Some(b), Routed::Bound(i)) = (&bundle, routed) {
                 if b.connection_of(i).is_some_and(|c| c.read) {
-                    let read = connect_read::read(state, conn, parts, b, i, &mut cx);
+                    let read = connect_read::read(&state.plane, conn, parts, b, i, &mut cx);
                     return Box::pin(read).await;
                 }
             }
@@ -128,30 +128,30 @@ pub(super) async fn answer(
         routed,
         admitted,
     };
-    Box::pin(enforced_write(state, conn, w)).await
+    Box::pin(enforced_write(&state.plane, state.gate(), conn, w)).await
 }
 
 /// A read whose contract has an output schema: its answer buffered and checked (SPEC §7),
 /// its request kept so a qualified fallback can send it again.
 async fn checked_read(
-    state: &Arc<AppState>,
+    plane: &Plane,
     conn: &Arc<ConnInfo>,
     req: http::Request<Incoming>,
     cap: &palisade_rich::Capability,
     cx: &WriteContext,
 ) -> Staged {
     let (parts, body) = req.into_parts();
-    let bytes = body::read_request_body(body, state.config.limits.max_body)
+    let bytes = body::read_request_body(body, plane.config.limits.max_body)
         .await
         .map_err(|_| Own::failed(Failure::BodyTooLarge, &cx.trace_id))?;
     let kept = output::copy_head(&parts);
-    let resp = forward_plain(state, parts, body::full(bytes.clone()), conn, cx, None).await?;
+    let resp = forward_plain(plane, parts, body::full(bytes.clone()), conn, cx, None).await?;
     let retry = kept.map(|parts| output::Retry {
         parts,
         body: bytes,
         conn,
     });
-    let checked = output::check(state, cap, cx, resp, retry).await;
+    let checked = output::check(plane, cap, cx, resp, retry).await;
     checked.map(forwarded).map_err(Own::replacing)
 }
 
@@ -166,7 +166,12 @@ struct Enforced {
 }
 
 /// The admitted bound, the connection's mapping, the write engine, the answer mapped back.
-async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced) -> Staged {
+async fn enforced_write(
+    plane: &Arc<Plane>,
+    gate: Option<Gate<'_>>,
+    conn: &Arc<ConnInfo>,
+    w: Enforced,
+) -> Staged {
     let Enforced {
         mut parts,
         bytes,
@@ -175,8 +180,8 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         routed,
         admitted,
     } = w;
-    let Some(enf) = &state.enforcement else {
-        let sent = forward_plain(state, parts, body::full(bytes), conn, &cx, None);
+    let Some(enf) = &plane.enforcement else {
+        let sent = forward_plain(plane, parts, body::full(bytes), conn, &cx, None);
         return sent.await.map(forwarded);
     };
     // The body parsed once, and only if something reads it as JSON: admission's granted
@@ -190,18 +195,10 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         .capability()
         .is_some_and(|c| c.contract.input.is_some());
     let mut input = (admitted.is_some() || connected || schema)
-        .then(|| palisade_policy::json::parse(&bytes, state.config.limits.max_json_depth).ok())
+        .then(|| palisade_policy::json::parse(&bytes, plane.config.limits.max_json_depth).ok())
         .flatten();
     if let Some(a) = &admitted {
-        admit::input(
-            state.gate(),
-            a,
-            bundle.as_ref(),
-            binding,
-            input.as_ref(),
-            &cx,
-        )
-        .await?;
+        admit::input(gate, a, bundle.as_ref(), binding, input.as_ref(), &cx).await?;
     }
     // A connection (RICH §9) maps the request onto the operation the SoR serves; everything
     // after it decides on the request the SoR will receive.
@@ -209,7 +206,7 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         bundle: bundle.as_ref(),
         routed,
     };
-    let mapped = connect::request(state, source, &mut parts, &bytes, input.as_ref(), &mut cx);
+    let mapped = connect::request(plane, source, &mut parts, &bytes, input.as_ref(), &mut cx);
     let (bytes, back, routed) = match mapped.await? {
         Some(m) => {
             // The target's input is the connector's output, as a value already.
@@ -228,11 +225,11 @@ async fn enforced_write(state: &Arc<AppState>, conn: &Arc<ConnInfo>, w: Enforced
         grant: None,
         input,
     };
-    let written = write::run(&state.plane, enf, conn, req).await;
+    let written = write::run(plane, enf, conn, req).await;
     let outcome = written.outcome;
     let resp = match (back, kept) {
         (Some(back), Some(cx)) => {
-            let mapped = connect::response(state, back, &cx, written).await;
+            let mapped = connect::response(plane, back, &cx, written).await;
             mapped.map_err(Own::replacing)?
         }
         _ => written.resp,

@@ -5,32 +5,30 @@ use http::{Response, StatusCode};
 use palisade_policy::Refusal;
 use serde_json::Value;
 
-use crate::context::{AppState, WriteContext};
+use crate::context::{Recorder, WriteContext};
 use crate::enforce::own::{Own, Staged};
 use crate::enforce::receipts;
 use crate::net::body::{self, ProxyBody};
 
 /// A receipted refusal with `extra` members.
 pub async fn refusal(
-    state: &AppState,
+    rec: Recorder<'_>,
     cx: &WriteContext,
     r: Refusal,
     extra: Vec<(&'static str, Value)>,
 ) -> Own {
     let evidence = receipts::Evidence::with_extra(&extra);
-    receipts::record(state.recorder(), r, cx, evidence)
-        .await
-        .into()
+    receipts::record(rec, r, cx, evidence).await.into()
 }
 
 /// [`refusal`], as what a stage comes to.
 pub async fn refused(
-    state: &AppState,
+    rec: Recorder<'_>,
     cx: &WriteContext,
     r: Refusal,
     extra: Vec<(&'static str, Value)>,
 ) -> Staged {
-    Err(refusal(state, cx, r, extra).await)
+    Err(refusal(rec, cx, r, extra).await)
 }
 
 /// A JSON answer with the seed's status (263 is not a status `http` names, but a valid one).

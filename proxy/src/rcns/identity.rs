@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use palisade_rich::rcns::{claimed_scopes, Caller, Callers};
 
-use crate::context::AppState;
+use crate::context::RcnsState;
 use crate::net::conn::ConnInfo;
 
 pub struct Who {
@@ -32,7 +32,7 @@ impl Who {
     }
 }
 
-pub fn resolve(state: &AppState, conn: &ConnInfo, parts: &http::request::Parts) -> Who {
+pub fn resolve(rcns: Option<&RcnsState>, conn: &ConnInfo, parts: &http::request::Parts) -> Who {
     // The request's one caller (a token's subject, an SVID's SPIFFE ID, a digest).
     let identity = conn.caller(parts);
     let claim = claimed_scopes(
@@ -43,7 +43,7 @@ pub fn resolve(state: &AppState, conn: &ConnInfo, parts: &http::request::Parts) 
     );
     Who {
         identity,
-        callers: state.rcns.as_ref().map(|r| r.callers.load_full()),
+        callers: rcns.map(|r| r.callers.load_full()),
         claim,
     }
 }

@@ -10,18 +10,15 @@ use serde_json::{json, Value};
 
 use super::answer::{json, refusal, refused};
 use super::identity::Who;
-use crate::context::{AppState, Enforcement, Outcome, WriteContext};
+use crate::context::{Enforcement, Outcome, Recorder, WriteContext};
 use crate::enforce::own::{Own, Staged};
 use crate::store::{RcnsKind, RcnsRecord};
 
 /// Most entries one DISCOVER /contracts lists.
 pub const MAX_LISTED: usize = 1000;
 
-pub fn patterns(state: &AppState) -> Staged {
-    let enabled = state.rcns.as_ref().is_some_and(|r| r.config.enabled);
-    let bundle = state.bundle.load();
+pub fn patterns(enabled: bool, bundle: Option<&palisade_rich::Bundle>) -> Staged {
     let patterns: Vec<Value> = bundle
-        .as_deref()
         .and_then(|b| b.recipes.as_deref())
         .map(|set| set.recipes.iter().map(|r| r.pattern()).collect())
         .unwrap_or_default();
@@ -29,9 +26,14 @@ pub fn patterns(state: &AppState) -> Staged {
     Ok((json(200, &doc), Outcome::Forwarded))
 }
 
-pub async fn contracts(state: &AppState, enf: &Enforcement, who: &Who, cx: WriteContext) -> Staged {
+pub async fn contracts(
+    rec: Recorder<'_>,
+    enf: &Enforcement,
+    who: &Who,
+    cx: WriteContext,
+) -> Staged {
     let Some(agent) = agent(who) else {
-        return Err(unidentified(state, who, &cx).await);
+        return Err(unidentified(rec, who, &cx).await);
     };
     let owner = (!who.sees_all()).then_some(agent.as_str());
     match enf
@@ -47,18 +49,18 @@ pub async fn contracts(state: &AppState, enf: &Enforcement, who: &Who, cx: Write
                 .collect();
             Ok((json(200, &Value::Array(list)), Outcome::Forwarded))
         }
-        Err(e) => Err(store_down(state, &cx, &e).await),
+        Err(e) => Err(store_down(rec, &cx, &e).await),
     }
 }
 
 pub async fn contract(
-    state: &AppState,
+    rec: Recorder<'_>,
     enf: &Enforcement,
     who: &Who,
     id: &str,
     cx: WriteContext,
 ) -> Staged {
-    let found = match find(state, enf, who, RcnsKind::Contract, id, &cx).await {
+    let found = match find(rec, enf, who, RcnsKind::Contract, id, &cx).await {
         Ok(r) => r,
         Err(own) => return Err(own),
     };
@@ -66,19 +68,19 @@ pub async fn contract(
         Some(v) => Ok((json(200, &v), Outcome::Forwarded)),
         None => {
             let r = Refusal::new(ErrorCode::Internal, "the stored contract cannot be read");
-            refused(state, &cx, r, Vec::new()).await
+            refused(rec, &cx, r, Vec::new()).await
         }
     }
 }
 
 pub async fn attempt(
-    state: &AppState,
+    rec: Recorder<'_>,
     enf: &Enforcement,
     who: &Who,
     id: &str,
     cx: WriteContext,
 ) -> Staged {
-    match find(state, enf, who, RcnsKind::Attempt, id, &cx).await {
+    match find(rec, enf, who, RcnsKind::Attempt, id, &cx).await {
         Ok(r) => Ok((json(200, &r.body), Outcome::Forwarded)),
         Err(own) => Err(own),
     }
@@ -97,7 +99,7 @@ fn view_of(r: &RcnsRecord) -> Option<Value> {
 
 /// The record `id` of `kind`, if the caller may see it.
 async fn find(
-    state: &AppState,
+    rec: Recorder<'_>,
     enf: &Enforcement,
     who: &Who,
     kind: RcnsKind,
@@ -105,7 +107,7 @@ async fn find(
     cx: &WriteContext,
 ) -> Result<RcnsRecord, Own> {
     let Some(agent) = agent(who) else {
-        return Err(unidentified(state, who, cx).await);
+        return Err(unidentified(rec, who, cx).await);
     };
     let what = match kind {
         RcnsKind::Contract => "contract",
@@ -118,9 +120,9 @@ async fn find(
                 ErrorCode::NotFound,
                 format!("no live {what} with this id (it never was, or it expired)"),
             );
-            return Err(refusal(state, cx, r, Vec::new()).await);
+            return Err(refusal(rec, cx, r, Vec::new()).await);
         }
-        Err(e) => return Err(store_down(state, cx, &e).await),
+        Err(e) => return Err(store_down(rec, cx, &e).await),
     };
     if record.owner != agent && !who.sees_all() {
         let r = Refusal::new(
@@ -128,7 +130,7 @@ async fn find(
             format!("the {what} belongs to another agent"),
         )
         .with_reason("contract-not-yours");
-        return Err(refusal(state, cx, r, Vec::new()).await);
+        return Err(refusal(rec, cx, r, Vec::new()).await);
     }
     Ok(record)
 }
@@ -139,7 +141,7 @@ pub fn agent(who: &Who) -> Option<String> {
 }
 
 /// No identity, or one the callers file does not name.
-pub async fn unidentified(state: &AppState, who: &Who, cx: &WriteContext) -> Own {
+pub async fn unidentified(rec: Recorder<'_>, who: &Who, cx: &WriteContext) -> Own {
     let r = match who.identity {
         None => Refusal::new(
             ErrorCode::CallerUnidentified,
@@ -151,14 +153,14 @@ pub async fn unidentified(state: &AppState, who: &Who, cx: &WriteContext) -> Own
         )
         .with_reason("rcns-disabled"),
     };
-    refusal(state, cx, r, Vec::new()).await
+    refusal(rec, cx, r, Vec::new()).await
 }
 
-pub async fn store_down(state: &AppState, cx: &WriteContext, e: &crate::store::StoreError) -> Own {
+pub async fn store_down(rec: Recorder<'_>, cx: &WriteContext, e: &crate::store::StoreError) -> Own {
     tracing::warn!(error = %e, "rcns: the store cannot be used");
     let r = Refusal::new(
         ErrorCode::StoreUnavailable,
         "the state store cannot be used; nothing was changed",
     );
-    refusal(state, cx, r, Vec::new()).await
+    refusal(rec, cx, r, Vec::new()).await
 }

@@ -32,10 +32,9 @@ use serde_json::json;
 use super::answer::refused;
 use super::identity::Who;
 use super::inventory::{store_down, unidentified};
-use crate::context::{AppState, Enforcement, WriteContext};
+use crate::context::{Call, Enforcement, WriteContext};
 use crate::enforce::own::Own;
 use crate::net::body::{self, CollectError};
-use crate::net::conn::ConnInfo;
 use crate::net::problem::{Failure, Unfinished};
 use crate::store::RcnsKind;
 
@@ -50,13 +49,16 @@ pub struct Invocation<'a> {
 }
 
 pub async fn handle(
-    state: &Arc<AppState>,
+    call: Call<'_>,
     enf: &Arc<Enforcement>,
     req: http::Request<Incoming>,
-    conn: &Arc<ConnInfo>,
     inv: Invocation<'_>,
-    mut cx: WriteContext,
 ) -> Answer {
+    let Call {
+        state,
+        conn,
+        mut cx,
+    } = call;
     let (parts, body) = req.into_parts();
     let Invocation { id, who, presented } = inv;
     let refuse = |r: Refusal| Refusal::with_reason(r, "synthesis-error");
@@ -66,10 +68,10 @@ pub async fn handle(
             "contract negotiation is disabled on this server",
         )
         .with_reason("rcns-disabled");
-        return refused(state, &cx, r, vec![("lock", json!(1))]).await;
+        return refused(state.recorder(), &cx, r, vec![("lock", json!(1))]).await;
     }
     let Some(caller) = who.caller() else {
-        return Err(unidentified(state, who, &cx).await);
+        return Err(unidentified(state.recorder(), who, &cx).await);
     };
     // Our ids are `syn_` and 32 hex; anything much longer names nothing worth a lookup.
     let looked_up = if id.len() <= 128 {
@@ -84,13 +86,13 @@ pub async fn handle(
                 ErrorCode::NotFound,
                 "no live contract with this synthesis_id (it never was, or it expired)",
             );
-            return refused(state, &cx, r, Vec::new()).await;
+            return refused(state.recorder(), &cx, r, Vec::new()).await;
         }
-        Err(e) => return Err(store_down(state, &cx, &e).await),
+        Err(e) => return Err(store_down(state.recorder(), &cx, &e).await),
     };
     let Some(contract) = contract else {
         let r = Refusal::new(ErrorCode::Internal, "the stored contract cannot be read");
-        return refused(state, &cx, r, Vec::new()).await;
+        return refused(state.recorder(), &cx, r, Vec::new()).await;
     };
     // Every receipt from here names the contract, refusals included.
     cx.attribution = Some(Attribution {
@@ -117,7 +119,7 @@ pub async fn handle(
         } else {
             vec![("required_scopes", json!(no.missing_scopes))]
         };
-        return refused(state, &cx, no.refusal, extra).await;
+        return refused(state.recorder(), &cx, no.refusal, extra).await;
     }
     // A use moves a session-scoped contract's idle timeout (never past its expires_at).
     let touch = crate::store::RcnsRecord {
@@ -136,9 +138,9 @@ pub async fn handle(
             Ok(crate::store::RcnsPut::Stored) => {}
             Ok(_) => {
                 let r = Refusal::new(ErrorCode::NotFound, "the contract expired meanwhile");
-                return refused(state, &cx, r, Vec::new()).await;
+                return refused(state.recorder(), &cx, r, Vec::new()).await;
             }
-            Err(e) => return Err(store_down(state, &cx, &e).await),
+            Err(e) => return Err(store_down(state.recorder(), &cx, &e).await),
         }
     }
     let bundle = state.bundle.load_full();
@@ -149,11 +151,11 @@ pub async fn handle(
     let recipe = compile_recipe(&contract.recipe, "contract", caps, None, &mut Vec::new());
     let Some(recipe) = recipe else {
         let r = refuse(Refusal::new(ErrorCode::RcnsRefused, "the contract's recipe no longer runs against the bundle in force (a step's capability is gone)"));
-        return refused(state, &cx, r, Vec::new()).await;
+        return refused(state.recorder(), &cx, r, Vec::new()).await;
     };
-    let input = match input_of(state, body, &recipe).await {
+    let input = match input_of(&state.config.limits, body, &recipe).await {
         Ok(v) => v,
-        Err(r) => return refused(state, &cx, r, Vec::new()).await,
+        Err(r) => return refused(state.recorder(), &cx, r, Vec::new()).await,
     };
     let admitted = match admit_steps(state.gate(), &recipe, bundle.as_deref(), presented, &cx).await
     {
@@ -223,11 +225,11 @@ async fn admit_steps(
 /// The invocation's body: read (≤ `limits.max_body`), one I-JSON document, valid against the
 /// endpoint's input schema.
 async fn input_of(
-    state: &AppState,
+    limits: &crate::config::LimitsSection,
     body: Incoming,
     recipe: &palisade_rich::rcns::Recipe,
 ) -> Result<serde_json::Value, Refusal> {
-    let bytes = match body::read_request_body(body, state.config.limits.max_body).await {
+    let bytes = match body::read_request_body(body, limits.max_body).await {
         Ok(b) => b,
         Err(CollectError::TooLarge(_)) => {
             return Err(Refusal::new(
@@ -242,13 +244,12 @@ async fn input_of(
             ))
         }
     };
-    let v =
-        palisade_policy::json::parse(&bytes, state.config.limits.max_json_depth).map_err(|_| {
-            Refusal::new(
-                ErrorCode::ContractInput,
-                "the body is not an I-JSON document",
-            )
-        })?;
+    let v = palisade_policy::json::parse(&bytes, limits.max_json_depth).map_err(|_| {
+        Refusal::new(
+            ErrorCode::ContractInput,
+            "the body is not an I-JSON document",
+        )
+    })?;
     recipe.input_schema.check(&v).map_err(|viol| {
         Refusal::new(
             ErrorCode::ContractInput,

@@ -140,7 +140,12 @@ pub async fn handle(
 ) -> crate::enforce::own::Staged {
     let Call { state, conn, cx } = call;
     let (parts, body) = req.into_parts();
-    let who = identity::resolve(state, conn, &parts);
+    let who = identity::resolve(state.rcns.as_ref(), conn, &parts);
+    let negotiation = propose::Negotiation {
+        plane: &state.plane,
+        enf,
+        rcns: state.rcns.as_ref(),
+    };
     match route {
         Route::Invoke(id) => {
             let inv = invoke::Invocation {
@@ -149,14 +154,17 @@ pub async fn handle(
                 presented,
             };
             let req = http::Request::from_parts(parts, body);
-            invoke::handle(state, enf, req, conn, inv, cx).await
+            invoke::handle(Call::new(state, conn, cx), enf, req, inv).await
         }
-        Route::Propose => propose::handle(state, enf, &parts, body, &who, cx).await,
-        Route::Implicit => propose::implicit(state, enf, &parts, &who, cx).await,
-        Route::Patterns => inventory::patterns(state),
-        Route::Contracts => inventory::contracts(state, enf, &who, cx).await,
-        Route::Contract(id) => inventory::contract(state, enf, &who, &id, cx).await,
-        Route::Attempt(id) => inventory::attempt(state, enf, &who, &id, cx).await,
+        Route::Propose => propose::handle(negotiation, &parts, body, &who, cx).await,
+        Route::Implicit => propose::implicit(negotiation, &parts, &who, cx).await,
+        Route::Patterns => {
+            let enabled = state.rcns.as_ref().is_some_and(|r| r.config.enabled);
+            inventory::patterns(enabled, state.bundle.load().as_deref())
+        }
+        Route::Contracts => inventory::contracts(state.recorder(), enf, &who, cx).await,
+        Route::Contract(id) => inventory::contract(state.recorder(), enf, &who, &id, cx).await,
+        Route::Attempt(id) => inventory::attempt(state.recorder(), enf, &who, &id, cx).await,
         Route::Unknown => {
             // As for any other reserved path that names nothing: answered, not receipted (a
             // scan of made-up paths must not become durable writes).

@@ -21,7 +21,7 @@ use serde_json::{json, Value};
 use super::answer::{json, refusal, refused};
 use super::identity::Who;
 use super::inventory::store_down;
-use crate::context::{AppState, Enforcement, Outcome, RcnsState, WriteContext};
+use crate::context::{Enforcement, Outcome, Plane, RcnsState, WriteContext};
 use crate::enforce::own::Own;
 use crate::enforce::receipts;
 use crate::net::body::{self, CollectError, ProxyBody};
@@ -37,9 +37,18 @@ const ATTEMPTS_PER_AGENT: u64 = 1000;
 
 type Answer = crate::enforce::own::Staged;
 
+/// What negotiation works with: the data plane's handles, the store and clock, and
+/// `[rcns]` (the callers file and the PROPOSE rate) when configured.
+#[derive(Clone, Copy)]
+pub struct Negotiation<'a> {
+    pub plane: &'a Plane,
+    pub enf: &'a Enforcement,
+    pub rcns: Option<&'a RcnsState>,
+}
+
 /// What a PROPOSE or an implicit request is decided with.
 struct Ask<'a> {
-    state: &'a AppState,
+    plane: &'a Plane,
     enf: &'a Enforcement,
     rcns: &'a RcnsState,
     caller: Caller,
@@ -48,18 +57,17 @@ struct Ask<'a> {
 }
 
 pub async fn handle(
-    state: &AppState,
-    enf: &Enforcement,
+    n: Negotiation<'_>,
     parts: &http::request::Parts,
     body: Incoming,
     who: &Who,
     cx: WriteContext,
 ) -> Answer {
-    let mut ask = match open(state, enf, parts, who, cx).await {
+    let mut ask = match open(n, parts, who, cx).await {
         Ok(a) => a,
         Err(own) => return Err(own),
     };
-    let limit = MAX_PROPOSAL.min(state.config.limits.max_body);
+    let limit = MAX_PROPOSAL.min(n.plane.config.limits.max_body);
     let bytes = match body::read_request_body(body, limit).await {
         Ok(b) => b,
         Err(CollectError::TooLarge(_)) => {
@@ -67,11 +75,11 @@ pub async fn handle(
                 ErrorCode::BodyTooLarge,
                 "a PROPOSE body is limited to 256 KiB",
             );
-            return refused(state, &ask.cx, r, Vec::new()).await;
+            return refused(n.plane.recorder(), &ask.cx, r, Vec::new()).await;
         }
         Err(CollectError::Read(_)) => {
             let r = Refusal::new(ErrorCode::BadRequest, "request body could not be read");
-            return refused(state, &ask.cx, r, Vec::new()).await;
+            return refused(n.plane.recorder(), &ask.cx, r, Vec::new()).await;
         }
     };
     let proposal = match Proposal::parse(&bytes) {
@@ -99,17 +107,16 @@ pub async fn handle(
 /// confirm-first; under optimistic, the contract is made at once (263) and the agent sends
 /// its request again under it. The request's body is not run either way.
 pub async fn implicit(
-    state: &AppState,
-    enf: &Enforcement,
+    n: Negotiation<'_>,
     parts: &http::request::Parts,
     who: &Who,
     cx: WriteContext,
 ) -> Answer {
-    let mut ask = match open(state, enf, parts, who, cx).await {
+    let mut ask = match open(n, parts, who, cx).await {
         Ok(a) => a,
         Err(own) => return Err(own),
     };
-    let bundle = state.bundle.load_full();
+    let bundle = n.plane.bundle.load_full();
     let recipes = bundle.as_deref().and_then(|b| b.recipes.as_deref());
     let (method, path) = (parts.method.as_str(), parts.uri.path());
     let Some(recipe) = recipes.and_then(|r| r.find(method, path)) else {
@@ -118,7 +125,7 @@ pub async fn implicit(
             ErrorCode::NotFound,
             "no recipe matches this method and path",
         );
-        return refused(state, &ask.cx, r, Vec::new()).await;
+        return refused(n.plane.recorder(), &ask.cx, r, Vec::new()).await;
     };
     if ask.rcns.config.delivery == crate::config::Delivery::ConfirmFirst {
         let r = Refusal::new(
@@ -132,7 +139,7 @@ pub async fn implicit(
                 json!(format!("{}propose", super::headers::WELL_KNOWN)),
             ),
         ];
-        return refused(state, &ask.cx, r, extra).await;
+        return refused(n.plane.recorder(), &ask.cx, r, extra).await;
     }
     let semantic = recipe.source.get("semantic").cloned().unwrap_or_else(
         || json!({"intent": recipe.description.clone().unwrap_or_else(|| recipe.name.clone())}),
@@ -164,46 +171,47 @@ pub async fn implicit(
 
 /// Locks 1–3 of the gate and the per-agent rate.
 async fn open<'a>(
-    state: &'a AppState,
-    enf: &'a Enforcement,
+    n: Negotiation<'a>,
     parts: &http::request::Parts,
     who: &Who,
     cx: WriteContext,
 ) -> Result<Ask<'a>, Own> {
-    let enabled = state.rcns.as_ref().is_some_and(|r| r.config.enabled);
+    let enabled = n.rcns.is_some_and(|r| r.config.enabled);
     let allow = super::headers::allowed(parts.headers.get(super::headers::ALLOW_RCNS));
     if let Err(g) = evaluate::gate(enabled, allow, who.caller(), &who.claim) {
         let extra = vec![("lock", json!(g.lock))];
-        return Err(refusal(state, &cx, g.refusal, extra).await);
+        return Err(refusal(n.plane.recorder(), &cx, g.refusal, extra).await);
     }
-    let (Some(rcns), Some(caller)) = (state.rcns.as_ref(), who.caller()) else {
+    let (Some(rcns), Some(caller)) = (n.rcns, who.caller()) else {
         // The gate opened only with both; kept as a refusal rather than a panic.
         let r = Refusal::new(ErrorCode::Internal, "negotiation state missing");
-        return Err(refusal(state, &cx, r, Vec::new()).await);
+        return Err(refusal(n.plane.recorder(), &cx, r, Vec::new()).await);
     };
     if let Admit::No {
         retry_after,
         receipt,
-    } = rcns.rate.check(caller.agent_id.clone(), enf.clock.now_ms())
+    } = rcns
+        .rate
+        .check(caller.agent_id.clone(), n.enf.clock.now_ms())
     {
         let r = Refusal::new(
             ErrorCode::RateLimited,
             "too many PROPOSE requests from this agent (rcns.rate_limit)",
         );
         let refused = if receipt {
-            receipts::record(state.recorder(), r, &cx, receipts::Evidence::default()).await
+            receipts::record(n.plane.recorder(), r, &cx, receipts::Evidence::default()).await
         } else {
             // Past the first refusal of the window: counted, not receipted (a flood of
             // PROPOSEs must not become a flood of durable writes).
-            receipts::counted(state.recorder(), r, &cx)
+            receipts::counted(n.plane.recorder(), r, &cx)
         };
         let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
         let retry = HeaderValue::from(secs.max(1));
         return Err(refused.with_header(header::RETRY_AFTER, retry).into());
     }
     Ok(Ask {
-        state,
-        enf,
+        plane: n.plane,
+        enf: n.enf,
         rcns,
         caller: caller.clone(),
         cx,
@@ -222,7 +230,7 @@ struct Made {
 impl Ask<'_> {
     /// Seed 000 §3.6 under the bundle in force, then the refusal or the contract.
     async fn decide(&mut self, p: &Proposal, who: &Who, made: Made) -> Answer {
-        let bundle = self.state.bundle.load_full();
+        let bundle = self.plane.bundle.load_full();
         let recipes = bundle.as_deref().and_then(|b| b.recipes.as_deref());
         let caller = self.caller.clone();
         match evaluate::evaluate(p, &caller, &who.claim, recipes, bundle.as_deref()) {
@@ -254,13 +262,13 @@ impl Ask<'_> {
             }
         }
         self.keep_attempt(p, Err(&r)).await;
-        refused(self.state, &self.cx, r, extra).await
+        refused(self.plane.recorder(), &self.cx, r, extra).await
     }
 
     /// Patterns with the proposal's method or path (seed 000 §3.3: the answer SHOULD name
     /// entries that satisfy a similar capability).
     fn similar(&self, p: &Proposal) -> Vec<Value> {
-        let bundle = self.state.bundle.load();
+        let bundle = self.plane.bundle.load();
         let Some(set) = bundle.as_deref().and_then(|b| b.recipes.as_deref()) else {
             return Vec::new();
         };
@@ -356,7 +364,7 @@ impl Ask<'_> {
                 .with_reason("policy-refused");
                 return self.refuse(Some(p), Refused::Plain(r)).await;
             }
-            Err(e) => return Err(store_down(self.state, &self.cx, &e).await),
+            Err(e) => return Err(store_down(self.plane.recorder(), &self.cx, &e).await),
         };
         let hash = contract.contract_hash();
         self.keep_attempt(Some(p), Ok(&contract)).await;

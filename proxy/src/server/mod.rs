@@ -138,8 +138,8 @@ impl Server {
                     enforcement,
                     shadow,
                     upstream,
+                    bundle: arc_swap::ArcSwapOption::new(bundle),
                 }),
-                bundle: arc_swap::ArcSwapOption::new(bundle),
                 mcp_drifted: Default::default(),
                 draining: false.into(),
             }),
@@ -198,8 +198,8 @@ impl Server {
         }
         crate::control::reload::spawn_triggers(state.clone(), watched);
         crate::admission::jwks::spawn_watch(state.clone());
-        crate::control::witnesses::spawn(state.clone());
-        crate::control::freeze::spawn_poll(state.clone());
+        crate::control::witnesses::spawn(state.plane.clone());
+        crate::control::freeze::spawn_poll(state.plane.clone());
         let tls = tls.map(|(acceptor, resolver)| {
             tokio::spawn(resolver.clone().watch(CERT_POLL));
             (acceptor, resolver)

@@ -59,7 +59,7 @@ impl Run {
             "partial"
         };
         self.invoked(outcome, done.len());
-        refused(&self.state, &self.cx, r, extra).await
+        refused(self.state.recorder(), &self.cx, r, extra).await
     }
 
     /// The `rcns_contract_invoked` event and metric, named by the contract's attribution
