@@ -183,22 +183,43 @@ async fn the_console_is_made_of_documented_admin_calls() {
         .unwrap()
         .parse()
         .unwrap();
-    // A live reader sees a refusal made while it reads.
-    let live = {
-        let p = (s.p.admin, s.p.data);
-        tokio::task::spawn_blocking(move || {
-            let out = Command::new("curl")
-                .args(["-s", "-N", "--max-time", "3", "-H"])
-                .arg(format!("Authorization: Bearer {TOKEN}"))
-                .arg(format!("http://{}/admin/v1/drift-events/stream", p.0))
-                .output()
-                .unwrap();
-            String::from_utf8_lossy(&out.stdout).into_owned()
+    // A live reader sees a refusal made while it reads: the refusal is made once the stream
+    // is open (its head and opening comment arrived; the sidecar subscribes it before it
+    // answers).
+    let mut reading = Command::new("curl")
+        .args(["-s", "-N", "-i", "--max-time", "3", "-H"])
+        .arg(format!("Authorization: Bearer {TOKEN}"))
+        .arg(format!("http://{}/admin/v1/drift-events/stream", s.p.admin))
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let read: std::sync::Arc<std::sync::Mutex<String>> = Default::default();
+    let reader = {
+        let (read, out) = (read.clone(), reading.stdout.take().unwrap());
+        std::thread::spawn(move || {
+            use std::io::BufRead as _;
+            for line in std::io::BufReader::new(out).lines() {
+                let Ok(line) = line else { break };
+                let mut r = read.lock().unwrap();
+                r.push_str(&line);
+                r.push('\n');
+            }
         })
     };
-    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    wait::until(
+        "the stream's head arrives",
+        std::time::Duration::from_secs(3),
+        || read.lock().unwrap().starts_with("HTTP/1.1 200"),
+    )
+    .await;
     refused(&s, "/items/6").await;
-    let live = live.await.unwrap();
+    tokio::task::spawn_blocking(move || {
+        let _ = reading.wait();
+        reader.join().unwrap();
+    })
+    .await
+    .unwrap();
+    let live = std::mem::take(&mut *read.lock().unwrap());
     assert_eq!(
         live.matches("data: ").count(),
         1,
@@ -213,8 +234,9 @@ async fn the_console_is_made_of_documented_admin_calls() {
         let extra: Vec<&str> = header.iter().flat_map(|h| ["-H", h.as_str()]).collect();
         let resumed = stream(&s.p, &query, &extra, 1);
         assert_eq!(resumed.matches("data: ").count(), 1, "{resumed}");
+        // An opening comment, then the event.
         assert!(
-            resumed.starts_with(&format!("id: {}\n", cursor + 1)),
+            resumed.starts_with(&format!(": open\n\nid: {}\n", cursor + 1)),
             "{resumed}"
         );
     }

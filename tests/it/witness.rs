@@ -17,6 +17,7 @@ use palisade_policy::log::merkle::Hash;
 use serde_json::Value;
 
 use crate::support::log_mirror::{admin_bytes, mirror, python_verdict};
+use crate::support::wait;
 use crate::support::writes::*;
 use crate::support::*;
 
@@ -221,7 +222,18 @@ async fn checkpoints_are_cosigned_by_a_witness_in_another_process() {
         started.elapsed() < Duration::from_secs(3),
         "writes waited for a witness"
     );
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // The next checkpoint covers all fifteen.
+    let admin = s.p.admin;
+    let covered = || async move {
+        let (_, note) = admin_bytes(admin, "/admin/v1/log/checkpoint").await;
+        String::from_utf8_lossy(&note).lines().nth(1) == Some("15")
+    };
+    wait::until_async(
+        "a checkpoint of all 15 entries",
+        Duration::from_secs(10),
+        covered,
+    )
+    .await;
     let dir = tempfile::tempdir().unwrap();
     assert_eq!(mirror(s.p.admin, dir.path(), &[]).await, 15);
     assert_eq!(python_verdict(dir.path())["ok"], true);

@@ -293,16 +293,20 @@ async fn a_write_whose_lock_is_lost_sends_nothing() {
         f.insert("pre_image_state_hash".into(), json!(pre));
     });
     let sending = tokio::spawn(try_send(leased_put(&e.url(""), path, &lease, None, "{}")));
-    let mut ended = String::from("0");
-    for _ in 0..100 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-        ended = cluster.query(
+    let ended = std::cell::RefCell::new(String::from("0"));
+    let terminated = || {
+        *ended.borrow_mut() = cluster.query(
             "SELECT count(pg_terminate_backend(pid)) FROM pg_locks WHERE locktype = 'advisory' AND granted",
         );
-        if ended != "0" {
-            break;
-        }
-    }
+        *ended.borrow() != "0"
+    };
+    support::wait::until(
+        "the write's lock is taken (and ended)",
+        Duration::from_secs(3),
+        terminated,
+    )
+    .await;
+    let ended = ended.into_inner();
     assert_eq!(ended, "1", "the write never took its lock");
     let refused = got(sending.await.unwrap());
     assert_eq!(

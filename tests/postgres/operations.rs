@@ -188,25 +188,30 @@ async fn retention_sweeps_in_rounds_and_audit_verify_starts_at_the_anchor() {
         "INSERT INTO budget_keys (key, last_ms) VALUES ('\\x01', 1), ('\\x02', 9223372036854775000);
          INSERT INTO budget_spends (key, at_ms) VALUES ('\\x01', 1), ('\\x02', 9223372036854775000)",
     );
-    let mut left = before;
-    for _ in 0..100 {
-        left = cluster
-            .query("SELECT count(*) FROM log_entries")
-            .parse()
-            .unwrap();
+    let left = std::cell::Cell::new(before);
+    let swept = || async {
+        left.set(
+            cluster
+                .query("SELECT count(*) FROM log_entries")
+                .parse()
+                .unwrap(),
+        );
         let budget_rows = cluster.query(
             "SELECT (SELECT count(*) FROM budget_keys) + (SELECT count(*) FROM budget_spends)",
         );
         let lease_rows = cluster
             .query("SELECT count(*) FROM lease_data WHERE lease_id = 'urn:uuid:expired-long-ago'");
         let escrow_rows = cluster.query("SELECT count(*) FROM escrows WHERE id = 'escrow-swept'");
-        if left == 0 && lease_rows == "0" && escrow_rows == "0" && budget_rows == "2" {
-            break;
+        if left.get() == 0 && lease_rows == "0" && escrow_rows == "0" && budget_rows == "2" {
+            return true;
         }
         // The sweeper's first round runs at once; the next one after its pause or a full round.
         let _ = keeping_nothing.ready().await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        false
+    };
+    let what = "the sweeper removes the old receipts, lease data, escrow and budget spend";
+    support::wait::until_async(what, Duration::from_secs(20), swept).await;
+    let left = left.get();
     assert_eq!(left, 0, "receipts were not swept ({before} before)");
     assert_eq!(
         cluster.query("SELECT encode(key, 'hex') FROM budget_spends"),

@@ -100,7 +100,15 @@ pub fn stream(plane: &Plane, query: Option<&str>, headers: &HeaderMap) -> Respon
                 }
             }
         });
-    let mut r = Response::new(body::from_stream(events));
+    // A comment first, so that the head goes out at once (hyper holds it until the body has
+    // bytes): a client knows the stream is open, and that events from here on reach it,
+    // without waiting for the first event or keep-alive.
+    let open = futures_util::stream::once(std::future::ready(Ok::<_, BoxError>(
+        Bytes::from_static(b": open\n\n"),
+    )));
+    let mut r = Response::new(body::from_stream(futures_util::StreamExt::chain(
+        open, events,
+    )));
     let h = r.headers_mut();
     h.insert(
         header::CONTENT_TYPE,

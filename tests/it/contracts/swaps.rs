@@ -114,7 +114,14 @@ async fn two_hundred_swaps_under_load_lose_nothing_and_mix_no_versions() {
         assert_eq!(status, StatusCode::OK, "{doc}");
         assert_eq!(doc["result"], "applied");
         assert_eq!(doc["digest"], *digest);
-        tokio::time::sleep(Duration::from_millis(5)).await;
+        // Each version answers a write before the next swap: the swaps race real traffic.
+        let answered = results.lock().unwrap().len();
+        wait::until(
+            "a write answered after the swap",
+            Duration::from_secs(10),
+            || results.lock().unwrap().len() > answered,
+        )
+        .await;
     }
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     for c in clients {

@@ -60,7 +60,12 @@ async fn each_downstream_connection_keeps_an_upstream_connection_of_its_own() {
 
     // The upstream closes both while they are idle: the next request opens a new one and
     // reaches the upstream exactly once.
-    tokio::time::sleep(Duration::from_millis(700)).await;
+    wait::until(
+        "the upstream closed both idle connections",
+        Duration::from_secs(5),
+        || upstream.ended() == 2,
+    )
+    .await;
     let before = upstream.requests().len();
     let (status, got) = a.send(Method::PUT, "/echo/after-idle", b"once").await;
     assert_eq!((status, got.as_slice()), (StatusCode::OK, &b"once"[..]));
@@ -230,7 +235,17 @@ async fn an_h2_connection_uses_its_upstream_connection_one_stream_at_a_time() {
             (resp.status(), started.elapsed())
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait::until(
+        "the slow stream reached the upstream",
+        Duration::from_secs(5),
+        || {
+            upstream
+                .requests()
+                .iter()
+                .any(|r| r.path_and_query == "/slow/800")
+        },
+    )
+    .await;
     let fast: Vec<_> = (0..4u64)
         .map(|i| {
             let mut h2 = h2.clone();

@@ -64,31 +64,31 @@ async fn the_typescript_sdk_everything_server_works_through_the_proxy() {
         .spawn()
         .expect("node must start server-everything");
     // Wait for it to listen, asking from inside the namespace.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    let pid = p.pid().to_string();
+    let listens = || {
         let probe = Command::new("nsenter")
             .args([
                 "-t",
-                &p.pid().to_string(),
+                &pid,
                 "-n",
                 "bash",
                 "-c",
                 "exec 3<>/dev/tcp/127.0.0.1/3001",
             ])
             .status();
-        if probe.is_ok_and(|s| s.success()) {
-            break;
+        std::future::ready(probe.is_ok_and(|s| s.success()))
+    };
+    let stderr = server.stderr.take();
+    let explain = || {
+        let _ = server.kill();
+        let mut err = String::new();
+        if let Some(mut e) = stderr {
+            let _ = std::io::Read::read_to_string(&mut e, &mut err);
         }
-        if tokio::time::Instant::now() > deadline {
-            let _ = server.kill();
-            let out = server.wait_with_output().unwrap();
-            panic!(
-                "server-everything did not listen: {}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
+        format!("server-everything's stderr: {err}")
+    };
+    let within = Duration::from_secs(30);
+    wait::until_async_or("server-everything listens", within, listens, explain).await;
     let out = client_in(
         ns,
         format!("http://{}/mcp", p.data),

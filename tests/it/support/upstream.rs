@@ -26,6 +26,8 @@ pub struct Upstream {
     pub seen: Arc<Mutex<Vec<Seen>>>,
     /// Connections accepted (plain HTTP only).
     pub accepted: Arc<std::sync::atomic::AtomicUsize>,
+    /// Connections ended, by either side (plain HTTP only).
+    ended: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
     tls: bool,
 }
@@ -63,12 +65,13 @@ impl Upstream {
         let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
         let accepted: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
-        let (rec, count) = (seen.clone(), accepted.clone());
+        let ended: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
+        let (rec, count, gone) = (seen.clone(), accepted.clone(), ended.clone());
         let task = tokio::spawn(async move {
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
                 count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let rec = rec.clone();
+                let (rec, gone) = (rec.clone(), gone.clone());
                 tokio::spawn(async move {
                     let svc = service_fn(move |req| handle_upstream(req, rec.clone()));
                     let mut b = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new());
@@ -79,6 +82,7 @@ impl Upstream {
                             .header_read_timeout(idle);
                     }
                     let _ = b.serve_connection(TokioIo::new(stream), svc).await;
+                    gone.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                 });
             }
         });
@@ -86,6 +90,7 @@ impl Upstream {
             addr,
             seen,
             accepted,
+            ended,
             task,
             tls: false,
         }
@@ -94,6 +99,11 @@ impl Upstream {
     /// Connections the upstream has accepted so far.
     pub fn connections(&self) -> usize {
         self.accepted.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Connections that have ended so far, closed by either side.
+    pub fn ended(&self) -> usize {
+        self.ended.load(std::sync::atomic::Ordering::SeqCst)
     }
 
     /// The same upstream behind TLS with `cert` (as `Pki::issue*` made it): the recorder
@@ -137,6 +147,7 @@ impl Upstream {
             addr,
             seen,
             accepted: Arc::default(),
+            ended: Arc::default(),
             task,
             tls: true,
         }
