@@ -104,10 +104,14 @@ async fn no_body_or_header_secret_reaches_receipts_events_logs_or_metrics() {
     assert_eq!(granted.status, StatusCode::CREATED);
 
     // The stdout sink writes behind its queue: its events and the access log are out first.
-    wait::until("the drift events and access log are written", Duration::from_secs(5), || {
-        let logs = s.p.logs();
-        logs.contains("\"eventId\"") && logs.contains("palisade::access")
-    })
+    wait::until(
+        "the drift events and access log are written",
+        Duration::from_secs(5),
+        || {
+            let logs = s.p.logs();
+            logs.contains("\"eventId\"") && logs.contains("palisade::access")
+        },
+    )
     .await;
     let metrics = admin_get(s.p.admin, "/metrics").await.1;
     assert!(metrics.contains("palisade_requests_total"));
