@@ -44,6 +44,9 @@ pub struct DriftEvent {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub evidence_digest: Option<String>,
     pub action_taken: Action,
+    /// The refusal's code; left out of an event that reports what a rule would have done
+    /// other than deny (SPEC §15: a hold or an allow has no code).
+    #[serde(skip_serializing_if = "str::is_empty")]
     pub code: &'static str,
     /// Who acted, as admission knows them (`sub:sha256:…`), when it does.
     #[serde(skip_serializing_if = "Option::is_none")]

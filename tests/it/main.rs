@@ -44,6 +44,7 @@ mod rcns;
 mod rcns_mcp;
 mod receipt_log;
 mod replay;
+mod rules;
 mod runtimes;
 mod store;
 mod store_contract;

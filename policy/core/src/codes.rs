@@ -24,6 +24,10 @@ pub enum DriftCategory {
     Negotiation,
     /// SPEC §14: a write an operator's freeze stopped.
     Freeze,
+    /// SPEC §15: a write an operator's rule denied, or would have decided otherwise (report).
+    Policy,
+    /// SPEC §15: a candidate bundle decided a write otherwise than the one in force.
+    Shadow,
 }
 
 impl DriftCategory {
@@ -40,6 +44,8 @@ impl DriftCategory {
             Self::Rate => "rate",
             Self::Negotiation => "negotiation",
             Self::Freeze => "freeze",
+            Self::Policy => "policy",
+            Self::Shadow => "shadow",
         }
     }
 }
@@ -175,6 +181,9 @@ codes! {
     // under an operator's freeze.
     WriteBudget = "ERR_WRITE_BUDGET", 429, "Write budget exhausted", Some(Rate);
     Frozen = "ERR_FROZEN", 423, "Writes frozen by an operator", Some(Freeze);
+    // SPEC §15: an operator's rule (`rules.file`, action `deny`) stops this write; the problem
+    // names the rule.
+    PolicyDenied = "ERR_POLICY_DENIED", 403, "Write denied by an operator rule", Some(Policy);
     // Seed 001 §6.3: the negotiation relay's per-transaction cap (drift: an agent past its
     // share), and its whole store's (capacity, not drift).
     RelayTxFull = "ERR_RELAY_TX_FULL", 429, "Per-transaction message cap reached", Some(Rate);

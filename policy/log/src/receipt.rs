@@ -101,8 +101,25 @@ pub struct ReceiptBody {
     /// an operator's words, never a payload).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// The operator's rule that decided the write (SPEC §15): a `deny`'s rejection, a held
+    /// write's receipts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// SHA-256 of the operator's rules file in force, whenever rules are configured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rules_digest: Option<String>,
+    /// Rules in report mode that matched the write: what each would have done.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rules_report: Option<Vec<RuleReport>>,
     /// RFC 3339.
     pub at: String,
+}
+
+/// A report-mode rule that matched (SPEC §15): its name and the action it would have taken.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RuleReport {
+    pub rule: String,
+    pub would: String,
 }
 
 /// A receipt's RCNS attribution members.
@@ -152,6 +169,9 @@ impl ReceiptBody {
             approver: None,
             escrow_id: None,
             reason: None,
+            rule: None,
+            rules_digest: None,
+            rules_report: None,
             at,
         }
     }

@@ -309,6 +309,17 @@ impl Bundle {
                 .and_then(Value::as_str)
                 .map(str::to_owned);
             let tool_digest = tool_digest_of(cap, &at, &mut problems);
+            let tool_annotations = match cap.get("toolAnnotations") {
+                None => None,
+                Some(v @ Value::Object(_)) => Some(v.clone()),
+                Some(_) => {
+                    problems.push(Problem::new(
+                        format!("{at}/toolAnnotations"),
+                        "must be an object (the pinned tool's `annotations`)",
+                    ));
+                    None
+                }
+            };
             let (Some(protocol), Some(operation), Some(contract)) = (protocol, operation, contract)
             else {
                 continue;
@@ -342,6 +353,7 @@ impl Bundle {
                 contract,
                 deployment_identity,
                 tool_digest,
+                tool_annotations,
                 runtime,
             });
         }

@@ -46,5 +46,9 @@ pub struct Capability {
     pub deployment_identity: Option<String>,
     /// `toolDigest` of an MCP capability.
     pub tool_digest: Option<Sha256Digest>,
+    /// `toolAnnotations` of an MCP capability: the `annotations` of the pinned definition
+    /// (`destructiveHint`, `readOnlyHint`, …), as `palisade lock pin-mcp` recorded them; what
+    /// an operator's rule reads as `tool.annotations` (SPEC §15).
+    pub tool_annotations: Option<serde_json::Value>,
     pub runtime: Runtime,
 }

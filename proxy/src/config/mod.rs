@@ -13,10 +13,12 @@ pub mod admission;
 pub mod aip2;
 mod budgets;
 mod collector;
+mod escrow;
 mod model;
 pub mod raw;
 pub mod rcns;
 pub mod receipts;
+pub mod rules;
 mod validate;
 
 use std::path::Path;
@@ -25,8 +27,9 @@ pub use collector::parse_size;
 use collector::{section, Collector};
 pub use model::{
     AccessLog, AdminSection, Admission, Aip2, Config, ConfigError, ConfigProblem, Delivery,
-    EscrowSection, LimitsSection, ListenSection, ListenTls, ProxyHeader, Rcns, Retention, Sink,
-    StoreKind, StoreSection, UnboundWrites, UpstreamSection, Witness, DEFAULT_SIGNING_KEY,
+    EscrowSection, LimitsSection, ListenSection, ListenTls, ProxyHeader, Rcns, Retention,
+    RulesSection, Sink, StoreKind, StoreSection, UnboundWrites, UpstreamSection, Witness,
+    DEFAULT_SIGNING_KEY,
 };
 use raw::RawConfig;
 
@@ -100,6 +103,9 @@ impl Config {
             log: section(&mut table, "log", &mut c),
             receipts: section(&mut table, "receipts", &mut c),
             budgets: section(&mut table, "budgets", &mut c),
+            rules: table
+                .contains_key("rules")
+                .then(|| section(&mut table, "rules", &mut c)),
             escrow: section(&mut table, "escrow", &mut c),
             runtime: section(&mut table, "runtime", &mut c),
         };

@@ -55,6 +55,15 @@ pub enum Sink {
     Webhook(String),
 }
 
+/// `[rules]`, validated.
+#[derive(Debug, Clone)]
+pub struct RulesSection {
+    /// `rules.file`: hot-swapped like the lockfile (watch, reload, SIGHUP).
+    pub file: std::path::PathBuf,
+    /// `rules.expose_headers`: lower-case names; never a credential.
+    pub expose_headers: Vec<String>,
+}
+
 /// `[escrow]`, validated: who decides held writes and where they are announced.
 #[derive(Debug, Clone)]
 pub struct EscrowSection {
@@ -133,6 +142,8 @@ pub struct Config {
     pub runtime_threads: Option<usize>,
     /// `[budgets] rules` (SPEC §14): none unless configured.
     pub budgets: Vec<palisade_policy::budget::Rule>,
+    /// `[rules]` (SPEC §15): the operator's rules, when the section is present.
+    pub rules: Option<RulesSection>,
     /// `[aip2]`: the AIP-2.1 quote-channel guard, when the section is present.
     pub aip2: Option<Aip2>,
     /// `[admission]`: RICH admission, when the section is present.

@@ -157,6 +157,7 @@ pub struct RawConfig {
     pub rcns: Option<super::rcns::RawRcns>,
     pub receipts: super::receipts::RawReceipts,
     pub budgets: super::budgets::RawBudgets,
+    pub rules: Option<super::rules::RawRules>,
     pub escrow: RawEscrow,
     pub runtime: RawRuntime,
 }

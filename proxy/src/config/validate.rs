@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use super::collector::Collector;
 use super::model::{
-    AccessLog, AdminSection, Config, EscrowSection, LimitsSection, ListenSection, ListenTls, Sink,
-    StoreKind, StoreSection, UnboundWrites, UpstreamSection,
+    AccessLog, AdminSection, Config, LimitsSection, ListenSection, ListenTls, Sink, StoreKind,
+    StoreSection, UnboundWrites, UpstreamSection,
 };
 use super::raw::{RawConfig, RawSink};
 
@@ -293,29 +293,8 @@ impl RawConfig {
 
         let receipts = self.receipts.validate(c, public_base.as_deref());
         let budgets = self.budgets.validate(c);
-        let escrow_approvals = match self.escrow.approvals_required {
-            None => 1,
-            Some(n) if (1..=16).contains(&n) => n as usize,
-            Some(_) => {
-                c.push(
-                    "escrow.approvals_required",
-                    "expected 1 to 16 distinct approvers",
-                );
-                1
-            }
-        };
-        let url_of = |key: &str, value: Option<String>, c: &mut Collector<'_>| {
-            let v = value?;
-            match v.parse::<http::Uri>() {
-                Ok(u) if matches!(u.scheme_str(), Some("http" | "https")) && u.host().is_some() => {
-                    Some(v)
-                }
-                _ => {
-                    c.push(key, "expected an absolute http(s) URL");
-                    None
-                }
-            }
-        };
+        let rules = self.rules.and_then(|r| r.validate(c, writes.is_empty()));
+        let escrow = self.escrow.validate(c);
         let runtime_threads = match self.runtime.threads {
             None => None,
             Some(n) if (1..=256).contains(&n) => Some(n as usize),
@@ -324,8 +303,6 @@ impl RawConfig {
                 None
             }
         };
-        let escrow_webhook = url_of("escrow.webhook", self.escrow.webhook, c);
-        let escrow_console_url = url_of("escrow.console_url", self.escrow.console_url, c);
         let rcns = self.rcns.map(|r| r.validate(c));
         if rcns.is_some() && (writes.is_empty() || self.rich.lockfile.is_none()) {
             c.push(
@@ -342,11 +319,8 @@ impl RawConfig {
 
         Config {
             budgets,
-            escrow: EscrowSection {
-                approvals: escrow_approvals,
-                webhook: escrow_webhook,
-                console_url: escrow_console_url,
-            },
+            rules,
+            escrow,
             runtime_threads,
             aip2,
             admission,

@@ -23,6 +23,9 @@ pub struct Plane {
     /// The RICH bundle in force (SPEC §7): swapped whole on reload; a request loads it once
     /// and is decided wholly by that version.
     pub bundle: arc_swap::ArcSwapOption<palisade_rich::Bundle>,
+    /// The operator's rules in force (SPEC §15): swapped whole on reload like the bundle; a
+    /// write loads them once.
+    pub rules: arc_swap::ArcSwapOption<palisade_rules::RuleSet>,
 }
 
 impl Plane {

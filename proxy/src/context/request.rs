@@ -34,6 +34,9 @@ pub struct WriteContext {
     pub resource_key: Option<String>,
     /// The synthesized contract the request runs under (RCNS), for its receipts.
     pub attribution: Option<palisade_policy::receipt::Attribution>,
+    /// SHA-256 of the operator's rules file the request was decided under (SPEC §15), for
+    /// every receipt it leaves.
+    pub rules_digest: Option<String>,
 }
 
 impl WriteContext {
@@ -53,6 +56,7 @@ impl WriteContext {
             operation_key: None,
             resource_key: None,
             attribution: None,
+            rules_digest: None,
         }
     }
 

@@ -71,7 +71,11 @@ pub async fn approve(
             approvals,
             ..rec.clone()
         };
-        let enough = record.approvals.len() >= plane.config.escrow.approvals;
+        // An operator's rule may ask for its own number of approvers (SPEC §15).
+        let required = record
+            .approvals_required
+            .map_or(plane.config.escrow.approvals, |n| n as usize);
+        let enough = record.approvals.len() >= required;
         let decision = Decision {
             outcome: "approved",
             by: &by,
@@ -214,6 +218,18 @@ async fn decide(
     }
 }
 
+/// A write an operator's rule held past the rule's `expires`: its refusal.
+fn hold_ran_out(rec: &EscrowRecord, now_ms: i64) -> Option<palisade_policy::Refusal> {
+    let until = rec.hold_expires_at_ms.filter(|e| *e <= now_ms)?;
+    Some(palisade_policy::Refusal::new(
+        ErrorCode::PolicyDenied,
+        format!(
+            "the operator's rule held this write until {} and it was not decided by then",
+            palisade_policy::lease::format_rfc3339_ms(until)
+        ),
+    ))
+}
+
 async fn release(plane: &Arc<Plane>, enf: &Arc<Enforcement>, id: &str) -> Response<ProxyBody> {
     let rec = match load(enf, id).await {
         Ok(r) => r,
@@ -254,6 +270,7 @@ async fn release(plane: &Arc<Plane>, enf: &Arc<Enforcement>, id: &str) -> Respon
     // The release's receipts name the caller whose write it was.
     cx.caller = rec.caller.clone();
     cx.facing = rec.facing.clone();
+    cx.rules_digest = plane.rules.load_full().map(|r| r.digest().to_string());
     let finish_refused = |code: &str, receipt: Option<Value>| EscrowUpdate {
         id: id.to_owned(),
         expect: Some(EscrowState::Releasing),
@@ -283,7 +300,12 @@ async fn release(plane: &Arc<Plane>, enf: &Arc<Enforcement>, id: &str) -> Respon
     // held request is judged again as the protocol that carried it.
     let bundle = plane.bundle.load_full();
     let conn = Arc::new(conn);
-    let written = if held.is_some_and(|r| r.protocol == HeldProtocol::Mcp) {
+    let written = if let Some(refusal) = hold_ran_out(&rec, enf.clock.now_ms()) {
+        // The rule that held it gave it until then (SPEC §15): it is rejected, not released.
+        let extra = [("rule", Value::from(rec.rule.clone()))];
+        let evidence = receipts::Evidence::with_extra(&extra);
+        Written::refused(receipts::record(plane.recorder(), refusal, &cx, evidence).await)
+    } else if held.is_some_and(|r| r.protocol == HeldProtocol::Mcp) {
         let held = McpLeg::held(
             &bytes,
             &parts.headers,

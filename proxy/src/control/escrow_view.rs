@@ -82,7 +82,12 @@ pub async fn detail(plane: &Plane, id: &str) -> Response<ProxyBody> {
 
 /// Whether a held write's lease has run out (it can then no longer be approved).
 pub fn expired(rec: &EscrowRecord, now_ms: i64) -> bool {
-    rec.state == EscrowState::Held && rec.lease_expires_at_ms.is_some_and(|e| e <= now_ms)
+    // The lease's window, or an operator rule's `expires` (SPEC §15), whichever ends first.
+    rec.state == EscrowState::Held
+        && [rec.lease_expires_at_ms, rec.hold_expires_at_ms]
+            .into_iter()
+            .flatten()
+            .any(|e| e <= now_ms)
 }
 
 /// A body as the console shows it: `{"json": …}` when it is I-JSON, else `{"text": …}` when it

@@ -27,4 +27,5 @@ pub mod freeze;
 pub mod log;
 pub mod rcns;
 pub mod reload;
+pub mod rules;
 pub mod witnesses;

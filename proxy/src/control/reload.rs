@@ -17,7 +17,7 @@ use std::time::Duration;
 use palisade_policy::drift::{DriftEvent, EventContext};
 use palisade_policy::{ErrorCode, Refusal};
 
-use crate::context::AppState;
+use crate::context::{AppState, Plane};
 use crate::telemetry::{LOCKFILE_INFO, LOCKFILE_RELOADS};
 
 pub const WATCH_INTERVAL: Duration = Duration::from_millis(500);
@@ -33,7 +33,9 @@ pub enum Reloaded {
 
 static RELOAD_LOCK: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// Compiles the bundle the config names and publishes it.
+/// Compiles the bundle the config names and publishes it, and reads the operator's rules
+/// again (SPEC §15). Each of them that does not load leaves the one in force; the answer lists
+/// the problems of both.
 pub async fn reload(state: &AppState) -> Result<Reloaded, Vec<String>> {
     let _serial = RELOAD_LOCK.lock().await;
     // The RCNS callers file goes with the bundle whose recipes it authorizes; a file that
@@ -43,6 +45,26 @@ pub async fn reload(state: &AppState) -> Result<Reloaded, Vec<String>> {
             tracing::warn!(problems = %problems.join("; "), "rcns callers refused; the previous file stays in force");
         }
     }
+    let rules = crate::control::rules::reload(&state.plane);
+    let bundle = if state.config.lockfile.is_none() && state.config.rules.is_some() {
+        // Rules alone: nothing to compile.
+        Ok(Reloaded::Unchanged {
+            digest: String::new(),
+        })
+    } else {
+        reload_bundle(&state.plane).await
+    };
+    match (bundle, rules) {
+        (Ok(r), Ok(())) => Ok(r),
+        (Err(p), Ok(())) | (Ok(_), Err(p)) => Err(p),
+        (Err(mut p), Err(q)) => {
+            p.extend(q);
+            Err(p)
+        }
+    }
+}
+
+async fn reload_bundle(state: &Plane) -> Result<Reloaded, Vec<String>> {
     let config = state.config.clone();
     // Compiling is CPU work (schemas): off the request threads' way.
     let compiled =
@@ -124,6 +146,9 @@ pub fn fingerprint(config: &crate::config::Config) -> Fingerprint {
     if let Some(l) = &config.lockfile {
         add(l);
     }
+    if let Some(r) = &config.rules {
+        add(&r.file);
+    }
     if let Some(c) = &config.contracts {
         if let Ok(dir) = std::fs::read_dir(c) {
             let mut paths: Vec<_> = dir
@@ -145,7 +170,7 @@ pub fn fingerprint(config: &crate::config::Config) -> Fingerprint {
 /// files as they are when its task first runs, which may be after a change it would then
 /// never see (a ConfigMap swapped while the sidecar starts).
 pub fn spawn_triggers(state: Arc<AppState>, loaded: Fingerprint) {
-    if state.config.lockfile.is_none() {
+    if state.config.lockfile.is_none() && state.config.rules.is_none() {
         return;
     }
     #[cfg(unix)]

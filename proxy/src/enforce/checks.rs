@@ -19,6 +19,7 @@
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::lease::{self, RequestFacts, VerifyContext};
 use palisade_policy::{fence, inverse, target, ErrorCode, Refusal};
+use palisade_rules::LeaseFacts;
 
 use crate::config::{Config, UnboundWrites};
 use crate::context::{Binding, Enforcement};
@@ -26,9 +27,11 @@ use crate::enforce::contract;
 use crate::enforce::facts::{InProcessGrant, Requester, WriteFacts};
 use crate::enforce::permit::{Denied, Permit};
 use crate::enforce::preimage::fetch_state;
+use crate::enforce::rules::{self, Judged};
+use crate::enforce::settle::{settle_fence, Fenced};
 use crate::enforce::stop::Keys;
 use crate::net::upstream::Upstream;
-use crate::store::{Advance, LeaseRecord, LeaseState, ResourceGuard, StoreError, WriteIntent};
+use crate::store::StoreError;
 
 /// What the checks read beside the write: the configuration, enforcement's handles (store,
 /// keys, clock) and the upstream the pre-image is fetched from.
@@ -37,6 +40,8 @@ pub(crate) struct Handles<'a> {
     pub config: &'a Config,
     pub enf: &'a Enforcement,
     pub upstream: &'a Upstream,
+    /// The operator's rules the write is decided by (SPEC §15), loaded once by the engine.
+    pub rules: Option<&'a palisade_rules::RuleSet>,
 }
 
 /// Where in its life a write is checked, and its keys (SPEC §14).
@@ -58,6 +63,7 @@ pub(crate) async fn check(
         config,
         enf,
         upstream,
+        ..
     } = h;
     let Stage { releasing, keys } = stage;
     // SPEC §4.2: without a lockfile every write is unbound.
@@ -121,6 +127,24 @@ pub(crate) async fn check(
             .into());
         }
     }
+    // SPEC §15: the operator's rules, on a write whose lease and input are settled.
+    let lease_facts = LeaseFacts {
+        recovery_mode: l.recovery_mode.as_str(),
+        t_granted_ms: l.t_granted_ms,
+        agent_id: l.agent_id.as_deref(),
+        issuer: Some(&l.kid),
+    };
+    let judged = Judged {
+        facts: &facts,
+        who,
+        keys,
+        binding: &binding,
+        lease: lease_facts,
+        now_ms: enf.clock.now_ms(),
+        releasing,
+        composed: false,
+    };
+    let ruled = rules::judge(h.rules, config, judged).map_err(|d| *d)?;
 
     // Check 10: the inverse travels inline or was staged earlier.
     let staged = match &facts.inverse {
@@ -181,6 +205,7 @@ pub(crate) async fn check(
     let snapshot = match (l.recovery_mode, &pre_image) {
         (lease::RecoveryMode::SnapshotRestore, Some(state)) => Some(state.snapshot()),
         (lease::RecoveryMode::HumanEscrow, Some(state)) if !releasing => Some(state.snapshot()),
+        (_, Some(state)) if ruled.hold.is_some() && !releasing => Some(state.snapshot()),
         _ => None,
     };
     let pre_image = pre_image.map(|s| s.digest);
@@ -199,142 +224,10 @@ pub(crate) async fn check(
             snapshot,
             releasing,
             keys,
+            ruled,
         },
     )
     .await
-}
-
-/// A write whose lease and checks 1–12 are settled, under its resource's lock.
-struct Fenced<'a> {
-    guard: ResourceGuard,
-    verified: lease::VerifiedLease,
-    target: String,
-    resource: String,
-    path: &'a str,
-    /// An HTTP write's method (a tool call has none), kept with the lease record.
-    method: Option<&'a str>,
-    body: &'a [u8],
-    pre_image: Option<Sha256Digest>,
-    inverse: Option<Vec<u8>>,
-    snapshot: Option<Vec<u8>>,
-    releasing: bool,
-    keys: &'a Keys,
-}
-
-/// The durable part of a permit: the epoch advanced (with the lease record, its inverse and
-/// snapshot) before the write leaves, unless the write moves nothing yet (a dry run, an
-/// escrow's first pass).
-async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Permit, Denied> {
-    let Fenced {
-        guard,
-        verified,
-        target,
-        resource,
-        path,
-        method,
-        body,
-        pre_image,
-        inverse,
-        snapshot,
-        releasing,
-        keys,
-    } = f;
-    let l = verified.lease();
-    // A dry run passes every check the real write would, but moves nothing; so does an
-    // escrowed write until it is released (SPEC §5.4).
-    let moves = match l.recovery_mode {
-        lease::RecoveryMode::DryRunShadow => false,
-        lease::RecoveryMode::HumanEscrow => releasing,
-        _ => true,
-    };
-    if !moves {
-        return Ok(Permit {
-            _lock: guard,
-            target,
-            request_digest: Sha256Digest::of(body),
-            pre_image,
-            lease: verified,
-            released: releasing,
-            held_snapshot: snapshot,
-        });
-    }
-
-    // Durable before the write leaves (SPEC §5.3).
-    let record = LeaseRecord {
-        lease_id: l.lease_id.clone(),
-        state: LeaseState::Committed,
-        resource: resource.clone(),
-        path: Some(path.to_owned()),
-        method: method.map(str::to_owned),
-        epoch: l.cas_fence_epoch,
-        recovery_mode: l.recovery_mode.as_str().into(),
-        expires_at_ms: verified.expires_at_ms(),
-        agent_id: l.agent_id.clone(),
-        lease_digest: Some(verified.digest().to_string()),
-        compensation_epoch: None,
-    };
-    let intent = WriteIntent {
-        resource: resource.clone(),
-        epoch: l.cas_fence_epoch,
-        lease_id: l.lease_id.clone(),
-        expires_at_ms: verified.expires_at_ms(),
-        lease_record: record,
-        inverse,
-        snapshot,
-    };
-    // SPEC §14: the write passed every check; it spends its budgets just before its epoch
-    // moves (a refused one spends nothing, and one that goes nowhere gets them back).
-    let spent = crate::enforce::stop::spend_budgets(enf, keys).await?;
-    let waited = tokio::time::Instant::now();
-    // The lock's confirmation travels beside the advance (it shows the lock held at that
-    // moment, as well as after it: a lock is lost only with its session).
-    let (advanced, confirmed) = tokio::join!(enf.store.advance(intent), enf.store.confirm(&guard));
-    metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "advance")
-        .record(waited.elapsed().as_secs_f64());
-    let refund = || async {
-        if let Err(e) = enf.store.budget_refund(spent.clone()).await {
-            tracing::warn!(error = %e, "budget spends of a write not sent were not given back");
-        }
-    };
-    let advanced = match advanced {
-        Ok(a) => a,
-        Err(e) => {
-            refund().await;
-            return Err(e.into_refusal().into());
-        }
-    };
-    match advanced {
-        // The lock must still be held as the write leaves (a shared store's can be lost with
-        // its database session); the fence stays advanced either way, so a retry needs a new
-        // lease, as after an uncertain commit.
-        Advance::Advanced => {
-            if let Err(e) = confirmed {
-                refund().await;
-                return Err(e.into_refusal().into());
-            }
-        }
-        Advance::Stale { current } => {
-            refund().await;
-            return Err(Denied {
-                refusal: Refusal::new(
-                    ErrorCode::StaleFenceEpoch,
-                    "another write advanced the resource's epoch first",
-                ),
-                current_epoch: Some(current),
-                peer: None,
-                extra: Vec::new(),
-            });
-        }
-    }
-    Ok(Permit {
-        _lock: guard,
-        target,
-        request_digest: Sha256Digest::of(body),
-        pre_image,
-        lease: verified,
-        released: releasing,
-        held_snapshot: None,
-    })
 }
 
 /// A write under a lease the sidecar grants it here (an RCNS step): the contract checks, then
@@ -353,6 +246,7 @@ async fn granted(
         config,
         enf,
         upstream,
+        ..
     } = h;
     let target = facts.target.clone().ok_or_else(|| {
         Refusal::new(
@@ -360,8 +254,28 @@ async fn granted(
             "the request's target cannot be formed (Host missing or invalid)",
         )
     })?;
-    // Check 9, as for any write.
+    // Check 9, as for any write; then the operator's rules (a composed step is not held).
     contract::check(config, &binding, facts)?;
+    let who = Requester {
+        origin: None,
+        caller: Some(g.caller.clone()),
+    };
+    let judged = Judged {
+        facts,
+        who: &who,
+        keys,
+        binding: &binding,
+        lease: LeaseFacts {
+            recovery_mode: g.mode.as_str(),
+            t_granted_ms: g.window_ms.max(1),
+            agent_id: Some(&g.caller),
+            issuer: Some(enf.key.kid()),
+        },
+        now_ms: enf.clock.now_ms(),
+        releasing: false,
+        composed: true,
+    };
+    let ruled = rules::judge(h.rules, config, judged).map_err(|d| *d)?;
     let resource = facts
         .resource
         .clone()
@@ -425,6 +339,7 @@ async fn granted(
             snapshot,
             releasing: false,
             keys,
+            ruled,
         },
     )
     .await

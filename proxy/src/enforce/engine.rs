@@ -128,6 +128,9 @@ pub(crate) async fn run<L: Leg>(
     } = w;
     let binding = leg.routed().binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
+    // One version of the operator's rules decides this write, as one of the bundle does.
+    let rules = plane.rules.load_full();
+    cx.rules_digest = rules.as_ref().map(|r| r.digest().to_string());
     let who = Requester::of(&plane.config, &parts, conn);
     let facts = WriteFacts {
         granted: grant,
@@ -181,6 +184,7 @@ pub(crate) async fn run<L: Leg>(
             config: &plane.config,
             enf,
             upstream: &plane.upstream,
+            rules: rules.as_deref(),
         },
         facts,
         &who,
@@ -199,6 +203,7 @@ pub(crate) async fn run<L: Leg>(
                 .await;
         }
     };
+    crate::enforce::rules::report(enf, &cx, &permit.ruled().report);
     let answer = leg.hold_answer();
     // A failed task is answered in the form its surface speaks.
     let rpc_id = match &answer {
@@ -259,6 +264,9 @@ pub(crate) async fn release<L: Leg>(
     } = w;
     let binding = leg.routed().binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
+    // The rules in force now decide the release, as the bundle in force now does.
+    let rules = plane.rules.load_full();
+    cx.rules_digest = rules.as_ref().map(|r| r.digest().to_string());
     let facts = leg.facts(&parts, &body, &binding, who);
     // A freeze made while the write was held stops its release too (SPEC §14).
     let mut keys = stop::Keys::of(leg.operation_key(&parts, &binding), &facts, who);
@@ -273,6 +281,7 @@ pub(crate) async fn release<L: Leg>(
             config: &plane.config,
             enf,
             upstream: &plane.upstream,
+            rules: rules.as_deref(),
         },
         facts,
         who,
@@ -284,6 +293,7 @@ pub(crate) async fn release<L: Leg>(
     );
     match checked.await {
         Ok(permit) => {
+            crate::enforce::rules::report(enf, &cx, &permit.ruled().report);
             let d = Delivery {
                 permit,
                 parts,

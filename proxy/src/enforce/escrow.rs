@@ -93,7 +93,10 @@ fn announce(plane: &Plane, record: &EscrowRecord) -> Value {
         "lease_expires_at": record
             .lease_expires_at_ms
             .map(palisade_policy::lease::format_rfc3339_ms),
-        "approvals_required": plane.config.escrow.approvals,
+        "approvals_required": record
+            .approvals_required
+            .map_or(plane.config.escrow.approvals, |n| n as usize),
+        "rule": record.rule,
         "link": link,
     })
 }
@@ -131,6 +134,8 @@ pub(crate) async fn hold(
         .map(|(n, v)| (n.as_str().to_owned(), STANDARD.encode(v.as_bytes())))
         .collect();
     let target = parts.uri.path_and_query().map_or("/", |p| p.as_str());
+    // Held by an operator's rule (SPEC §15): its approvals and its expiry.
+    let by_rule = permit.ruled().hold.clone();
     let record = EscrowRecord {
         escrow_id: id.clone(),
         state: EscrowState::Held,
@@ -169,8 +174,18 @@ pub(crate) async fn hold(
         facing: cx.facing.clone(),
         operation_key: cx.operation_key.clone(),
         resource: cx.resource_key.clone(),
+        rule: by_rule.as_ref().map(|h| h.rule.to_string()),
+        approvals_required: by_rule.as_ref().and_then(|h| h.approvals),
+        hold_expires_at_ms: by_rule.as_ref().and_then(|h| h.expires_ms).map(|ms| {
+            enf.clock
+                .now_ms()
+                .saturating_add(i64::try_from(ms).unwrap_or(i64::MAX))
+        }),
     };
-    let doc = json!({"escrow_id": id, "state": "held", "location": location});
+    let mut doc = json!({"escrow_id": id, "state": "held", "location": location});
+    if let Some(h) = &by_rule {
+        doc["rule"] = json!(h.rule.to_string());
+    }
     let (status, doc) = match &answer {
         Answer::Http => (StatusCode::ACCEPTED, doc),
         Answer::Mcp {
@@ -196,6 +211,7 @@ pub(crate) async fn hold(
     }
     let body = ReceiptBody {
         outcome: Some("held".into()),
+        rule: by_rule.as_ref().map(|h| h.rule.to_string()),
         ..receipts::permit_receipt(enf, &permit, cx, ReceiptKind::Escrow)
     };
     let resp_body = Bytes::from(serde_json::to_vec(&doc).unwrap_or_default());

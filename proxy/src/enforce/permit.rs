@@ -3,6 +3,7 @@
 
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::lease::{self, VerifiedLease};
+use palisade_policy::receipt::RuleReport;
 use palisade_policy::Refusal;
 
 use crate::net::identity::Mismatch;
@@ -20,6 +21,24 @@ pub struct Permit {
     /// A write to hold: the resource as check 12 fetched it (`preimage::State::snapshot`),
     /// kept with the escrow for the operator's diff.
     pub(super) held_snapshot: Option<Vec<u8>>,
+    /// What the operator's rules left on it (SPEC §15): a hold, the report-mode rules.
+    pub(super) ruled: Ruled,
+}
+
+/// A hold a rule asked for.
+#[derive(Debug, Clone)]
+pub struct RuleHold {
+    pub rule: std::sync::Arc<str>,
+    pub approvals: Option<u32>,
+    pub expires_ms: Option<u64>,
+}
+
+/// What the rules left on a write that goes on.
+#[derive(Debug, Default, Clone)]
+pub struct Ruled {
+    pub hold: Option<RuleHold>,
+    /// Report-mode rules that matched: for the receipt and the drift events.
+    pub report: Vec<RuleReport>,
 }
 
 /// A refused write: the refusal, and the resource's epoch when the refusal came from the
@@ -65,13 +84,21 @@ impl Permit {
     pub fn disposition(&self) -> Disposition {
         match self.lease.lease().recovery_mode {
             lease::RecoveryMode::DryRunShadow => Disposition::DryRun,
-            lease::RecoveryMode::HumanEscrow if !self.released => Disposition::Hold,
+            _ if self.released => Disposition::Forward,
+            lease::RecoveryMode::HumanEscrow => Disposition::Hold,
+            // An operator's rule holds it whatever its lease asked (SPEC §15).
+            _ if self.ruled.hold.is_some() => Disposition::Hold,
             _ => Disposition::Forward,
         }
     }
 
     pub fn is_dry_run(&self) -> bool {
         self.disposition() == Disposition::DryRun
+    }
+
+    /// What the operator's rules left on the write.
+    pub fn ruled(&self) -> &Ruled {
+        &self.ruled
     }
 
     pub fn lease(&self) -> &lease::Lease {

@@ -116,6 +116,8 @@ pub(crate) fn permit_receipt(
         caller: cx.caller.clone(),
         connector: cx.connector.clone(),
         attribution: cx.attribution.clone(),
+        rules_digest: cx.rules_digest.clone(),
+        rules_report: Some(permit.ruled().report.clone()).filter(|r| !r.is_empty()),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             kind,
@@ -302,12 +304,11 @@ async fn keep(
         caller: cx.caller.clone(),
         connector: cx.connector.clone(),
         attribution: cx.attribution.clone(),
-        // A write a freeze stopped names the freeze (SPEC §14).
-        freeze_id: ev
-            .extra
-            .iter()
-            .find(|(k, _)| k == "freeze_id")
-            .and_then(|(_, v)| v.as_str().map(str::to_owned)),
+        // A write a freeze stopped names the freeze (SPEC §14); one a rule denied, the rule
+        // (SPEC §15).
+        freeze_id: extra_str(ev, "freeze_id"),
+        rule: extra_str(ev, "rule"),
+        rules_digest: cx.rules_digest.clone(),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             ReceiptKind::Rejection,
@@ -353,6 +354,10 @@ async fn keep(
             caller: cx.caller.clone(),
         },
     ) {
+        // A rule's refusal names the rule (its detail is the operator's reason).
+        if let Some(rule) = extra_str(ev, "rule") {
+            event.diagnostics.insert("rule".into(), rule.into());
+        }
         if let Some(m) = ev.peer {
             event
                 .diagnostics
@@ -370,6 +375,14 @@ async fn keep(
             None
         }
     }
+}
+
+/// A text member the refusal carries beside the problem's own (`freeze_id`, `rule`).
+fn extra_str(ev: &Evidence<'_>, key: &str) -> Option<String> {
+    ev.extra
+        .iter()
+        .find(|(k, _)| k == key)
+        .and_then(|(_, v)| v.as_str().map(str::to_owned))
 }
 
 /// The lease document an HTTP write carried in `Agent-Compensation-Lease`, for its refusal's

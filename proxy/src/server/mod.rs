@@ -84,6 +84,8 @@ impl Server {
         if let Some(b) = &bundle {
             tracing::info!(digest = %b.digest, binding_id = %b.binding_id, capabilities = b.capabilities.len(), "rich bundle loaded");
         }
+        let rules = crate::control::rules::from_config(&config)
+            .map_err(|problems| anyhow::anyhow!("rules refused:\n{}", problems.join("\n")))?;
         if let Some(f) = &config.admin.token_file {
             if crate::control::admin_auth::read_token(f).is_none() {
                 anyhow::bail!(
@@ -122,6 +124,19 @@ impl Server {
         let admin = TcpListener::bind(&config.admin.addr)
             .await
             .with_context(|| format!("admin.addr: cannot bind {}", config.admin.addr))?;
+        let quote_channel = crate::context::QuoteChannelState::from_config(&config);
+        let plane = Arc::new(crate::context::Plane {
+            config,
+            metrics,
+            enforcement,
+            shadow,
+            upstream,
+            bundle: arc_swap::ArcSwapOption::new(bundle),
+            rules: Default::default(),
+        });
+        if let Some(r) = rules {
+            crate::control::rules::publish(&plane, Arc::new(r));
+        }
         Ok(Self {
             data,
             admin,
@@ -129,17 +144,10 @@ impl Server {
             admin_tls,
             watched,
             state: Arc::new(AppState {
-                quote_channel: crate::context::QuoteChannelState::from_config(&config),
+                quote_channel,
                 admission,
                 rcns,
-                plane: Arc::new(crate::context::Plane {
-                    config,
-                    metrics,
-                    enforcement,
-                    shadow,
-                    upstream,
-                    bundle: arc_swap::ArcSwapOption::new(bundle),
-                }),
+                plane,
                 mcp_drifted: Default::default(),
                 draining: false.into(),
             }),

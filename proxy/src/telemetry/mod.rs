@@ -31,6 +31,9 @@ pub const INFLIGHT: &str = "palisade_inflight_requests";
 pub const REFUSALS_TOTAL: &str = "palisade_refusals_total";
 pub const LOCKFILE_RELOADS: &str = "palisade_lockfile_reloads_total";
 pub const LOCKFILE_INFO: &str = "palisade_lockfile_info";
+pub const RULES_RELOADS: &str = "palisade_rules_reloads_total";
+pub const RULES_INFO: &str = "palisade_rules_info";
+pub const RULE_DECISIONS: &str = "palisade_rule_decisions_total";
 /// Re-reads of `admission.jwks`, by result; not in SPEC §9, an addition beside the lockfile's.
 pub const JWKS_RELOADS: &str = "palisade_jwks_reloads_total";
 /// Lease signatures verified together (issue 36); not in SPEC §9, an addition.
@@ -170,6 +173,15 @@ fn describe() {
         "Bundle reloads by result: applied, unchanged or rejected."
     );
     metrics::describe_gauge!(LOCKFILE_INFO, "1 for the lockfile digest in force.");
+    metrics::describe_counter!(
+        RULES_RELOADS,
+        "Operator rules file reloads by result: applied, unchanged or rejected."
+    );
+    metrics::describe_gauge!(RULES_INFO, "1 for the rules file digest in force.");
+    metrics::describe_counter!(
+        RULE_DECISIONS,
+        "Writes an operator rule matched, by rule, action (hold, deny, allow) and mode (enforce, report)."
+    );
     metrics::describe_histogram!(STORE_BATCH_JOBS, "Jobs committed per store transaction.");
     metrics::describe_histogram!(
         LEASE_BATCH_SIZE,

@@ -239,6 +239,18 @@ pub struct EscrowRecord {
     pub operation_key: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resource: Option<String>,
+    /// The operator's rule that held the write (SPEC §15), when a rule did rather than its
+    /// lease's `HUMAN_ESCROW`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// The rule's `approvals`: distinct approvers this write needs (else
+    /// `escrow.approvals_required`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approvals_required: Option<u32>,
+    /// The rule's `expires`, as unix ms: undecided by then, the write is refused (as it is
+    /// once its lease expires, whichever comes first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_expires_at_ms: Option<i64>,
 }
 
 impl EscrowRecord {
@@ -268,6 +280,9 @@ impl EscrowRecord {
             facing: None,
             operation_key: None,
             resource: None,
+            rule: None,
+            approvals_required: None,
+            hold_expires_at_ms: None,
         }
     }
 

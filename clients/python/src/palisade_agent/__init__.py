@@ -19,6 +19,7 @@ from .errors import (
     LeaseRefused,
     NegotiationRefused,
     PalisadeError,
+    PolicyDenied,
     QuoteRefused,
     ReceiptInvalid,
     Refusal,
@@ -38,6 +39,6 @@ __all__ = [
     "inverse_header", "verify_receipt", "verify_checkpoint", "VerifierKey", "Checkpoint", "CODES",
     "PalisadeError", "Refusal", "LeaseRefused", "StaleFence", "ContractViolation",
     "RequestFormRefused", "IdempotencyConflict", "AdmissionRefused", "Stopped", "Unavailable",
-    "NegotiationRefused", "EscrowNotHeld", "EscrowRejected", "EscrowTimeout", "ReceiptInvalid",
+    "NegotiationRefused", "PolicyDenied", "EscrowNotHeld", "EscrowRejected", "EscrowTimeout", "ReceiptInvalid",
     "QuoteRefused", "AdminRefused", "default_inverse",
 ]

@@ -78,6 +78,15 @@ class NegotiationRefused(Refusal):
     """An AGTP-RCNS proposal or a synthesized contract's use was refused."""
 
 
+class PolicyDenied(Refusal):
+    """An operator's rule denies this write (`problem["rule"]` names it): sending it again gets
+    the same answer while the rule is in force."""
+
+    @property
+    def rule(self) -> str | None:
+        return self.problem.get("rule")
+
+
 class EscrowNotHeld(Refusal):
     """The escrow was decided already."""
 
@@ -149,6 +158,7 @@ _CLASSES: dict[type[Refusal], tuple[str, ...]] = {
         "ERR_RCNS_PROPOSE_FIRST",
     ),
     EscrowNotHeld: ("ERR_ESCROW_NOT_HELD",),
+    PolicyDenied: ("ERR_POLICY_DENIED",),
     QuoteRefused: (
         "ERR_QUOTE_MALFORMED", "ERR_QUOTE_CHANNEL", "ERR_QUOTE_CHAIN_UNKNOWN", "ERR_QUOTE_SIGNATURE",
         "ERR_QUOTE_EXPIRED", "ERR_QUOTE_NONCE_REUSED",

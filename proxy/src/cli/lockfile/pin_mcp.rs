@@ -343,13 +343,16 @@ pub fn write_bundle(
         let path = contracts.join(format!("{}.json", digest.to_hex()));
         let text = serde_json::to_vec_pretty(&contract).map_err(|e| e.to_string())?;
         std::fs::write(&path, text).map_err(|e| format!("{}: {e}", path.display()))?;
-        caps.insert(
-            name.to_owned(),
-            json!({"protocol": "mcp", "operation": name,
-                   "toolDigest": Sha256Digest::of_json(tool).spelled(Spelling::ShaDash256),
-                   "contractDigest": digest.spelled(Spelling::ShaDash256),
-                   "runtime": {"onDrift": "fail-closed"}}),
-        );
+        let mut cap = json!({"protocol": "mcp", "operation": name,
+               "toolDigest": Sha256Digest::of_json(tool).spelled(Spelling::ShaDash256),
+               "contractDigest": digest.spelled(Spelling::ShaDash256),
+               "runtime": {"onDrift": "fail-closed"}});
+        // What operator rules read as `tool.annotations` (SPEC §15): the listed definition's
+        // own, pinned with it (its digest covers them).
+        if let Some(a @ Value::Object(_)) = tool.get("annotations") {
+            cap["toolAnnotations"] = a.clone();
+        }
+        caps.insert(name.to_owned(), cap);
     }
     let lock = json!({"richVersion": "0.1", "bindingId": format!("urn:palisade:pinned:{url}"),
                       "graphClosure": "open", "capabilities": caps});

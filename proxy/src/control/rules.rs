@@ -1,0 +1,77 @@
+//! The operator's rules file (SPEC §15): read at start (a file that does not load stops the
+//! start, as a bundle that does not compile does) and on every reload, where a file that does
+//! not load never replaces the one in force.
+
+use std::sync::Arc;
+
+use palisade_rules::RuleSet;
+
+use crate::config::Config;
+use crate::context::Plane;
+use crate::telemetry::{RULES_INFO, RULES_RELOADS};
+
+/// Largest rules file read: far beyond 256 rules of 4 KiB expressions.
+const MAX_FILE: u64 = 4 << 20;
+
+/// The rules `rules.file` holds; `Ok(None)` without `[rules]`.
+pub fn from_config(config: &Config) -> Result<Option<RuleSet>, Vec<String>> {
+    let Some(r) = &config.rules else {
+        return Ok(None);
+    };
+    let shown = r.file.display();
+    let bytes =
+        read_bounded(&r.file).map_err(|e| vec![format!("rules.file: cannot read {shown}: {e}")])?;
+    RuleSet::load(&bytes).map(Some).map_err(|problems| {
+        problems
+            .into_iter()
+            .map(|p| format!("{shown}: {p}"))
+            .collect()
+    })
+}
+
+/// Reads the rules again and publishes them if they load and differ from the ones in force.
+pub fn reload(plane: &Plane) -> Result<(), Vec<String>> {
+    let loaded = match from_config(&plane.config) {
+        Ok(Some(r)) => r,
+        Ok(None) => return Ok(()),
+        Err(problems) => {
+            metrics::counter!(RULES_RELOADS, "result" => "rejected").increment(1);
+            tracing::warn!(problems = %problems.join("; "), "rules refused; the previous ones stay in force");
+            return Err(problems);
+        }
+    };
+    let old = plane.rules.load_full();
+    if old.as_ref().is_some_and(|o| o.digest() == loaded.digest()) {
+        metrics::counter!(RULES_RELOADS, "result" => "unchanged").increment(1);
+        return Ok(());
+    }
+    publish(plane, Arc::new(loaded));
+    if let Some(o) = old {
+        metrics::gauge!(RULES_INFO, "digest" => o.digest().to_string()).set(0.0);
+    }
+    metrics::counter!(RULES_RELOADS, "result" => "applied").increment(1);
+    Ok(())
+}
+
+/// Puts `rules` in force.
+pub fn publish(plane: &Plane, rules: Arc<RuleSet>) {
+    let digest = rules.digest().to_string();
+    tracing::info!(digest = %digest, rules = rules.rules().len(), "operator rules in force");
+    metrics::gauge!(RULES_INFO, "digest" => digest).set(1.0);
+    plane.rules.store(Some(rules));
+}
+
+/// The file's bytes, refused past [`MAX_FILE`].
+fn read_bounded(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let mut bytes = Vec::new();
+    std::fs::File::open(path)?
+        .take(MAX_FILE + 1)
+        .read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_FILE {
+        return Err(std::io::Error::other(format!(
+            "larger than {MAX_FILE} bytes"
+        )));
+    }
+    Ok(bytes)
+}
