@@ -24,6 +24,7 @@ mod answers;
 mod calls;
 mod pinning;
 mod routing;
+mod rules;
 mod sdks;
 
 fn repo() -> PathBuf {
