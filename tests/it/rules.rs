@@ -108,11 +108,16 @@ fn puts_to(s: &Setup, path: &str) -> usize {
 /// A sidecar with `rules` in force: the setup, the rules file, and its directory (kept for
 /// the test's length).
 async fn sidecar(rules: &str) -> (Setup, std::path::PathBuf, tempfile::TempDir) {
+    sidecar_with(rules, "").await
+}
+
+/// [`sidecar`] with `extra` configuration.
+async fn sidecar_with(rules: &str, extra: &str) -> (Setup, std::path::PathBuf, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("rules.toml");
     std::fs::write(&file, rules).unwrap();
     let more = format!(
-        "[rules]\nfile = \"{}\"\nexpose_headers = [\"X-Tenant\"]\n",
+        "[rules]\nfile = \"{}\"\nexpose_headers = [\"X-Tenant\"]\n{extra}",
         file.display()
     );
     (guarded_with(TOKENS, &more).await, file, dir)
@@ -120,7 +125,9 @@ async fn sidecar(rules: &str) -> (Setup, std::path::PathBuf, tempfile::TempDir) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rule_that_denies_stops_the_write_names_itself_and_leaves_a_receipt() {
-    let (s, _, _dir) = sidecar(RULES).await;
+    // One write per resource a minute: a denied write must not spend it.
+    let budget = "[budgets]\nrules = [{ name = \"one-each\", per = [\"resource\"], limit = 1, window = \"1m\" }]\n";
+    let (s, _, _dir) = sidecar_with(RULES, budget).await;
     let digest = Sha256Digest::of(RULES.as_bytes()).to_string();
     let tenant = [("x-tenant", "experiments")];
     let a = write(&s, "/orders/1", json!({"qty": 3}), &tenant).await;
@@ -147,24 +154,31 @@ async fn a_rule_that_denies_stops_the_write_names_itself_and_leaves_a_receipt() 
     // Another spelling of the header's name is the same header.
     let a = write(
         &s,
-        "/orders/2",
+        "/orders/1",
         json!({"qty": 3}),
         &[("X-TENANT", "experiments")],
     )
     .await;
     assert_eq!(a.status, StatusCode::FORBIDDEN, "{}", a.doc);
-    // The exception listed first lets the same tenant's VIP write through.
-    let a = write(&s, "/orders/3", json!({"qty": 3, "vip": true}), &tenant).await;
+    // The exception listed first lets the same tenant's VIP write through: the resource's
+    // budget of one is still there after two denials.
+    let vip = json!({"qty": 3, "vip": true});
+    let a = write(&s, "/orders/1", vip.clone(), &tenant).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.doc);
     assert_eq!(a.receipt["rules_digest"], digest);
-    assert_eq!(puts_to(&s, "/orders/3"), 1);
+    assert_eq!(puts_to(&s, "/orders/1"), 1);
+    // And it is spent now: the budget counts.
+    let a = write_at(&s, "/orders/1", 2, vip, &tenant).await;
+    assert_eq!(a.status, StatusCode::TOO_MANY_REQUESTS, "{}", a.doc);
+    assert_eq!(a.doc["code"], "ERR_WRITE_BUDGET");
+    assert_eq!(puts_to(&s, "/orders/1"), 1);
     // Another tenant is not denied.
     let a = write(&s, "/orders/4", json!({"qty": 3}), &[("x-tenant", "prod")]).await;
     assert_eq!(a.status, StatusCode::OK, "{}", a.doc);
     let (_, metrics) = curl(&s.p, "GET", "/metrics", None);
     for want in [
         r#"palisade_rule_decisions_total{rule="no-experiments",action="deny",mode="enforce"} 2"#,
-        r#"palisade_rule_decisions_total{rule="vip-exception",action="allow",mode="enforce"} 1"#,
+        r#"palisade_rule_decisions_total{rule="vip-exception",action="allow",mode="enforce"} 2"#,
     ] {
         assert!(metrics.contains(want), "{want}\n{metrics}");
     }

@@ -32,6 +32,29 @@ pub(crate) struct Condition {
     program: Program,
 }
 
+/// Why a `when` was refused, and where in the expression (1-based line and column) when the
+/// parser says.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub why: String,
+    pub at: Option<(usize, usize)>,
+}
+
+impl From<String> for Refused {
+    fn from(why: String) -> Self {
+        Refused { why, at: None }
+    }
+}
+
+impl From<&str> for Refused {
+    fn from(why: &str) -> Self {
+        Refused {
+            why: why.to_owned(),
+            at: None,
+        }
+    }
+}
+
 impl std::fmt::Debug for Condition {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("Condition")
@@ -39,24 +62,30 @@ impl std::fmt::Debug for Condition {
 }
 
 impl Condition {
-    pub fn compile(source: &str) -> Result<Condition, String> {
+    pub fn compile(source: &str) -> Result<Condition, Refused> {
         if source.len() > MAX_SOURCE {
-            return Err(format!("{} bytes; at most {MAX_SOURCE}", source.len()));
+            return Err(format!("{} bytes; at most {MAX_SOURCE}", source.len()).into());
         }
         if source.trim().is_empty() {
             return Err("empty; leave `when` out to match every write".into());
         }
         let program = Program::compile(source).map_err(|e| {
-            // The parser's message names the position; one line is enough for an operator.
-            let text = e.to_string();
-            format!(
-                "does not compile: {}",
-                text.lines().next().unwrap_or("syntax error")
-            )
+            let first = e.errors.first();
+            Refused {
+                why: format!(
+                    "does not compile: {}",
+                    first.map_or("syntax error", |p| p.msg.as_str())
+                ),
+                at: first.and_then(|p| {
+                    let line = usize::try_from(p.pos.0).ok().filter(|l| *l > 0)?;
+                    let col = usize::try_from(p.pos.1).ok()?;
+                    Some((line, col + 1))
+                }),
+            }
         })?;
         let root = program.expression();
         if let Some(kind) = never_boolean(&root.expr) {
-            return Err(format!("is not a boolean: it is {kind}"));
+            return Err(format!("is not a boolean: it is {kind}").into());
         }
         vet(root, &mut Vec::new(), 0, 0)?;
         Ok(Condition { program })

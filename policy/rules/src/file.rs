@@ -31,7 +31,7 @@ struct RawFile {
 struct RawRule {
     name: Option<String>,
     on: Option<Vec<String>>,
-    when: Option<String>,
+    when: Option<toml::Spanned<String>>,
     action: Option<String>,
     approvals: Option<i64>,
     expires: Option<String>,
@@ -41,6 +41,7 @@ struct RawRule {
 
 pub(crate) fn parse(bytes: &[u8]) -> Result<Vec<Rule>, Vec<String>> {
     let text = std::str::from_utf8(bytes).map_err(|_| vec!["the file is not UTF-8".to_owned()])?;
+    let place = |span: std::ops::Range<usize>, at: (usize, usize)| place_of(text, span, at);
     let raw: RawFile = toml::from_str(text).map_err(|e| vec![format!("not a rules file: {e}")])?;
     let mut problems = Vec::new();
     if raw.rule.len() > MAX_RULES {
@@ -50,7 +51,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Vec<Rule>, Vec<String>> {
     let mut rules = Vec::with_capacity(raw.rule.len());
     for (i, r) in raw.rule.into_iter().enumerate() {
         let at = format!("rule[{i}]");
-        if let Some(rule) = one(&at, r, &mut problems) {
+        if let Some(rule) = one(&at, r, &mut problems, &place) {
             if !names.insert(rule.name.clone()) {
                 problems.push(format!("{at}.name: \"{}\" is used twice", rule.name));
             }
@@ -64,7 +65,12 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Vec<Rule>, Vec<String>> {
     }
 }
 
-fn one(at: &str, r: RawRule, problems: &mut Vec<String>) -> Option<Rule> {
+fn one(
+    at: &str,
+    r: RawRule,
+    problems: &mut Vec<String>,
+    place: &dyn Fn(std::ops::Range<usize>, (usize, usize)) -> String,
+) -> Option<Rule> {
     let before = problems.len();
     let name = match r.name {
         Some(n) if valid_name(&n) => n,
@@ -132,10 +138,11 @@ fn one(at: &str, r: RawRule, problems: &mut Vec<String>) -> Option<Rule> {
     };
     let when = match r.when {
         None => None,
-        Some(src) => match Condition::compile(&src) {
+        Some(src) => match Condition::compile(src.get_ref()) {
             Ok(c) => Some(c),
-            Err(why) => {
-                problems.push(format!("{at}.when: {why}"));
+            Err(refused) => {
+                let at_file = place(src.span(), refused.at.unwrap_or((1, 1)));
+                problems.push(format!("{at}.when ({at_file}): {}", refused.why));
                 None
             }
         },
@@ -226,5 +233,30 @@ fn valid_operation(o: &str) -> Result<(), String> {
             "\"{}\": not an operation (\"POST /api/v2/orders\" or \"mcp:tool/create_order\")",
             o.escape_debug()
         )),
+    }
+}
+
+/// `line L, column C` in the file of a position inside a `when` string: `span` is the string
+/// as written (its quotes included), `at` the 1-based line and column in the expression.
+fn place_of(text: &str, span: std::ops::Range<usize>, at: (usize, usize)) -> String {
+    let written = text.get(span.clone()).unwrap_or("");
+    // After the opening quote(s); a multi-line string's first newline is not part of it.
+    let mut open = if written.starts_with("\"\"\"") || written.starts_with("\'\'\'") {
+        3
+    } else {
+        1
+    };
+    if open == 3 && written.get(open..).is_some_and(|w| w.starts_with('\n')) {
+        open += 1;
+    }
+    let start = span.start + open;
+    let before = text.get(..start).unwrap_or("");
+    let line = before.matches('\n').count() + 1;
+    let col = before.len() - before.rfind('\n').map_or(0, |i| i + 1) + 1;
+    let (el, ec) = at;
+    if el <= 1 {
+        format!("line {line}, column {}", col + ec - 1)
+    } else {
+        format!("line {}, column {ec}", line + el - 1)
     }
 }

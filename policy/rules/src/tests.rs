@@ -237,3 +237,29 @@ fn the_digest_is_of_the_file_s_bytes() {
     );
     assert!(load("").rules().is_empty());
 }
+
+#[test]
+fn an_expression_that_does_not_compile_is_placed_in_the_file() {
+    let text = "[[rule]]\nname = \"a\"\naction = \"deny\"\nwhen = 'body.qty > > 1'\n";
+    let problems = refused(text);
+    // `when = '` is 8 characters: the expression starts at column 9 of line 4.
+    assert!(
+        problems.contains("rule[0].when (line 4, column"),
+        "{problems}"
+    );
+    assert!(problems.contains("does not compile"), "{problems}");
+    let col: usize = problems
+        .split("column ")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .and_then(|s| s.parse().ok())
+        .unwrap();
+    assert!((9..=24).contains(&col), "{problems}");
+    let text =
+        "[[rule]]\nname = \"a\"\naction = \"deny\"\nwhen = '''\nbody.qty > 1 &&\n  body.x >\n'''\n";
+    let problems = refused(text);
+    assert!(
+        problems.contains("(line 6, column") || problems.contains("(line 7, column"),
+        "{problems}"
+    );
+}
