@@ -30,6 +30,30 @@ const MAX_DEPTH: usize = 48;
 /// A compiled, vetted `when`.
 pub(crate) struct Condition {
     program: Program,
+    /// Which of [`VARIABLES`] it reads (bit `i` for `VARIABLES[i]`): only those are made.
+    pub uses: u16,
+    /// Which of the body's members it reads.
+    pub body: BodyUse,
+}
+
+/// What an expression reads of `body`: named top-level members only (`body.amount`,
+/// `has(body.lines)`), or the whole of it (`body == null`, `body["x"]`, `size(body)`). Only
+/// what some rule reads is made into CEL values: a body's other members cost nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BodyUse {
+    pub whole: bool,
+    pub members: Vec<String>,
+}
+
+impl BodyUse {
+    pub fn join(&mut self, other: &BodyUse) {
+        self.whole |= other.whole;
+        for m in &other.members {
+            if !self.members.contains(m) {
+                self.members.push(m.clone());
+            }
+        }
+    }
 }
 
 /// Why a `when` was refused, and where in the expression (1-based line and column) when the
@@ -87,8 +111,19 @@ impl Condition {
         if let Some(kind) = never_boolean(&root.expr) {
             return Err(format!("is not a boolean: it is {kind}").into());
         }
-        vet(root, &mut Vec::new(), 0, 0)?;
-        Ok(Condition { program })
+        let mut body = BodyUse::default();
+        vet(root, &mut Vec::new(), &mut body, 0, 0)?;
+        let refs = program.references();
+        let uses = VARIABLES
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| refs.has_variable(v))
+            .fold(0u16, |m, (i, _)| m | (1 << i));
+        Ok(Condition {
+            program,
+            uses,
+            body,
+        })
     }
 
     /// Evaluates the expression; `Err` (with why) when it fails or is not a boolean. A panic
@@ -133,6 +168,7 @@ fn never_boolean(e: &Expr) -> Option<&'static str> {
 fn vet(
     e: &IdedExpr,
     bound: &mut Vec<String>,
+    body: &mut BodyUse,
     comprehensions: usize,
     depth: usize,
 ) -> Result<(), String> {
@@ -143,6 +179,9 @@ fn vet(
     match &e.expr {
         Expr::Unspecified | Expr::Literal(_) => Ok(()),
         Expr::Ident(name) => {
+            if name == "body" && !bound.iter().any(|b| b == name) {
+                body.whole = true;
+            }
             if VARIABLES.contains(&name.as_str()) || bound.iter().any(|b| b == name) {
                 Ok(())
             } else {
@@ -152,23 +191,31 @@ fn vet(
                 ))
             }
         }
-        Expr::Select(s) => vet(&s.operand, bound, comprehensions, d),
+        Expr::Select(s) => match &s.operand.expr {
+            Expr::Ident(n) if n == "body" && !bound.iter().any(|b| b == n) => {
+                if !body.members.contains(&s.field) {
+                    body.members.push(s.field.clone());
+                }
+                Ok(())
+            }
+            _ => vet(&s.operand, bound, body, comprehensions, d),
+        },
         Expr::Call(c) => {
             if let Some(t) = &c.target {
-                vet(t, bound, comprehensions, d)?;
+                vet(t, bound, body, comprehensions, d)?;
             }
             c.args
                 .iter()
-                .try_for_each(|a| vet(a, bound, comprehensions, d))
+                .try_for_each(|a| vet(a, bound, body, comprehensions, d))
         }
         Expr::List(l) => l
             .elements
             .iter()
-            .try_for_each(|x| vet(x, bound, comprehensions, d)),
+            .try_for_each(|x| vet(x, bound, body, comprehensions, d)),
         Expr::Map(m) => m.entries.iter().try_for_each(|entry| match &entry.expr {
             EntryExpr::MapEntry(me) => {
-                vet(&me.key, bound, comprehensions, d)?;
-                vet(&me.value, bound, comprehensions, d)
+                vet(&me.key, bound, body, comprehensions, d)?;
+                vet(&me.value, bound, body, comprehensions, d)
             }
             EntryExpr::StructField(_) => Err("struct literals are not supported".into()),
         }),
@@ -182,8 +229,8 @@ fn vet(
                 );
             }
             // The range is evaluated outside the loop; the rest once per element.
-            vet(&c.iter_range, bound, comprehensions, d)?;
-            vet(&c.accu_init, bound, comprehensions, d)?;
+            vet(&c.iter_range, bound, body, comprehensions, d)?;
+            vet(&c.accu_init, bound, body, comprehensions, d)?;
             let added = 2 + usize::from(c.iter_var2.is_some());
             bound.push(c.iter_var.clone());
             bound.push(c.accu_var.clone());
@@ -192,7 +239,7 @@ fn vet(
             }
             let inner = [&c.loop_cond, &c.loop_step, &c.result]
                 .into_iter()
-                .try_for_each(|x| vet(x, bound, comprehensions + 1, d));
+                .try_for_each(|x| vet(x, bound, body, comprehensions + 1, d));
             bound.truncate(bound.len() - added);
             inner
         }

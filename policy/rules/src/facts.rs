@@ -1,10 +1,15 @@
 //! What a rule can see of one write (SPEC §15's variables), and how it becomes CEL values.
 
 use std::collections::HashMap;
-use std::sync::Arc;
 
-use cel::objects::{Key, Value};
+use cel::common::types::{
+    CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString, CelTimestamp,
+    CelUInt,
+};
+use cel::common::value::Val;
 use cel::Context;
+
+use crate::expr::{BodyUse, VARIABLES};
 
 /// One write, as the rules see it. Values are the sidecar's canonical ones: the fence key,
 /// the canonical path, the parsed body (a tool call's `arguments`).
@@ -52,105 +57,140 @@ pub struct ToolFacts<'a> {
     pub annotations: Option<&'a serde_json::Value>,
 }
 
-impl Facts<'_> {
-    /// The CEL context: the built-in functions and SPEC §15's variables.
-    pub(crate) fn context(&self) -> Context<'static, 'static> {
-        let mut cx = Context::default();
-        let s = |v: &str| Value::String(Arc::new(v.to_owned()));
-        cx.add_variable_from_value("caller", s(self.caller.unwrap_or("")));
-        cx.add_variable_from_value("operation", s(self.operation));
-        cx.add_variable_from_value("resource", s(self.resource));
-        cx.add_variable_from_value("method", s(self.method));
-        cx.add_variable_from_value("path", s(self.path));
-        cx.add_variable_from_value("query", query(self.query.unwrap_or("")));
-        cx.add_variable_from_value("body", self.body.map_or(Value::Null, json));
-        let lease = match &self.lease {
-            None => Value::Null,
-            Some(l) => map([
-                ("recovery_mode", s(l.recovery_mode)),
-                (
-                    "t_granted_ms",
-                    Value::Int(i64::try_from(l.t_granted_ms).unwrap_or(i64::MAX)),
-                ),
-                ("agent_id", l.agent_id.map_or(Value::Null, s)),
-                ("issuer", l.issuer.map_or(Value::Null, s)),
-            ]),
-        };
-        cx.add_variable_from_value("lease", lease);
-        let tool = match &self.tool {
-            None => Value::Null,
-            Some(t) => map([
-                ("name", s(t.name)),
-                (
-                    "annotations",
-                    t.annotations.map_or_else(|| map(std::iter::empty()), json),
-                ),
-            ]),
-        };
-        cx.add_variable_from_value("tool", tool);
-        let mut headers: HashMap<Key, Value> = HashMap::new();
-        for (name, value) in &self.headers {
-            headers.insert(Key::String(Arc::new(name.to_ascii_lowercase())), s(value));
+impl<'f> Facts<'f> {
+    /// SPEC §15's variables that the rules read (`uses`), in a scope under `root` (CEL's
+    /// standard library, made once per thread). Values borrow from the facts: a string of the
+    /// body is not copied.
+    pub(crate) fn context<'r>(
+        &self,
+        root: &'r Context<'static, 'static>,
+        uses: u16,
+        body: &BodyUse,
+    ) -> Context<'r, 'f>
+    where
+        'f: 'r,
+    {
+        let root: &'r Context<'r, 'f> = root;
+        let mut cx = root.new_inner_scope();
+        for (i, name) in VARIABLES.iter().enumerate() {
+            if uses & (1 << i) == 0 {
+                continue;
+            }
+            let value: Box<dyn Val + 'f> = match *name {
+                "caller" => s(self.caller.unwrap_or("")),
+                "operation" => s(self.operation),
+                "resource" => s(self.resource),
+                "method" => s(self.method),
+                "path" => s(self.path),
+                "query" => query(self.query.unwrap_or("")),
+                "body" => match self.body {
+                    None => null(),
+                    // Only the members some rule reads; a body that is not an object is read
+                    // as it is (a member of it is an error either way).
+                    Some(serde_json::Value::Object(o)) if !body.whole => map(body
+                        .members
+                        .iter()
+                        .filter_map(|m| o.get_key_value(m.as_str()))
+                        .map(|(k, v)| (k.as_str(), json(v)))),
+                    Some(v) => json(v),
+                },
+                "lease" => match &self.lease {
+                    None => null(),
+                    Some(l) => map([
+                        ("recovery_mode", s(l.recovery_mode)),
+                        (
+                            "t_granted_ms",
+                            Box::new(CelInt::from(
+                                i64::try_from(l.t_granted_ms).unwrap_or(i64::MAX),
+                            )),
+                        ),
+                        ("agent_id", l.agent_id.map_or_else(null, s)),
+                        ("issuer", l.issuer.map_or_else(null, s)),
+                    ]),
+                },
+                "tool" => match &self.tool {
+                    None => null(),
+                    Some(t) => map([
+                        ("name", s(t.name)),
+                        (
+                            "annotations",
+                            t.annotations.map_or_else(|| map::<&str>([]), json),
+                        ),
+                    ]),
+                },
+                "headers" => map(self
+                    .headers
+                    .iter()
+                    .map(|(name, value)| (name.to_ascii_lowercase(), s(value)))),
+                _ => {
+                    let now = chrono::DateTime::from_timestamp_millis(self.now_ms)
+                        .unwrap_or_default()
+                        .fixed_offset();
+                    Box::new(CelTimestamp::from(now))
+                }
+            };
+            cx.add_variable_as_val(*name, value);
         }
-        cx.add_variable_from_value("headers", Value::from(headers));
-        let now = chrono::DateTime::from_timestamp_millis(self.now_ms)
-            .unwrap_or_default()
-            .fixed_offset();
-        cx.add_variable_from_value("now", Value::Timestamp(now));
         cx
     }
 }
 
-fn map<'k>(entries: impl IntoIterator<Item = (&'k str, Value)>) -> Value {
-    let m: HashMap<Key, Value> = entries
-        .into_iter()
-        .map(|(k, v)| (Key::String(Arc::new(k.to_owned())), v))
-        .collect();
-    Value::from(m)
+fn s<'f>(v: &'f str) -> Box<dyn Val + 'f> {
+    Box::new(CelString::from(v))
 }
 
-/// A JSON value as CEL reads it: integers that fit as `int` (else `uint`, else `double`),
-/// other numbers as `double`. The depth is the sidecar's bound on the body.
-fn json(v: &serde_json::Value) -> Value {
+fn null<'f>() -> Box<dyn Val + 'f> {
+    Box::new(CelNull)
+}
+
+fn map<'f, K: Into<CelMapKey<'f>>>(
+    entries: impl IntoIterator<Item = (K, Box<dyn Val + 'f>)>,
+) -> Box<dyn Val + 'f> {
+    let m: HashMap<CelMapKey<'f>, Box<dyn Val + 'f>> =
+        entries.into_iter().map(|(k, v)| (k.into(), v)).collect();
+    Box::new(CelMap::from(m))
+}
+
+/// A JSON value as CEL reads it, borrowing its strings: integers that fit as `int` (else
+/// `uint`, else `double`), other numbers as `double`. Its depth is the sidecar's bound on the
+/// body.
+fn json<'f>(v: &'f serde_json::Value) -> Box<dyn Val + 'f> {
     match v {
-        serde_json::Value::Null => Value::Null,
-        serde_json::Value::Bool(b) => Value::Bool(*b),
+        serde_json::Value::Null => null(),
+        serde_json::Value::Bool(b) => Box::new(CelBool::from(*b)),
         serde_json::Value::Number(n) => {
             if let Some(i) = n.as_i64() {
-                Value::Int(i)
+                Box::new(CelInt::from(i))
             } else if let Some(u) = n.as_u64() {
-                Value::UInt(u)
+                Box::new(CelUInt::from(u))
             } else {
-                Value::Float(n.as_f64().unwrap_or(f64::NAN))
+                Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN)))
             }
         }
-        serde_json::Value::String(s) => Value::String(Arc::new(s.clone())),
-        serde_json::Value::Array(a) => Value::List(Arc::new(a.iter().map(json).collect())),
-        serde_json::Value::Object(o) => {
-            let m: HashMap<Key, Value> = o
-                .iter()
-                .map(|(k, v)| (Key::String(Arc::new(k.clone())), json(v)))
-                .collect();
-            Value::from(m)
+        serde_json::Value::String(x) => s(x),
+        serde_json::Value::Array(a) => {
+            Box::new(CelList::from(a.iter().map(json).collect::<Vec<_>>()))
         }
+        serde_json::Value::Object(o) => map(o.iter().map(|(k, v)| (k.as_str(), json(v)))),
     }
 }
 
 /// `a=1&a=2&b` → `{"a": ["1", "2"], "b": [""]}`, percent-decoded (`+` is a space, as forms
 /// write it).
-fn query(q: &str) -> Value {
-    let mut m: HashMap<String, Vec<Value>> = HashMap::new();
+fn query<'f>(q: &str) -> Box<dyn Val + 'f> {
+    let mut m: Vec<(String, Vec<Box<dyn Val + 'f>>)> = Vec::new();
     for pair in q.split('&').filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
-        m.entry(decode(k))
-            .or_default()
-            .push(Value::String(Arc::new(decode(v))));
+        let (k, v) = (decode(k), decode(v));
+        let value: Box<dyn Val + 'f> = Box::new(CelString::from(v));
+        match m.iter_mut().find(|(key, _)| *key == k) {
+            Some((_, values)) => values.push(value),
+            None => m.push((k, vec![value])),
+        }
     }
-    let m: HashMap<Key, Value> = m
+    map(m
         .into_iter()
-        .map(|(k, v)| (Key::String(Arc::new(k)), Value::List(Arc::new(v))))
-        .collect();
-    Value::from(m)
+        .map(|(k, v)| (k, Box::new(CelList::from(v)) as Box<dyn Val + 'f>)))
 }
 
 fn decode(s: &str) -> String {

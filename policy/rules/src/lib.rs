@@ -32,6 +32,11 @@ use palisade_core::Sha256Digest;
 
 pub use facts::{Facts, LeaseFacts, ToolFacts};
 
+thread_local! {
+    /// CEL's standard library, made once per thread: making it is most of a context's cost.
+    static ROOT: cel::Context<'static, 'static> = cel::Context::default();
+}
+
 /// What a rule does when it matches.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Action {
@@ -108,6 +113,10 @@ impl Rule {
 pub struct RuleSet {
     rules: Vec<Rule>,
     digest: Sha256Digest,
+    /// The variables any rule reads: the only facts made into CEL values.
+    uses: u16,
+    /// What any rule reads of the body.
+    body: expr::BodyUse,
 }
 
 /// A rule that matched.
@@ -141,9 +150,17 @@ impl RuleSet {
     /// any problem refuses the whole file.
     pub fn load(bytes: &[u8]) -> Result<RuleSet, Vec<String>> {
         let rules = file::parse(bytes)?;
+        let conditions = || rules.iter().filter_map(|r| r.when.as_ref());
+        let uses = conditions().fold(0, |m, c| m | c.uses);
+        let mut body = expr::BodyUse::default();
+        for c in conditions() {
+            body.join(&c.body);
+        }
         Ok(RuleSet {
             rules,
             digest: Sha256Digest::of(bytes),
+            uses,
+            body,
         })
     }
 
@@ -159,6 +176,10 @@ impl RuleSet {
     /// The rules on one write, in order: report-mode rules record and go on, the first rule
     /// in force that matches decides.
     pub fn decide(&self, facts: &Facts<'_>) -> Decision {
+        ROOT.with(|root| self.decide_in(root, facts))
+    }
+
+    fn decide_in(&self, root: &cel::Context<'static, 'static>, facts: &Facts<'_>) -> Decision {
         let mut decision = Decision::default();
         let mut context = None;
         for rule in &self.rules {
@@ -169,7 +190,8 @@ impl RuleSet {
                 None => (true, false),
                 Some(cond) => {
                     // The facts become CEL values once, for the first rule that reads them.
-                    let cx = context.get_or_insert_with(|| facts.context());
+                    let cx =
+                        context.get_or_insert_with(|| facts.context(root, self.uses, &self.body));
                     match cond.holds(cx) {
                         Ok(holds) => (holds, false),
                         Err(why) => {

@@ -263,3 +263,28 @@ fn an_expression_that_does_not_compile_is_placed_in_the_file() {
         "{problems}"
     );
 }
+
+#[test]
+fn only_the_body_members_rules_read_are_made_and_they_read_the_same() {
+    let body = json!({"amount": 12, "lines": [{"qty": 3}], "note": "x"});
+    // Member reads alone: the rest of the body is not converted, and reads are unchanged.
+    let members = load(
+        "[[rule]]\nname = \"a\"\nwhen = 'body.amount > 10 && !has(body.vip)'\naction = \"deny\"\n\
+         [[rule]]\nname = \"b\"\nwhen = 'body.lines.exists(l, l.qty > 2)'\naction = \"deny\"\nmode = \"report\"\n",
+    );
+    assert_eq!(members.body.members, vec!["amount", "vip", "lines"]);
+    assert!(!members.body.whole);
+    let d = members.decide(&facts(Some(&body)));
+    assert!(d.failed.is_empty(), "{:?}", d.failed);
+    assert_eq!(&*d.decided.unwrap().rule, "a");
+    // A rule that reads the body whole makes it whole, for every rule.
+    let whole = load(
+        "[[rule]]\nname = \"a\"\nwhen = 'size(body) == 3 && body.note == \"x\"'\naction = \"deny\"\n",
+    );
+    assert!(whole.body.whole);
+    assert!(whole.decide(&facts(Some(&body))).decided.is_some());
+    // A body that is not an object is read as it is.
+    let list = json!([1, 2]);
+    let d = members.decide(&facts(Some(&list)));
+    assert!(!d.failed.is_empty(), "a member of a list fails: {d:?}");
+}
