@@ -98,6 +98,15 @@ impl Fleet {
         self.replica_with(url, "off")
     }
 
+    /// A replica on the database at `url` with `extra` configuration after the store's.
+    fn replica_configured(&self, url: &str, extra: &str) -> Palisade {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            format!("kind = \"postgres\"\nurl = \"{url}\"\n[ptcl]\npre_image = \"off\"\n{extra}");
+        let text = write_config(&self.upstream, dir.path(), "", &store);
+        Palisade::start_in(dir, &text)
+    }
+
     /// A configuration file `<name>.toml` in `dir` for the database at `url`, for the
     /// operator commands (`store check`, `audit verify`, …).
     fn config_file(&self, dir: &std::path::Path, name: &str, url: &str) -> std::path::PathBuf {

@@ -308,3 +308,43 @@ fn events(s: &Setup) -> Vec<Value> {
     let doc: Value = serde_json::from_str(&body).unwrap();
     doc["events"].as_array().unwrap().clone()
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hold_undecided_at_its_expiry_is_rejected_and_nothing_is_forwarded() {
+    let rules = "[[rule]]\nname = \"brief\"\non = [\"PUT /orders/brief\"]\naction = \"hold\"\nexpires = \"1s\"\n";
+    let (s, _, _dir) = sidecar(rules).await;
+    let a = write(&s, "/orders/brief", json!({"qty": 1}), &[]).await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.doc);
+    let id = a.doc["escrow_id"].as_str().unwrap().to_owned();
+    let status = || {
+        let (_, body) = curl(
+            &s.p,
+            "GET",
+            &format!("/admin/v1/escrow/{id}"),
+            Some("tok-alice"),
+        );
+        serde_json::from_str::<Value>(&body).unwrap_or(Value::Null)
+    };
+    assert_eq!(status()["state"], "held");
+    wait::until(
+        "the hold runs out",
+        std::time::Duration::from_secs(10),
+        || status()["state"] == "rejected",
+    )
+    .await;
+    assert_eq!(status()["code"], "ERR_POLICY_DENIED");
+    let e = events(&s)
+        .into_iter()
+        .find(|e| e["code"] == "ERR_POLICY_DENIED")
+        .expect("a policy event for the expired hold");
+    assert_eq!(e["diagnostics"]["rule"], "brief");
+    // An approval now finds nothing held; nothing was ever forwarded.
+    let (code, body) = curl(
+        &s.p,
+        "POST",
+        &format!("/admin/v1/escrow/{id}/approve"),
+        Some("tok-alice"),
+    );
+    assert_eq!(code, 409, "{body}");
+    assert_eq!(puts_to(&s, "/orders/brief"), 0);
+}

@@ -218,18 +218,6 @@ async fn decide(
     }
 }
 
-/// A write an operator's rule held past the rule's `expires`: its refusal.
-fn hold_ran_out(rec: &EscrowRecord, now_ms: i64) -> Option<palisade_policy::Refusal> {
-    let until = rec.hold_expires_at_ms.filter(|e| *e <= now_ms)?;
-    Some(palisade_policy::Refusal::new(
-        ErrorCode::PolicyDenied,
-        format!(
-            "the operator's rule held this write until {} and it was not decided by then",
-            palisade_policy::lease::format_rfc3339_ms(until)
-        ),
-    ))
-}
-
 async fn release(plane: &Arc<Plane>, enf: &Arc<Enforcement>, id: &str) -> Response<ProxyBody> {
     let rec = match load(enf, id).await {
         Ok(r) => r,
@@ -300,7 +288,9 @@ async fn release(plane: &Arc<Plane>, enf: &Arc<Enforcement>, id: &str) -> Respon
     // held request is judged again as the protocol that carried it.
     let bundle = plane.bundle.load_full();
     let conn = Arc::new(conn);
-    let written = if let Some(refusal) = hold_ran_out(&rec, enf.clock.now_ms()) {
+    let written = if let Some(refusal) =
+        crate::control::escrow_expiry::ran_out(&rec, enf.clock.now_ms())
+    {
         // The rule that held it gave it until then (SPEC §15): it is rejected, not released.
         let extra = [("rule", Value::from(rec.rule.clone()))];
         let evidence = receipts::Evidence::with_extra(&extra);

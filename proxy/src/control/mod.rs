@@ -22,6 +22,7 @@ pub mod bundle;
 pub mod console;
 pub mod drift_stream;
 pub mod escrow;
+pub mod escrow_expiry;
 pub mod escrow_view;
 pub mod freeze;
 pub mod log;

@@ -208,6 +208,7 @@ impl Server {
         crate::admission::jwks::spawn_watch(state.clone());
         crate::control::witnesses::spawn(state.plane.clone());
         crate::control::freeze::spawn_poll(state.plane.clone());
+        crate::control::escrow_expiry::spawn(state.plane.clone());
         let tls = tls.map(|(acceptor, resolver)| {
             tokio::spawn(resolver.clone().watch(CERT_POLL));
             (acceptor, resolver)

@@ -34,6 +34,7 @@ pub const LOCKFILE_INFO: &str = "palisade_lockfile_info";
 pub const RULES_RELOADS: &str = "palisade_rules_reloads_total";
 pub const RULES_INFO: &str = "palisade_rules_info";
 pub const RULE_DECISIONS: &str = "palisade_rule_decisions_total";
+pub const HOLD_EXPIRY_LOOKS: &str = "palisade_hold_expiry_looks_total";
 /// Re-reads of `admission.jwks`, by result; not in SPEC §9, an addition beside the lockfile's.
 pub const JWKS_RELOADS: &str = "palisade_jwks_reloads_total";
 /// Lease signatures verified together (issue 36); not in SPEC §9, an addition.
@@ -178,6 +179,10 @@ fn describe() {
         "Operator rules file reloads by result: applied, unchanged or rejected."
     );
     metrics::describe_gauge!(RULES_INFO, "1 for the rules file digest in force.");
+    metrics::describe_counter!(
+        HOLD_EXPIRY_LOOKS,
+        "Looks for held writes past their rule's expires (one a second with [rules])."
+    );
     metrics::describe_counter!(
         RULE_DECISIONS,
         "Writes an operator rule matched, by rule, action (hold, deny, allow) and mode (enforce, report)."
