@@ -54,6 +54,8 @@ use support::*;
 mod faults;
 #[path = "postgres/once.rs"]
 mod once;
+#[path = "postgres/rules.rs"]
+mod rules;
 #[path = "postgres/operations.rs"]
 mod operations;
 
