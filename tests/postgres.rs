@@ -54,10 +54,10 @@ use support::*;
 mod faults;
 #[path = "postgres/once.rs"]
 mod once;
-#[path = "postgres/rules.rs"]
-mod rules;
 #[path = "postgres/operations.rs"]
 mod operations;
+#[path = "postgres/rules.rs"]
+mod rules;
 
 /// Held by the scenarios that load the machine, one at a time.
 static HEAVY: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());

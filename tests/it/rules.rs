@@ -348,3 +348,51 @@ async fn a_hold_undecided_at_its_expiry_is_rejected_and_nothing_is_forwarded() {
     assert_eq!(code, 409, "{body}");
     assert_eq!(puts_to(&s, "/orders/brief"), 0);
 }
+
+/// `escrow.webhook_format = "slack"`: one message per held write, in the shape Slack's
+/// incoming webhooks document (an object: `text`, the fallback, and `blocks`, here one
+/// `section` of `mrkdwn` text, at most 3,000 characters), naming the operation's template,
+/// the rule, the approvals needed and the console link, and no value of the request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_write_is_announced_to_slack_in_its_documented_shape() {
+    let receiver = Receiver::start(0, StatusCode::OK).await;
+    let extra = format!(
+        "[escrow]\nwebhook = \"{}\"\nwebhook_format = \"slack\"\nconsole_url = \"https://palisade-admin.example/ui/\"\n",
+        receiver.url()
+    );
+    let (s, _, _dir) = sidecar_with(RULES, &extra).await;
+    let a = write(&s, "/orders/big", json!({"qty": 20000, "note": "secret-7731"}), &[]).await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.doc);
+    let id = a.doc["escrow_id"].as_str().unwrap().to_owned();
+    wait::until("the hold is announced", std::time::Duration::from_secs(10), || {
+        !receiver.accepted.lock().unwrap().is_empty()
+    })
+    .await;
+    let bodies = receiver.accepted.lock().unwrap().clone();
+    assert_eq!(bodies.len(), 1, "one message, not a batch");
+    let raw = String::from_utf8(bodies[0].to_vec()).unwrap();
+    let msg: Value = serde_json::from_str(&raw).unwrap();
+    // Slack's incoming-webhook payload: an object with `text` and optional `blocks`.
+    let obj = msg.as_object().expect("an object, not an array");
+    assert!(obj.keys().all(|k| k == "text" || k == "blocks"), "{msg}");
+    let text = msg["text"].as_str().unwrap();
+    assert!(!text.is_empty() && text.len() <= 40_000, "{msg}");
+    let blocks = msg["blocks"].as_array().unwrap();
+    assert!(!blocks.is_empty() && blocks.len() <= 50, "{msg}");
+    for b in blocks {
+        assert_eq!(b["type"], "section", "{msg}");
+        assert!(matches!(b["text"]["type"].as_str(), Some("mrkdwn" | "plain_text")), "{msg}");
+        assert!(b["text"]["text"].as_str().unwrap().len() <= 3000, "{msg}");
+    }
+    let shown = blocks[0]["text"]["text"].as_str().unwrap();
+    assert!(shown.contains("`PUT /orders/big`"), "{shown}");
+    assert!(shown.contains("`big-orders`"), "{shown}");
+    assert!(shown.contains("*Approvals needed:* 2"), "{shown}");
+    assert!(
+        shown.contains(&format!("<https://palisade-admin.example/ui/#/escrow/{id}|")),
+        "{shown}"
+    );
+    for value in ["20000", "secret-7731"] {
+        assert!(!raw.contains(value), "a request value in the message: {raw}");
+    }
+}

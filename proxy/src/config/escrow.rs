@@ -17,8 +17,20 @@ impl RawEscrow {
                 1
             }
         };
+        let webhook_slack = match self.webhook_format.as_deref() {
+            None | Some("json") => false,
+            Some("slack") => true,
+            Some(other) => {
+                c.push(
+                    "escrow.webhook_format",
+                    format!("{other:?}: expected \"json\" or \"slack\""),
+                );
+                false
+            }
+        };
         EscrowSection {
             approvals,
+            webhook_slack,
             webhook: url_of("escrow.webhook", self.webhook, c),
             console_url: url_of("escrow.console_url", self.console_url, c),
         }

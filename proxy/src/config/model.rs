@@ -71,6 +71,9 @@ pub struct EscrowSection {
     pub approvals: usize,
     /// `escrow.webhook`: where a held write is announced (`escrow_held`, no payload).
     pub webhook: Option<String>,
+    /// `escrow.webhook_format = "slack"`: one Slack incoming-webhook message per held write
+    /// instead of the JSON batches the drift webhook sink sends.
+    pub webhook_slack: bool,
     /// `escrow.console_url`: the console as operators reach it, for the announcement's link.
     pub console_url: Option<String>,
 }

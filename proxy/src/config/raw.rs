@@ -173,5 +173,6 @@ pub struct RawRuntime {
 pub struct RawEscrow {
     pub approvals_required: Option<i64>,
     pub webhook: Option<String>,
+    pub webhook_format: Option<String>,
     pub console_url: Option<String>,
 }

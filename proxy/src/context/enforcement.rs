@@ -93,7 +93,12 @@ impl Enforcement {
                 );
                 let dropped = metrics::counter!("palisade_escrow_notifications_dropped_total");
                 Some(
-                    crate::telemetry::webhook::Webhook::start(url, dropped).map_err(|e| {
+                    crate::telemetry::webhook::Webhook::start_shaped(
+                        url,
+                        dropped,
+                        config.escrow.webhook_slack,
+                    )
+                    .map_err(|e| {
                         anyhow::anyhow!(e.replace("drift.sinks.webhook", "escrow.webhook"))
                     })?,
                 )

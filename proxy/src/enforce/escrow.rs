@@ -77,12 +77,16 @@ pub(crate) enum Answer {
 }
 
 /// The `escrow_held` announcement of a hold (`escrow.webhook`): who, what, until when, and
-/// where in the console; never the request.
+/// where in the console; never the request. A Slack message with `escrow.webhook_format =
+/// "slack"`.
 fn announce(plane: &Plane, record: &EscrowRecord) -> Value {
     let link = plane.config.escrow.console_url.as_deref().map(|base| {
         let base = base.split('#').next().unwrap_or(base);
         format!("{base}#/escrow/{}", record.escrow_id)
     });
+    if plane.config.escrow.webhook_slack {
+        return crate::enforce::slack::held(plane, record, link.as_deref());
+    }
     json!({
         "event": "escrow_held",
         "escrow_id": record.escrow_id,

@@ -44,6 +44,16 @@ pub struct Webhook {
 impl Webhook {
     /// Starts the delivery task for `url` on the current runtime.
     pub fn start(url: &str, dropped: metrics::Counter) -> Result<Self, String> {
+        Self::start_shaped(url, dropped, false)
+    }
+
+    /// As [`Webhook::start`]; `single`: each message is POSTed alone as it is (a Slack
+    /// incoming webhook takes one JSON object a request), not in a batch.
+    pub fn start_shaped(
+        url: &str,
+        dropped: metrics::Counter,
+        single: bool,
+    ) -> Result<Self, String> {
         let uri: Uri = url
             .parse()
             .map_err(|e| format!("drift.sinks.webhook: {e}"))?;
@@ -51,7 +61,7 @@ impl Webhook {
         let client = Upstream::with_base(uri.clone(), CONNECT_TIMEOUT, POST_TIMEOUT, None)
             .map_err(|e| format!("drift.sinks.webhook: {e}"))?;
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(run(uri, client, rx, dropped.clone()));
+        tokio::spawn(run(uri, client, rx, dropped.clone(), single));
         Ok(Self { tx, dropped })
     }
 
@@ -72,6 +82,7 @@ async fn run(
     client: Upstream,
     mut rx: mpsc::Receiver<serde_json::Value>,
     dropped: metrics::Counter,
+    single: bool,
 ) {
     metrics::describe_counter!(
         "palisade_drift_webhook_batches_total",
@@ -80,7 +91,7 @@ async fn run(
     while let Some(first) = rx.recv().await {
         let mut batch = vec![first];
         let closes = tokio::time::Instant::now() + WINDOW;
-        while batch.len() < MAX_BATCH {
+        while !single && batch.len() < MAX_BATCH {
             match tokio::time::timeout_at(closes, rx.recv()).await {
                 Ok(Some(e)) => batch.push(e),
                 // The window closed, or every sender is gone: send what there is.
@@ -88,7 +99,11 @@ async fn run(
             }
         }
         let n = batch.len() as u64;
-        let body = match serde_json::to_vec(&batch) {
+        let body = match if single {
+            serde_json::to_vec(&batch[0])
+        } else {
+            serde_json::to_vec(&batch)
+        } {
             Ok(b) => bytes::Bytes::from(b),
             Err(_) => {
                 dropped.increment(n);
