@@ -361,12 +361,20 @@ async fn a_held_write_is_announced_to_slack_in_its_documented_shape() {
         receiver.url()
     );
     let (s, _, _dir) = sidecar_with(RULES, &extra).await;
-    let a = write(&s, "/orders/big", json!({"qty": 20000, "note": "secret-7731"}), &[]).await;
+    let a = write(
+        &s,
+        "/orders/big",
+        json!({"qty": 20000, "note": "secret-7731"}),
+        &[],
+    )
+    .await;
     assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.doc);
     let id = a.doc["escrow_id"].as_str().unwrap().to_owned();
-    wait::until("the hold is announced", std::time::Duration::from_secs(10), || {
-        !receiver.accepted.lock().unwrap().is_empty()
-    })
+    wait::until(
+        "the hold is announced",
+        std::time::Duration::from_secs(10),
+        || !receiver.accepted.lock().unwrap().is_empty(),
+    )
     .await;
     let bodies = receiver.accepted.lock().unwrap().clone();
     assert_eq!(bodies.len(), 1, "one message, not a batch");
@@ -381,7 +389,10 @@ async fn a_held_write_is_announced_to_slack_in_its_documented_shape() {
     assert!(!blocks.is_empty() && blocks.len() <= 50, "{msg}");
     for b in blocks {
         assert_eq!(b["type"], "section", "{msg}");
-        assert!(matches!(b["text"]["type"].as_str(), Some("mrkdwn" | "plain_text")), "{msg}");
+        assert!(
+            matches!(b["text"]["type"].as_str(), Some("mrkdwn" | "plain_text")),
+            "{msg}"
+        );
         assert!(b["text"]["text"].as_str().unwrap().len() <= 3000, "{msg}");
     }
     let shown = blocks[0]["text"]["text"].as_str().unwrap();
@@ -389,10 +400,15 @@ async fn a_held_write_is_announced_to_slack_in_its_documented_shape() {
     assert!(shown.contains("`big-orders`"), "{shown}");
     assert!(shown.contains("*Approvals needed:* 2"), "{shown}");
     assert!(
-        shown.contains(&format!("<https://palisade-admin.example/ui/#/escrow/{id}|")),
+        shown.contains(&format!(
+            "<https://palisade-admin.example/ui/#/escrow/{id}|"
+        )),
         "{shown}"
     );
     for value in ["20000", "secret-7731"] {
-        assert!(!raw.contains(value), "a request value in the message: {raw}");
+        assert!(
+            !raw.contains(value),
+            "a request value in the message: {raw}"
+        );
     }
 }

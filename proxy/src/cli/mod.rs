@@ -41,6 +41,8 @@ enum Command {
     SampleSor(sample_sor::Args),
     /// Replay recorded traffic (HAR 1.2) against a target, open loop (SPEC §12).
     Replay(ReplayArgs),
+    /// Recorded traffic (HAR 1.2) through a bundle's contracts and rules, offline (SPEC §15).
+    Simulate(simulate::SimulateArgs),
     /// Write a new Ed25519 PKCS#8 PEM private key; print its kid and public key.
     Keygen {
         #[arg(long)]
@@ -102,6 +104,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
         Command::Demo { port } => demo::run(port).map_err(Failure::chain),
         Command::SampleSor(args) => sample_sor::run(args).map_err(Failure::chain),
         Command::Replay(args) => run_replay(args),
+        Command::Simulate(args) => simulate::run(args),
         Command::Freeze(args) => freeze::freeze(args),
         Command::Unfreeze(args) => freeze::unfreeze(args),
         Command::Keygen { out } => keygen(&out),
@@ -294,6 +297,7 @@ mod receipt;
 pub mod replay;
 pub mod sample_bundle;
 pub mod sample_sor;
+mod simulate;
 mod stdin;
 mod store_cmd;
 mod witness;

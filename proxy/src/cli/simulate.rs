@@ -1,0 +1,244 @@
+//! `palisade simulate` (SPEC §15): recorded traffic through a bundle's contracts and an
+//! operator's rules, offline. Lease signatures and fences are not judged (there is no store and
+//! no clock of the recording's); what a write's own shape and the rules decide is. Per
+//! operation: how many writes would be allowed, held (by rule) and refused (by code or rule),
+//! and one example of each by its request's index in the recording, never by a value.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use palisade_policy::ErrorCode;
+use palisade_rich::Bundle;
+use palisade_rules::{Action, Facts, LeaseFacts, RuleSet};
+use serde_json::{json, Value};
+
+use super::failure::Failure;
+use super::replay::har::{self, Recorded};
+use super::replay::lease::is_write;
+
+#[derive(clap::Args, Debug)]
+pub(crate) struct SimulateArgs {
+    /// A bundle: a directory with `lock.json` and `contracts/`.
+    #[arg(long)]
+    bundle: PathBuf,
+    /// An operator's rules file (rules.toml) to decide the writes by too.
+    #[arg(long)]
+    rules: Option<PathBuf>,
+    /// The recorded traffic (HAR 1.2).
+    #[arg(long)]
+    traffic: PathBuf,
+    /// `table` (for people) or `json`.
+    #[arg(long, default_value = "table", value_parser = ["table", "json"])]
+    format: String,
+}
+
+/// What one write would meet.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Outcome {
+    Allowed,
+    /// Held by this rule.
+    Held(String),
+    /// Refused with this code, or by this rule (`rule:<name>`).
+    Refused(String),
+}
+
+/// Per operation: the count of each outcome and the index of its first request.
+pub(crate) type Tally = BTreeMap<String, BTreeMap<Outcome, (u64, usize)>>;
+
+pub(crate) fn run(args: SimulateArgs) -> Result<(), Failure> {
+    let bundle = crate::control::bundle::load(
+        &args.bundle.join("lock.json"),
+        &args.bundle.join("contracts"),
+        None,
+    )
+    .map_err(|p| Failure::usage(format!("bundle refused:\n{}", p.join("\n"))))?;
+    let rules = match &args.rules {
+        None => None,
+        Some(path) => {
+            let bytes = read(path)?;
+            Some(RuleSet::load(&bytes).map_err(|p| {
+                Failure::usage(format!(
+                    "{}: rules refused:\n{}",
+                    path.display(),
+                    p.join("\n")
+                ))
+            })?)
+        }
+    };
+    let traffic = read(&args.traffic)?;
+    let recording = har::parse(&traffic)
+        .map_err(|e| Failure::usage(format!("{}: {e}", args.traffic.display())))?;
+    let tally = simulate(&bundle, rules.as_ref(), &recording.entries);
+    let skipped = recording.skipped_malformed + recording.skipped_unreplayable;
+    if args.format == "json" {
+        println!("{}", to_json(&tally, skipped));
+    } else {
+        print!("{}", to_table(&tally, skipped));
+    }
+    Ok(())
+}
+
+fn read(path: &Path) -> Result<Vec<u8>, Failure> {
+    std::fs::read(path).map_err(|e| Failure::usage(format!("{}: {e}", path.display())))
+}
+
+/// Decides every write of `entries` (reads are not decided: they need no lease).
+pub(crate) fn simulate(bundle: &Bundle, rules: Option<&RuleSet>, entries: &[Recorded]) -> Tally {
+    let mut tally = Tally::new();
+    for (i, e) in entries.iter().enumerate() {
+        if !is_write(&e.method) {
+            continue;
+        }
+        let (operation, outcome) = decide(bundle, rules, e);
+        let slot = tally
+            .entry(operation)
+            .or_default()
+            .entry(outcome)
+            .or_insert((0, i));
+        slot.0 += 1;
+    }
+    tally
+}
+
+/// One write: its operation, and what the bundle's checks on its shape and the rules decide.
+fn decide(bundle: &Bundle, rules: Option<&RuleSet>, e: &Recorded) -> (String, Outcome) {
+    let (path, query) = match e.path_and_query.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (e.path_and_query.as_str(), None),
+    };
+    let method = e.method.as_str();
+    let Some(cap) = bundle.route(method, path) else {
+        // With a bundle, an unbound write is refused (`rich.unbound_writes` defaults to deny).
+        let code = ErrorCode::UnboundOperation.as_str().to_owned();
+        return (format!("{method} {path}"), Outcome::Refused(code));
+    };
+    let operation = cap.operation.clone();
+    let mut headers = http::HeaderMap::new();
+    for (k, v) in &e.headers {
+        headers.append(k.clone(), v.clone());
+    }
+    let shown = crate::net::headers::values(&headers);
+    if let Err(r) = palisade_rich::check_parameters(cap, path, query, &shown) {
+        return (operation, Outcome::Refused(r.code.as_str().to_owned()));
+    }
+    if let Err(r) = palisade_rich::check_input(&cap.contract, &e.body, MAX_DEPTH) {
+        return (operation, Outcome::Refused(r.code.as_str().to_owned()));
+    }
+    let Some(rules) = rules else {
+        return (operation, Outcome::Allowed);
+    };
+    let body = (!e.body.is_empty())
+        .then(|| palisade_policy::json::parse(&e.body, MAX_DEPTH).ok())
+        .flatten();
+    // The lease the recording carried, read without judging its signature.
+    let lease: Option<Value> = headers
+        .get(crate::net::headers::LEASE_HEADER)
+        .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok())
+        .and_then(|b| serde_json::from_slice(&b).ok());
+    let lease_facts = lease.as_ref().map(|l| LeaseFacts {
+        recovery_mode: l["recovery_mode"].as_str().unwrap_or(""),
+        t_granted_ms: l["t_granted_ms"].as_u64().unwrap_or(0),
+        agent_id: l["agent_id"].as_str(),
+        issuer: l["kid"].as_str(),
+    });
+    let facts = Facts {
+        caller: None,
+        operation: &operation,
+        also: None,
+        resource: path,
+        method,
+        path,
+        query,
+        body: body.as_ref(),
+        lease: lease_facts,
+        tool: None,
+        headers: Vec::new(),
+        now_ms: crate::clock::WallClock::now_ms(),
+    };
+    let outcome = match rules.decide(&facts).decided {
+        Some(m) if m.action == Action::Hold => Outcome::Held(m.rule.to_string()),
+        Some(m) if m.action == Action::Deny => Outcome::Refused(format!("rule:{}", m.rule)),
+        _ => Outcome::Allowed,
+    };
+    (operation, outcome)
+}
+
+/// The JSON depth a sidecar holds a body to by default (`limits.max_json_depth`).
+const MAX_DEPTH: usize = 64;
+
+pub(crate) fn to_json(tally: &Tally, skipped: usize) -> Value {
+    let mut ops = serde_json::Map::new();
+    for (op, outcomes) in tally {
+        let mut o = json!({"allowed": 0, "held": {}, "refused": {}, "examples": {}});
+        for (outcome, (n, first)) in outcomes {
+            let key = match outcome {
+                Outcome::Allowed => {
+                    o["allowed"] = json!(n);
+                    "allowed".to_owned()
+                }
+                Outcome::Held(rule) => {
+                    o["held"][rule] = json!(n);
+                    format!("held:{rule}")
+                }
+                Outcome::Refused(why) => {
+                    o["refused"][why] = json!(n);
+                    format!("refused:{why}")
+                }
+            };
+            o["examples"][key] = json!(first);
+        }
+        ops.insert(op.clone(), o);
+    }
+    json!({"operations": ops, "skipped": skipped})
+}
+
+fn to_table(tally: &Tally, skipped: usize) -> String {
+    let mut out = format!(
+        "{:<40} {:<36} {:>6}  {}\n",
+        "operation", "outcome", "writes", "first (request index)"
+    );
+    for (op, outcomes) in tally {
+        for (outcome, (n, first)) in outcomes {
+            let what = match outcome {
+                Outcome::Allowed => "allowed".to_owned(),
+                Outcome::Held(rule) => format!("held by {rule}"),
+                Outcome::Refused(why) => match why.strip_prefix("rule:") {
+                    Some(rule) => format!("refused by {rule}"),
+                    None => format!("refused {why}"),
+                },
+            };
+            out.push_str(&format!("{op:<40} {what:<36} {n:>6}  #{first}\n"));
+        }
+    }
+    if skipped > 0 {
+        out.push_str(&format!(
+            "({skipped} entries could not be read as one exchange)\n"
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_table_names_outcomes_and_first_indexes() {
+        let mut t = Tally::new();
+        t.entry("POST /x".into())
+            .or_default()
+            .insert(Outcome::Held("big".into()), (3, 7));
+        t.entry("POST /x".into())
+            .or_default()
+            .insert(Outcome::Refused("rule:no".into()), (1, 9));
+        let table = to_table(&t, 0);
+        assert!(table.contains("held by big"), "{table}");
+        assert!(table.contains("refused by no"), "{table}");
+        assert!(table.contains("#7"), "{table}");
+        let j = to_json(&t, 2);
+        assert_eq!(j["operations"]["POST /x"]["held"]["big"], 3);
+        assert_eq!(j["operations"]["POST /x"]["examples"]["refused:rule:no"], 9);
+        assert_eq!(j["skipped"], 2);
+    }
+}
