@@ -7,10 +7,11 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use palisade_policy::ErrorCode;
 use palisade_rich::Bundle;
-use palisade_rules::{Action, Facts, LeaseFacts, RuleSet};
+use palisade_rules::RuleSet;
 use serde_json::{json, Value};
+
+use crate::enforce::verdict::{self, Judges, Shape};
 
 use super::failure::Failure;
 use super::replay::har::{self, Recorded};
@@ -32,15 +33,7 @@ pub(crate) struct SimulateArgs {
     format: String,
 }
 
-/// What one write would meet.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
-pub(crate) enum Outcome {
-    Allowed,
-    /// Held by this rule.
-    Held(String),
-    /// Refused with this code, or by this rule (`rule:<name>`).
-    Refused(String),
-}
+pub(crate) use crate::enforce::verdict::Verdict as Outcome;
 
 /// Per operation: the count of each outcome and the index of its first request.
 pub(crate) type Tally = BTreeMap<String, BTreeMap<Outcome, (u64, usize)>>;
@@ -102,69 +95,27 @@ pub(crate) fn simulate(bundle: &Bundle, rules: Option<&RuleSet>, entries: &[Reco
 
 /// One write: its operation, and what the bundle's checks on its shape and the rules decide.
 fn decide(bundle: &Bundle, rules: Option<&RuleSet>, e: &Recorded) -> (String, Outcome) {
-    let (path, query) = match e.path_and_query.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (e.path_and_query.as_str(), None),
-    };
-    let method = e.method.as_str();
-    let Some(cap) = bundle.route(method, path) else {
-        // With a bundle, an unbound write is refused (`rich.unbound_writes` defaults to deny).
-        let code = ErrorCode::UnboundOperation.as_str().to_owned();
-        return (format!("{method} {path}"), Outcome::Refused(code));
-    };
-    let operation = cap.operation.clone();
     let mut headers = http::HeaderMap::new();
     for (k, v) in &e.headers {
         headers.append(k.clone(), v.clone());
     }
-    let shown = crate::net::headers::values(&headers);
-    if let Err(r) = palisade_rich::check_parameters(cap, path, query, &shown) {
-        return (operation, Outcome::Refused(r.code.as_str().to_owned()));
-    }
-    if let Err(r) = palisade_rich::check_input(&cap.contract, &e.body, MAX_DEPTH) {
-        return (operation, Outcome::Refused(r.code.as_str().to_owned()));
-    }
-    let Some(rules) = rules else {
-        return (operation, Outcome::Allowed);
-    };
-    let body = (!e.body.is_empty())
-        .then(|| palisade_policy::json::parse(&e.body, MAX_DEPTH).ok())
-        .flatten();
-    // The lease the recording carried, read without judging its signature.
-    let lease: Option<Value> = headers
-        .get(crate::net::headers::LEASE_HEADER)
-        .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok())
-        .and_then(|b| serde_json::from_slice(&b).ok());
-    let lease_facts = lease.as_ref().map(|l| LeaseFacts {
-        recovery_mode: l["recovery_mode"].as_str().unwrap_or(""),
-        t_granted_ms: l["t_granted_ms"].as_u64().unwrap_or(0),
-        agent_id: l["agent_id"].as_str(),
-        issuer: l["kid"].as_str(),
-    });
-    let facts = Facts {
-        caller: None,
-        operation: &operation,
-        also: None,
-        resource: path,
-        method,
-        path,
-        query,
-        body: body.as_ref(),
-        lease: lease_facts,
-        tool: None,
-        headers: Vec::new(),
+    let judges = Judges {
+        bundle: Some(bundle),
+        rules,
+        // `rich.unbound_writes` defaults to deny when a bundle is configured.
+        unbound_denied: true,
+        // `limits.max_json_depth`'s default.
+        depth: 64,
         now_ms: crate::clock::WallClock::now_ms(),
     };
-    let outcome = match rules.decide(&facts).decided {
-        Some(m) if m.action == Action::Hold => Outcome::Held(m.rule.to_string()),
-        Some(m) if m.action == Action::Deny => Outcome::Refused(format!("rule:{}", m.rule)),
-        _ => Outcome::Allowed,
+    let shape = Shape::Http {
+        method: e.method.as_str(),
+        target: &e.path_and_query,
+        headers: &headers,
+        body: &e.body,
     };
-    (operation, outcome)
+    verdict::of(judges, &shape)
 }
-
-/// The JSON depth a sidecar holds a body to by default (`limits.max_json_depth`).
-const MAX_DEPTH: usize = 64;
 
 pub(crate) fn to_json(tally: &Tally, skipped: usize) -> Value {
     let mut ops = serde_json::Map::new();

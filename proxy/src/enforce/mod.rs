@@ -37,5 +37,6 @@ pub mod send;
 pub mod settle;
 pub mod slack;
 pub mod stop;
+pub mod verdict;
 pub mod write;
 pub mod written;
