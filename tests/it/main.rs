@@ -46,6 +46,7 @@ mod receipt_log;
 mod replay;
 mod rules;
 mod runtimes;
+mod shadow;
 mod simulate;
 mod store;
 mod store_contract;

@@ -64,6 +64,15 @@ pub struct RulesSection {
     pub expose_headers: Vec<String>,
 }
 
+/// `rich.candidate`, validated.
+#[derive(Debug, Clone)]
+pub struct CandidateSection {
+    pub lockfile: PathBuf,
+    pub contracts: PathBuf,
+    /// Its own rules; without them the rules in force judge it too.
+    pub rules: Option<PathBuf>,
+}
+
 /// `[escrow]`, validated: who decides held writes and where they are announced.
 #[derive(Debug, Clone)]
 pub struct EscrowSection {
@@ -182,6 +191,9 @@ pub struct Config {
     pub idempotency_retention: Duration,
     pub lockfile: Option<PathBuf>,
     pub contracts: Option<PathBuf>,
+    /// `rich.candidate` (SPEC §15): checked beside the bundle in force on every write, without
+    /// effect.
+    pub candidate: Option<CandidateSection>,
     pub expected_digest: Option<String>,
     pub unbound_writes: UnboundWrites,
     pub watch: bool,

@@ -58,3 +58,19 @@ impl RawRules {
         })
     }
 }
+
+impl super::raw::RawCandidate {
+    pub(super) fn validate(self, c: &mut Collector<'_>) -> Option<super::model::CandidateSection> {
+        match (self.lockfile, self.contracts) {
+            (Some(lockfile), Some(contracts)) => Some(super::model::CandidateSection {
+                lockfile,
+                contracts,
+                rules: self.rules,
+            }),
+            _ => {
+                c.push("rich.candidate", "needs lockfile and contracts");
+                None
+            }
+        }
+    }
+}

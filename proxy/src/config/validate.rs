@@ -13,7 +13,7 @@ use super::model::{
 use super::raw::{RawConfig, RawSink};
 
 impl RawConfig {
-    pub(super) fn validate(self, c: &mut Collector<'_>) -> Config {
+    pub(super) fn validate(mut self, c: &mut Collector<'_>) -> Config {
         let listen_addr = c.addr("listen.addr", &self.listen.addr, "0.0.0.0:8080");
         let drain_timeout = c.duration("listen.drain_timeout", &self.listen.drain_timeout, "20s");
         let public_base = self.listen.public_base.clone();
@@ -224,6 +224,7 @@ impl RawConfig {
         if self.rich.lockfile.is_some() != self.rich.contracts.is_some() {
             c.push("rich", "lockfile and contracts must be set together");
         }
+        let candidate = self.rich.candidate.take().and_then(|k| k.validate(c));
 
         let drift_sinks = self
             .drift
@@ -395,6 +396,7 @@ impl RawConfig {
                 &self.ptcl.idempotency_retention,
                 "24h",
             ),
+            candidate,
             lockfile: self.rich.lockfile,
             contracts: self.rich.contracts,
             expected_digest: self.rich.expected_digest,

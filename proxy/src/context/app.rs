@@ -26,6 +26,8 @@ pub struct Plane {
     /// The operator's rules in force (SPEC §15): swapped whole on reload like the bundle; a
     /// write loads them once.
     pub rules: arc_swap::ArcSwapOption<palisade_rules::RuleSet>,
+    /// `rich.candidate`: the bundle in shadow, when configured (SPEC §15).
+    pub candidate: arc_swap::ArcSwapOption<super::Candidate>,
 }
 
 impl Plane {

@@ -14,6 +14,7 @@
 mod admission;
 mod app;
 mod call;
+mod candidate;
 mod cosigned;
 mod enforcement;
 mod freezes;
@@ -25,6 +26,7 @@ mod signatures;
 pub use admission::{load_keys, AdmissionState, Admitted};
 pub use app::{AppState, Plane, QuoteChannelState, Recorder};
 pub use call::Call;
+pub use candidate::{Candidate, Tally as ShadowTally};
 pub use cosigned::Cosigned;
 pub use enforcement::Enforcement;
 pub use freezes::{Freezes, POLL as FREEZE_POLL};

@@ -176,6 +176,12 @@ async fn respond(
                     "approvals_required": state.config.escrow.approvals}),
             ));
         }
+        (&Method::GET, "/admin/v1/shadow") => {
+            return Ok(json(
+                StatusCode::OK,
+                crate::control::candidate::shadow(&state),
+            ));
+        }
         (&Method::GET, "/admin/v1/budgets") => {
             return Ok(json(
                 StatusCode::OK,

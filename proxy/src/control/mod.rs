@@ -19,6 +19,7 @@ pub mod admin;
 pub mod admin_auth;
 mod admin_origin;
 pub mod bundle;
+pub mod candidate;
 pub mod console;
 pub mod drift_stream;
 pub mod escrow;

@@ -45,7 +45,14 @@ pub async fn reload(state: &AppState) -> Result<Reloaded, Vec<String>> {
             tracing::warn!(problems = %problems.join("; "), "rcns callers refused; the previous file stays in force");
         }
     }
-    let rules = crate::control::rules::reload(&state.plane);
+    let mut rules = crate::control::rules::reload(&state.plane);
+    if let Err(problems) = crate::control::candidate::reload(&state.plane) {
+        tracing::warn!(problems = %problems.join("; "), "candidate refused; the one in shadow stays");
+        match &mut rules {
+            Ok(()) => rules = Err(problems),
+            Err(p) => p.extend(problems),
+        }
+    }
     let bundle = if state.config.lockfile.is_none() && state.config.rules.is_some() {
         // Rules alone: nothing to compile.
         Ok(Reloaded::Unchanged {

@@ -34,7 +34,9 @@ use crate::enforce::facts::{InProcessGrant, Requester, WriteFacts};
 use crate::enforce::idempotency::{self, Begin};
 use crate::enforce::own::Own;
 use crate::enforce::permit::{Denied, Disposition};
+use crate::enforce::shadow;
 use crate::enforce::stop;
+use crate::enforce::verdict::Shape;
 use crate::enforce::written::Written;
 use crate::net::body::ProxyBody;
 use crate::net::conn::ConnInfo;
@@ -62,6 +64,9 @@ pub(crate) trait Leg: Send + Sync + Sized + 'static {
         binding: &Binding<'_>,
         who: &Requester,
     ) -> WriteFacts<'a>;
+
+    /// The write as a bundle's contracts and rules judge its shape (the candidate's shadow).
+    fn shape<'a>(&'a self, parts: &'a http::request::Parts, body: &'a [u8]) -> Shape<'a>;
 
     /// The write's operation, as freezes and budgets name it (SPEC §14).
     fn operation_key(&self, parts: &http::request::Parts, binding: &Binding<'_>) -> String;
@@ -131,6 +136,13 @@ pub(crate) async fn run<L: Leg>(
     // One version of the operator's rules decides this write, as one of the bundle does.
     let rules = plane.rules.load_full();
     cx.rules_digest = rules.as_ref().map(|r| r.digest().to_string());
+    if let Some(c) = plane.candidate.load().as_deref() {
+        let now = shadow::InForce {
+            bundle: bundle.as_deref(),
+            rules: rules.as_deref(),
+        };
+        shadow::compare(plane, &cx, c, now, &leg.shape(&parts, &body));
+    }
     let who = Requester::of(&plane.config, &parts, conn);
     let facts = WriteFacts {
         granted: grant,

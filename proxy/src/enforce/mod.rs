@@ -35,6 +35,7 @@ pub mod receipts;
 pub mod rules;
 pub mod send;
 pub mod settle;
+pub mod shadow;
 pub mod slack;
 pub mod stop;
 pub mod verdict;

@@ -150,7 +150,10 @@ fn contracts<'a>(
                 };
             };
             let refused = |r: palisade_policy::Refusal| {
-                Err((cap.operation.clone(), Verdict::Refused(r.code.as_str().into())))
+                Err((
+                    cap.operation.clone(),
+                    Verdict::Refused(r.code.as_str().into()),
+                ))
             };
             let shown = crate::net::headers::values(headers);
             if let Err(r) = palisade_rich::check_parameters(cap, path, query, &shown) {

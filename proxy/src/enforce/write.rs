@@ -155,6 +155,19 @@ impl Leg for HttpLeg {
     }
 
     /// The lockfile's operation, or `METHOD <canonical path>` for an unbound write.
+    fn shape<'a>(
+        &'a self,
+        parts: &'a http::request::Parts,
+        body: &'a [u8],
+    ) -> crate::enforce::verdict::Shape<'a> {
+        crate::enforce::verdict::Shape::Http {
+            method: parts.method.as_str(),
+            target: parts.uri.path_and_query().map_or("/", |p| p.as_str()),
+            headers: &parts.headers,
+            body,
+        }
+    }
+
     fn operation_key(&self, parts: &http::request::Parts, binding: &Binding<'_>) -> String {
         match binding.capability() {
             Some(c) => c.operation.clone(),

@@ -104,6 +104,17 @@ impl Leg for McpLeg {
     }
 
     /// `mcp:tool/<name>` (SPEC §14).
+    fn shape<'a>(
+        &'a self,
+        _parts: &'a http::request::Parts,
+        _body: &'a [u8],
+    ) -> crate::enforce::verdict::Shape<'a> {
+        crate::enforce::verdict::Shape::Tool {
+            name: &self.call.name,
+            arguments: &self.call.arguments,
+        }
+    }
+
     fn operation_key(&self, _parts: &http::request::Parts, _binding: &Binding<'_>) -> String {
         format!("mcp:tool/{}", self.call.name)
     }

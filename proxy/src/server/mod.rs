@@ -84,6 +84,8 @@ impl Server {
         if let Some(b) = &bundle {
             tracing::info!(digest = %b.digest, binding_id = %b.binding_id, capabilities = b.capabilities.len(), "rich bundle loaded");
         }
+        let candidate = crate::control::candidate::from_config(&config)
+            .map_err(|problems| anyhow::anyhow!("candidate refused:\n{}", problems.join("\n")))?;
         let rules = crate::control::rules::from_config(&config)
             .map_err(|problems| anyhow::anyhow!("rules refused:\n{}", problems.join("\n")))?;
         if let Some(f) = &config.admin.token_file {
@@ -133,6 +135,7 @@ impl Server {
             upstream,
             bundle: arc_swap::ArcSwapOption::new(bundle),
             rules: Default::default(),
+            candidate: arc_swap::ArcSwapOption::new(candidate.map(Arc::new)),
         });
         if let Some(r) = rules {
             crate::control::rules::publish(&plane, Arc::new(r));

@@ -35,6 +35,7 @@ pub const RULES_RELOADS: &str = "palisade_rules_reloads_total";
 pub const RULES_INFO: &str = "palisade_rules_info";
 pub const RULE_DECISIONS: &str = "palisade_rule_decisions_total";
 pub const HOLD_EXPIRY_LOOKS: &str = "palisade_hold_expiry_looks_total";
+pub const SHADOW_DISAGREEMENTS: &str = "palisade_shadow_disagreements_total";
 /// Re-reads of `admission.jwks`, by result; not in SPEC §9, an addition beside the lockfile's.
 pub const JWKS_RELOADS: &str = "palisade_jwks_reloads_total";
 /// Lease signatures verified together (issue 36); not in SPEC §9, an addition.
@@ -179,6 +180,10 @@ fn describe() {
         "Operator rules file reloads by result: applied, unchanged or rejected."
     );
     metrics::describe_gauge!(RULES_INFO, "1 for the rules file digest in force.");
+    metrics::describe_counter!(
+        SHADOW_DISAGREEMENTS,
+        "Writes the candidate bundle (rich.candidate) would have decided otherwise."
+    );
     metrics::describe_counter!(
         HOLD_EXPIRY_LOOKS,
         "Looks for held writes past their rule's expires (one a second with [rules])."
