@@ -153,6 +153,8 @@ try:
     check("PUT /items/1" in rows[IDS["approve"]] and "0 of 2" in rows[IDS["approve"]],
           f"a row shows the operation and the approvals so far against those required ({rows[IDS['approve']]!r})")
     check("expired" in rows[IDS["expired"]], "the expired lease shows as expired in the list")
+    check("rule: large-counts" in rows[IDS["approve"]] and "rule:" not in rows[IDS["reject"]],
+          f"a row held by an operator's rule names it ({rows[IDS['approve']]!r})")
     axe("the held writes")
     shot("held-writes")
 
@@ -173,6 +175,8 @@ try:
           and "Operation (for a freeze or a budget)\nPUT /items/{id}" in facts
           and "Resource (for a freeze)\nhttps://erp.example.com/items/1" in facts,
           f"the request as sent and the operation and resource a freeze names, each labelled ({facts!r})")
+    check("Held by\nthe operator rule large-counts: quantities over 1000 need a second look" in facts,
+          f"the rule that held it and why ({facts!r})")
     page = d.find_element(By.TAG_NAME, "main").text
     check("alice" not in page.split("Approvals")[1].split("\n")[0], "no approval yet")
     axe("a held write")

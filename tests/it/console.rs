@@ -59,6 +59,14 @@ async fn operators_decide_held_writes_in_a_real_browser() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path().to_owned();
     std::fs::write(d.join("admin-token"), format!("alice:{ALICE}\nbob:{BOB}\n")).unwrap();
+    // An operator's rule holds the big quantity too (SPEC §15): the console names it.
+    std::fs::write(
+        d.join("rules.toml"),
+        "[[rule]]\nname = \"large-counts\"\non = [\"PUT /items/{id}\"]\n\
+         when = 'has(body.qty) && body.qty > 1000'\naction = \"hold\"\n\
+         reason = \"quantities over 1000 need a second look\"\n",
+    )
+    .unwrap();
     let put = contract(qty_schema(), "write", "compensable", "optional");
     let contract_digest = format!(
         "sha-256:{}",
@@ -71,9 +79,11 @@ async fn operators_decide_held_writes_in_a_real_browser() {
     );
     let extra = format!(
         "[admin]\naddr = \"127.0.0.1:0\"\ntoken_file = \"{}\"\n\
-         [escrow]\napprovals_required = 2\nwebhook = \"{}\"\nconsole_url = \"{CONSOLE_URL}\"\n{}",
+         [escrow]\napprovals_required = 2\nwebhook = \"{}\"\nconsole_url = \"{CONSOLE_URL}\"\n\
+         [rules]\nfile = \"{}\"\n{}",
         d.join("admin-token").display(),
         hook.url(),
+        d.join("rules.toml").display(),
         bundle.rich_toml("unbound_writes = \"allow\"\n"),
     );
     let s = start_in(Upstream::start().await, dir, &extra);

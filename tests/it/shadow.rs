@@ -31,7 +31,13 @@ fn tightened(dir: &std::path::Path) {
         .values_mut()
         .find(|c| c["operation"] == "PUT /api/v2/items/{id}")
         .unwrap();
-    let old = cap["contractDigest"].as_str().unwrap().split(':').nth(1).unwrap().to_owned();
+    let old = cap["contractDigest"]
+        .as_str()
+        .unwrap()
+        .split(':')
+        .nth(1)
+        .unwrap()
+        .to_owned();
     let mut contract: Value = serde_json::from_slice(
         &std::fs::read(src.join("contracts").join(format!("{old}.json"))).unwrap(),
     )
@@ -39,7 +45,8 @@ fn tightened(dir: &std::path::Path) {
     contract["structural"]["input"]["properties"]["qty"]["maximum"] = json!(300);
     let digest = Sha256Digest::of_json(&contract);
     std::fs::write(
-        dir.join("contracts").join(format!("{}.json", digest.to_hex())),
+        dir.join("contracts")
+            .join(format!("{}.json", digest.to_hex())),
         serde_json::to_vec(&contract).unwrap(),
     )
     .unwrap();
@@ -64,7 +71,12 @@ async fn the_candidate_s_counts_are_right_on_two_hundred_mixed_writes() {
         erp.join("lock.json").display(),
         erp.join("contracts").display(),
     );
-    let s = start_configured(Upstream::start().await, tempfile::tempdir().unwrap(), "", &extra);
+    let s = start_configured(
+        Upstream::start().await,
+        tempfile::tempdir().unwrap(),
+        "",
+        &extra,
+    );
     let agent = KeyPair::from_seed(AGENT_SEED);
     let mut want: BTreeMap<(String, String, String), u64> = BTreeMap::new();
     let client = http1_client();
@@ -108,12 +120,20 @@ async fn the_candidate_s_counts_are_right_on_two_hundred_mixed_writes() {
             .header("content-type", "application/json")
             .header("agent-compensation-lease", lease)
             .header("agent-compensation-inverse", inverse)
-            .body(full(if body.is_null() { String::new() } else { body.to_string() }))
+            .body(full(if body.is_null() {
+                String::new()
+            } else {
+                body.to_string()
+            }))
             .unwrap();
         let (parts, _) = send(&client, req).await;
         // The bundle in force decides: nothing is held or refused for the candidate's sake.
         assert_ne!(parts.status, StatusCode::ACCEPTED, "write {i} held");
-        assert_ne!(parts.status, StatusCode::UNPROCESSABLE_ENTITY, "write {i} refused");
+        assert_ne!(
+            parts.status,
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "write {i} refused"
+        );
     }
     let (_, body) = admin_get(s.p.admin, "/admin/v1/shadow").await;
     let doc: Value = serde_json::from_str(&body).unwrap();
@@ -141,10 +161,19 @@ async fn the_candidate_s_counts_are_right_on_two_hundred_mixed_writes() {
         .sum();
     assert_eq!(doc["disagreed"], disagreed, "{doc}");
     let events = drift_events(&s.p);
-    let shadow: Vec<&Value> = events.iter().filter(|e| e["category"] == "shadow").collect();
+    let shadow: Vec<&Value> = events
+        .iter()
+        .filter(|e| e["category"] == "shadow")
+        .collect();
     assert_eq!(shadow.len() as u64, disagreed);
     let e = shadow[0];
     assert_eq!(e["actionTaken"], "notify");
     assert_eq!(e["diagnostics"]["inForce"], "allowed");
-    assert!(e["expectedDigest"].as_str().unwrap().starts_with("sha-256:"), "{e}");
+    assert!(
+        e["expectedDigest"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha-256:"),
+        "{e}"
+    );
 }

@@ -197,10 +197,12 @@
         return el('tr', { 'data-escrow-id': e.escrow_id },
           el('td', { class: 'mono' }, e.operation || '(unbound)',
             e.operation_key ? el('div', { class: 'muted', title: 'the operation as freezes and budgets name it' },
-              'operation: ' + e.operation_key) : null),
+              'operation: ' + e.operation_key) : null,
+            e.rule ? el('div', { class: 'muted', title: 'the operator rule that held it' },
+              'rule: ' + e.rule) : null),
           el('td', {}, e.held_at),
           el('td', {}, lease),
-          el('td', {}, (e.approvals || []).length + ' of ' + S.required),
+          el('td', {}, (e.approvals || []).length + ' of ' + (e.approvals_required || S.required)),
           el('td', {}, e.state),
           el('td', {}, el('a', {
             href: '#/escrow/' + encodeURIComponent(e.escrow_id),
@@ -236,6 +238,10 @@
       fact('Operation (for a freeze or a budget)', e.operation_key || '(not recorded)', true),
       fact('Resource (for a freeze)', e.resource || '(not recorded)', true),
       fact('Caller', e.caller || '(not identified)', true),
+      fact('Held by', e.rule
+        ? 'the operator rule ' + e.rule + (e.rule_reason ? ': ' + e.rule_reason : '')
+          + (e.hold_expires_at ? ' (rejected if undecided at ' + e.hold_expires_at + ')' : '')
+        : 'its lease (HUMAN_ESCROW)'),
       fact('Contract', e.contract_digest || '(no contract binds it)', true),
       fact('Request digest', e.request_digest, true),
       fact('Lease', e.lease_id, true),

@@ -105,16 +105,7 @@ pub struct RawRich {
     pub expected_digest: Option<String>,
     pub unbound_writes: Option<String>,
     pub watch: Option<bool>,
-    pub candidate: Option<RawCandidate>,
-}
-
-/// `rich.candidate` (SPEC §15): a bundle (and rules) checked beside the one in force.
-#[derive(Debug, Default, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct RawCandidate {
-    pub lockfile: Option<PathBuf>,
-    pub contracts: Option<PathBuf>,
-    pub rules: Option<PathBuf>,
+    pub candidate: Option<super::rules::RawCandidate>,
 }
 
 #[derive(Debug, Default, Deserialize)]

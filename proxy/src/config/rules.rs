@@ -59,7 +59,7 @@ impl RawRules {
     }
 }
 
-impl super::raw::RawCandidate {
+impl RawCandidate {
     pub(super) fn validate(self, c: &mut Collector<'_>) -> Option<super::model::CandidateSection> {
         match (self.lockfile, self.contracts) {
             (Some(lockfile), Some(contracts)) => Some(super::model::CandidateSection {
@@ -73,4 +73,13 @@ impl super::raw::RawCandidate {
             }
         }
     }
+}
+
+/// `rich.candidate` (SPEC §15): a bundle (and rules) checked beside the one in force.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawCandidate {
+    pub lockfile: Option<std::path::PathBuf>,
+    pub contracts: Option<std::path::PathBuf>,
+    pub rules: Option<std::path::PathBuf>,
 }

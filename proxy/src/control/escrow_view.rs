@@ -33,7 +33,13 @@ pub async fn detail(plane: &Plane, id: &str) -> Response<ProxyBody> {
     let now = enf.clock.now_ms();
     let mut doc = status_doc(&rec);
     doc["caller"] = json!(rec.caller);
-    doc["approvals_required"] = json!(plane.config.escrow.approvals);
+    // A rule's own number of approvers, else `escrow.approvals_required` (SPEC §15).
+    doc["approvals_required"] = json!(rec
+        .approvals_required
+        .map_or(plane.config.escrow.approvals, |n| n as usize));
+    if let Some(ms) = rec.hold_expires_at_ms {
+        doc["hold_expires_at"] = json!(palisade_policy::lease::format_rfc3339_ms(ms));
+    }
     doc["expired"] = json!(expired(&rec, now));
     if let Some(ms) = rec.lease_expires_at_ms {
         doc["lease_expires_at"] = json!(palisade_policy::lease::format_rfc3339_ms(ms));

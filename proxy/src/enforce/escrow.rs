@@ -179,6 +179,7 @@ pub(crate) async fn hold(
         operation_key: cx.operation_key.clone(),
         resource: cx.resource_key.clone(),
         rule: by_rule.as_ref().map(|h| h.rule.to_string()),
+        rule_reason: by_rule.as_ref().and_then(|h| h.reason.clone()),
         approvals_required: by_rule.as_ref().and_then(|h| h.approvals),
         hold_expires_at_ms: by_rule.as_ref().and_then(|h| h.expires_ms).map(|ms| {
             enf.clock

@@ -31,6 +31,7 @@ pub struct RuleHold {
     pub rule: std::sync::Arc<str>,
     pub approvals: Option<u32>,
     pub expires_ms: Option<u64>,
+    pub reason: Option<String>,
 }
 
 /// What the rules left on a write that goes on.

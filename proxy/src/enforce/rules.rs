@@ -129,6 +129,7 @@ pub(crate) fn judge(
                 rule: m.rule.clone(),
                 approvals: m.approvals,
                 expires_ms: m.expires_ms,
+                reason: m.reason.clone(),
             });
             Ok(ruled)
         }

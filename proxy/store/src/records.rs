@@ -243,6 +243,9 @@ pub struct EscrowRecord {
     /// lease's `HUMAN_ESCROW`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,
+    /// That rule's `reason`, as the operator wrote it, for the approvers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rule_reason: Option<String>,
     /// The rule's `approvals`: distinct approvers this write needs (else
     /// `escrow.approvals_required`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -281,6 +284,7 @@ impl EscrowRecord {
             operation_key: None,
             resource: None,
             rule: None,
+            rule_reason: None,
             approvals_required: None,
             hold_expires_at_ms: None,
         }
