@@ -412,3 +412,87 @@ async fn a_held_write_is_announced_to_slack_in_its_documented_shape() {
         );
     }
 }
+
+/// The approval register (`GET /admin/v1/approvals`): every approval and rejection of a
+/// scenario with two approvers, from the receipt log, as JSON lines and as CSV.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approval_register_lists_every_decision_of_two_approvers() {
+    let (s, _, _dir) = sidecar(RULES).await;
+    let a = write(&s, "/orders/big", json!({"qty": 20000}), &[]).await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.doc);
+    let first = a.doc["escrow_id"].as_str().unwrap().to_owned();
+    let decide = |id: &str, what: &str, token: &str| {
+        let (code, body) = curl(
+            &s.p,
+            "POST",
+            &format!("/admin/v1/escrow/{id}/{what}"),
+            Some(token),
+        );
+        assert!(code < 300, "{what}: {code} {body}");
+    };
+    decide(&first, "approve", "tok-alice");
+    decide(&first, "approve", "tok-bob");
+    // The resource's next epoch: a second big order, rejected by bob.
+    let a = write_at(&s, "/orders/big", 2, json!({"qty": 30000}), &[]).await;
+    assert_eq!(a.status, StatusCode::ACCEPTED, "{}", a.doc);
+    let second = a.doc["escrow_id"].as_str().unwrap().to_owned();
+    decide(&second, "reject", "tok-bob");
+
+    let (code, body) = curl(&s.p, "GET", "/admin/v1/approvals", Some("tok-alice"));
+    assert_eq!(code, 200, "{body}");
+    let lines: Vec<Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let seen: Vec<(String, String, String)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["escrow_id"].as_str().unwrap().to_owned(),
+                l["approver"].as_str().unwrap().to_owned(),
+                l["outcome"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        seen,
+        vec![
+            (first.clone(), "alice".to_owned(), "approved".to_owned()),
+            (first.clone(), "bob".to_owned(), "approved".to_owned()),
+            (second.clone(), "bob".to_owned(), "rejected".to_owned()),
+        ],
+        "{body}"
+    );
+    // Each line names its receipt's place in the log, and the register pages by it.
+    let after = lines[0]["index"].as_u64().unwrap();
+    let (_, body) = curl(
+        &s.p,
+        "GET",
+        &format!("/admin/v1/approvals?after={after}&limit=1"),
+        Some("tok-alice"),
+    );
+    let page: Vec<Value> = body
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(page.len(), 1);
+    assert_eq!(page[0]["approver"], "bob");
+    // CSV: a header row and one row a decision.
+    let (code, csv) = curl(
+        &s.p,
+        "GET",
+        "/admin/v1/approvals?format=csv",
+        Some("tok-alice"),
+    );
+    assert_eq!(code, 200);
+    let rows: Vec<&str> = csv.trim_end().split("\r\n").collect();
+    assert_eq!(
+        rows[0],
+        "index,at,escrow_id,outcome,approver,reason,request_digest,lease_id,receipt_id"
+    );
+    assert_eq!(rows.len(), 4, "{csv}");
+    assert!(
+        rows[3].contains(&second) && rows[3].contains(",rejected,bob,"),
+        "{csv}"
+    );
+}

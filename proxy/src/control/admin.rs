@@ -176,6 +176,10 @@ async fn respond(
                     "approvals_required": state.config.escrow.approvals}),
             ));
         }
+        (&Method::GET, "/admin/v1/approvals") => {
+            let query = req.uri().query();
+            return Ok(crate::control::approvals::list(&state, query).await);
+        }
         (&Method::GET, "/admin/v1/shadow") => {
             return Ok(json(
                 StatusCode::OK,

@@ -18,6 +18,7 @@
 pub mod admin;
 pub mod admin_auth;
 mod admin_origin;
+pub mod approvals;
 pub mod bundle;
 pub mod candidate;
 pub mod console;
