@@ -204,6 +204,15 @@ async fn a_rule_that_holds_takes_its_own_approvers_whatever_the_lease_asked() {
     let (code, body) = approve("tok-alice");
     assert_eq!(code, 202, "{body}");
     assert_eq!(puts_to(&s, "/orders/big"), 0, "one approval of two");
+    // The approval's own receipt names the rules in force too.
+    let doc: Value = serde_json::from_str(&body).unwrap();
+    let approval = &doc["receipt"]["receipt"];
+    assert_eq!(approval["kind"], "approval", "{doc}");
+    assert_eq!(
+        approval["rules_digest"],
+        Sha256Digest::of(RULES.as_bytes()).to_string(),
+        "{doc}"
+    );
     let (code, body) = approve("tok-alice");
     assert_eq!(code, 409, "the same approver twice: {body}");
     let (code, body) = approve("tok-bob");

@@ -113,6 +113,8 @@ impl Rule {
 pub struct RuleSet {
     rules: Vec<Rule>,
     digest: Sha256Digest,
+    /// `digest` as receipts spell it, made once: every write's receipts carry it.
+    digest_text: String,
     /// The variables any rule reads: the only facts made into CEL values.
     uses: u16,
     /// What any rule reads of the body.
@@ -156,9 +158,11 @@ impl RuleSet {
         for c in conditions() {
             body.join(&c.body);
         }
+        let digest = Sha256Digest::of(bytes);
         Ok(RuleSet {
             rules,
-            digest: Sha256Digest::of(bytes),
+            digest_text: digest.to_string(),
+            digest,
             uses,
             body,
         })
@@ -167,6 +171,11 @@ impl RuleSet {
     /// SHA-256 of the file's bytes: `rules_digest` in every receipt.
     pub fn digest(&self) -> &Sha256Digest {
         &self.digest
+    }
+
+    /// [`RuleSet::digest`] as text (`sha256:` and 64 hex digits).
+    pub fn digest_text(&self) -> &str {
+        &self.digest_text
     }
 
     pub fn rules(&self) -> &[Rule] {

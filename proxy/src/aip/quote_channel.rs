@@ -209,6 +209,7 @@ async fn deliver(
         upstream_status: Some(resp.status().as_u16()),
         outcome: Some(checked.kind.wire().to_owned()),
         trace_id: Some(cx.trace_id.to_string()),
+        rules_digest: call.state.rules_digest(),
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             ReceiptKind::Delivery,

@@ -198,6 +198,7 @@ pub(super) async fn compensate(
         cas_fence_epoch: Some(epoch),
         method: Some(method.to_string()),
         upstream_status: Some(upstream_status),
+        rules_digest: plane.rules_digest(),
         outcome: if upstream_status >= 500 {
             Some("uncertain".to_owned())
         } else if tool_failed {

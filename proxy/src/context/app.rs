@@ -31,6 +31,14 @@ pub struct Plane {
 }
 
 impl Plane {
+    /// `rules_digest` for a receipt: the operator's rules in force, when configured.
+    pub fn rules_digest(&self) -> Option<String> {
+        self.rules
+            .load()
+            .as_deref()
+            .map(|r| r.digest_text().to_owned())
+    }
+
     pub fn recorder(&self) -> Recorder<'_> {
         Recorder {
             metrics: &self.metrics,

@@ -151,18 +151,18 @@ async fn respond(
                 Ok(crate::control::reload::Reloaded::Applied { digest }) => json(
                     StatusCode::OK,
                     serde_json::json!({"result": "applied", "digest": digest,
-                        "rules_digest": rules_digest(&state)}),
+                        "rules_digest": state.rules_digest()}),
                 ),
                 Ok(crate::control::reload::Reloaded::Unchanged { digest }) => json(
                     StatusCode::OK,
                     serde_json::json!({"result": "unchanged", "digest": digest,
-                        "rules_digest": rules_digest(&state)}),
+                        "rules_digest": state.rules_digest()}),
                 ),
                 Err(problems) => json(
                     StatusCode::UNPROCESSABLE_ENTITY,
                     serde_json::json!({"result": "rejected", "problems": problems,
                         "digest": state.bundle.load_full().map(|b| b.digest.clone()),
-                        "rules_digest": rules_digest(&state)}),
+                        "rules_digest": state.rules_digest()}),
                 ),
             });
         }
@@ -315,11 +315,6 @@ async fn respond(
         }
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
     })
-}
-
-/// The digest of the operator's rules in force, if any.
-fn rules_digest(plane: &Plane) -> Option<String> {
-    plane.rules.load_full().map(|r| r.digest().to_string())
 }
 
 /// An HTTP resource's key: its normalised URI without the query (relative to `public_base`

@@ -74,7 +74,7 @@ pub fn shadow(plane: &Plane) -> serde_json::Value {
     serde_json::json!({
         "candidate": {
             "lockfile_digest": c.bundle.digest,
-            "rules_digest": c.rules.as_ref().map(|r| r.digest().to_string()),
+            "rules_digest": c.rules.as_ref().map(|r| r.digest_text().to_owned()),
             "loaded_at": palisade_policy::lease::format_rfc3339_ms(c.loaded_ms),
         },
         "compared": t.compared,

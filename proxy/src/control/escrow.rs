@@ -80,6 +80,7 @@ pub async fn approve(
             outcome: "approved",
             by: &by,
             reason: said.reason.clone(),
+            rules_digest: plane.rules_digest(),
         };
         if let Err(resp) = decide(&enf, &rec, decision, record).await {
             return resp;
@@ -165,6 +166,7 @@ struct Decision<'a> {
     outcome: &'static str,
     by: &'a str,
     reason: Option<String>,
+    rules_digest: Option<String>,
 }
 
 /// An approval or a rejection: its receipt (kind `approval`), stored with the escrow's new
@@ -178,6 +180,7 @@ async fn decide(
     let request_digest = rec.request_digest.clone();
     let body = ReceiptBody {
         outcome: Some(decision.outcome.into()),
+        rules_digest: decision.rules_digest,
         approver: Some(decision.by.to_owned()),
         reason: decision.reason,
         escrow_id: Some(rec.escrow_id.clone()),
@@ -258,7 +261,7 @@ async fn release(plane: &Arc<Plane>, enf: &Arc<Enforcement>, id: &str) -> Respon
     // The release's receipts name the caller whose write it was.
     cx.caller = rec.caller.clone();
     cx.facing = rec.facing.clone();
-    cx.rules_digest = plane.rules.load_full().map(|r| r.digest().to_string());
+    cx.rules_digest = plane.rules.load_full().map(|r| r.digest_text().to_owned());
     let finish_refused = |code: &str, receipt: Option<Value>| EscrowUpdate {
         id: id.to_owned(),
         expect: Some(EscrowState::Releasing),
@@ -397,6 +400,7 @@ pub async fn reject(
         outcome: "rejected",
         by: &by,
         reason: said.reason,
+        rules_digest: plane.rules_digest(),
     };
     if let Err(resp) = decide(&enf, &rec, decision, rejected).await {
         return resp;

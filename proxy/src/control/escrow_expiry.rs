@@ -68,7 +68,7 @@ async fn expire(plane: &Plane, enf: &Enforcement, rec: EscrowRecord) {
         outcome: Some("expired".into()),
         code: Some(refusal.code.as_str().to_owned()),
         rule: rec.rule.clone(),
-        rules_digest: plane.rules.load_full().map(|r| r.digest().to_string()),
+        rules_digest: plane.rules.load_full().map(|r| r.digest_text().to_owned()),
         escrow_id: Some(rec.escrow_id.clone()),
         lease_id: Some(rec.lease_id.clone()),
         method: rec.request.as_ref().map(|r| r.method.clone()),

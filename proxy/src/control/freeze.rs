@@ -72,7 +72,16 @@ pub async fn make(
         list.push(made);
         list
     };
-    match change(&enf, &f.id, &f.by, Some(record), apply).await {
+    match change(
+        &enf,
+        &f.id,
+        &f.by,
+        Some(record),
+        apply,
+        plane.rules_digest(),
+    )
+    .await
+    {
         Ok(receipt) => {
             let mut doc = json!({"id": id, "freeze": f, "receipt": receipt});
             doc["freeze"]["in_force"] = json!(true);
@@ -100,7 +109,7 @@ pub async fn lift(plane: Arc<Plane>, id: &str, by: String) -> Response<ProxyBody
     }
     let gone = id.to_owned();
     let apply = move |list: Vec<Freeze>| list.into_iter().filter(|f| f.id != gone).collect();
-    match change(&enf, id, &by, None, apply).await {
+    match change(&enf, id, &by, None, apply, plane.rules_digest()).await {
         Ok(receipt) => body::json_response(
             StatusCode::OK,
             &json!({"id": id, "lifted": true, "receipt": receipt}),
@@ -150,6 +159,7 @@ async fn change(
     by: &str,
     record: Option<Vec<u8>>,
     apply: impl FnOnce(Vec<Freeze>) -> Vec<Freeze>,
+    rules_digest: Option<String>,
 ) -> Result<Value, Response<ProxyBody>> {
     let outcome = if record.is_some() {
         "frozen"
@@ -160,6 +170,7 @@ async fn change(
         outcome: Some(outcome.to_owned()),
         by: Some(by.to_owned()),
         freeze_id: Some(id.to_owned()),
+        rules_digest,
         ..ReceiptBody::new(
             format!("urn:uuid:{}", uuid::Uuid::new_v4()),
             ReceiptKind::Freeze,

@@ -135,7 +135,7 @@ pub(crate) async fn run<L: Leg>(
     cx.bind(bundle.as_deref(), &binding);
     // One version of the operator's rules decides this write, as one of the bundle does.
     let rules = plane.rules.load_full();
-    cx.rules_digest = rules.as_ref().map(|r| r.digest().to_string());
+    cx.rules_digest = rules.as_ref().map(|r| r.digest_text().to_owned());
     if let Some(c) = plane.candidate.load().as_deref() {
         let now = shadow::InForce {
             bundle: bundle.as_deref(),
@@ -278,7 +278,7 @@ pub(crate) async fn release<L: Leg>(
     cx.bind(bundle.as_deref(), &binding);
     // The rules in force now decide the release, as the bundle in force now does.
     let rules = plane.rules.load_full();
-    cx.rules_digest = rules.as_ref().map(|r| r.digest().to_string());
+    cx.rules_digest = rules.as_ref().map(|r| r.digest_text().to_owned());
     let facts = leg.facts(&parts, &body, &binding, who);
     // A freeze made while the write was held stops its release too (SPEC §14).
     let mut keys = stop::Keys::of(leg.operation_key(&parts, &binding), &facts, who);

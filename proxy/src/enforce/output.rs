@@ -196,6 +196,7 @@ pub(crate) async fn blocked(plane: &Plane, refusal: Refusal, cx: &WriteContext) 
             code: Some(refused.code().as_str().to_owned()),
             trace_id: Some(cx.trace_id.to_string()),
             lockfile_digest: cx.lockfile_digest.clone(),
+            rules_digest: cx.rules_digest.clone(),
             caller: cx.caller.clone(),
             connector: cx.connector.clone(),
             attribution: cx.attribution.clone(),

@@ -52,7 +52,7 @@ pub(crate) fn compare(
     diagnostics.insert("inForce".into(), f.into());
     diagnostics.insert("candidate".into(), k.into());
     if let Some(r) = candidate_rules {
-        diagnostics.insert("candidateRules".into(), r.digest().to_string().into());
+        diagnostics.insert("candidateRules".into(), r.digest_text().to_owned().into());
     }
     enf.drift.emit(&DriftEvent {
         event_id: uuid::Uuid::now_v7().to_string(),

@@ -186,7 +186,7 @@ async fn tool_call(
         mut cx,
     } = rq;
     let rec = state.recorder();
-    cx.rules_digest = state.rules.load_full().map(|r| r.digest().to_string());
+    cx.rules_digest = state.rules.load_full().map(|r| r.digest_text().to_owned());
     let Rpc { bytes, msg, id } = rpc;
     let Some(call) = call::ToolCall::of(&msg) else {
         let refusal = Refusal::new(ErrorCode::BadRequest, "tools/call needs params.name");

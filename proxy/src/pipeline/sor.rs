@@ -52,7 +52,7 @@ pub(super) async fn answer(
     // RICH admission (SPEC §13): a bound operation needs a token that admits it, before its
     // body is read or any lease is looked at.
     let mut cx = ex.write_context();
-    cx.rules_digest = state.rules.load_full().map(|r| r.digest().to_string());
+    cx.rules_digest = state.rules.load_full().map(|r| r.digest_text().to_owned());
     let staged = admit::stage(state.gate(), presented, binding, bundle.as_deref(), &cx);
     let admitted = staged.await?;
 
