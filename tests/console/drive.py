@@ -295,6 +295,20 @@ try:
     wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#view h1")))
     axe("RCNS contracts")
 
+    # ---- operator rules and the candidate (SPEC §15) -----------------------------------
+    d.get(ADMIN + "/ui/#/rules")
+    wait.until(EC.presence_of_element_located((By.CSS_SELECTOR, "#rules tr[data-rule]")))
+    rule = d.find_element(By.CSS_SELECTOR, '#rules tr[data-rule="large-counts"]').text
+    check("PUT /items/{id}" in rule and "hold" in rule and "need a second look" in rule,
+          f"the rules page lists the rule, its scope, action and reason ({rule!r})")
+    check("hold 1" in rule, f"and what it decided so far ({rule!r})")
+    axe("operator rules")
+    shot("rules")
+    d.get(ADMIN + "/ui/#/shadow")
+    wait.until(EC.presence_of_element_located((By.ID, "shadow-none")))
+    check("No candidate" in text_of("shadow-none"), "the candidate page says when there is none")
+    axe("the candidate")
+
     # Signing out forgets the token.
     sign_out()
     check(d.execute_script("return sessionStorage.getItem('palisade.token')") is None,

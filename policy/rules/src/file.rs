@@ -136,6 +136,7 @@ fn one(
             Some(ops)
         }
     };
+    let when_source = r.when.as_ref().map(|w| w.get_ref().clone());
     let when = match r.when {
         None => None,
         Some(src) => match Condition::compile(src.get_ref()) {
@@ -194,6 +195,7 @@ fn one(
         name,
         on,
         when,
+        when_source,
         action,
         approvals,
         expires_ms,

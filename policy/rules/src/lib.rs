@@ -86,6 +86,8 @@ pub struct Rule {
     /// The operations it applies to; `None`: every write.
     pub on: Option<Vec<String>>,
     when: Option<expr::Condition>,
+    /// `when` as written, for the operators' console.
+    pub when_source: Option<String>,
     pub action: Action,
     /// `hold`: distinct approvers needed (`None`: `escrow.approvals_required`).
     pub approvals: Option<u32>,

@@ -124,6 +124,8 @@
     fences: viewFences,
     rcns: viewRcns,
     stop: viewStop,
+    rules: viewRules,
+    shadow: viewShadow,
     log: viewLog,
   };
 
@@ -508,6 +510,53 @@
   }
 
   // ---- freezes and budgets ---------------------------------------------------------------
+
+  // ---- operator rules and the candidate in shadow (SPEC §15) --------------------------------
+
+  async function viewRules(root) {
+    root.append(el('h1', {}, 'Operator rules'));
+    const res = await api('GET', '/admin/v1/rules');
+    if (!res.ok) { root.append(el('p', { class: 'error' }, problemText(res))); return; }
+    const d = res.data;
+    root.append(el('p', { class: 'muted' }, d.rules_digest
+      ? 'In force: ' + d.rules_digest + '. In order: the first rule in force that matches decides; a rule in report mode only records.'
+      : 'No rules are configured ([rules] file).'));
+    const rows = d.rules.map((r) => {
+      const decided = Object.entries(r.decisions || {}).map(([k, n]) => k + ' ' + n).join(', ');
+      return el('tr', { 'data-rule': r.name },
+        el('td', { class: 'mono' }, r.name),
+        el('td', { class: 'mono' }, (r.on || ['every write']).join(', ')),
+        el('td', { class: 'mono' }, r.when || '(always)'),
+        el('td', {}, r.action + (r.mode === 'report' ? ' (report only)' : '')
+          + (r.approvals ? ', ' + r.approvals + ' approvers' : '')),
+        el('td', {}, r.reason || ''),
+        el('td', {}, decided || 'none yet'));
+    });
+    root.append(el('table', { id: 'rules' },
+      el('thead', {}, el('tr', {}, ['Rule', 'On', 'When', 'Action', 'Reason', 'Decided here'].map((t) => el('th', { scope: 'col' }, t)))),
+      el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', { colspan: 6, class: 'muted' }, 'No rule.')))));
+  }
+
+  async function viewShadow(root) {
+    root.append(el('h1', {}, 'Candidate bundle in shadow'));
+    const res = await api('GET', '/admin/v1/shadow');
+    if (!res.ok) { root.append(el('p', { class: 'error' }, problemText(res))); return; }
+    const d = res.data;
+    if (!d.candidate) {
+      root.append(el('p', { class: 'muted', id: 'shadow-none' }, 'No candidate is configured (rich.candidate).'));
+      return;
+    }
+    root.append(el('p', {}, 'Candidate ' + d.candidate.lockfile_digest
+      + (d.candidate.rules_digest ? ' with rules ' + d.candidate.rules_digest : '')
+      + ', loaded ' + d.candidate.loaded_at + ': ' + d.compared + ' writes compared, '
+      + d.disagreed + ' decided otherwise.'));
+    const rows = d.counts.filter((c) => !c.agree).map((c) => el('tr', {},
+      el('td', { class: 'mono' }, c.operation), el('td', {}, c.in_force),
+      el('td', {}, c.candidate), el('td', {}, String(c.writes))));
+    root.append(el('h2', {}, 'Disagreements'), el('table', { id: 'shadow' },
+      el('thead', {}, el('tr', {}, ['Operation', 'In force', 'Candidate', 'Writes'].map((t) => el('th', { scope: 'col' }, t)))),
+      el('tbody', {}, rows.length ? rows : el('tr', {}, el('td', { colspan: 4, class: 'muted' }, 'None so far.')))));
+  }
 
   async function viewStop(root) {
     root.append(el('h1', {}, 'Freezes and budgets'));

@@ -180,6 +180,9 @@ async fn respond(
             let query = req.uri().query();
             return Ok(crate::control::approvals::list(&state, query).await);
         }
+        (&Method::GET, "/admin/v1/rules") => {
+            return Ok(json(StatusCode::OK, crate::control::rules::list(&state)));
+        }
         (&Method::GET, "/admin/v1/shadow") => {
             return Ok(json(
                 StatusCode::OK,

@@ -75,3 +75,41 @@ fn read_bounded(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
     }
     Ok(bytes)
 }
+
+/// `GET /admin/v1/rules`: the rules in force, in order, with what each decided so far in this
+/// process (`{"rules_digest": null, "rules": []}` without `[rules]`).
+pub fn list(plane: &Plane) -> serde_json::Value {
+    let Some(rules) = plane.rules.load_full() else {
+        return serde_json::json!({"rules_digest": null, "rules": []});
+    };
+    let counted = crate::enforce::rules::decisions();
+    let list: Vec<serde_json::Value> = rules
+        .rules()
+        .iter()
+        .map(|r| {
+            let mut decisions = serde_json::Map::new();
+            for (name, action, mode, n) in &counted {
+                if *name == r.name {
+                    let key = if *mode == "report" {
+                        format!("{action} (report)")
+                    } else {
+                        (*action).to_owned()
+                    };
+                    decisions.insert(key, (*n).into());
+                }
+            }
+            serde_json::json!({
+                "name": r.name,
+                "on": r.on,
+                "when": r.when_source,
+                "action": r.action.as_str(),
+                "mode": r.mode.as_str(),
+                "approvals": r.approvals,
+                "expires_ms": r.expires_ms,
+                "reason": r.reason,
+                "decisions": decisions,
+            })
+        })
+        .collect();
+    serde_json::json!({"rules_digest": rules.digest_text(), "rules": list})
+}

@@ -116,7 +116,10 @@ pub(crate) fn judge(
     let Some(m) = decision.decided else {
         return Ok(ruled);
     };
-    count(&m);
+    // A release answering a rule's hold is that hold's end, not a second decision.
+    if !(m.action == Action::Hold && j.releasing) {
+        count(&m);
+    }
     match m.action {
         Action::Allow => Ok(ruled),
         Action::Hold if j.releasing => Ok(ruled),
@@ -137,7 +140,34 @@ pub(crate) fn judge(
     }
 }
 
+/// Decisions per (rule, action, mode) since the process started, for the console's rules
+/// page; bounded (rule names come from the operator's files, but a file can be swapped often).
+static DECISIONS: std::sync::Mutex<
+    std::collections::BTreeMap<(String, &'static str, &'static str), u64>,
+> = std::sync::Mutex::new(std::collections::BTreeMap::new());
+const MAX_COUNTED: usize = 4096;
+
+/// What [`DECISIONS`] holds: `(rule, action, mode, count)`.
+pub fn decisions() -> Vec<(String, &'static str, &'static str, u64)> {
+    DECISIONS
+        .lock()
+        .map(|d| {
+            d.iter()
+                .map(|((r, a, m), n)| (r.clone(), *a, *m, *n))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn count(m: &Matched) {
+    if let Ok(mut d) = DECISIONS.lock() {
+        let key = (m.rule.to_string(), m.action.as_str(), m.mode.as_str());
+        if let Some(n) = d.get_mut(&key) {
+            *n += 1;
+        } else if d.len() < MAX_COUNTED {
+            d.insert(key, 1);
+        }
+    }
     metrics::counter!(
         RULE_DECISIONS,
         "rule" => m.rule.to_string(),
