@@ -47,16 +47,10 @@ pub(crate) fn run(args: SimulateArgs) -> Result<(), Failure> {
     .map_err(|p| Failure::usage(format!("bundle refused:\n{}", p.join("\n"))))?;
     let rules = match &args.rules {
         None => None,
-        Some(path) => {
-            let bytes = read(path)?;
-            Some(RuleSet::load(&bytes).map_err(|p| {
-                Failure::usage(format!(
-                    "{}: rules refused:\n{}",
-                    path.display(),
-                    p.join("\n")
-                ))
-            })?)
-        }
+        Some(path) => Some(
+            crate::control::rules::load(path)
+                .map_err(|p| Failure::usage(format!("rules refused:\n{}", p.join("\n"))))?,
+        ),
     };
     let traffic = read(&args.traffic)?;
     let recording = har::parse(&traffic)

@@ -32,15 +32,7 @@ const COLUMNS: [&str; 9] = [
 ];
 
 pub async fn list(plane: &Plane, query: Option<&str>) -> Response<ProxyBody> {
-    let text = |status: StatusCode, s: String| {
-        let mut r = Response::new(body::full(s));
-        *r.status_mut() = status;
-        r.headers_mut().insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        r
-    };
+    let text = body::text_response;
     let Some(enf) = &plane.enforcement else {
         return text(StatusCode::NOT_FOUND, "write enforcement is off\n".into());
     };

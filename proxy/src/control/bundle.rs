@@ -20,7 +20,7 @@ const MAX_CONTRACT_BYTES: u64 = 8 << 20;
 /// Most contract files in the directory.
 const MAX_CONTRACTS: usize = 10_000;
 
-fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
+pub(crate) fn read_bounded(path: &Path, limit: u64) -> Result<Vec<u8>, String> {
     let meta = std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?;
     if meta.len() > limit {
         return Err(format!(

@@ -3,8 +3,6 @@
 
 use std::sync::Arc;
 
-use palisade_rules::RuleSet;
-
 use crate::config::Config;
 use crate::context::{Candidate, Plane};
 
@@ -20,15 +18,11 @@ pub fn from_config(config: &Config) -> Result<Option<Candidate>, Vec<String>> {
     })?;
     let rules = match &c.rules {
         None => None,
-        Some(path) => {
-            let bytes = std::fs::read(path)
-                .map_err(|e| vec![format!("rich.candidate.rules: {}: {e}", path.display())])?;
-            Some(RuleSet::load(&bytes).map_err(|p| {
-                p.into_iter()
-                    .map(|l| format!("rich.candidate.rules: {}: {l}", path.display()))
-                    .collect::<Vec<_>>()
-            })?)
-        }
+        Some(path) => Some(crate::control::rules::load(path).map_err(|p| {
+            p.into_iter()
+                .map(|l| format!("rich.candidate.rules: {l}"))
+                .collect::<Vec<_>>()
+        })?),
     };
     Ok(Some(Candidate::new(
         bundle,

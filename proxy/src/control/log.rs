@@ -12,7 +12,7 @@ use palisade_policy::log::merkle;
 use palisade_policy::log::tiles::{self, TileKind, TilePath};
 
 use crate::context::Plane;
-use crate::net::body::{self, ProxyBody};
+use crate::net::body::{self, text_response as text, ProxyBody};
 use crate::store::{log_read, Store};
 
 /// Answers `GET /admin/v1/log/{rest}`.
@@ -169,16 +169,6 @@ async fn proof(store: &dyn Store, which: &str, query: Option<&str>) -> Response<
         Ok(Err(e)) => text(StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")),
         Err(e) => unavailable(&e),
     }
-}
-
-fn text(status: StatusCode, body: String) -> Response<ProxyBody> {
-    let mut r = Response::new(body::full(body));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("text/plain; charset=utf-8"),
-    );
-    r
 }
 
 fn bad(why: String) -> Response<ProxyBody> {

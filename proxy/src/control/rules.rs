@@ -15,16 +15,17 @@ const MAX_FILE: u64 = 4 << 20;
 
 /// The rules `rules.file` holds; `Ok(None)` without `[rules]`.
 pub fn from_config(config: &Config) -> Result<Option<RuleSet>, Vec<String>> {
-    let Some(r) = &config.rules else {
-        return Ok(None);
-    };
-    let shown = r.file.display();
-    let bytes =
-        read_bounded(&r.file).map_err(|e| vec![format!("rules.file: cannot read {shown}: {e}")])?;
-    RuleSet::load(&bytes).map(Some).map_err(|problems| {
+    config.rules.as_ref().map(|r| load(&r.file)).transpose()
+}
+
+/// A rules file, read (bounded) and loaded; each problem names the file. Also the candidate's
+/// rules and `palisade simulate --rules`.
+pub fn load(path: &std::path::Path) -> Result<RuleSet, Vec<String>> {
+    let bytes = crate::control::bundle::read_bounded(path, MAX_FILE).map_err(|e| vec![e])?;
+    RuleSet::load(&bytes).map_err(|problems| {
         problems
             .into_iter()
-            .map(|p| format!("{shown}: {p}"))
+            .map(|p| format!("{}: {p}", path.display()))
             .collect()
     })
 }
@@ -59,21 +60,6 @@ pub fn publish(plane: &Plane, rules: Arc<RuleSet>) {
     tracing::info!(digest = %digest, rules = rules.rules().len(), "operator rules in force");
     metrics::gauge!(RULES_INFO, "digest" => digest).set(1.0);
     plane.rules.store(Some(rules));
-}
-
-/// The file's bytes, refused past [`MAX_FILE`].
-fn read_bounded(path: &std::path::Path) -> std::io::Result<Vec<u8>> {
-    use std::io::Read as _;
-    let mut bytes = Vec::new();
-    std::fs::File::open(path)?
-        .take(MAX_FILE + 1)
-        .read_to_end(&mut bytes)?;
-    if bytes.len() as u64 > MAX_FILE {
-        return Err(std::io::Error::other(format!(
-            "larger than {MAX_FILE} bytes"
-        )));
-    }
-    Ok(bytes)
 }
 
 /// `GET /admin/v1/rules`: the rules in force, in order, with what each decided so far in this

@@ -7,7 +7,7 @@ use palisade_policy::lease;
 use palisade_policy::{ErrorCode, Refusal};
 
 use crate::context::Enforcement;
-use crate::enforce::permit::{Denied, Permit, Ruled};
+use crate::enforce::permit::{Denied, Disposition, Permit, Ruled};
 use crate::enforce::stop::Keys;
 use crate::store::{Advance, LeaseRecord, LeaseState, ResourceGuard, WriteIntent};
 
@@ -48,26 +48,24 @@ pub(crate) async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Per
         keys,
         ruled,
     } = f;
-    let l = verified.lease();
-    // A dry run passes every check the real write would, but moves nothing; so does an
-    // escrowed write until it is released (SPEC §5.4), held by its lease or by a rule.
-    let moves = match l.recovery_mode {
-        lease::RecoveryMode::DryRunShadow => false,
-        lease::RecoveryMode::HumanEscrow => releasing,
-        _ => releasing || ruled.hold.is_none(),
+    let mut permit = Permit {
+        _lock: guard,
+        target,
+        request_digest: Sha256Digest::of(body),
+        pre_image,
+        lease: verified,
+        released: releasing,
+        held_snapshot: None,
+        ruled,
     };
-    if !moves {
-        return Ok(Permit {
-            _lock: guard,
-            target,
-            request_digest: Sha256Digest::of(body),
-            pre_image,
-            lease: verified,
-            released: releasing,
-            held_snapshot: snapshot,
-            ruled,
-        });
+    // A dry run passes every check the real write would, but moves nothing; so does a held
+    // write until it is released (SPEC §5.4, §15). The permit's disposition says which.
+    if permit.disposition() != Disposition::Forward {
+        permit.held_snapshot = snapshot;
+        return Ok(permit);
     }
+    let (verified, guard) = (&permit.lease, &permit._lock);
+    let l = verified.lease();
 
     // Durable before the write leaves (SPEC §5.3).
     let record = LeaseRecord {
@@ -98,7 +96,7 @@ pub(crate) async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Per
     let waited = tokio::time::Instant::now();
     // The lock's confirmation travels beside the advance (it shows the lock held at that
     // moment, as well as after it: a lock is lost only with its session).
-    let (advanced, confirmed) = tokio::join!(enf.store.advance(intent), enf.store.confirm(&guard));
+    let (advanced, confirmed) = tokio::join!(enf.store.advance(intent), enf.store.confirm(guard));
     metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "advance")
         .record(waited.elapsed().as_secs_f64());
     let refund = || async {
@@ -136,14 +134,5 @@ pub(crate) async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Per
             });
         }
     }
-    Ok(Permit {
-        _lock: guard,
-        target,
-        request_digest: Sha256Digest::of(body),
-        pre_image,
-        lease: verified,
-        released: releasing,
-        held_snapshot: None,
-        ruled,
-    })
+    Ok(permit)
 }

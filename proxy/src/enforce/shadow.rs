@@ -36,9 +36,11 @@ pub(crate) fn compare(
             .as_ref()
             .map_or_else(crate::clock::WallClock::now_ms, |e| e.clock.now_ms()),
     };
-    let (operation, in_force) = verdict::of(judges(now.bundle, now.rules), shape);
+    // Read once (the body parsed once) for both judges.
+    let read = verdict::Read::of(shape, plane.config.limits.max_json_depth);
+    let (operation, in_force) = verdict::judge(judges(now.bundle, now.rules), &read);
     let candidate_rules = c.rules.as_ref().or(now.rules);
-    let (_, candidate) = verdict::of(judges(Some(&c.bundle), candidate_rules), shape);
+    let (_, candidate) = verdict::judge(judges(Some(&c.bundle), candidate_rules), &read);
     let (f, k) = (in_force.label(), candidate.label());
     c.count(&operation, &f, &k);
     if f == k {

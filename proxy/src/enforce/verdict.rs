@@ -56,36 +56,79 @@ pub struct Judges<'a> {
     pub now_ms: i64,
 }
 
+/// A write's shape as the judges read it, made once however many judges read it: the path
+/// and query apart, the body parsed (a tool call's arguments as they are), the lease's fields.
+pub struct Read<'a> {
+    shape: &'a Shape<'a>,
+    method: &'a str,
+    path: &'a str,
+    query: Option<&'a str>,
+    /// `Err(())`: a body that is not I-JSON (refused by a contract that has an input schema).
+    body: Result<Option<std::borrow::Cow<'a, Value>>, ()>,
+    lease: Option<Value>,
+}
+
+impl<'a> Read<'a> {
+    pub fn of(shape: &'a Shape<'a>, depth: usize) -> Read<'a> {
+        match shape {
+            Shape::Http {
+                method,
+                target,
+                headers,
+                body,
+            } => {
+                let (path, query) = match target.split_once('?') {
+                    Some((p, q)) => (p, Some(q)),
+                    None => (*target, None),
+                };
+                let parsed = if body.is_empty() {
+                    Ok(None)
+                } else {
+                    palisade_policy::json::parse(body, depth)
+                        .map(|v| Some(std::borrow::Cow::Owned(v)))
+                        .map_err(|_| ())
+                };
+                // The lease the write carries, read without judging its signature.
+                let lease = headers
+                    .get(crate::net::headers::LEASE_HEADER)
+                    .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok())
+                    .and_then(|b| serde_json::from_slice(&b).ok());
+                Read {
+                    shape,
+                    method,
+                    path,
+                    query,
+                    body: parsed,
+                    lease,
+                }
+            }
+            Shape::Tool { arguments, .. } => Read {
+                shape,
+                method: "POST",
+                path: "",
+                query: None,
+                body: Ok(Some(std::borrow::Cow::Borrowed(*arguments))),
+                lease: None,
+            },
+        }
+    }
+}
+
 /// The write's operation (the budgets' key form) and its verdict.
 pub fn of(j: Judges<'_>, shape: &Shape<'_>) -> (String, Verdict) {
-    let (operation, cap, body) = match contracts(j, shape) {
+    judge(j, &Read::of(shape, j.depth))
+}
+
+/// [`of`] on a shape read once (the shadow reads each write for two judges).
+pub fn judge(j: Judges<'_>, read: &Read<'_>) -> (String, Verdict) {
+    let (operation, cap) = match contracts(j, read) {
         Ok(c) => c,
         Err(done) => return done,
     };
     let Some(rules) = j.rules else {
         return (operation, Verdict::Allowed);
     };
-    let (method, path, query, headers) = match shape {
-        Shape::Http {
-            method,
-            target,
-            headers,
-            ..
-        } => {
-            let (path, query) = match target.split_once('?') {
-                Some((p, q)) => (p, Some(q)),
-                None => (*target, None),
-            };
-            (*method, path, query, Some(*headers))
-        }
-        Shape::Tool { .. } => ("POST", "", None, None),
-    };
-    // The lease the write carries, read without judging its signature.
-    let lease: Option<Value> = headers
-        .and_then(|h| h.get(crate::net::headers::LEASE_HEADER))
-        .and_then(|v| palisade_policy::lease::decode_header(v.as_bytes()).ok())
-        .and_then(|b| serde_json::from_slice(&b).ok());
-    let tool = match shape {
+    let tool = match read.shape {
         Shape::Tool { name, .. } => Some(ToolFacts {
             name,
             annotations: cap.and_then(|c| c.tool_annotations.as_ref()),
@@ -96,12 +139,12 @@ pub fn of(j: Judges<'_>, shape: &Shape<'_>) -> (String, Verdict) {
         caller: None,
         operation: &operation,
         also: None,
-        resource: path,
-        method,
-        path,
-        query,
-        body: body.as_ref(),
-        lease: lease.as_ref().map(|l| LeaseFacts {
+        resource: read.path,
+        method: read.method,
+        path: read.path,
+        query: read.query,
+        body: read.body.as_ref().ok().and_then(|b| b.as_deref()),
+        lease: read.lease.as_ref().map(|l| LeaseFacts {
             recovery_mode: l["recovery_mode"].as_str().unwrap_or(""),
             t_granted_ms: l["t_granted_ms"].as_u64().unwrap_or(0),
             agent_id: l["agent_id"].as_str(),
@@ -119,65 +162,52 @@ pub fn of(j: Judges<'_>, shape: &Shape<'_>) -> (String, Verdict) {
     (operation, verdict)
 }
 
-/// The bundle's part: the operation, its capability and the parsed body, or the verdict when
-/// the contracts (or an unbound write's refusal) decide it.
-#[allow(clippy::type_complexity)]
-fn contracts<'a>(
-    j: Judges<'a>,
-    shape: &Shape<'_>,
-) -> Result<(String, Option<&'a Capability>, Option<Value>), (String, Verdict)> {
-    match shape {
-        Shape::Http {
-            method,
-            target,
-            headers,
-            body,
-        } => {
-            let (path, query) = match target.split_once('?') {
-                Some((p, q)) => (p, Some(q)),
-                None => (*target, None),
-            };
-            let parsed = || {
-                (!body.is_empty())
-                    .then(|| palisade_policy::json::parse(body, j.depth).ok())
-                    .flatten()
-            };
-            let Some(cap) = j.bundle.and_then(|b| b.route(method, path)) else {
-                let op = format!("{method} {path}");
-                return match unbound(j) {
-                    Some(refused) => Err((op, refused)),
-                    None => Ok((op, None, parsed())),
-                };
-            };
-            let refused = |r: palisade_policy::Refusal| {
-                Err((
-                    cap.operation.clone(),
-                    Verdict::Refused(r.code.as_str().into()),
-                ))
-            };
-            let shown = crate::net::headers::values(headers);
-            if let Err(r) = palisade_rich::check_parameters(cap, path, query, &shown) {
-                return refused(r);
-            }
-            if let Err(r) = palisade_rich::check_input(&cap.contract, body, j.depth) {
-                return refused(r);
-            }
-            Ok((cap.operation.clone(), Some(cap), parsed()))
-        }
-        Shape::Tool { name, arguments } => {
-            let op = format!("mcp:tool/{name}");
-            let Some(cap) = j.bundle.and_then(|b| b.tool(name)) else {
-                return match unbound(j) {
-                    Some(refused) => Err((op, refused)),
-                    None => Ok((op, None, Some((*arguments).clone()))),
-                };
-            };
-            if let Err(r) = palisade_rich::check_input_value(&cap.contract, arguments) {
-                return Err((op, Verdict::Refused(r.code.as_str().into())));
-            }
-            Ok((op, Some(cap), Some((*arguments).clone())))
+/// The bundle's part: the operation and its capability, or the verdict when the contracts
+/// (or an unbound write's refusal) decide it.
+fn contracts<'j>(
+    j: Judges<'j>,
+    read: &Read<'_>,
+) -> Result<(String, Option<&'j Capability>), (String, Verdict)> {
+    let cap = match read.shape {
+        Shape::Http { method, .. } => j.bundle.and_then(|b| b.route(method, read.path)),
+        Shape::Tool { name, .. } => j.bundle.and_then(|b| b.tool(name)),
+    };
+    let Some(cap) = cap else {
+        let op = match read.shape {
+            Shape::Http { method, .. } => format!("{method} {}", read.path),
+            Shape::Tool { name, .. } => format!("mcp:tool/{name}"),
+        };
+        return match unbound(j) {
+            Some(refused) => Err((op, refused)),
+            None => Ok((op, None)),
+        };
+    };
+    let op = match read.shape {
+        Shape::Http { .. } => cap.operation.clone(),
+        Shape::Tool { name, .. } => format!("mcp:tool/{name}"),
+    };
+    let refused =
+        |r: palisade_policy::Refusal| Err((op.clone(), Verdict::Refused(r.code.as_str().into())));
+    if let Shape::Http { headers, .. } = read.shape {
+        let shown = crate::net::headers::values(headers);
+        if let Err(r) = palisade_rich::check_parameters(cap, read.path, read.query, &shown) {
+            return refused(r);
         }
     }
+    // Check 9 on the body read once: the same verdicts `check_input` gives on the bytes.
+    if cap.contract.input.is_some() {
+        let checked = match &read.body {
+            Ok(Some(v)) => palisade_rich::check_input_value(&cap.contract, v),
+            Ok(None) | Err(()) => Err(palisade_policy::Refusal::new(
+                ErrorCode::ContractInput,
+                "the request body is not I-JSON, and the operation's input contract needs it",
+            )),
+        };
+        if let Err(r) = checked {
+            return refused(r);
+        }
+    }
+    Ok((op, Some(cap)))
 }
 
 fn unbound(j: Judges<'_>) -> Option<Verdict> {

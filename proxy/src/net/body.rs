@@ -20,6 +20,17 @@ pub fn full(bytes: impl Into<Bytes>) -> ProxyBody {
         .boxed_unsync()
 }
 
+/// A plain-text response (`text/plain; charset=utf-8`): the admin API's short answers.
+pub fn text_response(status: http::StatusCode, text: String) -> http::Response<ProxyBody> {
+    let mut r = http::Response::new(full(text));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    r
+}
+
 /// A JSON document response (`application/json`, not cached): the sidecar's own answers.
 pub fn json_response(
     status: http::StatusCode,

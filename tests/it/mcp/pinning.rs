@@ -35,7 +35,11 @@ fn pinned_digests(server: &McpServer) -> serde_json::Map<String, Value> {
 }
 
 /// Runs `palisade lock pin-mcp` against `server` with `args`, writing into `dir`.
-fn pin_mcp(server: &McpServer, dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+pub(super) fn pin_mcp(
+    server: &McpServer,
+    dir: &std::path::Path,
+    args: &[&str],
+) -> std::process::Output {
     Command::new(bin())
         .args(["lock", "pin-mcp", "--url"])
         .arg(format!("http://127.0.0.1:{}/mcp", server.port))

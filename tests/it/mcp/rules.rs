@@ -8,13 +8,7 @@ use super::*;
 async fn a_rule_holds_every_tool_its_pinned_definition_calls_destructive() {
     let server = McpServer::start().await;
     let dir = tempfile::tempdir().unwrap();
-    let run = Command::new(bin())
-        .args(["lock", "pin-mcp", "--url"])
-        .arg(format!("http://127.0.0.1:{}/mcp", server.port))
-        .arg("--out")
-        .arg(dir.path().join("lock.json"))
-        .output()
-        .unwrap();
+    let run = super::pinning::pin_mcp(&server, dir.path(), &[]);
     assert!(
         run.status.success(),
         "{}",

@@ -317,3 +317,42 @@ async fn a_step_whose_answer_is_refused_after_the_write_is_compensated_too() {
         ]
     );
 }
+
+/// An operator's rule that would hold a composed step (SPEC §15; the recipe's second step is
+/// the legacy operation itself): a composition cannot wait for people half-way, so the step is
+/// refused (`ERR_POLICY_DENIED`, the rule named, a `policy` drift event), the step before it
+/// is compensated, and the SoR is as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_step_an_operator_rule_would_hold_is_refused_and_the_composition_undone() {
+    let rules_dir = tempfile::tempdir().unwrap();
+    let rules = rules_dir.path().join("rules.toml");
+    std::fs::write(
+        &rules,
+        "[[rule]]\nname = \"allocations-wait\"\non = [\"PUT /legacy/v1/allocations/{id}\"]\naction = \"hold\"\n",
+    )
+    .unwrap();
+    let more = format!("[rules]\nfile = \"{}\"\n", rules.display());
+    let r = WithSor::start_with("", &more, None).await;
+    let (id, session, _) = r.contract().await;
+    let claim = FULL.join(" ");
+    let (_, before) = r.sor_get("/api/v2/items/BOLT-9").await;
+    let input = json!({"sku": "BOLT-9", "qty": 40, "warehouse": "BER-1", "order": "SO-1234"});
+    let (parts, b) = r.invoke(&id, &session, &claim, &input).await;
+    assert_eq!(parts.status, StatusCode::FORBIDDEN, "{b}");
+    assert_eq!(b["code"], "ERR_RCNS_STEP_FAILED", "{b}");
+    assert_eq!(b["step_code"], "ERR_POLICY_DENIED", "{b}");
+    assert_eq!(b["step"], 1, "{b}");
+    // The first step went and was undone; the second never reached the SoR.
+    assert_receipt_verifies(&b["compensated"][0]["receipt"], "compensation");
+    let (_, after) = r.sor_get("/api/v2/items/BOLT-9").await;
+    assert_eq!(after, before);
+    let (s, _) = r.sor_get("/legacy/v1/allocations/SO-1234").await;
+    assert_eq!(s, StatusCode::NOT_FOUND, "the held step reached the SoR");
+    let events = drift_events(&r.p);
+    let e = events
+        .iter()
+        .find(|e| e["code"] == "ERR_POLICY_DENIED")
+        .expect("a policy event for the refused step");
+    assert_eq!(e["category"], "policy");
+    assert_eq!(e["diagnostics"]["rule"], "allocations-wait");
+}
