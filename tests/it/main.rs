@@ -16,6 +16,7 @@ mod admin;
 mod admission;
 mod aip2;
 mod architecture;
+mod audit_export;
 mod book;
 mod budget;
 mod bypass;

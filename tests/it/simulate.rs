@@ -3,6 +3,8 @@
 //! the same traffic replayed with leases through a sidecar with that bundle and those rules in
 //! front of the sample SoR. The outcomes agree: what simulate holds the sidecar answers 202,
 //! what it refuses by rule the sidecar refuses with `ERR_POLICY_DENIED`, the rest goes through.
+//! Then the live sidecar's own log, read out with `palisade audit export`, simulated again:
+//! the same counts wherever a receipt holds what the rules read.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::process::Command;
@@ -144,4 +146,63 @@ async fn simulate_decides_the_recorded_traffic_as_a_live_sidecar_does() {
         .sum();
     // Reads are 2xx too: the writes that went through are the 2xx answers less the reads.
     assert_eq!(writes_through - reads, allowed, "{live}\n{sim}");
+
+    // The same traffic read back from the live sidecar's log (`palisade audit export`) and
+    // simulated from its receipts: each write counted once (a held write is not counted again
+    // by its later receipts), decided alike wherever a receipt holds what the rule reads, and
+    // `unjudged` where the rule reads a body, which no receipt holds.
+    let exported = dir.path().join("export.jsonl");
+    let url = format!("http://{}", p.admin);
+    let out = tokio::task::spawn_blocking(move || {
+        Command::new(bin())
+            .args(["audit", "export", "--url", &url])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::write(&exported, &out.stdout).unwrap();
+    let out = Command::new(bin())
+        .args(["simulate", "--format", "json", "--bundle"])
+        .arg(&bundle)
+        .arg("--rules")
+        .arg(&rules)
+        .arg("--traffic")
+        .arg(&exported)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let from_log: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        from_log["not_judged"],
+        serde_json::json!(["input contracts", "parameters"])
+    );
+    let logged = &from_log["operations"];
+    let put_writes = put["allowed"].as_u64().unwrap() + held;
+    assert_eq!(
+        logged["PUT /api/v2/items/{id}"]["unjudged"]["big-stock-changes"], put_writes,
+        "{from_log}\n{sim}"
+    );
+    for (op, o) in ops.as_object().unwrap() {
+        if op == "PUT /api/v2/items/{id}" {
+            continue;
+        }
+        for k in ["allowed", "refused", "held"] {
+            assert_eq!(logged[op][k], o[k], "{op} {k}: {from_log}\n{sim}");
+        }
+    }
+    assert_eq!(
+        logged.as_object().unwrap().len(),
+        ops.as_object().unwrap().len(),
+        "{from_log}"
+    );
 }

@@ -20,11 +20,14 @@ use palisade_policy::keys::KeyPair;
 use palisade_policy::log::{audit, Envelope, Signer};
 use palisade_policy::receipt::{ReceiptBody, ReceiptKind};
 
+#[path = "store_contract/export.rs"]
+mod export;
 #[path = "store_contract/negotiation.rs"]
 mod negotiation;
 #[path = "store_contract/records.rs"]
 mod records;
 // The checks, named where `contract_tests!` calls them.
+pub use export::*;
 pub use negotiation::*;
 pub use records::*;
 
@@ -89,7 +92,8 @@ macro_rules! contract_tests {
             a_lease_is_compensated_at_most_once,
             relay_messages_dedup_cap_page_and_expire,
             rcns_records_keep_caps_and_expire,
-            budgets_slide_and_freezes_are_stored_with_their_receipts
+            budgets_slide_and_freezes_are_stored_with_their_receipts,
+            audit_export_walks_the_log_without_gap_or_repeat
         );
     };
     (@ $open:path, $($name:ident),*) => {

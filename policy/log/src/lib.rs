@@ -24,6 +24,7 @@ pub mod seal;
 pub mod tiles;
 pub mod witness;
 
+pub mod query;
 pub mod receipt;
 
 pub use checkpoint::{Checkpoint, LogKey};

@@ -55,6 +55,10 @@ pub struct ReceiptBody {
     pub cas_fence_epoch: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
+    /// The operation in the budgets' key form (`PUT /api/v2/items/{id}`,
+    /// `mcp:tool/create_order`): what audit export's `operation=` matches.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub operation: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub request_digest: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -153,6 +157,7 @@ impl ReceiptBody {
             sor_target_uri: None,
             cas_fence_epoch: None,
             method: None,
+            operation: None,
             request_digest: None,
             pre_image_state_hash: None,
             upstream_status: None,

@@ -187,10 +187,35 @@ impl RuleSet {
     /// The rules on one write, in order: report-mode rules record and go on, the first rule
     /// in force that matches decides.
     pub fn decide(&self, facts: &Facts<'_>) -> Decision {
-        ROOT.with(|root| self.decide_in(root, facts))
+        // With nothing unknown, no rule stops the decision for want of a variable.
+        ROOT.with(|root| self.decide_in(root, facts, 0))
+            .unwrap_or_default()
     }
 
-    fn decide_in(&self, root: &cel::Context<'static, 'static>, facts: &Facts<'_>) -> Decision {
+    /// [`RuleSet::decide`] for a write of which the variables named in `unknown` are not
+    /// known (a write read back from its receipt has no `body`, `query`, `headers` or
+    /// `lease`): the first rule in force that applies and reads one of them ends the
+    /// decision, since it might have matched: `Err(its name)`. A rule in report mode that
+    /// reads one is passed over.
+    pub fn decide_knowing(
+        &self,
+        facts: &Facts<'_>,
+        unknown: &[&str],
+    ) -> Result<Decision, Arc<str>> {
+        let mask = expr::VARIABLES
+            .iter()
+            .enumerate()
+            .filter(|(_, v)| unknown.contains(v))
+            .fold(0u16, |m, (i, _)| m | (1 << i));
+        ROOT.with(|root| self.decide_in(root, facts, mask))
+    }
+
+    fn decide_in(
+        &self,
+        root: &cel::Context<'static, 'static>,
+        facts: &Facts<'_>,
+        unknown: u16,
+    ) -> Result<Decision, Arc<str>> {
         let mut decision = Decision::default();
         let mut context = None;
         for rule in &self.rules {
@@ -199,6 +224,11 @@ impl RuleSet {
             }
             let (matched, failed) = match &rule.when {
                 None => (true, false),
+                // A rule in report mode decides nothing: what it would say is not reported.
+                Some(cond) if cond.uses & unknown != 0 => match rule.mode {
+                    Mode::Report => continue,
+                    Mode::Enforce => return Err(rule.name.as_str().into()),
+                },
                 Some(cond) => {
                     // The facts become CEL values once, for the first rule that reads them.
                     let cx =
@@ -232,6 +262,6 @@ impl RuleSet {
                 }
             }
         }
-        decision
+        Ok(decision)
     }
 }

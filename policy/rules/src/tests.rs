@@ -288,3 +288,45 @@ fn only_the_body_members_rules_read_are_made_and_they_read_the_same() {
     let d = members.decide(&facts(Some(&list)));
     assert!(!d.failed.is_empty(), "a member of a list fails: {d:?}");
 }
+
+#[test]
+fn a_rule_that_reads_what_is_not_known_ends_the_decision() {
+    let rules = load(
+        r#"
+[[rule]]
+name = "by-caller"
+when = 'caller.endsWith("/other")'
+action = "deny"
+
+[[rule]]
+name = "watch-bodies"
+when = 'has(body.qty)'
+action = "hold"
+mode = "report"
+
+[[rule]]
+name = "big"
+when = 'body.qty > 10'
+action = "hold"
+
+[[rule]]
+name = "after"
+action = "deny"
+"#,
+    );
+    let f = facts(None);
+    // The caller is known and does not match; the report rule reads the body and is passed
+    // over; `big` reads the body and might have held the write.
+    let e = rules.decide_knowing(&f, &["body", "query"]).unwrap_err();
+    assert_eq!(&*e, "big");
+    // Knowing everything, `big` fails closed on a missing body (a hold) and decides.
+    let d = rules.decide_knowing(&f, &[]).unwrap();
+    assert_eq!(d.decided.unwrap().rule.as_ref(), "big");
+    // A caller that matches decides before any unknown is needed.
+    let other = Facts {
+        caller: Some("spiffe://x/other"),
+        ..facts(None)
+    };
+    let d = rules.decide_knowing(&other, &["body"]).unwrap();
+    assert_eq!(d.decided.unwrap().rule.as_ref(), "by-caller");
+}

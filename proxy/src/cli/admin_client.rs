@@ -34,6 +34,17 @@ pub(super) async fn call(
     url: &str,
     max: usize,
 ) -> Result<(http::StatusCode, bytes::Bytes), Failure> {
+    let (status, _, body) = call_with_headers(client, req, url, max).await?;
+    Ok((status, body))
+}
+
+/// [`call`], with the answer's headers.
+pub(super) async fn call_with_headers(
+    client: &AdminClient,
+    req: http::Request<http_body_util::Full<bytes::Bytes>>,
+    url: &str,
+    max: usize,
+) -> Result<(http::StatusCode, http::HeaderMap, bytes::Bytes), Failure> {
     use http_body_util::BodyExt as _;
     let resp = tokio::time::timeout(std::time::Duration::from_secs(30), client.request(req))
         .await
@@ -41,13 +52,13 @@ pub(super) async fn call(
         .map_err(|e| {
             Failure::refused(format!("{url}: {}", crate::net::upstream::error_chain(&e)))
         })?;
-    let status = resp.status();
-    let body = http_body_util::Limited::new(resp.into_body(), max)
+    let (parts, body) = resp.into_parts();
+    let body = http_body_util::Limited::new(body, max)
         .collect()
         .await
         .map_err(|e| Failure::refused(format!("{url}: {e}")))?
         .to_bytes();
-    Ok((status, body))
+    Ok((parts.status, parts.headers, body))
 }
 
 /// The token in a token file: its first line, or of a file of named tokens (`name:token`),

@@ -163,6 +163,34 @@ pub(super) enum AuditCommand {
         #[arg(long)]
         json: bool,
     },
+    /// Write a running sidecar's receipts to stdout for a SIEM: JSON lines of envelopes (each
+    /// verifiable alone with the log's key) or CSV, following the export's cursor to the end.
+    Export {
+        /// The sidecar's admin listener (its base URL).
+        #[arg(long)]
+        url: String,
+        /// A file holding the admin token, sent as `Authorization: Bearer`.
+        #[arg(long)]
+        token_file: Option<PathBuf>,
+        /// Only receipts at or after this time (RFC 3339).
+        #[arg(long)]
+        since: Option<String>,
+        /// Only receipts before this time (RFC 3339).
+        #[arg(long)]
+        until: Option<String>,
+        /// Resume after this log index (the last line on stderr names it).
+        #[arg(long)]
+        after: Option<u64>,
+        #[arg(long, value_enum, default_value = "jsonl")]
+        format: ExportFormat,
+    },
+}
+
+/// `audit export --format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(super) enum ExportFormat {
+    Jsonl,
+    Csv,
 }
 
 #[derive(Debug, Subcommand)]

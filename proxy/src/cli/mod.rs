@@ -9,7 +9,8 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use commands::{
-    AuditCommand, ConfigCommand, LeaseCommand, LockCommand, ReceiptCommand, StoreCommand,
+    AuditCommand, ConfigCommand, ExportFormat, LeaseCommand, LockCommand, ReceiptCommand,
+    StoreCommand,
 };
 use palisade_policy::digest::{Sha256Digest, Spelling};
 
@@ -163,6 +164,21 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
                 "audit verify: give --config FILE, or --url ADMIN_URL with --key VKEY",
             )),
         },
+        Command::Audit(AuditCommand::Export {
+            url,
+            token_file,
+            since,
+            until,
+            after,
+            format,
+        }) => audit_export::run(&audit_export::Export {
+            url: &url,
+            token_file: token_file.as_deref(),
+            since: since.as_deref(),
+            until: until.as_deref(),
+            after,
+            csv: format == ExportFormat::Csv,
+        }),
         Command::Witness { config } => witness::run(&config),
         Command::Receipt(ReceiptCommand::Verify { key, file }) => {
             receipt::verify(&key, file.as_deref())
@@ -283,6 +299,7 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
 
 mod admin_client;
 mod audit;
+mod audit_export;
 mod commands;
 mod compat;
 pub mod demo;
@@ -298,6 +315,7 @@ pub mod replay;
 pub mod sample_bundle;
 pub mod sample_sor;
 mod simulate;
+mod simulate_receipts;
 mod stdin;
 mod store_cmd;
 mod witness;

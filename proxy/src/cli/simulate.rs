@@ -16,6 +16,7 @@ use crate::enforce::verdict::{self, Judges, Shape};
 use super::failure::Failure;
 use super::replay::har::{self, Recorded};
 use super::replay::lease::is_write;
+use super::simulate_receipts as receipts;
 
 #[derive(clap::Args, Debug)]
 pub(crate) struct SimulateArgs {
@@ -25,7 +26,8 @@ pub(crate) struct SimulateArgs {
     /// An operator's rules file (rules.toml) to decide the writes by too.
     #[arg(long)]
     rules: Option<PathBuf>,
-    /// The recorded traffic (HAR 1.2).
+    /// The recorded traffic: HAR 1.2, or the JSON lines of `palisade audit export` (each
+    /// write known by its receipt: contracts on its body and parameters are not judged).
     #[arg(long)]
     traffic: PathBuf,
     /// `table` (for people) or `json`.
@@ -53,14 +55,34 @@ pub(crate) fn run(args: SimulateArgs) -> Result<(), Failure> {
         ),
     };
     let traffic = read(&args.traffic)?;
-    let recording = har::parse(&traffic)
-        .map_err(|e| Failure::usage(format!("{}: {e}", args.traffic.display())))?;
-    let tally = simulate(&bundle, rules.as_ref(), &recording.entries);
-    let skipped = recording.skipped_malformed + recording.skipped_unreplayable;
+    let (tally, skipped, receipts) = if receipts::is_export(&traffic) {
+        let (writes, skipped) = receipts::writes(&traffic);
+        let judges = judges(&bundle, rules.as_ref());
+        let decided = writes
+            .iter()
+            .map(|w| (w.index, verdict::of(judges, &w.shape())));
+        (tally(decided), skipped, true)
+    } else {
+        let recording = har::parse(&traffic)
+            .map_err(|e| Failure::usage(format!("{}: {e}", args.traffic.display())))?;
+        let skipped = recording.skipped_malformed + recording.skipped_unreplayable;
+        (
+            simulate(&bundle, rules.as_ref(), &recording.entries),
+            skipped,
+            false,
+        )
+    };
     if args.format == "json" {
-        println!("{}", to_json(&tally, skipped));
+        let mut doc = to_json(&tally, skipped);
+        if receipts {
+            doc["not_judged"] = json!(["input contracts", "parameters"]);
+        }
+        println!("{doc}");
     } else {
         print!("{}", to_table(&tally, skipped));
+        if receipts {
+            println!("(from receipts: input contracts and parameters are not judged)");
+        }
     }
     Ok(())
 }
@@ -71,12 +93,19 @@ fn read(path: &Path) -> Result<Vec<u8>, Failure> {
 
 /// Decides every write of `entries` (reads are not decided: they need no lease).
 pub(crate) fn simulate(bundle: &Bundle, rules: Option<&RuleSet>, entries: &[Recorded]) -> Tally {
+    tally(
+        entries
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| is_write(&e.method))
+            .map(|(i, e)| (i, decide(bundle, rules, e))),
+    )
+}
+
+/// Counts each operation's outcomes, keeping the index of each outcome's first write.
+fn tally(decided: impl Iterator<Item = (usize, (String, Outcome))>) -> Tally {
     let mut tally = Tally::new();
-    for (i, e) in entries.iter().enumerate() {
-        if !is_write(&e.method) {
-            continue;
-        }
-        let (operation, outcome) = decide(bundle, rules, e);
+    for (i, (operation, outcome)) in decided {
         let slot = tally
             .entry(operation)
             .or_default()
@@ -87,13 +116,9 @@ pub(crate) fn simulate(bundle: &Bundle, rules: Option<&RuleSet>, entries: &[Reco
     tally
 }
 
-/// One write: its operation, and what the bundle's checks on its shape and the rules decide.
-fn decide(bundle: &Bundle, rules: Option<&RuleSet>, e: &Recorded) -> (String, Outcome) {
-    let mut headers = http::HeaderMap::new();
-    for (k, v) in &e.headers {
-        headers.append(k.clone(), v.clone());
-    }
-    let judges = Judges {
+/// The judges of an offline run: the bundle, the rules, the defaults a sidecar has.
+fn judges<'a>(bundle: &'a Bundle, rules: Option<&'a RuleSet>) -> Judges<'a> {
+    Judges {
         bundle: Some(bundle),
         rules,
         // `rich.unbound_writes` defaults to deny when a bundle is configured.
@@ -101,7 +126,16 @@ fn decide(bundle: &Bundle, rules: Option<&RuleSet>, e: &Recorded) -> (String, Ou
         // `limits.max_json_depth`'s default.
         depth: 64,
         now_ms: crate::clock::WallClock::now_ms(),
-    };
+    }
+}
+
+/// One write: its operation, and what the bundle's checks on its shape and the rules decide.
+fn decide(bundle: &Bundle, rules: Option<&RuleSet>, e: &Recorded) -> (String, Outcome) {
+    let mut headers = http::HeaderMap::new();
+    for (k, v) in &e.headers {
+        headers.append(k.clone(), v.clone());
+    }
+    let judges = judges(bundle, rules);
     let shape = Shape::Http {
         method: e.method.as_str(),
         target: &e.path_and_query,
@@ -114,7 +148,8 @@ fn decide(bundle: &Bundle, rules: Option<&RuleSet>, e: &Recorded) -> (String, Ou
 pub(crate) fn to_json(tally: &Tally, skipped: usize) -> Value {
     let mut ops = serde_json::Map::new();
     for (op, outcomes) in tally {
-        let mut o = json!({"allowed": 0, "held": {}, "refused": {}, "examples": {}});
+        let mut o =
+            json!({"allowed": 0, "held": {}, "refused": {}, "unjudged": {}, "examples": {}});
         for (outcome, (n, first)) in outcomes {
             let key = match outcome {
                 Outcome::Allowed => {
@@ -128,6 +163,10 @@ pub(crate) fn to_json(tally: &Tally, skipped: usize) -> Value {
                 Outcome::Refused(why) => {
                     o["refused"][why] = json!(n);
                     format!("refused:{why}")
+                }
+                Outcome::Unjudged(rule) => {
+                    o["unjudged"][rule] = json!(n);
+                    format!("unjudged:{rule}")
                 }
             };
             o["examples"][key] = json!(first);
@@ -151,6 +190,7 @@ fn to_table(tally: &Tally, skipped: usize) -> String {
                     Some(rule) => format!("refused by {rule}"),
                     None => format!("refused {why}"),
                 },
+                Outcome::Unjudged(rule) => format!("unjudged: {rule} reads what a receipt lacks"),
             };
             out.push_str(&format!("{op:<40} {what:<36} {n:>6}  #{first}\n"));
         }

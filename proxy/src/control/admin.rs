@@ -177,8 +177,12 @@ async fn respond(
             ));
         }
         (&Method::GET, "/admin/v1/approvals") => {
-            let query = req.uri().query();
-            return Ok(crate::control::approvals::list(&state, query).await);
+            let (query, headers) = (req.uri().query(), req.headers());
+            return Ok(crate::control::approvals::list(&state, query, headers).await);
+        }
+        (&Method::GET, "/admin/v1/receipts") => {
+            let (query, headers) = (req.uri().query(), req.headers());
+            return Ok(crate::control::receipts::export(&state, query, headers).await);
         }
         (&Method::GET, "/admin/v1/rules") => {
             return Ok(json(StatusCode::OK, crate::control::rules::list(&state)));

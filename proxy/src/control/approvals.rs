@@ -1,140 +1,117 @@
 //! `GET /admin/v1/approvals` (SPEC §9, §15): the approval register, every approval and
-//! rejection an operator made of a held write, read from the receipt log itself (the
-//! `approval` receipts), so it holds exactly what the log proves.
+//! rejection an operator made of a held write, read from the receipt log itself (its
+//! `approval` receipts) through audit export's reader, so it holds exactly what the log
+//! proves.
 //!
-//! `?after=<index>` (a log index; the next page starts after it), `&limit=<n>` (decisions,
-//! default 100, at most 1,000), `&format=jsonl|csv`. Each request reads at most [`SCAN`]
-//! entries of the log; `Palisade-Next-After` says where the next page starts, and a page
-//! with fewer than `limit` decisions and that header equal to the log's size has read it all.
+//! `?since=&until=` (RFC 3339) `&approver=&after=<log index>&limit=<n>` (default 100, at most
+//! 1,000) `&format=jsonl|csv`. Each row: the decision's log index, time, escrow, operation,
+//! rule, decision (`approved`, `rejected`), approver, reason, and the held write's `final`
+//! outcome as its escrow record says now (`held`, `releasing`, `released`, `refused`,
+//! `rejected`; empty once the record is gone). Paging as audit export's: `Link` and
+//! `Palisade-Next-After`.
 
-use http::{HeaderValue, Response, StatusCode};
+use http::{header, HeaderValue, Response, StatusCode};
+use palisade_policy::log::query::Asked;
 use serde_json::Value;
 
+use super::receipts::{csv_with, link_next, unavailable, wants_csv};
 use crate::context::Plane;
-use crate::net::body::{self, ProxyBody};
+use crate::net::body::{text_response as text, ProxyBody};
+use crate::store::log_query;
 
-/// Most log entries one request reads.
-pub const SCAN: u64 = 10_000;
-
-/// The header naming the next page's `after`.
-pub const NEXT: &str = "palisade-next-after";
-
-const COLUMNS: [&str; 9] = [
+const COLUMNS: [&str; 12] = [
     "index",
     "at",
     "escrow_id",
+    "operation",
+    "rule",
     "outcome",
     "approver",
     "reason",
+    "final",
     "request_digest",
     "lease_id",
     "receipt_id",
 ];
 
-pub async fn list(plane: &Plane, query: Option<&str>) -> Response<ProxyBody> {
-    let text = body::text_response;
+pub async fn list(
+    plane: &Plane,
+    query: Option<&str>,
+    headers: &http::HeaderMap,
+) -> Response<ProxyBody> {
     let Some(enf) = &plane.enforcement else {
         return text(StatusCode::NOT_FOUND, "write enforcement is off\n".into());
     };
-    let (mut after, mut limit, mut csv) = (None::<u64>, 100usize, false);
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        match pair.split_once('=') {
-            Some(("after", v)) => after = v.parse().ok(),
-            Some(("limit", v)) => limit = v.parse().unwrap_or(100).clamp(1, 1000),
-            Some(("format", "csv")) => csv = true,
-            Some(("format", "jsonl")) => csv = false,
-            _ => {
-                return text(
-                    StatusCode::BAD_REQUEST,
-                    format!("unknown parameter {pair:?}: after, limit, format=jsonl|csv\n"),
-                )
-            }
-        }
+    let mut asked = match Asked::parse(query.unwrap_or("")) {
+        Ok(a) => a,
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("{e}\n")),
+    };
+    let f = &asked.filter;
+    if f.caller.is_some()
+        || f.operation.is_some()
+        || f.outcome.is_some()
+        || f.code.is_some()
+        || f.rule.is_some()
+        || f.kind.is_some()
+    {
+        return text(
+            StatusCode::BAD_REQUEST,
+            "the approval register reads since, until, approver, after, limit and format; \
+             audit export (/admin/v1/receipts) filters by the others\n"
+                .into(),
+        );
     }
-    let size = match enf.store.log_head().await {
-        Ok(h) => h.size,
-        Err(_) => {
+    let csv = match asked.format.as_deref() {
+        Some("csv") => true,
+        Some("jsonl") => false,
+        Some(other) => {
             return text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the store cannot be read\n".into(),
+                StatusCode::BAD_REQUEST,
+                format!("format: {other:?} is neither jsonl nor csv\n"),
             )
         }
+        None => wants_csv(headers),
     };
-    let from = after.map_or(0, |a| a.saturating_add(1)).min(size);
-    let to = from.saturating_add(SCAN).min(size);
-    let entries = match enf.store.log_entries(from, to).await {
-        Ok(e) => e,
-        Err(_) => {
-            return text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "the store cannot be read\n".into(),
-            )
-        }
+    asked.filter.kind = Some("approval".into());
+    let limit = asked.limit.unwrap_or(100).clamp(1, 1_000);
+    let store = enf.store.as_ref();
+    let page = match log_query::page(store, &asked.filter, asked.after, limit).await {
+        Ok(p) => p,
+        Err(e) => return unavailable(&e),
     };
-    let mut rows: Vec<Value> = Vec::new();
-    // Where the next page starts: after the last entry read, or after the last decision
-    // returned when the page filled up first.
-    let mut next = to.saturating_sub(1);
-    for (index, jcs) in entries {
-        let Ok(receipt) = serde_json::from_slice::<Value>(&jcs) else {
-            continue;
-        };
-        if receipt["kind"] != "approval" {
-            continue;
-        }
+    let mut rows = Vec::with_capacity(page.found.len());
+    for found in &page.found {
+        let r = &found.receipt;
         let mut row = serde_json::Map::new();
-        row.insert("index".into(), index.into());
-        for c in &COLUMNS[1..] {
-            row.insert((*c).into(), receipt.get(*c).cloned().unwrap_or(Value::Null));
+        row.insert("index".into(), found.index.into());
+        for c in COLUMNS.iter().filter(|c| !matches!(**c, "index" | "final")) {
+            row.insert((*c).into(), r.get(*c).cloned().unwrap_or(Value::Null));
         }
+        let held = match r.get("escrow_id").and_then(Value::as_str) {
+            Some(id) => match store.escrow(id).await {
+                Ok(rec) => rec.map(|rec| rec.state.as_str()),
+                Err(e) => return unavailable(&e),
+            },
+            None => None,
+        };
+        row.insert("final".into(), held.map_or(Value::Null, Value::from));
         rows.push(Value::Object(row));
-        if rows.len() == limit {
-            next = index;
-            break;
-        }
     }
-    let body = if csv { to_csv(&rows) } else { to_jsonl(&rows) };
-    let mut resp = text(StatusCode::OK, body);
-    let h = resp.headers_mut();
-    h.insert(
-        http::header::CONTENT_TYPE,
-        HeaderValue::from_static(if csv {
-            "text/csv; charset=utf-8"
-        } else {
-            "application/jsonl"
-        }),
-    );
-    h.insert(NEXT, HeaderValue::from(next));
-    resp
-}
-
-fn to_jsonl(rows: &[Value]) -> String {
-    rows.iter().map(|r| format!("{r}\n")).collect()
-}
-
-/// RFC 4180: a header row, fields quoted when they hold a comma, a quote or a line break.
-fn to_csv(rows: &[Value]) -> String {
-    let mut out = COLUMNS.join(",");
-    out.push_str("\r\n");
-    for r in rows {
-        let fields: Vec<String> = COLUMNS
-            .iter()
-            .map(|c| match &r[c] {
-                Value::Null => String::new(),
-                Value::String(s) => quote(s),
-                other => quote(&other.to_string()),
-            })
-            .collect();
-        out.push_str(&fields.join(","));
-        out.push_str("\r\n");
-    }
-    out
-}
-
-fn quote(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
+    let body = if csv {
+        csv_with(&COLUMNS, rows.into_iter())
     } else {
-        s.to_owned()
+        rows.iter().map(|r| format!("{r}\n")).collect()
+    };
+    let mut resp = text(StatusCode::OK, body);
+    let content_type = if csv {
+        "text/csv; charset=utf-8"
+    } else {
+        "application/jsonl"
+    };
+    resp.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    if let Some(next) = page.next {
+        link_next(&mut resp, "/admin/v1/approvals", query, next);
     }
+    resp
 }

@@ -186,6 +186,8 @@ async fn decide(
         escrow_id: Some(rec.escrow_id.clone()),
         lease_id: Some(rec.lease_id.clone()),
         method: rec.request.as_ref().map(|r| r.method.clone()),
+        operation: rec.operation_key.clone(),
+        rule: rec.rule.clone(),
         request_digest,
         trace_id: Some(rec.trace_id.clone()),
         ..ReceiptBody::new(

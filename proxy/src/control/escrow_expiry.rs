@@ -72,6 +72,7 @@ async fn expire(plane: &Plane, enf: &Enforcement, rec: EscrowRecord) {
         escrow_id: Some(rec.escrow_id.clone()),
         lease_id: Some(rec.lease_id.clone()),
         method: rec.request.as_ref().map(|r| r.method.clone()),
+        operation: rec.operation_key.clone(),
         request_digest: rec.request_digest.clone(),
         trace_id: Some(rec.trace_id.clone()),
         caller: rec.caller.clone(),

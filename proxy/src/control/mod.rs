@@ -29,6 +29,7 @@ pub mod escrow_view;
 pub mod freeze;
 pub mod log;
 pub mod rcns;
+pub mod receipts;
 pub mod reload;
 pub mod rules;
 pub mod witnesses;

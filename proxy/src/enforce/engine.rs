@@ -283,6 +283,7 @@ pub(crate) async fn release<L: Leg>(
     // A freeze made while the write was held stops its release too (SPEC §14).
     let mut keys = stop::Keys::of(leg.operation_key(&parts, &binding), &facts, who);
     keys.also = cx.facing.clone();
+    cx.operation_key = Some(keys.operation.clone());
     if let Some(denied) = stop::frozen(enf, &keys) {
         return leg
             .refuse(plane.recorder(), denied, &cx, &parts, &body)

@@ -193,6 +193,7 @@ pub(crate) async fn blocked(plane: &Plane, refusal: Refusal, cx: &WriteContext) 
     if let Some(enf) = &plane.enforcement {
         let body = ReceiptBody {
             method: Some(cx.method.to_string()),
+            operation: cx.operation_key.clone(),
             code: Some(refused.code().as_str().to_owned()),
             trace_id: Some(cx.trace_id.to_string()),
             lockfile_digest: cx.lockfile_digest.clone(),

@@ -108,6 +108,7 @@ pub(crate) fn permit_receipt(
         sor_target_uri: Some(permit.target.clone()),
         cas_fence_epoch: Some(l.cas_fence_epoch),
         method: Some(cx.method.to_string()),
+        operation: cx.operation_key.clone(),
         request_digest: Some(permit.request_digest.to_string()),
         pre_image_state_hash: permit.pre_image.map(|d| d.to_string()),
         trace_id: Some(cx.trace_id.to_string()),
@@ -297,6 +298,7 @@ async fn keep(
     let body = ReceiptBody {
         lease_id,
         method: Some(cx.method.to_string()),
+        operation: cx.operation_key.clone(),
         code: Some(refusal.code.as_str().to_owned()),
         trace_id: Some(cx.trace_id.to_string()),
         cas_fence_epoch: ev.current_epoch,

@@ -21,7 +21,21 @@ pub enum Shape<'a> {
         name: &'a str,
         arguments: &'a Value,
     },
+    /// A write known only by its receipt (audit export): never its body, query, headers or
+    /// lease, so neither input contracts nor parameters are judged, and a rule that reads
+    /// what a receipt lacks leaves the write [`Verdict::Unjudged`].
+    Receipt {
+        method: &'a str,
+        /// The path of its `sor_target_uri`, when the receipt names one.
+        path: Option<&'a str>,
+        /// Its `operation` (the budgets' key form), when the receipt names one.
+        operation: Option<&'a str>,
+        caller: Option<&'a str>,
+    },
 }
+
+/// What a receipt never holds: the rules' variables a write read back from one lacks.
+const NOT_IN_RECEIPTS: [&str; 4] = ["body", "query", "headers", "lease"];
 
 /// What the contracts and rules decide.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -31,6 +45,8 @@ pub enum Verdict {
     Held(String),
     /// Refused with this code, or by this rule (`rule:<name>`).
     Refused(String),
+    /// Not decided: this rule applies and reads what the write's record lacks.
+    Unjudged(String),
 }
 
 impl Verdict {
@@ -40,6 +56,7 @@ impl Verdict {
             Verdict::Allowed => "allowed".into(),
             Verdict::Held(r) => format!("held:{r}"),
             Verdict::Refused(w) => format!("refused:{w}"),
+            Verdict::Unjudged(r) => format!("unjudged:{r}"),
         }
     }
 }
@@ -110,6 +127,14 @@ impl<'a> Read<'a> {
                 body: Ok(Some(std::borrow::Cow::Borrowed(*arguments))),
                 lease: None,
             },
+            Shape::Receipt { method, path, .. } => Read {
+                shape,
+                method,
+                path: path.unwrap_or(""),
+                query: None,
+                body: Ok(None),
+                lease: None,
+            },
         }
     }
 }
@@ -133,10 +158,14 @@ pub fn judge(j: Judges<'_>, read: &Read<'_>) -> (String, Verdict) {
             name,
             annotations: cap.and_then(|c| c.tool_annotations.as_ref()),
         }),
-        Shape::Http { .. } => None,
+        Shape::Http { .. } | Shape::Receipt { .. } => None,
+    };
+    let caller = match read.shape {
+        Shape::Receipt { caller, .. } => *caller,
+        _ => None,
     };
     let facts = Facts {
-        caller: None,
+        caller,
         operation: &operation,
         also: None,
         resource: read.path,
@@ -154,7 +183,14 @@ pub fn judge(j: Judges<'_>, read: &Read<'_>) -> (String, Verdict) {
         headers: Vec::new(),
         now_ms: j.now_ms,
     };
-    let verdict = match rules.decide(&facts).decided {
+    let decided = match read.shape {
+        Shape::Receipt { .. } => match rules.decide_knowing(&facts, &NOT_IN_RECEIPTS) {
+            Ok(d) => d.decided,
+            Err(rule) => return (operation, Verdict::Unjudged(rule.to_string())),
+        },
+        _ => rules.decide(&facts).decided,
+    };
+    let verdict = match decided {
         Some(m) if m.action == Action::Hold => Verdict::Held(m.rule.to_string()),
         Some(m) if m.action == Action::Deny => Verdict::Refused(format!("rule:{}", m.rule)),
         _ => Verdict::Allowed,
@@ -171,11 +207,32 @@ fn contracts<'j>(
     let cap = match read.shape {
         Shape::Http { method, .. } => j.bundle.and_then(|b| b.route(method, read.path)),
         Shape::Tool { name, .. } => j.bundle.and_then(|b| b.tool(name)),
+        Shape::Receipt {
+            method,
+            path,
+            operation,
+            ..
+        } => j.bundle.and_then(|b| match (path, operation) {
+            (Some(p), _) => b.route(method, p),
+            (None, Some(op)) => match op.strip_prefix("mcp:tool/") {
+                Some(tool) => b.tool(tool),
+                None => b.capabilities.iter().find(|c| c.operation == *op),
+            },
+            (None, None) => None,
+        }),
     };
     let Some(cap) = cap else {
         let op = match read.shape {
             Shape::Http { method, .. } => format!("{method} {}", read.path),
             Shape::Tool { name, .. } => format!("mcp:tool/{name}"),
+            Shape::Receipt {
+                method,
+                path,
+                operation,
+                ..
+            } => operation
+                .map(str::to_owned)
+                .unwrap_or_else(|| format!("{method} {}", path.unwrap_or("?"))),
         };
         return match unbound(j) {
             Some(refused) => Err((op, refused)),
@@ -185,7 +242,15 @@ fn contracts<'j>(
     let op = match read.shape {
         Shape::Http { .. } => cap.operation.clone(),
         Shape::Tool { name, .. } => format!("mcp:tool/{name}"),
+        Shape::Receipt { operation, .. } => match operation {
+            Some(o) if o.starts_with("mcp:tool/") => (*o).to_owned(),
+            _ => cap.operation.clone(),
+        },
     };
+    // What a receipt does not hold (a body, a query, headers) is not judged.
+    if matches!(read.shape, Shape::Receipt { .. }) {
+        return Ok((op, Some(cap)));
+    }
     let refused =
         |r: palisade_policy::Refusal| Err((op.clone(), Verdict::Refused(r.code.as_str().into())));
     if let Shape::Http { headers, .. } = read.shape {

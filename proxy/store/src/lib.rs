@@ -18,6 +18,7 @@ pub mod embedded;
 mod error;
 pub mod journal;
 pub mod locks;
+pub mod log_query;
 pub mod log_read;
 pub mod metrics;
 pub mod postgres;

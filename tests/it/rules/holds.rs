@@ -157,6 +157,14 @@ async fn the_approval_register_lists_every_decision_of_two_approvers() {
         ],
         "{body}"
     );
+    // Each decision names the operation and the rule that held the write, and what became
+    // of the write: the first released, the second rejected.
+    for l in &lines {
+        assert_eq!(l["operation"], "PUT /orders/big", "{l}");
+        assert_eq!(l["rule"], "big-orders", "{l}");
+    }
+    assert_eq!(lines[1]["final"], "released", "{body}");
+    assert_eq!(lines[2]["final"], "rejected", "{body}");
     // Each line names its receipt's place in the log, and the register pages by it.
     let after = lines[0]["index"].as_u64().unwrap();
     let (_, body) = curl(
@@ -182,7 +190,7 @@ async fn the_approval_register_lists_every_decision_of_two_approvers() {
     let rows: Vec<&str> = csv.trim_end().split("\r\n").collect();
     assert_eq!(
         rows[0],
-        "index,at,escrow_id,outcome,approver,reason,request_digest,lease_id,receipt_id"
+        "index,at,escrow_id,operation,rule,outcome,approver,reason,final,request_digest,lease_id,receipt_id"
     );
     assert_eq!(rows.len(), 4, "{csv}");
     assert!(
