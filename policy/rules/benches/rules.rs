@@ -11,6 +11,11 @@ use palisade_rules::{Facts, LeaseFacts, RuleSet};
 use serde_json::json;
 
 fn file() -> String {
+    file_with(|w| w.to_owned())
+}
+
+/// The same rules, each `when` rewritten by `shape`.
+fn file_with(shape: impl Fn(&str) -> String) -> String {
     let mut text = String::new();
     for i in 0..15 {
         text.push_str(&format!(
@@ -30,7 +35,8 @@ fn file() -> String {
     {
         text.push_str(&format!(
             "[[rule]]\nname = \"orders-{i}\"\non = [\"POST /api/v2/orders\"]\n\
-             when = '{when}'\naction = \"hold\"\n"
+             when = '{}'\naction = \"hold\"\n",
+            shape(when)
         ));
     }
     text
@@ -65,6 +71,16 @@ fn bench(c: &mut Criterion) {
     c.bench_function("rules: 20 rules, 5 apply, none matches", |b| {
         b.iter(|| rules.decide(black_box(&orders)))
     });
+    // The same five in a shape the fast path leaves to CEL's interpreter (a conditional):
+    // what a rule outside the common shapes costs.
+    let cel_only =
+        RuleSet::load(file_with(|w| format!("({w}) ? true : false")).as_bytes()).unwrap();
+    let d = cel_only.decide(&orders);
+    assert!(d.decided.is_none() && d.failed.is_empty(), "{d:?}");
+    c.bench_function(
+        "rules: 20 rules, 5 apply, none matches, all by CEL's interpreter",
+        |b| b.iter(|| cel_only.decide(black_box(&orders))),
+    );
     let other = facts("PUT /api/v2/items/{id}");
     c.bench_function("rules: 20 rules, none applies", |b| {
         b.iter(|| rules.decide(black_box(&other)))

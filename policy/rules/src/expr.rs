@@ -30,6 +30,8 @@ const MAX_DEPTH: usize = 48;
 /// A compiled, vetted `when`.
 pub(crate) struct Condition {
     program: Program,
+    /// The expression judged on the facts directly, when it has the shape that allows it.
+    pub fast: Option<crate::fast::Fast>,
     /// Which of [`VARIABLES`] it reads (bit `i` for `VARIABLES[i]`): only those are made.
     pub uses: u16,
     /// Which of the body's members it reads.
@@ -119,8 +121,10 @@ impl Condition {
             .enumerate()
             .filter(|(_, v)| refs.has_variable(v))
             .fold(0u16, |m, (i, _)| m | (1 << i));
+        let fast = crate::fast::Fast::of(root);
         Ok(Condition {
             program,
+            fast,
             uses,
             body,
         })

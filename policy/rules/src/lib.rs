@@ -21,6 +21,7 @@
 
 mod expr;
 mod facts;
+mod fast;
 mod file;
 
 #[cfg(test)]
@@ -229,18 +230,23 @@ impl RuleSet {
                     Mode::Report => continue,
                     Mode::Enforce => return Err(rule.name.as_str().into()),
                 },
-                Some(cond) => {
-                    // The facts become CEL values once, for the first rule that reads them.
-                    let cx =
-                        context.get_or_insert_with(|| facts.context(root, self.uses, &self.body));
-                    match cond.holds(cx) {
-                        Ok(holds) => (holds, false),
-                        Err(why) => {
-                            decision.failed.push((rule.name.as_str().into(), why));
-                            (rule.action.on_failure(), true)
+                // The common shapes are judged on the facts as they are, when that is certain;
+                // CEL judges the rest, on the facts made into its values once, for the first
+                // rule that needs them.
+                Some(cond) => match cond.fast.as_ref().and_then(|f| f.eval(facts)) {
+                    Some(b) => (b, false),
+                    None => {
+                        let cx = context
+                            .get_or_insert_with(|| facts.context(root, self.uses, &self.body));
+                        match cond.holds(cx) {
+                            Ok(holds) => (holds, false),
+                            Err(why) => {
+                                decision.failed.push((rule.name.as_str().into(), why));
+                                (rule.action.on_failure(), true)
+                            }
                         }
                     }
-                }
+                },
             };
             if !matched {
                 continue;
