@@ -29,6 +29,7 @@ mod connectors_read;
 mod console;
 mod console_api;
 mod contracts;
+mod dashboard;
 mod dataplane;
 mod enforce;
 mod freeze;

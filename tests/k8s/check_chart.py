@@ -250,6 +250,39 @@ def config_check(config_text, config, shape, palisade):
     ok(f"{shape}: the ConfigMap's palisade.toml passes `palisade config check`")
 
 
+def dashboard(docs, shape):
+    """The Grafana dashboard's ConfigMap: labelled for kube-prometheus-stack's Grafana sidecar,
+    the chart's dashboards/palisade.json as it is, valid JSON, and every metric its queries
+    name listed in the metrics reference (the book test ties that list to the code;
+    tests/it/dashboard.rs scrapes a sidecar for them)."""
+    import re
+
+    maps = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-dashboard")]
+    if shape != "embedded":
+        if maps:
+            fail(f"{shape}: the dashboard is off by default, yet rendered")
+        return
+    if len(maps) != 1:
+        fail(f"{shape}: one dashboard ConfigMap expected, found {len(maps)}")
+    cm = maps[0]
+    if cm["metadata"]["labels"].get("grafana_dashboard") != "1":
+        fail(f"{shape}: the dashboard lacks the grafana_dashboard: \"1\" label the Grafana sidecar looks for")
+    if cm["metadata"].get("annotations", {}).get("grafana_folder") != "Palisade":
+        fail(f"{shape}: the dashboard's folder annotation was not rendered")
+    board = json.loads(cm["data"]["palisade.json"])
+    if board != json.loads((CHART / "dashboards/palisade.json").read_text()):
+        fail(f"{shape}: the rendered dashboard differs from dashboards/palisade.json")
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    if len(board["panels"]) < 10 or not all(exprs):
+        fail(f"{shape}: the dashboard's panels or queries are missing")
+    names = {re.sub(r"_(bucket|sum|count)$", "", m) for e in exprs for m in re.findall(r"\bpalisade_[a-z_]+", e)}
+    reference = (ROOT / "docs/reference/metrics.md").read_text()
+    missing = sorted(n for n in names if f"`{n}`" not in reference)
+    if missing:
+        fail(f"the dashboard queries metrics the sidecar does not export: {missing}")
+    ok(f"{shape}: the Grafana dashboard ({len(board['panels'])} panels, {len(names)} metrics, each exported)")
+
+
 def mcp_front(palisade):
     """In front of an MCP server: `mcpPath` and `mcpAllowedOrigins` become `[mcp]` with
     `allowed_origins` (SPEC §11), and the config passes `palisade config check`."""
@@ -318,6 +351,7 @@ def main():
         docs = render(values(shape))
         validate(docs, f"{shape} render")
         config = conventions(docs, shape)
+        dashboard(docs, shape)
         config_check(toml_of(docs), config, shape, palisade)
         committed = RENDERED / f"{shape}.yaml"
         text = committed.read_text()

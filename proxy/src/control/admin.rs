@@ -313,6 +313,16 @@ async fn respond(
             }
         }
         (&Method::GET, "/metrics") => {
+            // Held writes are the store's to count: read when scraped, not kept in step.
+            if let Some(enf) = &state.enforcement {
+                if let Ok(escrows) = enf.store.escrows(1000).await {
+                    let held = escrows
+                        .iter()
+                        .filter(|e| e.state == crate::store::EscrowState::Held)
+                        .count();
+                    metrics::gauge!(crate::telemetry::ESCROWS_HELD).set(held as f64);
+                }
+            }
             let mut r = Response::new(body::full(metrics.render()));
             r.headers_mut().insert(
                 header::CONTENT_TYPE,

@@ -98,8 +98,7 @@ pub(super) fn finish(
         .request(ex.kind.index(), method_index(&ex.method), outcome.index());
     plane
         .metrics
-        .request_duration
-        .record(ex.start.elapsed().as_secs_f64());
+        .duration(ex.kind.index(), ex.start.elapsed().as_secs_f64());
     let log = should_log(plane.config.access_log, status, outcome);
     let (parts, body) = resp.into_parts();
     let line = Box::new(AccessLine {

@@ -21,11 +21,15 @@ use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 // The stores' metrics are named in `palisade-store`, which records them.
 pub use palisade_store::metrics::{
-    count_sealed, FENCE_ADVANCES, LOG_CHECKPOINTS, LOG_ENTRIES, STORE_BATCH_JOBS, STORE_OP_DURATION,
+    count_sealed, FENCE_ADVANCES, LOG_CHECKPOINTS, LOG_CHECKPOINT_TIME, LOG_ENTRIES, LOG_SIZE,
+    STORE_BATCH_JOBS, STORE_OP_DURATION,
 };
 
 pub const REQUESTS_TOTAL: &str = "palisade_requests_total";
 pub const REQUEST_DURATION: &str = "palisade_request_duration_seconds";
+/// Held writes waiting for a decision (SPEC §9's escrow), read from the store when `/metrics`
+/// is scraped: an addition to SPEC §9.
+pub const ESCROWS_HELD: &str = "palisade_escrows_held";
 pub const UPSTREAM_DURATION: &str = "palisade_upstream_duration_seconds";
 pub const INFLIGHT: &str = "palisade_inflight_requests";
 pub const REFUSALS_TOTAL: &str = "palisade_refusals_total";
@@ -59,7 +63,8 @@ pub const OUTCOMES: [&str; 4] = ["forwarded", "refused", "error", "replayed"];
 /// Metric handles resolved once; the data path never looks a metric up by name.
 pub struct Metrics {
     pub inflight: metrics::Gauge,
-    pub request_duration: metrics::Histogram,
+    /// `palisade_request_duration_seconds{kind}`, by index into [`KINDS`].
+    request_durations: Vec<metrics::Histogram>,
     pub upstream_duration: metrics::Histogram,
     requests: Vec<metrics::Counter>,
     refusals: Vec<metrics::Counter>,
@@ -81,13 +86,21 @@ impl Metrics {
                 }
             }
         }
+        // Counters a dashboard reads exist from the start, at zero (Prometheus's advice: a
+        // series that appears only on its first failure cannot be alerted on before it).
+        for name in [RECEIPTS_NOT_STORED, LOG_ENTRIES, LOG_CHECKPOINTS] {
+            let _ = metrics::counter!(name);
+        }
         let refusals = palisade_policy::ErrorCode::ALL
             .iter()
             .map(|c| metrics::counter!(REFUSALS_TOTAL, "code" => c.as_str()))
             .collect();
         Self {
             inflight: metrics::gauge!(INFLIGHT),
-            request_duration: metrics::histogram!(REQUEST_DURATION),
+            request_durations: KINDS
+                .iter()
+                .map(|kind| metrics::histogram!(REQUEST_DURATION, "kind" => *kind))
+                .collect(),
             upstream_duration: metrics::histogram!(UPSTREAM_DURATION),
             requests,
             refusals,
@@ -100,6 +113,13 @@ impl Metrics {
         let i = (kind * METHODS.len() + method) * OUTCOMES.len() + outcome;
         if let Some(c) = self.requests.get(i) {
             c.increment(1);
+        }
+    }
+
+    /// `palisade_request_duration_seconds{kind}`; `kind` an index into [`KINDS`].
+    pub fn duration(&self, kind: usize, seconds: f64) {
+        if let Some(h) = self.request_durations.get(kind) {
+            h.record(seconds);
         }
     }
 
@@ -201,6 +221,19 @@ fn describe() {
     metrics::describe_counter!(
         LOG_CHECKPOINTS,
         "Checkpoints signed by this sidecar (one per store batch with receipts)."
+    );
+    metrics::describe_gauge!(
+        LOG_SIZE,
+        "Entries in the receipt log after this sidecar's newest batch."
+    );
+    metrics::describe_gauge!(
+        LOG_CHECKPOINT_TIME,
+        metrics::Unit::Seconds,
+        "When this sidecar signed its newest checkpoint (Unix time)."
+    );
+    metrics::describe_gauge!(
+        ESCROWS_HELD,
+        "Held writes waiting for a decision, counted when /metrics is read (at most 1,000)."
     );
     metrics::describe_counter!(
         RECEIPTS_NOT_STORED,

@@ -284,7 +284,7 @@ fn seal(
         .map(|p| ((p.answer, p.attach), p.entry))
         .unzip();
     let sealed = log::seal::seal(head.size, &stored, entries, signer).map_err(unavailable)?;
-    crate::metrics::count_sealed(sealed.receipts.len());
+    crate::metrics::count_sealed(sealed.receipts.len(), sealed.head.size);
     for (index, hash) in &sealed.hashes {
         t.put_hash(*index, &hash.0)?;
     }

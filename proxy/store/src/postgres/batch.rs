@@ -349,7 +349,7 @@ async fn append(
         signer,
     )
     .map_err(|e| failed(unavailable_msg(&format!("receipt log: {e}"))))?;
-    crate::metrics::count_sealed(sealed.receipts.len());
+    crate::metrics::count_sealed(sealed.receipts.len(), sealed.head.size);
     let (hash_idx, hashes): (Vec<i64>, Vec<Vec<u8>>) = sealed
         .hashes
         .iter()
