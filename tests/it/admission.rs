@@ -25,6 +25,7 @@ use support::*;
 
 mod admitted;
 mod bindings;
+mod jwks_url;
 
 const PUT_OP: &str = "PUT /items/{id}";
 const GET_OP: &str = "GET /items/{id}";

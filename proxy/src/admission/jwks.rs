@@ -34,7 +34,7 @@ pub fn reload(state: &AppState) -> Result<usize, Vec<String>> {
     let Some(adm) = &state.admission else {
         return Ok(0);
     };
-    match crate::context::load_keys(&adm.config.jwks) {
+    match adm.current_keys() {
         Ok(keys) => {
             let n = keys.len();
             adm.rotate(keys);

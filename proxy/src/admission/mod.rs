@@ -16,6 +16,7 @@
 //! the `authorization_details` the call needs. Both are receipted with a drift event.
 
 pub mod jwks;
+pub mod jwks_url;
 pub mod metadata;
 
 use std::sync::Arc;
@@ -106,6 +107,7 @@ pub async fn gate(
         operation: &cap.operation,
         contract_digest: &cap.contract.digest,
     };
+    keys_for(g.adm, presented).await;
     let admitted = match verified(g.adm, g.enf, presented) {
         Ok(a) => a,
         Err(r) => {
@@ -134,6 +136,7 @@ pub async fn token_only(
     if matches!(presented, Presented::None) {
         return Ok(None);
     }
+    keys_for(g.adm, presented).await;
     match verified(g.adm, g.enf, presented) {
         Ok(a) => Ok(Some(a)),
         Err(r) => Err(refuse(g.rec, g.adm, cx, r, None, true).await),
@@ -182,6 +185,19 @@ fn token(parts: &http::request::Parts) -> Presented {
             Presented::Bearer(t.trim().to_owned())
         }
         _ => Presented::Unusable("the Authorization header is not a Bearer token"),
+    }
+}
+
+/// A token naming a `kid` the keys in force lack: the issuers' JWKS URLs are looked at again
+/// before it is judged (each at most once per `jwks_refresh.min`, however many such tokens).
+async fn keys_for(adm: &AdmissionState, presented: &Presented) {
+    if adm.urls.is_empty() {
+        return;
+    }
+    if let Presented::Bearer(t) = presented {
+        if admission::kid_of(t).is_some_and(|kid| !adm.keys.load().has(&kid)) {
+            jwks_url::refresh_for_unknown_kid(adm).await;
+        }
     }
 }
 

@@ -18,6 +18,15 @@ pub struct RawAdmission {
     pub algorithms: Option<Vec<String>>,
     pub max_clock_skew: Option<String>,
     pub forward_token: Option<bool>,
+    pub jwks_refresh: Option<RawRefresh>,
+}
+
+/// `jwks_refresh = { min = "1m", max = "24h" }`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawRefresh {
+    pub min: Option<String>,
+    pub max: Option<String>,
 }
 
 impl RawAdmission {
@@ -40,16 +49,44 @@ impl RawAdmission {
                 "expected this sidecar's resource identifier, an absolute https:// URL (the tokens' aud)",
             );
         }
-        let jwks: Vec<PathBuf> = self
-            .jwks
-            .unwrap_or_default()
-            .into_iter()
-            .map(PathBuf::from)
-            .collect();
-        if jwks.is_empty() {
+        // A file, or an issuer's `jwks_uri` (https only: the keys decide who is admitted).
+        let (mut jwks, mut jwks_urls) = (Vec::new(), Vec::new());
+        for entry in self.jwks.unwrap_or_default() {
+            if entry.starts_with("https://") {
+                let ok = entry
+                    .parse::<http::Uri>()
+                    .is_ok_and(|u| u.authority().is_some());
+                if !ok {
+                    c.push(
+                        "admission.jwks",
+                        format!("{entry:?} is not an absolute URL"),
+                    );
+                }
+                jwks_urls.push(entry);
+            } else if entry.contains("://") {
+                c.push(
+                    "admission.jwks",
+                    format!(
+                        "{entry:?}: a JWKS URL must be https:// (the keys decide who is admitted)"
+                    ),
+                );
+            } else {
+                jwks.push(PathBuf::from(entry));
+            }
+        }
+        if jwks.is_empty() && jwks_urls.is_empty() {
             c.push(
                 "admission.jwks",
-                "name at least one JWKS file with the issuers' public keys",
+                "name at least one JWKS file or https:// URL with the issuers' public keys",
+            );
+        }
+        let refresh = self.jwks_refresh.unwrap_or_default();
+        let jwks_refresh_min = c.duration("admission.jwks_refresh.min", &refresh.min, "1m");
+        let jwks_refresh_max = c.duration("admission.jwks_refresh.max", &refresh.max, "24h");
+        if jwks_refresh_min < Duration::from_secs(1) || jwks_refresh_min > jwks_refresh_max {
+            c.push(
+                "admission.jwks_refresh",
+                "min must be at least 1s and at most max",
             );
         }
         let issuers = self.issuers.unwrap_or_default();
@@ -83,6 +120,9 @@ impl RawAdmission {
             required,
             resource,
             jwks,
+            jwks_urls,
+            jwks_refresh_min,
+            jwks_refresh_max,
             issuers,
             algorithms,
             max_clock_skew,

@@ -264,6 +264,11 @@ pub struct Admission {
     pub resource: String,
     /// JWKS files (any of them may hold keys of any listed issuer, matched by `kid`).
     pub jwks: Vec<std::path::PathBuf>,
+    /// Issuers' `jwks_uri`s (https), cached as their `Cache-Control` says within
+    /// [`Admission::jwks_refresh_min`, `Admission::jwks_refresh_max`].
+    pub jwks_urls: Vec<String>,
+    pub jwks_refresh_min: Duration,
+    pub jwks_refresh_max: Duration,
     pub issuers: Vec<String>,
     /// `EdDSA`, `ES256`, `RS256` (the only ones accepted).
     pub algorithms: Vec<String>,

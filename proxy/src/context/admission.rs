@@ -21,10 +21,24 @@ pub struct Admitted {
     pub grants: Vec<Grant>,
 }
 
+/// An issuer's `jwks_uri` (SPEC §13): the last document fetched from it that read as keys,
+/// kept in use while the issuer is unreachable.
+pub struct UrlKeys {
+    pub url: String,
+    pub doc: Mutex<Option<Vec<u8>>>,
+    /// When it was last fetched, whatever came of it: an unknown `kid` fetches again only
+    /// `jwks_refresh.min` after.
+    pub last: Mutex<Option<tokio::time::Instant>>,
+    /// One fetch at a time: who waits for it then finds it recent and does not fetch again.
+    pub fetching: tokio::sync::Mutex<()>,
+}
+
 pub struct AdmissionState {
     pub config: Admission,
     pub rules: Rules,
     pub keys: arc_swap::ArcSwap<Keys>,
+    /// The issuers' JWKS URLs, in `admission.jwks` order.
+    pub urls: Vec<UrlKeys>,
     /// Verified tokens by digest, with the key generation they were verified under: a key
     /// rotation drops them all.
     cache: Mutex<(u64, HashMap<Sha256Digest, Arc<Admitted>>)>,
@@ -49,9 +63,31 @@ impl AdmissionState {
             },
             config: config.clone(),
             keys: arc_swap::ArcSwap::from_pointee(keys),
+            urls: config
+                .jwks_urls
+                .iter()
+                .map(|url| UrlKeys {
+                    url: url.clone(),
+                    doc: Mutex::new(None),
+                    last: Mutex::new(None),
+                    fetching: tokio::sync::Mutex::new(()),
+                })
+                .collect(),
             cache: Mutex::new((0, HashMap::new())),
             generation: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// The keys of the JWKS files as they are now and of the URLs' last good documents;
+    /// `Err` lists every problem (a `kid` in two places is one).
+    pub fn current_keys(&self) -> Result<Keys, Vec<String>> {
+        let mut docs = read_files(&self.config.jwks)?;
+        for u in &self.urls {
+            if let Some(doc) = u.doc.lock().ok().and_then(|d| d.clone()) {
+                docs.push((u.url.clone(), doc));
+            }
+        }
+        Keys::from_jwks(&docs)
     }
 
     /// Puts new keys in force and forgets every token verified under the old ones.
@@ -88,6 +124,10 @@ impl AdmissionState {
 
 /// The issuers' keys from JWKS files.
 pub fn load_keys(paths: &[PathBuf]) -> Result<Keys, Vec<String>> {
+    Keys::from_jwks(&read_files(paths)?)
+}
+
+fn read_files(paths: &[PathBuf]) -> Result<Vec<(String, Vec<u8>)>, Vec<String>> {
     let mut files = Vec::with_capacity(paths.len());
     let mut problems = Vec::new();
     for p in paths {
@@ -97,8 +137,9 @@ pub fn load_keys(paths: &[PathBuf]) -> Result<Keys, Vec<String>> {
             Err(e) => problems.push(format!("{}: {e}", p.display())),
         }
     }
-    if !problems.is_empty() {
-        return Err(problems);
+    if problems.is_empty() {
+        Ok(files)
+    } else {
+        Err(problems)
     }
-    Keys::from_jwks(&files)
 }

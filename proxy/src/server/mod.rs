@@ -209,6 +209,7 @@ impl Server {
         }
         crate::control::reload::spawn_triggers(state.clone(), watched);
         crate::admission::jwks::spawn_watch(state.clone());
+        crate::admission::jwks_url::spawn(state.clone());
         crate::control::witnesses::spawn(state.plane.clone());
         crate::control::freeze::spawn_poll(state.plane.clone());
         crate::control::escrow_expiry::spawn(state.plane.clone());

@@ -203,6 +203,22 @@ fn invalid(detail: impl Into<std::borrow::Cow<'static, str>>) -> Refusal {
     Refusal::new(ErrorCode::TokenInvalid, detail)
 }
 
+/// The `kid` a token's header names, read without verifying anything: whether the keys in
+/// force know it decides if an issuer's JWKS URL is worth fetching again.
+pub fn kid_of(token: &str) -> Option<String> {
+    if token.len() > MAX_TOKEN {
+        return None;
+    }
+    jsonwebtoken::decode_header(token).ok()?.kid
+}
+
+impl Keys {
+    /// Whether a key of this `kid` is in force.
+    pub fn has(&self, kid: &str) -> bool {
+        self.by_kid.contains_key(kid)
+    }
+}
+
 /// Verifies `token` (the bearer credential, without `Bearer `) at `now_s`.
 pub fn verify(token: &str, keys: &Keys, rules: &Rules, now_s: u64) -> Result<Verified, Refusal> {
     if token.len() > MAX_TOKEN {
