@@ -229,6 +229,11 @@ fn verified(
     Ok(admitted)
 }
 
+/// The `scope` a 403's step-up challenge names: the authorization details type a token must
+/// carry here (the metadata's `authorization_details_types_supported`); the details
+/// themselves are in the problem body, since no scope string can carry a contract digest.
+pub const STEP_UP_SCOPE: &str = palisade_rich::admission::grant::DETAILS_TYPE;
+
 /// A receipted refusal with the headers RFC 6750 and RFC 9728 name: no error code when no
 /// token was presented, `invalid_token` for a bad one, `insufficient_authorization_details`
 /// (with what to ask for) for one that does not admit the call.
@@ -247,10 +252,15 @@ async fn refuse(
             format!("Bearer resource_metadata=\"{metadata}\""),
         )
     } else if let (ErrorCode::NotAdmitted, Some(call)) = (r.code, call) {
+        // Two challenges: RFC 6750's `insufficient_scope` first (what MCP clients step up
+        // on: the scope to ask for and where the metadata is, RFC 9728 §5.1), then the RICH
+        // one, whose `authorization_details` are in the problem body.
         (
             vec![("authorization_details", admission::needed(call))],
             format!(
-                "Bearer error=\"insufficient_authorization_details\", resource_metadata=\"{metadata}\""
+                "Bearer error=\"insufficient_scope\", scope=\"{STEP_UP_SCOPE}\", \
+                 resource_metadata=\"{metadata}\", \
+                 Bearer error=\"insufficient_authorization_details\", resource_metadata=\"{metadata}\""
             ),
         )
     } else {

@@ -207,3 +207,134 @@ async fn an_mcp_body_too_large_or_unreadable_is_counted_and_receipted() {
     assert_eq!(log_size().await, before + 1, "one rejection receipt");
     assert!(server.executions().is_empty(), "nothing reached the server");
 }
+
+/// The step-up (SPEC §13, issue 58): a token that does not admit a tool call gets 403 with
+/// `WWW-Authenticate: Bearer error="insufficient_scope", scope=…, resource_metadata=…` (then
+/// the RICH challenge), and the official MCP Python SDK's OAuth client acts on it: right after
+/// the 403 it fetches the protected resource metadata at the URL the challenge named, then
+/// looks for the authorization server that metadata lists (a local stand-in here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sdk_client_steps_up_on_a_403_to_the_resource_metadata_it_names() {
+    let server = McpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let b = erp_tools(dir.path());
+    let lock: Value = serde_json::from_slice(&std::fs::read(&b.lockfile).unwrap()).unwrap();
+    // The sidecar's own address is its resource identifier, so the metadata URL is reachable.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let resource = format!("http://127.0.0.1:{port}");
+    let authority = Upstream::start().await;
+    let keys = tempfile::tempdir().unwrap();
+    let spec = json!({"resource": resource, "issuer": support::tokens::ISSUER,
+        "bindingId": b.binding_id, "digests": {},
+        "custom": {"add_only": [{"type": "rich_binding", "bindingId": b.binding_id, "operations": [
+            {"operation": "add", "contractDigest": lock["capabilities"]["add"]["contractDigest"],
+             "bound": {"type": "object", "properties": {"a": {"type": "integer", "maximum": 10}}}}]}]}});
+    let tokens = support::tokens::mint(keys.path(), &spec);
+    let token = tokens["add_only"].as_str().unwrap().to_owned();
+    let admission = format!(
+        "[admission]\nmode = \"required\"\nresource = \"{resource}\"\njwks = [\"{}\"]\n\
+         issuers = [\"{}\", \"{}\"]\n",
+        keys.path().join("jwks.json").display(),
+        authority.url(),
+        support::tokens::ISSUER
+    );
+    let side = tempfile::tempdir().unwrap();
+    let sidecar = KeyPair::from_seed(SIDECAR_SEED);
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    std::fs::write(side.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
+    std::fs::write(
+        side.path().join("issuers.json"),
+        json!([{"kid": agent.kid(), "public_key": agent.public_b64()}]).to_string(),
+    )
+    .unwrap();
+    let d = side.path().display();
+    let text = format!(
+        "[listen]\naddr = \"127.0.0.1:{port}\"\npublic_base = \"{BASE}\"\n\
+         [upstream]\nurl = \"http://127.0.0.1:{}\"\n\
+         [signing]\nkey = \"{d}/signing.pem\"\n[trust]\nissuers = \"{d}/issuers.json\"\n\
+         [store]\npath = \"{d}/state.redb\"\n[mcp]\npath = \"/mcp\"\n{}\n{admission}",
+        server.port,
+        b.rich_toml("")
+    );
+    let p = Palisade::start_in(side, &text);
+    let url = p.url("/mcp");
+    let metadata = format!("{resource}/.well-known/oauth-protected-resource");
+
+    // The 403 as sent: both challenges, the step-up one first.
+    let before = server.executions().len();
+    let got = client_with_headers(
+        url.clone(),
+        "2026-07-28",
+        json!([{"op": "call", "name": "add", "args": {"a": 50, "b": 3}}]),
+        json!({"authorization": format!("Bearer {token}")}),
+    )
+    .await;
+    assert_eq!(
+        got[0]["error"]["data"]["code"], "ERR_NOT_ADMITTED",
+        "{}",
+        got[0]
+    );
+    let raw = std::process::Command::new("curl")
+        .args(["-s", "-D", "-", "-o", "/dev/null", "-X", "POST", &url])
+        .args(["-H", "content-type: application/json", "-H", "accept: application/json, text/event-stream"])
+        .args(["-H", "mcp-protocol-version: 2026-07-28", "-H", &format!("authorization: Bearer {token}")])
+        .args(["-d", r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"add","arguments":{"a":50,"b":3}}}"#])
+        .output()
+        .unwrap();
+    let head = String::from_utf8_lossy(&raw.stdout).to_lowercase();
+    let challenge = head
+        .lines()
+        .find(|l| l.starts_with("www-authenticate:"))
+        .unwrap_or_else(|| panic!("{head}"));
+    assert!(head.starts_with("http/1.1 403"), "{head}");
+    let step_up = challenge
+        .find("error=\"insufficient_scope\"")
+        .expect(challenge);
+    let rich = challenge
+        .find("error=\"insufficient_authorization_details\"")
+        .expect(challenge);
+    assert!(step_up < rich, "{challenge}");
+    assert!(challenge.contains("scope=\"rich_binding\""), "{challenge}");
+    assert!(
+        challenge.contains(&format!("resource_metadata=\"{metadata}\"")),
+        "{challenge}"
+    );
+
+    // The SDK's OAuth client, holding that token, steps up on the 403.
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/mcp/step_up.py");
+    let out = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(python())
+            .arg(script)
+            .args([url.as_str(), token.as_str(), "add", r#"{"a": 50, "b": 3}"#])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let line = String::from_utf8_lossy(&out.stdout);
+    let report: Value = serde_json::from_str(line.trim())
+        .unwrap_or_else(|_| panic!("{line}\n{}", String::from_utf8_lossy(&out.stderr)));
+    let requests = report["requests"].as_array().unwrap();
+    let refused = requests
+        .iter()
+        .position(|r| r[0] == "POST" && r[2] == 403)
+        .unwrap_or_else(|| panic!("no 403 seen: {report}"));
+    assert_eq!(requests[refused + 1][0], "GET", "{report}");
+    assert_eq!(requests[refused + 1][1], metadata.as_str(), "{report}");
+    assert_eq!(requests[refused + 1][2], 200, "{report}");
+    // Then the authorization server the metadata names first (the local stand-in).
+    assert!(
+        requests[refused + 2..]
+            .iter()
+            .any(|r| r[1].as_str().unwrap_or("").starts_with(&authority.url())),
+        "{report}"
+    );
+    // The refused call never reached the server.
+    assert!(server.executions()[before..]
+        .iter()
+        .all(|l| !l.contains("a=50")));
+}
