@@ -6,45 +6,19 @@
 //! answer, leaves the last good keys in force (`palisade_jwks_reloads_total{result}`:
 //! `applied`, `unchanged`, `rejected`, `unreachable`).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::time::Instant;
 
 use http::{header, Request, StatusCode};
 use http_body_util::BodyExt as _;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 
+use super::https::{client, TIMEOUT};
 use crate::context::{AdmissionState, AppState};
 
 /// Most bytes of a JWKS document, as of a file.
 const MAX_DOC: usize = 1 << 20;
-/// How long one fetch may take.
-const TIMEOUT: Duration = Duration::from_secs(5);
-
-type Https =
-    Client<hyper_rustls::HttpsConnector<HttpConnector>, http_body_util::Empty<bytes::Bytes>>;
-
-/// The client: https only, the platform's roots (and `SSL_CERT_FILE`'s).
-fn client() -> Option<&'static Https> {
-    static CLIENT: OnceLock<Option<Https>> = OnceLock::new();
-    CLIENT
-        .get_or_init(|| {
-            let tls = crate::net::tls::client_config(None, None).ok()?;
-            let mut http = HttpConnector::new();
-            http.enforce_http(false);
-            http.set_connect_timeout(Some(TIMEOUT));
-            let https = hyper_rustls::HttpsConnectorBuilder::new()
-                .with_tls_config(tls)
-                .https_only()
-                .enable_http1()
-                .wrap_connector(http);
-            Some(Client::builder(TokioExecutor::new()).build(https))
-        })
-        .as_ref()
-}
 
 /// What one look at a URL came to.
 enum Looked {
@@ -151,7 +125,7 @@ async fn fetch(url: &str) -> Result<(Vec<u8>, Option<Duration>), String> {
     let client = client().ok_or("no TLS client could be made")?;
     let req = Request::get(url)
         .header(header::ACCEPT, "application/jwk-set+json, application/json")
-        .body(http_body_util::Empty::new())
+        .body(http_body_util::Full::default())
         .map_err(|e| e.to_string())?;
     let resp = tokio::time::timeout(TIMEOUT, client.request(req))
         .await

@@ -15,6 +15,8 @@
 //! (RFC 9728); a 403 carries `error="insufficient_authorization_details"` and, in its body,
 //! the `authorization_details` the call needs. Both are receipted with a drift event.
 
+mod https;
+pub mod introspect;
 pub mod jwks;
 pub mod jwks_url;
 pub mod metadata;
@@ -107,6 +109,9 @@ pub async fn gate(
         operation: &cap.operation,
         contract_digest: &cap.contract.digest,
     };
+    if let Err(r) = introspect::opaque(g.adm, g.enf, presented).await {
+        return Err(refuse(g.rec, g.adm, cx, r, Some(call), true).await);
+    }
     keys_for(g.adm, presented).await;
     let admitted = match verified(g.adm, g.enf, presented) {
         Ok(a) => a,
@@ -135,6 +140,9 @@ pub async fn token_only(
 ) -> Result<Option<Arc<Admitted>>, Refused> {
     if matches!(presented, Presented::None) {
         return Ok(None);
+    }
+    if let Err(r) = introspect::opaque(g.adm, g.enf, presented).await {
+        return Err(refuse(g.rec, g.adm, cx, r, None, true).await);
     }
     keys_for(g.adm, presented).await;
     match verified(g.adm, g.enf, presented) {

@@ -19,6 +19,16 @@ pub struct RawAdmission {
     pub max_clock_skew: Option<String>,
     pub forward_token: Option<bool>,
     pub jwks_refresh: Option<RawRefresh>,
+    pub introspection: Option<RawIntrospection>,
+}
+
+/// `introspection = { url, client_id, client_secret_file }` (RFC 7662).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RawIntrospection {
+    pub url: Option<String>,
+    pub client_id: Option<String>,
+    pub client_secret_file: Option<String>,
 }
 
 /// `jwks_refresh = { min = "1m", max = "24h" }`.
@@ -74,7 +84,7 @@ impl RawAdmission {
                 jwks.push(PathBuf::from(entry));
             }
         }
-        if jwks.is_empty() && jwks_urls.is_empty() {
+        if jwks.is_empty() && jwks_urls.is_empty() && self.introspection.is_none() {
             c.push(
                 "admission.jwks",
                 "name at least one JWKS file or https:// URL with the issuers' public keys",
@@ -112,6 +122,38 @@ impl RawAdmission {
                 );
             }
         }
+        let introspection = self.introspection.map(|i| {
+            let url = i.url.unwrap_or_default();
+            if !url.starts_with("https://")
+                || !url
+                    .parse::<http::Uri>()
+                    .is_ok_and(|u| u.authority().is_some())
+            {
+                c.push(
+                    "admission.introspection.url",
+                    "expected the issuer's RFC 7662 endpoint, an https:// URL",
+                );
+            }
+            let client_id = i.client_id.unwrap_or_default();
+            if client_id.is_empty() || client_id.contains(':') {
+                c.push(
+                    "admission.introspection.client_id",
+                    "expected the sidecar's client id at the issuer (no `:`)",
+                );
+            }
+            let secret = i.client_secret_file.map(PathBuf::from);
+            if secret.as_ref().is_none_or(|f| !f.is_file()) {
+                c.push(
+                    "admission.introspection.client_secret_file",
+                    "expected a file holding the client's secret",
+                );
+            }
+            super::model::Introspection {
+                url,
+                client_id,
+                client_secret_file: secret.unwrap_or_default(),
+            }
+        });
         let max_clock_skew = c.duration("admission.max_clock_skew", &self.max_clock_skew, "60s");
         if max_clock_skew > Duration::from_secs(600) {
             c.push("admission.max_clock_skew", "at most 10 minutes");
@@ -123,6 +165,7 @@ impl RawAdmission {
             jwks_urls,
             jwks_refresh_min,
             jwks_refresh_max,
+            introspection,
             issuers,
             algorithms,
             max_clock_skew,

@@ -27,9 +27,9 @@ pub use collector::parse_size;
 use collector::{section, Collector};
 pub use model::{
     AccessLog, AdminSection, Admission, Aip2, Config, ConfigError, ConfigProblem, Delivery,
-    EscrowSection, LimitsSection, ListenSection, ListenTls, ProxyHeader, Rcns, Retention,
-    RulesSection, Sink, StoreKind, StoreSection, UnboundWrites, UpstreamSection, Witness,
-    DEFAULT_SIGNING_KEY,
+    EscrowSection, Introspection, LimitsSection, ListenSection, ListenTls, ProxyHeader, Rcns,
+    Retention, RulesSection, Sink, StoreKind, StoreSection, UnboundWrites, UpstreamSection,
+    Witness, DEFAULT_SIGNING_KEY,
 };
 use raw::RawConfig;
 

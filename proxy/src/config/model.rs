@@ -269,12 +269,24 @@ pub struct Admission {
     pub jwks_urls: Vec<String>,
     pub jwks_refresh_min: Duration,
     pub jwks_refresh_max: Duration,
+    /// Opaque tokens are asked about here (RFC 7662).
+    pub introspection: Option<Introspection>,
     pub issuers: Vec<String>,
     /// `EdDSA`, `ES256`, `RS256` (the only ones accepted).
     pub algorithms: Vec<String>,
     pub max_clock_skew: Duration,
     /// Send the bearer token on to the upstream (off: the sidecar removes it).
     pub forward_token: bool,
+}
+
+/// An issuer's token introspection endpoint (RFC 7662) and the sidecar's client credentials
+/// there (HTTP Basic; the secret re-read from its file at each call, so a rotated Secret
+/// takes effect at once).
+#[derive(Debug, Clone)]
+pub struct Introspection {
+    pub url: String,
+    pub client_id: String,
+    pub client_secret_file: std::path::PathBuf,
 }
 
 /// How an unregistered pair addressed directly is answered (seed 000 §3.1).

@@ -30,6 +30,9 @@ pub const REQUEST_DURATION: &str = "palisade_request_duration_seconds";
 /// Held writes waiting for a decision (SPEC §9's escrow), read from the store when `/metrics`
 /// is scraped: an addition to SPEC §9.
 pub const ESCROWS_HELD: &str = "palisade_escrows_held";
+/// Opaque tokens asked about at the issuer (RFC 7662), by result: `active` (admitted here),
+/// `refused` (inactive, or claims that do not admit here), `failed` (no answer).
+pub const INTROSPECTIONS: &str = "palisade_token_introspections_total";
 pub const UPSTREAM_DURATION: &str = "palisade_upstream_duration_seconds";
 pub const INFLIGHT: &str = "palisade_inflight_requests";
 pub const REFUSALS_TOTAL: &str = "palisade_refusals_total";
@@ -230,6 +233,10 @@ fn describe() {
         LOG_CHECKPOINT_TIME,
         metrics::Unit::Seconds,
         "When this sidecar signed its newest checkpoint (Unix time)."
+    );
+    metrics::describe_counter!(
+        INTROSPECTIONS,
+        "Opaque tokens introspected at their issuer, by result (active, refused, failed)."
     );
     metrics::describe_gauge!(
         ESCROWS_HELD,

@@ -9,7 +9,7 @@ pub mod grant;
 pub mod token;
 
 pub use grant::{admit, check_input, needed, Bound, Call, Grant, Operation};
-pub use token::{kid_of, verify, Keys, Rules, Verified};
+pub use token::{from_introspection, is_jwt, kid_of, verify, Keys, Rules, Verified};
 
 /// Whether a query string names `access_token` (RFC 6750 §2.3), in any spelling a form parser
 /// decodes to it (`access%5Ftoken`, `%61ccess_token`). Every pair is read, however many: a

@@ -256,7 +256,39 @@ pub fn verify(token: &str, keys: &Keys, rules: &Rules, now_s: u64) -> Result<Ver
     validation.required_spec_claims.clear();
     let data = jsonwebtoken::decode::<Value>(token, &key.decoding, &validation)
         .map_err(|_| invalid("the token's signature does not verify"))?;
-    let claims = data.claims;
+    judge_claims(&data.claims, token, rules, now_s)
+}
+
+/// An opaque token, as its issuer's RFC 7662 introspection endpoint answered for it at
+/// `now_s`: `active`, then the same claims a JWT's are held to (`iss` one of the issuers, `aud`
+/// naming this resource, `exp`, `nbf`, `iat`), so a token is admitted the same way whichever
+/// form it takes.
+pub fn from_introspection(
+    answer: &Value,
+    token: &str,
+    rules: &Rules,
+    now_s: u64,
+) -> Result<Verified, Refusal> {
+    if answer.get("active") != Some(&Value::Bool(true)) {
+        return Err(invalid(
+            "the token is not active (its issuer's introspection says so)",
+        ));
+    }
+    judge_claims(answer, token, rules, now_s)
+}
+
+/// Whether `token` is a JWT (three segments, a header that reads), rather than an opaque
+/// token only its issuer can tell about.
+pub fn is_jwt(token: &str) -> bool {
+    token.len() <= MAX_TOKEN && jsonwebtoken::decode_header(token).is_ok()
+}
+
+fn judge_claims(
+    claims: &Value,
+    token: &str,
+    rules: &Rules,
+    now_s: u64,
+) -> Result<Verified, Refusal> {
     let issuer = claims
         .get("iss")
         .and_then(Value::as_str)
@@ -381,6 +413,51 @@ mod tests {
                 verify(t, &keys, &rules, 0).unwrap_err().code,
                 ErrorCode::TokenInvalid
             );
+        }
+    }
+
+    #[test]
+    fn an_introspection_answer_is_held_to_what_a_jwt_is() {
+        let rules = Rules {
+            issuers: vec!["https://as".into()],
+            audience: "https://rs".into(),
+            algorithms: vec![Algorithm::EdDSA],
+            skew_s: 60,
+        };
+        let good = json!({"active": true, "iss": "https://as", "aud": ["https://rs"],
+            "exp": 2_000, "sub": "agent-7", "authorization_details": [{"type": "rich_binding"}]});
+        let v = from_introspection(&good, "opaque-1", &rules, 1_000).unwrap();
+        assert_eq!(
+            (v.expires_at, v.subject.as_deref()),
+            (2_000, Some("agent-7"))
+        );
+        assert_eq!(v.authorization_details[0]["type"], "rich_binding");
+        assert!(!is_jwt("opaque-1") && !is_jwt("a.b.c"));
+        for (answer, why) in [
+            (json!({"active": false}), "not active"),
+            (
+                json!({"active": "true", "iss": "https://as", "aud": "https://rs", "exp": 2_000}),
+                "not active",
+            ),
+            (
+                json!({"active": true, "iss": "https://other", "aud": "https://rs", "exp": 2_000}),
+                "iss",
+            ),
+            (
+                json!({"active": true, "iss": "https://as", "exp": 2_000}),
+                "aud",
+            ),
+            (
+                json!({"active": true, "iss": "https://as", "aud": "https://rs", "exp": 900}),
+                "expired",
+            ),
+            (
+                json!({"active": true, "iss": "https://as", "aud": "https://rs"}),
+                "no exp",
+            ),
+        ] {
+            let e = from_introspection(&answer, "opaque-1", &rules, 1_000).unwrap_err();
+            assert!(e.detail.contains(why), "{answer}: {}", e.detail);
         }
     }
 }

@@ -1,0 +1,33 @@
+//! The client admission calls its issuers with (JWKS URLs, introspection): https only, the
+//! platform's roots (and `SSL_CERT_FILE`'s), one per process.
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
+
+/// How long one call may take, connection included.
+pub const TIMEOUT: Duration = Duration::from_secs(5);
+
+pub type Https =
+    Client<hyper_rustls::HttpsConnector<HttpConnector>, http_body_util::Full<bytes::Bytes>>;
+
+pub fn client() -> Option<&'static Https> {
+    static CLIENT: OnceLock<Option<Https>> = OnceLock::new();
+    CLIENT
+        .get_or_init(|| {
+            let tls = crate::net::tls::client_config(None, None).ok()?;
+            let mut http = HttpConnector::new();
+            http.enforce_http(false);
+            http.set_connect_timeout(Some(TIMEOUT));
+            let https = hyper_rustls::HttpsConnectorBuilder::new()
+                .with_tls_config(tls)
+                .https_only()
+                .enable_http1()
+                .wrap_connector(http);
+            Some(Client::builder(TokioExecutor::new()).build(https))
+        })
+        .as_ref()
+}
