@@ -141,14 +141,19 @@ async fn audit_export_returns_exactly_the_receipts_each_filter_names() {
     assert!(st.is_client_error(), "{st}");
     let (st, denied) = write(&s, "/items/archive", "agent-a", true).await;
     assert_eq!(st, StatusCode::FORBIDDEN);
-    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    let mid = palisade_policy::lease::format_rfc3339_ms(
+    // `mid`: a millisecond after the newest receipt so far, once the clock has passed it (a
+    // spin of at most a millisecond, not a sleep), so every later receipt is at or after it.
+    let last_at = palisade_policy::log::query::at_ms(&denied).unwrap();
+    let now_ms = || {
         std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
-            .as_millis() as i64,
-    );
-    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            .as_millis() as i64
+    };
+    while now_ms() <= last_at {
+        tokio::task::yield_now().await;
+    }
+    let mid = palisade_policy::lease::format_rfc3339_ms(last_at + 1);
 
     // After `mid`: a write a rule holds, its approval (and so its release), a freeze.
     let (st, held, doc) = write_doc(&s, "/items/big", "agent-b", true).await;
