@@ -15,7 +15,6 @@ use palisade_rich::admission;
 use serde_json::Value;
 
 use super::https::{client, TIMEOUT};
-use super::Presented;
 use crate::context::{AdmissionState, Admitted, Enforcement};
 
 /// What `application/x-www-form-urlencoded` escapes: all but letters, digits and `*-._`
@@ -35,9 +34,9 @@ const MAX_ANSWER: usize = 64 * 1024;
 pub async fn opaque(
     adm: &AdmissionState,
     enf: &Enforcement,
-    presented: &Presented,
+    bearer: Option<&str>,
 ) -> Result<(), Refusal> {
-    let (Some(cfg), Presented::Bearer(token)) = (&adm.config.introspection, presented) else {
+    let (Some(cfg), Some(token)) = (&adm.config.introspection, bearer) else {
         return Ok(());
     };
     if admission::is_jwt(token) {

@@ -47,6 +47,16 @@ pub enum Presented {
     Unusable(&'static str),
 }
 
+impl Presented {
+    /// The bearer token, when one was presented.
+    pub fn bearer(&self) -> Option<&str> {
+        match self {
+            Presented::Bearer(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
 /// Takes the request's `Authorization` off it (it was issued for this sidecar, and the SoR
 /// never sees it), unless `admission.forward_token`; whenever `[admission]` is configured (a
 /// binding may require a token where the mode is off).
@@ -109,7 +119,7 @@ pub async fn gate(
         operation: &cap.operation,
         contract_digest: &cap.contract.digest,
     };
-    if let Err(r) = introspect::opaque(g.adm, g.enf, presented).await {
+    if let Err(r) = introspect::opaque(g.adm, g.enf, presented.bearer()).await {
         return Err(refuse(g.rec, g.adm, cx, r, Some(call), true).await);
     }
     keys_for(g.adm, presented).await;
@@ -141,7 +151,7 @@ pub async fn token_only(
     if matches!(presented, Presented::None) {
         return Ok(None);
     }
-    if let Err(r) = introspect::opaque(g.adm, g.enf, presented).await {
+    if let Err(r) = introspect::opaque(g.adm, g.enf, presented.bearer()).await {
         return Err(refuse(g.rec, g.adm, cx, r, None, true).await);
     }
     keys_for(g.adm, presented).await;
