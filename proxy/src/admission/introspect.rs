@@ -3,8 +3,9 @@
 //! answer is held to what a JWT's claims are (`active`, `iss`, `aud`, `exp`, and its
 //! `authorization_details` as the grant). An admitted answer is kept in the verified-token
 //! cache under the token's digest until the token's `exp`, so a token is introspected once,
-//! not per call. An endpoint that does not answer is a refusal (401, saying so), never an
-//! admission.
+//! not per call; a refused one is remembered for 30 s, so a token sent again and again costs
+//! the issuer one call in that time. An endpoint that does not answer is a refusal (401,
+//! saying so, not remembered), never an admission.
 
 use std::sync::Arc;
 
@@ -47,6 +48,9 @@ pub async fn opaque(
     if adm.cached(&digest, now_s).is_some() {
         return Ok(());
     }
+    if let Some(r) = adm.refused(&digest, now_s) {
+        return Err(r);
+    }
     let answer = ask(cfg, token).await.map_err(|why| {
         tracing::warn!(url = %cfg.url, error = %why, "token introspection failed");
         metrics::counter!(crate::telemetry::INTROSPECTIONS, "result" => "failed").increment(1);
@@ -59,6 +63,7 @@ pub async fn opaque(
         Ok(v) => v,
         Err(r) => {
             metrics::counter!(crate::telemetry::INTROSPECTIONS, "result" => "refused").increment(1);
+            adm.remember_refused(digest, now_s, r.clone());
             return Err(r);
         }
     };

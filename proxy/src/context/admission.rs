@@ -15,6 +15,9 @@ use crate::config::Admission;
 /// costs verifications, never memory).
 pub const CACHE_ENTRIES: usize = 10_000;
 
+/// How long an introspection's refusal of a token is remembered.
+pub const REFUSED_FOR_S: u64 = 30;
+
 /// A verified token and what it grants.
 pub struct Admitted {
     pub token: Verified,
@@ -39,6 +42,9 @@ pub struct AdmissionState {
     pub keys: arc_swap::ArcSwap<Keys>,
     /// The issuers' JWKS URLs, in `admission.jwks` order.
     pub urls: Vec<UrlKeys>,
+    /// Opaque tokens introspection refused, by digest, until when (Unix seconds): a token
+    /// sent again and again is asked about once per [`REFUSED_FOR_S`], not on every call.
+    refused: Mutex<HashMap<Sha256Digest, (u64, palisade_policy::Refusal)>>,
     /// Verified tokens by digest, with the key generation they were verified under: a key
     /// rotation drops them all.
     cache: Mutex<(u64, HashMap<Sha256Digest, Arc<Admitted>>)>,
@@ -73,6 +79,7 @@ impl AdmissionState {
                     fetching: tokio::sync::Mutex::new(()),
                 })
                 .collect(),
+            refused: Mutex::new(HashMap::new()),
             cache: Mutex::new((0, HashMap::new())),
             generation: std::sync::atomic::AtomicU64::new(0),
         })
@@ -109,6 +116,26 @@ impl AdmissionState {
             .get(digest)
             .filter(|a| now_s <= a.token.expires_at.saturating_add(self.rules.skew_s))
             .cloned()
+    }
+
+    /// An opaque token introspection refused less than [`REFUSED_FOR_S`] ago: that refusal.
+    pub fn refused(&self, digest: &Sha256Digest, now_s: u64) -> Option<palisade_policy::Refusal> {
+        let refused = self.refused.lock().ok()?;
+        refused
+            .get(digest)
+            .filter(|(until, _)| now_s < *until)
+            .map(|(_, r)| r.clone())
+    }
+
+    /// Remembers an introspection's refusal; past [`CACHE_ENTRIES`] the memory starts again
+    /// (a flood of distinct tokens costs introspections, never memory).
+    pub fn remember_refused(&self, digest: Sha256Digest, now_s: u64, r: palisade_policy::Refusal) {
+        if let Ok(mut refused) = self.refused.lock() {
+            if refused.len() >= CACHE_ENTRIES {
+                refused.clear();
+            }
+            refused.insert(digest, (now_s + REFUSED_FOR_S, r));
+        }
     }
 
     pub fn remember(&self, admitted: Arc<Admitted>) {

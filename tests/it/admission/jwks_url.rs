@@ -430,13 +430,16 @@ async fn opaque_tokens_are_introspected_once_and_held_to_their_claims() {
         ("opaque-expired", "expired"),
         ("opaque-elsewhere", "aud"),
     ] {
-        let a = call(&p, "GET", "/items/1", &[&bearer(token)], None, "").await;
-        assert_refused(&a, StatusCode::UNAUTHORIZED, "ERR_TOKEN_INVALID", token);
-        assert!(
-            a.doc["detail"].as_str().unwrap_or("").contains(why),
-            "{token}: {}",
-            a.doc
-        );
+        // Sent twice: the refusal is remembered, the issuer asked once.
+        for _ in 0..2 {
+            let a = call(&p, "GET", "/items/1", &[&bearer(token)], None, "").await;
+            assert_refused(&a, StatusCode::UNAUTHORIZED, "ERR_TOKEN_INVALID", token);
+            assert!(
+                a.doc["detail"].as_str().unwrap_or("").contains(why),
+                "{token}: {}",
+                a.doc
+            );
+        }
         assert_eq!(endpoint.calls(token), 1, "{token}");
     }
     assert_eq!(reached(), before, "a refused call reached the upstream");
