@@ -158,6 +158,21 @@ pub fn schema_into(source: &Value, target: &Value, at: &str, v: &mut Verdict) {
 }
 
 fn include(source: &Value, target: &Value, at: &str, assert_formats: bool, v: &mut Verdict) {
+    // The comparison reads 2020-12's keywords (`items`, `$defs`, `prefixItems`); a schema in
+    // another dialect (an MCP SDK's draft-07) is not compared, it is unknown.
+    let is_2020_12 = |s: &Value| {
+        s.get("$schema")
+            .and_then(Value::as_str)
+            .is_none_or(|d| crate::schema::dialect(d) == Some(jsonschema::Draft::Draft202012))
+    };
+    if !is_2020_12(source) || !is_2020_12(target) {
+        v.add(
+            Outcome::Unknown,
+            at,
+            "the comparison reads JSON Schema 2020-12; this schema declares another dialect",
+        );
+        return;
+    }
     let roots = Roots {
         source,
         target,

@@ -2,7 +2,7 @@
 //! applied before compiling, so a hostile schema is refused at load time, never at request time.
 //!
 //! Limits: nesting depth ≤ [`MAX_SCHEMA_DEPTH`], JCS size ≤ [`MAX_SCHEMA_BYTES`], `$schema`
-//! declared and 2020-12, no remote references (the validator is built offline), and regular
+//! declared (2020-12, or 2019-09 and draft-07 as MCP SDKs write them), no remote references (the validator is built offline), and regular
 //! expressions (`pattern`, `patternProperties` keys) that parse for the linear-time `regex`
 //! engine and have no nested unbounded repetition (`(a+)+`, `(a*)*b`): the pattern shape that
 //! backtracking engines explode on is refused outright, and the engine used never backtracks.
@@ -15,6 +15,23 @@ use super::Problem;
 pub const MAX_SCHEMA_DEPTH: usize = 64;
 pub const MAX_SCHEMA_BYTES: usize = 1 << 20;
 pub const DIALECT_2020_12: &str = "https://json-schema.org/draft/2020-12/schema";
+
+/// The dialect a schema declares, when it is one contracts may use: 2020-12 (RICH's), or the
+/// two that MCP tool schemas are written in by SDKs (2019-09, draft-07; the MCP spec lets a
+/// schema declare its dialect, and the official TypeScript SDK declares draft-07). Each is
+/// validated in its own dialect; the complexity limits are the same for all.
+pub fn dialect(declared: &str) -> Option<Draft> {
+    let uri = declared.strip_suffix('#').unwrap_or(declared);
+    let uri = uri
+        .strip_prefix("https://")
+        .or_else(|| uri.strip_prefix("http://"))?;
+    match uri {
+        "json-schema.org/draft/2020-12/schema" => Some(Draft::Draft202012),
+        "json-schema.org/draft/2019-09/schema" => Some(Draft::Draft201909),
+        "json-schema.org/draft-07/schema" => Some(Draft::Draft7),
+        _ => None,
+    }
+}
 
 /// A compiled schema.
 pub struct Schema {
@@ -74,17 +91,22 @@ impl Schema {
         assert_formats: bool,
     ) -> Result<Schema, Vec<Problem>> {
         let mut problems = Vec::new();
-        match schema.get("$schema").and_then(Value::as_str) {
-            Some(DIALECT_2020_12) => {}
-            Some(_) => problems.push(Problem::new(
-                format!("{at}/$schema"),
-                "only JSON Schema 2020-12 is supported",
-            )),
-            None => problems.push(Problem::new(
-                at,
-                "a schema must declare its dialect in $schema (RICH §5.2.1)",
-            )),
-        }
+        let draft = match schema.get("$schema").and_then(Value::as_str) {
+            Some(declared) => dialect(declared).unwrap_or_else(|| {
+                problems.push(Problem::new(
+                    format!("{at}/$schema"),
+                    "the dialects supported are JSON Schema 2020-12 (RICH's), 2019-09 and draft-07",
+                ));
+                Draft::Draft202012
+            }),
+            None => {
+                problems.push(Problem::new(
+                    at,
+                    "a schema must declare its dialect in $schema (RICH §5.2.1)",
+                ));
+                Draft::Draft202012
+            }
+        };
         // Depth first: nothing below may recurse into a schema deeper than the limit.
         let depth = depth_of(schema, MAX_SCHEMA_DEPTH + 1);
         if depth > MAX_SCHEMA_DEPTH {
@@ -106,7 +128,7 @@ impl Schema {
             return Err(problems);
         }
         let validator = jsonschema::options()
-            .with_draft(Draft::Draft202012)
+            .with_draft(draft)
             .with_pattern_options(PatternOptions::regex())
             .should_validate_formats(assert_formats)
             .build(schema)
@@ -357,7 +379,7 @@ mod tests {
         let e = Schema::compile(&json!({"type": "string"}), "/s").unwrap_err();
         assert!(e[0].message.contains("declare its dialect"));
         let e = Schema::compile(
-            &json!({"$schema": "http://json-schema.org/draft-07/schema#"}),
+            &json!({"$schema": "http://json-schema.org/draft-04/schema#"}),
             "/s",
         )
         .unwrap_err();
@@ -371,5 +393,42 @@ mod tests {
             "/s",
         );
         assert!(e.is_err());
+    }
+
+    #[test]
+    fn draft_07_and_2019_09_are_validated_in_their_own_dialect() {
+        // draft-07's tuple `items` with `additionalItems`: an array of one integer.
+        for declared in [
+            "http://json-schema.org/draft-07/schema#",
+            "http://json-schema.org/draft-07/schema",
+            "https://json-schema.org/draft-07/schema#",
+        ] {
+            let s = json!({"$schema": declared, "type": "array",
+                "items": [{"type": "integer"}], "additionalItems": false});
+            let c = Schema::compile(&s, "/s").unwrap_or_else(|p| panic!("{declared}: {p:?}"));
+            assert!(c.check(&json!([1])).is_ok(), "{declared}");
+            assert!(c.check(&json!([1, 2])).is_err(), "{declared}");
+            assert!(c.check(&json!(["a"])).is_err(), "{declared}");
+        }
+        // 2019-09's `dependentRequired`.
+        let s = json!({"$schema": "https://json-schema.org/draft/2019-09/schema",
+            "type": "object", "dependentRequired": {"a": ["b"]}});
+        let c = Schema::compile(&s, "/s").unwrap();
+        assert!(c.check(&json!({"a": 1, "b": 2})).is_ok());
+        assert!(c.check(&json!({"a": 1})).is_err());
+        // The limits hold whatever the dialect; other dialects are refused by name.
+        let nested = json!({"$schema": "http://json-schema.org/draft-07/schema#",
+            "type": "string", "pattern": "(a+)+$"});
+        assert!(Schema::compile(&nested, "/s").is_err());
+        for other in [
+            "http://json-schema.org/draft-04/schema#",
+            "https://example.com/my-dialect",
+        ] {
+            let e = Schema::compile(&json!({"$schema": other}), "/s").unwrap_err();
+            assert!(
+                e[0].message.contains("2019-09 and draft-07"),
+                "{other}: {e:?}"
+            );
+        }
     }
 }

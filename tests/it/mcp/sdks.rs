@@ -89,6 +89,47 @@ async fn the_typescript_sdk_everything_server_works_through_the_proxy() {
     };
     let within = Duration::from_secs(30);
     wait::until_async_or("server-everything listens", within, listens, explain).await;
+    // Its tools pinned as they are (issue 59): the TypeScript SDK declares draft-07 in every
+    // tool schema, and the bundle `pin-mcp` writes loads as written, no edit.
+    let pinned = tempfile::tempdir().unwrap();
+    let lockfile = pinned.path().join("lock.json");
+    let pin = Command::new("nsenter")
+        .args(["-t", &pid, "-n"])
+        .arg(bin())
+        .args([
+            "lock",
+            "pin-mcp",
+            "--url",
+            "http://127.0.0.1:3001/mcp",
+            "--out",
+        ])
+        .arg(&lockfile)
+        .output()
+        .unwrap();
+    assert!(
+        pin.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pin.stderr)
+    );
+    let contracts = pinned.path().join("contracts");
+    let drafted = std::fs::read_dir(&contracts)
+        .unwrap()
+        .filter(|e| {
+            std::fs::read_to_string(e.as_ref().unwrap().path())
+                .unwrap()
+                .contains("draft-07/schema")
+        })
+        .count();
+    assert!(
+        drafted > 0,
+        "the SDK's schemas declare draft-07, and the pin keeps them"
+    );
+    let check = lock_check(&lockfile, &contracts);
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
     let out = client_in(
         ns,
         format!("http://{}/mcp", p.data),
