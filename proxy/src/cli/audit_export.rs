@@ -88,11 +88,15 @@ async fn pages(e: &Export<'_>) -> Result<(), Failure> {
             // Every page starts with the header row; the output has it once.
             let header = lines.next().unwrap_or("");
             if first {
-                writeln!(out, "{header}").map_err(stdout)?;
+                if closed(writeln!(out, "{header}"))? {
+                    return Ok(());
+                }
             }
         }
         for line in lines.filter(|l| !l.is_empty()) {
-            writeln!(out, "{line}").map_err(stdout)?;
+            if closed(writeln!(out, "{line}"))? {
+                return Ok(());
+            }
             count += 1;
             last = index_of(line, e.csv).max(last);
         }
@@ -112,7 +116,9 @@ async fn pages(e: &Export<'_>) -> Result<(), Failure> {
             None => break,
         }
     }
-    out.flush().map_err(stdout)?;
+    if closed(out.flush())? {
+        return Ok(());
+    }
     eprintln!(
         "audit export: {count} receipts{}",
         last.max(after)
@@ -130,6 +136,12 @@ fn index_of(line: &str, csv: bool) -> Option<u64> {
     }
 }
 
-fn stdout(e: std::io::Error) -> Failure {
-    Failure::refused(format!("stdout: {e}"))
+/// Whether stdout was closed by its reader (`| head`): the export ends there, quietly and
+/// successfully, as a Unix filter does; any other write error is a failure.
+fn closed(written: std::io::Result<()>) -> Result<bool, Failure> {
+    match written {
+        Ok(()) => Ok(false),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(true),
+        Err(e) => Err(Failure::refused(format!("stdout: {e}"))),
+    }
 }

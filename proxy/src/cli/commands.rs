@@ -136,6 +136,11 @@ pub(super) enum LockCommand {
         /// --side-effect is `unknown` (a write that needs a lease).
         #[arg(long)]
         ignore_annotations: bool,
+        /// The client capabilities the pin declares (comma-separated: roots, sampling,
+        /// elicitation, or none): servers list some tools only to clients that declare them,
+        /// so pin with what your agents' clients declare.
+        #[arg(long, default_value = "roots,sampling,elicitation")]
+        client_capabilities: String,
     },
 }
 

@@ -258,16 +258,19 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             out,
             side_effects,
             ignore_annotations,
+            client_capabilities,
         }) => {
             let opts = pairs::name_values("--side-effect", "TOOL=EFFECT", &side_effects)
                 .and_then(|m| lockfile::pin_mcp::PinOptions::new(ignore_annotations, m))
+                .map_err(Failure::usage)?;
+            let caps = lockfile::pin_mcp::client_capabilities(&client_capabilities)
                 .map_err(Failure::usage)?;
             let runtime = tokio::runtime::Builder::new_current_thread()
                 .enable_all()
                 .build()
                 .map_err(|e| Failure::usage(format!("runtime: {e}")))?;
             let tools = runtime
-                .block_on(lockfile::pin_mcp::fetch_tools(&url))
+                .block_on(lockfile::pin_mcp::fetch_tools(&url, &caps))
                 .map_err(|e| Failure {
                     code: 1,
                     lines: vec![format!("{url}: {e}")],

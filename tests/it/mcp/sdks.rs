@@ -130,6 +130,31 @@ async fn the_typescript_sdk_everything_server_works_through_the_proxy() {
         "{}",
         String::from_utf8_lossy(&check.stderr)
     );
+    // A pin that declares no client capabilities sees fewer tools: some are listed only to
+    // clients that declare roots, sampling or elicitation (which the pin does by default).
+    let bare = tempfile::tempdir().unwrap();
+    let pin_bare = Command::new("nsenter")
+        .args(["-t", &pid, "-n"])
+        .arg(bin())
+        .args(["lock", "pin-mcp", "--url", "http://127.0.0.1:3001/mcp"])
+        .args(["--client-capabilities", "none", "--out"])
+        .arg(bare.path().join("lock.json"))
+        .output()
+        .unwrap();
+    assert!(
+        pin_bare.status.success(),
+        "{}",
+        String::from_utf8_lossy(&pin_bare.stderr)
+    );
+    let tools = |lock: &std::path::Path| -> usize {
+        let doc: Value = serde_json::from_slice(&std::fs::read(lock).unwrap()).unwrap();
+        doc["capabilities"].as_object().unwrap().len()
+    };
+    let (all, none) = (tools(&lockfile), tools(&bare.path().join("lock.json")));
+    assert!(
+        all > none,
+        "pinned {all} tools declaring every capability, {none} declaring none"
+    );
     let out = client_in(
         ns,
         format!("http://{}/mcp", p.data),

@@ -44,6 +44,32 @@ struct Conn {
     version: &'static str,
     session: Option<HeaderValue>,
     next_id: u64,
+    /// What the pin says it can do as a client: servers list some tools only to clients
+    /// that declare `roots`, `sampling` or `elicitation`.
+    capabilities: Value,
+}
+
+/// The client capabilities `--client-capabilities` names (`none`: `{}`); unknown names are
+/// refused.
+pub fn client_capabilities(names: &str) -> Result<Value, String> {
+    let mut caps = serde_json::Map::new();
+    for name in names
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty() && *n != "none")
+    {
+        let value = match name {
+            "roots" => json!({"listChanged": true}),
+            "sampling" | "elicitation" => json!({}),
+            other => {
+                return Err(format!(
+                    "--client-capabilities: {other:?} is not roots, sampling, elicitation or none"
+                ))
+            }
+        };
+        caps.insert(name.to_owned(), value);
+    }
+    Ok(Value::Object(caps))
 }
 
 impl Conn {
@@ -116,7 +142,7 @@ impl Conn {
             let mut params = if self.version == MODERN {
                 json!({"_meta": {"io.modelcontextprotocol/protocolVersion": MODERN,
                                   "io.modelcontextprotocol/clientInfo": {"name": "palisade-pin-mcp", "version": env!("CARGO_PKG_VERSION")},
-                                  "io.modelcontextprotocol/clientCapabilities": {}}})
+                                  "io.modelcontextprotocol/clientCapabilities": self.capabilities}})
             } else {
                 json!({})
             };
@@ -138,8 +164,8 @@ impl Conn {
     }
 }
 
-/// Every tool the server at `url` lists, as listed.
-pub async fn fetch_tools(url: &str) -> Result<Vec<Value>, String> {
+/// Every tool the server at `url` lists to a client with `capabilities`, as listed.
+pub async fn fetch_tools(url: &str, capabilities: &Value) -> Result<Vec<Value>, String> {
     let uri: Uri = url.parse().map_err(|e| format!("--url: {e}"))?;
     let client = Upstream::with_base(
         uri.clone(),
@@ -154,6 +180,7 @@ pub async fn fetch_tools(url: &str) -> Result<Vec<Value>, String> {
         version: MODERN,
         session: None,
         next_id: 0,
+        capabilities: capabilities.clone(),
     };
     if let Ok(tools) = modern.list_all().await {
         return Ok(tools);
@@ -165,11 +192,12 @@ pub async fn fetch_tools(url: &str) -> Result<Vec<Value>, String> {
         version: LEGACY,
         session: None,
         next_id: 0,
+        capabilities: capabilities.clone(),
     };
     let init = legacy
         .post(
             "initialize",
-            json!({"protocolVersion": LEGACY, "capabilities": {},
+            json!({"protocolVersion": LEGACY, "capabilities": capabilities,
                    "clientInfo": {"name": "palisade-pin-mcp", "version": env!("CARGO_PKG_VERSION")}}),
             false,
         )
