@@ -87,10 +87,8 @@ async fn pages(e: &Export<'_>) -> Result<(), Failure> {
         if e.csv {
             // Every page starts with the header row; the output has it once.
             let header = lines.next().unwrap_or("");
-            if first {
-                if closed(writeln!(out, "{header}"))? {
-                    return Ok(());
-                }
+            if first && closed(writeln!(out, "{header}"))? {
+                return Ok(());
             }
         }
         for line in lines.filter(|l| !l.is_empty()) {
