@@ -132,6 +132,11 @@ pub(super) enum LockCommand {
         /// annotations declare; repeatable. Recorded as manually authored.
         #[arg(long = "side-effect", value_name = "TOOL=EFFECT")]
         side_effects: Vec<String>,
+        /// State a tool's reversibility (reversible, compensable, irreversible, unknown);
+        /// repeatable. MCP has no annotation for it: without this a tool is `unknown`, which
+        /// admits no COMPENSATING_ACTION lease. Recorded as manually authored.
+        #[arg(long = "reversibility", value_name = "TOOL=VALUE")]
+        reversibility: Vec<String>,
         /// Do not take side effects from the tools' MCP annotations: every tool not named by
         /// --side-effect is `unknown` (a write that needs a lease).
         #[arg(long)]

@@ -257,11 +257,16 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             url,
             out,
             side_effects,
+            reversibility,
             ignore_annotations,
             client_capabilities,
         }) => {
             let opts = pairs::name_values("--side-effect", "TOOL=EFFECT", &side_effects)
                 .and_then(|m| lockfile::pin_mcp::PinOptions::new(ignore_annotations, m))
+                .and_then(|o| {
+                    let r = pairs::name_values("--reversibility", "TOOL=VALUE", &reversibility)?;
+                    o.with_reversibility(r)
+                })
                 .map_err(Failure::usage)?;
             let caps = lockfile::pin_mcp::client_capabilities(&client_capabilities)
                 .map_err(Failure::usage)?;

@@ -324,3 +324,59 @@ async fn paginated_listings_are_pinned_page_by_page_and_list_changed_passes() {
         );
     }
 }
+
+/// `--reversibility TOOL=VALUE` (issue 59): MCP has no annotation for a tool's reversibility,
+/// so a pin writes `unknown` unless the operator states it; what is stated is written as
+/// manually authored, the bundle checks as written, and a value RICH does not have is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pin_mcp_writes_the_reversibility_an_operator_states() {
+    let server = McpServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let run = pin_mcp(
+        &server,
+        dir.path(),
+        &[
+            "--reversibility",
+            "set_stock=compensable",
+            "--reversibility",
+            "add=reversible",
+        ],
+    );
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let files = BundleFiles::in_dir(dir.path());
+    for (tool, want, source) in [
+        ("set_stock", "compensable", "manually-authored"),
+        ("add", "reversible", "manually-authored"),
+        ("count_slowly", "unknown", "unresolved"),
+    ] {
+        let c = files.contract(tool);
+        assert_eq!(c["operational"]["reversibility"], want, "{tool}");
+        assert_eq!(
+            c["provenance"]["assertions"]["/operational/reversibility"], source,
+            "{tool}"
+        );
+    }
+    let check = lock_check(&dir.path().join("lock.json"), &dir.path().join("contracts"));
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let bad = tempfile::tempdir().unwrap();
+    let run = pin_mcp(&server, bad.path(), &["--reversibility", "add=maybe"]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&run.stderr)
+            .contains("reversible, compensable, irreversible, unknown"),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    assert!(
+        !bad.path().join("lock.json").exists(),
+        "nothing is written on a refusal"
+    );
+}

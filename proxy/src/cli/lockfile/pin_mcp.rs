@@ -228,7 +228,14 @@ pub struct PinOptions {
     pub ignore_annotations: bool,
     /// `--side-effect TOOL=EFFECT`, by tool name.
     pub side_effects: std::collections::BTreeMap<String, String>,
+    /// `--reversibility TOOL=VALUE`, by tool name. MCP has no annotation for it, so a pin
+    /// writes `unknown` (treated as irreversible: no `COMPENSATING_ACTION` lease is admitted)
+    /// unless the operator states it.
+    pub reversibility: std::collections::BTreeMap<String, String>,
 }
+
+/// The reversibilities an operator may state (RICH's).
+const REVERSIBILITIES: [&str; 4] = ["reversible", "compensable", "irreversible", "unknown"];
 
 /// The side effects an operator may state.
 const EFFECTS: [&str; 4] = ["read", "idempotent", "write", "unknown"];
@@ -251,7 +258,26 @@ impl PinOptions {
         Ok(Self {
             ignore_annotations,
             side_effects,
+            reversibility: Default::default(),
         })
+    }
+
+    /// States tools' reversibility; refuses a value that is not one of RICH's.
+    pub fn with_reversibility(
+        mut self,
+        reversibility: std::collections::BTreeMap<String, String>,
+    ) -> Result<Self, String> {
+        if let Some((tool, value)) = reversibility
+            .iter()
+            .find(|(_, v)| !REVERSIBILITIES.contains(&v.as_str()))
+        {
+            return Err(format!(
+                "--reversibility {tool}={value}: it must be one of {}",
+                REVERSIBILITIES.join(", ")
+            ));
+        }
+        self.reversibility = reversibility;
+        Ok(self)
     }
 }
 
@@ -303,11 +329,15 @@ fn contract_for(tool: &Value, opts: &PinOptions) -> Value {
             None => ("unknown", "unresolved"),
         },
     };
+    let (reversibility, reversibility_source) = match opts.reversibility.get(name) {
+        Some(r) => (r.as_str(), "manually-authored"),
+        None => ("unknown", "unresolved"),
+    };
     json!({
         "structural": {"input": schema("inputSchema"), "output": schema("outputSchema")},
         "representation": "unknown", "semantic": "unknown", "error": "unknown",
         "state": "unknown",
-        "operational": {"sideEffect": side_effect, "reversibility": "unknown",
+        "operational": {"sideEffect": side_effect, "reversibility": reversibility,
                         "idempotencyKey": "optional", "modelMediation": "unknown"},
         "provenance": {
             "source": "mcp-tools-list",
@@ -317,7 +347,8 @@ fn contract_for(tool: &Value, opts: &PinOptions) -> Value {
             "assertions": {
                 "/structural/input": listed("inputSchema"),
                 "/structural/output": listed("outputSchema"),
-                "/operational/sideEffect": source
+                "/operational/sideEffect": source,
+                "/operational/reversibility": reversibility_source
             }
         }
     })
