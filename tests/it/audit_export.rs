@@ -279,6 +279,21 @@ async fn audit_export_returns_exactly_the_receipts_each_filter_names() {
     .await;
     assert_eq!(parts.status, StatusCode::BAD_REQUEST);
     assert!(String::from_utf8_lossy(&body).contains("callr"));
+    // So is a format it does not write, on the register as on the export.
+    for path in ["receipts", "approvals"] {
+        let (parts, body) = send(
+            &http1_client(),
+            Request::get(format!("http://{}/admin/v1/{path}?format=xml", s.p.admin))
+                .body(full(""))
+                .unwrap(),
+        )
+        .await;
+        assert_eq!(parts.status, StatusCode::BAD_REQUEST, "{path}");
+        assert!(
+            String::from_utf8_lossy(&body).contains("neither jsonl nor csv"),
+            "{path}"
+        );
+    }
 
     // Every exported line verifies against the log, by a verifier that is not ours.
     let verdict = assert_log_verifies_independently(s.p.admin, &everything).await;

@@ -31,3 +31,27 @@ pub fn client() -> Option<&'static Https> {
         })
         .as_ref()
 }
+
+/// Sends `req`; the answer's headers and body when it is 200 with at most `max` bytes, all
+/// within [`TIMEOUT`] twice (the head, then the body); `Err` says what went wrong.
+pub async fn call(
+    req: http::Request<http_body_util::Full<bytes::Bytes>>,
+    max: usize,
+) -> Result<(http::HeaderMap, bytes::Bytes), String> {
+    use http_body_util::BodyExt as _;
+    let client = client().ok_or("no TLS client could be made")?;
+    let resp = tokio::time::timeout(TIMEOUT, client.request(req))
+        .await
+        .map_err(|_| "no answer in 5 s".to_owned())?
+        .map_err(|e| crate::net::upstream::error_chain(&e))?;
+    if resp.status() != http::StatusCode::OK {
+        return Err(format!("answered {}", resp.status()));
+    }
+    let (parts, body) = resp.into_parts();
+    let body = tokio::time::timeout(TIMEOUT, http_body_util::Limited::new(body, max).collect())
+        .await
+        .map_err(|_| "the body took more than 5 s".to_owned())?
+        .map_err(|e| format!("body: {e}"))?
+        .to_bytes();
+    Ok((parts.headers, body))
+}

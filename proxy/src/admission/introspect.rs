@@ -9,13 +9,12 @@
 
 use std::sync::Arc;
 
-use http::{header, Request, StatusCode};
-use http_body_util::BodyExt as _;
+use http::{header, Request};
 use palisade_policy::{ErrorCode, Refusal};
 use palisade_rich::admission;
 use serde_json::Value;
 
-use super::https::{client, TIMEOUT};
+use super::https::call;
 use crate::context::{AdmissionState, Admitted, Enforcement};
 
 /// What `application/x-www-form-urlencoded` escapes: all but letters, digits and `*-._`
@@ -80,7 +79,6 @@ pub async fn opaque(
 /// JSON.
 async fn ask(cfg: &crate::config::Introspection, token: &str) -> Result<Value, String> {
     use base64::Engine as _;
-    let client = client().ok_or("no TLS client could be made")?;
     let secret = std::fs::read_to_string(&cfg.client_secret_file)
         .map_err(|e| format!("{}: {e}", cfg.client_secret_file.display()))?;
     let enc = |s: &str| percent_encoding::utf8_percent_encode(s, FORM).to_string();
@@ -97,20 +95,6 @@ async fn ask(cfg: &crate::config::Introspection, token: &str) -> Result<Value, S
         .header(header::AUTHORIZATION, format!("Basic {basic}"))
         .body(http_body_util::Full::new(bytes::Bytes::from(form)))
         .map_err(|e| e.to_string())?;
-    let resp = tokio::time::timeout(TIMEOUT, client.request(req))
-        .await
-        .map_err(|_| "no answer in 5 s".to_owned())?
-        .map_err(|e| crate::net::upstream::error_chain(&e))?;
-    if resp.status() != StatusCode::OK {
-        return Err(format!("answered {}", resp.status()));
-    }
-    let body = tokio::time::timeout(
-        TIMEOUT,
-        http_body_util::Limited::new(resp.into_body(), MAX_ANSWER).collect(),
-    )
-    .await
-    .map_err(|_| "the body took more than 5 s".to_owned())?
-    .map_err(|e| format!("body: {e}"))?
-    .to_bytes();
+    let (_, body) = call(req, MAX_ANSWER).await?;
     palisade_policy::json::parse(&body, 16).map_err(|e| format!("not JSON: {e}"))
 }

@@ -11,10 +11,9 @@ use std::time::Duration;
 
 use tokio::time::Instant;
 
-use http::{header, Request, StatusCode};
-use http_body_util::BodyExt as _;
+use http::{header, Request};
 
-use super::https::{client, TIMEOUT};
+use super::https::call;
 use crate::context::{AdmissionState, AppState};
 
 /// Most bytes of a JWKS document, as of a file.
@@ -122,20 +121,12 @@ async fn look(adm: &AdmissionState, i: usize, due: bool) -> Looked {
 
 /// GET the document: 200 and at most 1 MiB within 5 s; its `Cache-Control: max-age`.
 async fn fetch(url: &str) -> Result<(Vec<u8>, Option<Duration>), String> {
-    let client = client().ok_or("no TLS client could be made")?;
     let req = Request::get(url)
         .header(header::ACCEPT, "application/jwk-set+json, application/json")
         .body(http_body_util::Full::default())
         .map_err(|e| e.to_string())?;
-    let resp = tokio::time::timeout(TIMEOUT, client.request(req))
-        .await
-        .map_err(|_| "no answer in 5 s".to_owned())?
-        .map_err(|e| crate::net::upstream::error_chain(&e))?;
-    if resp.status() != StatusCode::OK {
-        return Err(format!("answered {}", resp.status()));
-    }
-    let max_age = resp
-        .headers()
+    let (headers, body) = call(req, MAX_DOC).await?;
+    let max_age = headers
         .get_all(header::CACHE_CONTROL)
         .iter()
         .filter_map(|v| v.to_str().ok())
@@ -146,13 +137,5 @@ async fn fetch(url: &str) -> Result<(Vec<u8>, Option<Duration>), String> {
                 .then(|| v.trim().trim_matches('"').parse::<u64>().ok())?
         })
         .map(Duration::from_secs);
-    let body = tokio::time::timeout(
-        TIMEOUT,
-        http_body_util::Limited::new(resp.into_body(), MAX_DOC).collect(),
-    )
-    .await
-    .map_err(|_| "the body took more than 5 s".to_owned())?
-    .map_err(|e| format!("body: {e}"))?
-    .to_bytes();
     Ok((body.to_vec(), max_age))
 }

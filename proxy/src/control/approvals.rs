@@ -10,11 +10,11 @@
 //! `rejected`; empty once the record is gone). Paging as audit export's: `Link` and
 //! `Palisade-Next-After`.
 
-use http::{header, HeaderValue, Response, StatusCode};
+use http::{Response, StatusCode};
 use palisade_policy::log::query::Asked;
 use serde_json::Value;
 
-use super::receipts::{csv_with, link_next, unavailable, wants_csv};
+use super::receipts::{csv_with, page_answer, unavailable, wants_csv};
 use crate::context::Plane;
 use crate::net::body::{text_response as text, ProxyBody};
 use crate::store::log_query;
@@ -61,16 +61,9 @@ pub async fn list(
                 .into(),
         );
     }
-    let csv = match asked.format.as_deref() {
-        Some("csv") => true,
-        Some("jsonl") => false,
-        Some(other) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                format!("format: {other:?} is neither jsonl nor csv\n"),
-            )
-        }
-        None => wants_csv(headers),
+    let csv = match wants_csv(&asked, headers) {
+        Ok(csv) => csv,
+        Err(why) => return text(StatusCode::BAD_REQUEST, why),
     };
     asked.filter.kind = Some("approval".into());
     let limit = asked.limit.unwrap_or(100).clamp(1, 1_000);
@@ -102,16 +95,5 @@ pub async fn list(
     } else {
         rows.iter().map(|r| format!("{r}\n")).collect()
     };
-    let mut resp = text(StatusCode::OK, body);
-    let content_type = if csv {
-        "text/csv; charset=utf-8"
-    } else {
-        "application/jsonl"
-    };
-    resp.headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    if let Some(next) = page.next {
-        link_next(&mut resp, "/admin/v1/approvals", query, next);
-    }
-    resp
+    page_answer(body, csv, ("/admin/v1/approvals", query), page.next)
 }

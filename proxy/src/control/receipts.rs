@@ -71,16 +71,9 @@ pub async fn export(
         Ok(a) => a,
         Err(e) => return text(StatusCode::BAD_REQUEST, format!("{e}\n")),
     };
-    let csv = match asked.format.as_deref() {
-        Some("csv") => true,
-        Some("jsonl") => false,
-        Some(other) => {
-            return text(
-                StatusCode::BAD_REQUEST,
-                format!("format: {other:?} is neither jsonl nor csv\n"),
-            )
-        }
-        None => wants_csv(headers),
+    let csv = match wants_csv(&asked, headers) {
+        Ok(csv) => csv,
+        Err(why) => return text(StatusCode::BAD_REQUEST, why),
     };
     let limit = asked.limit.unwrap_or(DEFAULT_LIMIT).clamp(1, MAX_LIMIT);
     let store = enf.store.as_ref();
@@ -99,6 +92,28 @@ pub async fn export(
             Err(e) => return unavailable(&e),
         }
     };
+    page_answer(body, csv, ("/admin/v1/receipts", query), page.next)
+}
+
+/// CSV or JSON lines: `format=`, else `Accept: text/csv` (and not JSON lines before it); an
+/// unknown format is refused (the 400's text).
+pub(crate) fn wants_csv(asked: &Asked, headers: &HeaderMap) -> Result<bool, String> {
+    match asked.format.as_deref() {
+        Some("csv") => Ok(true),
+        Some("jsonl") => Ok(false),
+        Some(other) => Err(format!("format: {other:?} is neither jsonl nor csv\n")),
+        None => Ok(accepts_csv(headers)),
+    }
+}
+
+/// A page's answer: 200 with its body as CSV or JSON lines and, when more may match, the
+/// next page named (`Link`, `Palisade-Next-After`) by the same path and query.
+pub(crate) fn page_answer(
+    body: String,
+    csv: bool,
+    (path, query): (&str, Option<&str>),
+    next: Option<u64>,
+) -> Response<ProxyBody> {
     let mut resp = text(StatusCode::OK, body);
     let content_type = if csv {
         "text/csv; charset=utf-8"
@@ -107,14 +122,14 @@ pub async fn export(
     };
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    if let Some(next) = page.next {
-        link_next(&mut resp, "/admin/v1/receipts", query, next);
+    if let Some(next) = next {
+        link_next(&mut resp, path, query, next);
     }
     resp
 }
 
 /// `Accept: text/csv` (and not JSON lines before it).
-pub(crate) fn wants_csv(headers: &HeaderMap) -> bool {
+fn accepts_csv(headers: &HeaderMap) -> bool {
     headers
         .get_all(header::ACCEPT)
         .iter()
@@ -133,12 +148,7 @@ pub(crate) fn wants_csv(headers: &HeaderMap) -> bool {
 
 /// `Palisade-Next-After: N` and `Link: <path?…&after=N>; rel="next"`: the same query, the
 /// next page.
-pub(crate) fn link_next(
-    resp: &mut Response<ProxyBody>,
-    path: &str,
-    query: Option<&str>,
-    next: u64,
-) {
+fn link_next(resp: &mut Response<ProxyBody>, path: &str, query: Option<&str>, next: u64) {
     let mut pairs: Vec<&str> = query
         .unwrap_or("")
         .split('&')
@@ -237,12 +247,12 @@ mod tests {
         let h = |v: &str| {
             let mut m = HeaderMap::new();
             m.insert(header::ACCEPT, HeaderValue::from_str(v).unwrap());
-            wants_csv(&m)
+            accepts_csv(&m)
         };
         assert!(h("text/csv"));
         assert!(h("Text/CSV; charset=utf-8, application/jsonl"));
         assert!(!h("application/jsonl, text/csv"));
         assert!(!h("*/*"));
-        assert!(!wants_csv(&HeaderMap::new()));
+        assert!(!accepts_csv(&HeaderMap::new()));
     }
 }

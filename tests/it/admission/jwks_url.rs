@@ -29,22 +29,7 @@ struct JwksServer {
 
 impl JwksServer {
     async fn start(pki: &Pki, doc: Vec<u8>) -> JwksServer {
-        let issued = pki.issue("localhost", true);
-        let certs = rustls_pemfile::certs(&mut issued.cert_pem.as_bytes())
-            .map(Result::unwrap)
-            .collect();
-        let key = rustls_pemfile::private_key(&mut issued.key_pem.as_bytes())
-            .unwrap()
-            .unwrap();
-        let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let acceptor = tls_acceptor(&pki.issue("localhost", true));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let doc = Arc::new(Mutex::new(doc));
@@ -259,22 +244,7 @@ struct Introspector {
 
 impl Introspector {
     async fn start(pki: &Pki, answers: HashMap<String, Value>) -> Introspector {
-        let issued = pki.issue("localhost", true);
-        let certs = rustls_pemfile::certs(&mut issued.cert_pem.as_bytes())
-            .map(Result::unwrap)
-            .collect();
-        let key = rustls_pemfile::private_key(&mut issued.key_pem.as_bytes())
-            .unwrap()
-            .unwrap();
-        let cfg = rustls::ServerConfig::builder_with_provider(Arc::new(
-            rustls::crypto::ring::default_provider(),
-        ))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_no_client_auth()
-        .with_single_cert(certs, key)
-        .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let acceptor = tls_acceptor(&pki.issue("localhost", true));
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let port = listener.local_addr().unwrap().port();
         let calls: Arc<Mutex<HashMap<String, usize>>> = Arc::default();
@@ -443,6 +413,22 @@ async fn opaque_tokens_are_introspected_once_and_held_to_their_claims() {
         assert_eq!(endpoint.calls(token), 1, "{token}");
     }
     assert_eq!(reached(), before, "a refused call reached the upstream");
+    // Each refusal left its drift event, and no opaque token is in any of them.
+    let events = drift_events(&p);
+    let invalid = events
+        .iter()
+        .filter(|e| e["code"] == "ERR_TOKEN_INVALID")
+        .count();
+    assert!(invalid >= 6, "{events:?}");
+    assert!(
+        events.iter().any(|e| e["code"] == "ERR_NOT_ADMITTED"),
+        "{events:?}"
+    );
+    let text = serde_json::to_string(&events).unwrap();
+    assert!(
+        !text.contains("opaque-"),
+        "a token in a drift event: {text}"
+    );
     // JWTs are still verified locally, never introspected.
     let a = call(
         &p,

@@ -109,20 +109,7 @@ impl Upstream {
     /// The same upstream behind TLS with `cert` (as `Pki::issue*` made it): the recorder
     /// sees only requests that completed a handshake.
     pub async fn start_tls(cert: &Issued) -> Upstream {
-        let certs = rustls_pemfile::certs(&mut cert.cert_pem.as_bytes())
-            .map(Result::unwrap)
-            .collect();
-        let key = rustls_pemfile::private_key(&mut cert.key_pem.as_bytes())
-            .unwrap()
-            .unwrap();
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let cfg = rustls::ServerConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .unwrap()
-            .with_no_client_auth()
-            .with_single_cert(certs, key)
-            .unwrap();
-        let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(cfg));
+        let acceptor = tls_acceptor(cert);
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let seen: Arc<Mutex<Vec<Seen>>> = Arc::default();
@@ -253,4 +240,23 @@ async fn handle_upstream(
     }
     *resp.status_mut() = StatusCode::OK;
     Ok(resp)
+}
+
+/// A TLS acceptor serving `cert` (no client certificate asked): what the tests' HTTPS servers
+/// (upstreams, issuers' JWKS and introspection endpoints) listen with.
+pub fn tls_acceptor(cert: &Issued) -> tokio_rustls::TlsAcceptor {
+    let certs = rustls_pemfile::certs(&mut cert.cert_pem.as_bytes())
+        .map(Result::unwrap)
+        .collect();
+    let key = rustls_pemfile::private_key(&mut cert.key_pem.as_bytes())
+        .unwrap()
+        .unwrap();
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .unwrap();
+    tokio_rustls::TlsAcceptor::from(Arc::new(cfg))
 }
