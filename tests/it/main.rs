@@ -41,6 +41,7 @@ mod lease_batch;
 mod log;
 mod mcp;
 mod openapi;
+mod otlp;
 mod python_client;
 mod rcns;
 mod rcns_mcp;

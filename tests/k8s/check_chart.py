@@ -298,6 +298,22 @@ def mcp_front(palisade):
     ok("mcpPath and mcpAllowedOrigins render [mcp] path and allowed_origins, which pass `palisade config check`")
 
 
+def otlp_export(palisade):
+    """`telemetry.otlp` renders `[telemetry] otlp` (SPEC §16), which passes `palisade config
+    check`; no endpoint renders none."""
+    vals = values("embedded")
+    if "telemetry" in tomllib.loads(toml_of(render(vals))):
+        fail("no telemetry.otlp.endpoint, yet [telemetry] is rendered")
+    vals["telemetry"] = {"otlp": {"endpoint": "http://otel-collector.monitoring:4318", "sample": 0.25, "receipts": True}}
+    text = toml_of(render(vals))
+    otlp = tomllib.loads(text).get("telemetry", {}).get("otlp")
+    want = {"endpoint": "http://otel-collector.monitoring:4318", "sample": 0.25, "timeout": "5s", "receipts": True}
+    if otlp != want:
+        fail(f"telemetry.otlp renders as {otlp}, not {want}")
+    config_check(text, tomllib.loads(text), "embedded", palisade)
+    ok("telemetry.otlp renders [telemetry] otlp, which passes `palisade config check`")
+
+
 def refusals():
     """Values the schema or the templates must refuse, with a message naming the fault."""
     cases = [
@@ -311,6 +327,8 @@ def refusals():
         ({"bundle": {"contracts": ["contracts/x.json"]}}, "contracts"),
         ({"tls": {"enabled": True}}, "tls.secretName"),
         ({"palisade": {"mcpPath": "/mcp", "mcpAllowedOrigins": ["https://app.example/path"]}}, "mcpAllowedOrigins"),
+        ({"telemetry": {"otlp": {"endpoint": "collector:4318"}}}, "endpoint"),
+        ({"telemetry": {"otlp": {"endpoint": "http://c:4318", "sample": 2}}}, "sample"),
     ]
     chart = helm.Chart.load(str(CHART))
     for vals, word in cases:
@@ -370,6 +388,7 @@ def main():
         fail(f"ci/embedded-values.yaml lists {keys}, the bundle has {files}")
     ok("the bundle the embedded shape mounts passes `palisade lock check`, every contract projected")
     mcp_front(palisade)
+    otlp_export(palisade)
     refusals()
     print(json.dumps({"ok": True}))
 

@@ -221,7 +221,7 @@ async fn deliver(
         freeze: None,
         escrow: None,
     };
-    match enf.store.append_receipt_with(receipt, attach).await {
+    match enf.seal(receipt, attach).await {
         Ok(Some(sealed)) => {
             if let Some(v) = receipts::receipt_header_value(&sealed.value) {
                 resp.headers_mut().insert(RECEIPT_HEADER, v);

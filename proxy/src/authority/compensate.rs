@@ -213,8 +213,7 @@ pub(super) async fn compensate(
         )
     };
     let sealed = enf
-        .store
-        .append_receipt(body)
+        .seal_plain(body)
         .await
         .map_err(StoreError::into_refusal)?;
     let status = if upstream_status < 400 && !tool_failed {

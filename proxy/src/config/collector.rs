@@ -105,6 +105,8 @@ pub(super) fn section<T: DeserializeOwned + Default>(
     let mut unknown = Vec::new();
     let result = serde_ignored::deserialize(value, |path| unknown.push(path.to_string()));
     for key in unknown {
+        // serde_ignored marks a step through an `Option` with `?`: not part of the key.
+        let key = key.replace("?.", "");
         c.push(&format!("{name}.{key}"), "unknown key");
     }
     match result {

@@ -19,6 +19,7 @@ pub mod raw;
 pub mod rcns;
 pub mod receipts;
 pub mod rules;
+pub mod telemetry;
 mod validate;
 
 use std::path::Path;
@@ -108,6 +109,7 @@ impl Config {
                 .then(|| section(&mut table, "rules", &mut c)),
             escrow: section(&mut table, "escrow", &mut c),
             runtime: section(&mut table, "runtime", &mut c),
+            telemetry: section(&mut table, "telemetry", &mut c),
         };
         for key in table.keys() {
             c.push(key, "unknown key");

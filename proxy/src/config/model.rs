@@ -148,6 +148,8 @@ pub struct StoreSection {
 /// A validated configuration. Every field has its SPEC default filled in.
 #[derive(Debug, Clone)]
 pub struct Config {
+    /// `[telemetry] otlp` (SPEC §16): none unless configured.
+    pub otlp: Option<super::telemetry::Otlp>,
     /// `[escrow]`.
     pub escrow: EscrowSection,
     /// `runtime.threads`: data-plane runtimes (`None`: one per available CPU).

@@ -161,6 +161,7 @@ pub struct RawConfig {
     pub rules: Option<super::rules::RawRules>,
     pub escrow: RawEscrow,
     pub runtime: RawRuntime,
+    pub telemetry: super::telemetry::RawTelemetry,
 }
 
 #[derive(Debug, Default, Deserialize)]

@@ -293,3 +293,41 @@ fn receipts_origin_and_witnesses() {
         assert!(keys.contains(&k), "{k} not reported: {keys:?}");
     }
 }
+
+#[test]
+fn telemetry_otlp_defaults_and_problems() {
+    let base = "[upstream]\nurl = \"http://127.0.0.1:8081\"\n";
+    assert!(Config::parse(base, "t.toml").unwrap().otlp.is_none());
+    let good = format!(
+        "{base}[telemetry]\notlp = {{ endpoint = \"https://collector.example:4318/otlp/\", headers = {{ x-api-key = \"test-key-not-a-secret\" }} }}\n"
+    );
+    let o = Config::parse(&good, "t.toml").unwrap().otlp.unwrap();
+    assert_eq!(o.endpoint, "https://collector.example:4318/otlp");
+    assert_eq!(o.sample, 1.0);
+    assert_eq!(o.timeout, std::time::Duration::from_secs(5));
+    assert!(!o.receipts);
+    assert_eq!(o.headers.len(), 1);
+    // The header's value is never shown.
+    assert!(!format!("{o:?}").contains("test-key-not-a-secret"));
+
+    let bad = format!(
+        "{base}[telemetry]\nsurprise = 1\notlp = {{ endpoint = \"collector:4318\", sample = 1.5, timeout = \"0s\", headers = {{ \"bad name\" = \"v\", ok = \"line\\nbreak\" }}, extra = true }}\n"
+    );
+    let err = Config::parse(&bad, "t.toml").unwrap_err();
+    let keys: Vec<&str> = err.0.iter().map(|p| p.key.as_str()).collect();
+    for k in [
+        "telemetry.surprise",
+        "telemetry.otlp.extra",
+        "telemetry.otlp.endpoint",
+        "telemetry.otlp.sample",
+        "telemetry.otlp.timeout",
+        "telemetry.otlp.headers.bad name",
+        "telemetry.otlp.headers.ok",
+    ] {
+        assert!(keys.contains(&k), "{k} not reported: {keys:?}");
+    }
+    assert!(!err.to_string().contains("line\nbreak"));
+    let missing = format!("{base}[telemetry]\notlp = {{ sample = 0.5 }}\n");
+    let err = Config::parse(&missing, "t.toml").unwrap_err();
+    assert_eq!(err.0[0].key, "telemetry.otlp.endpoint");
+}

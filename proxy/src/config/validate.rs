@@ -296,6 +296,7 @@ impl RawConfig {
         let budgets = self.budgets.validate(c);
         let rules = self.rules.and_then(|r| r.validate(c, writes.is_empty()));
         let escrow = self.escrow.validate(c);
+        let otlp = self.telemetry.validate(c);
         let runtime_threads = match self.runtime.threads {
             None => None,
             Some(n) if (1..=256).contains(&n) => Some(n as usize),
@@ -319,6 +320,7 @@ impl RawConfig {
         }
 
         Config {
+            otlp,
             budgets,
             rules,
             escrow,

@@ -28,6 +28,8 @@ pub struct Plane {
     pub rules: arc_swap::ArcSwapOption<palisade_rules::RuleSet>,
     /// `rich.candidate`: the bundle in shadow, when configured (SPEC §15).
     pub candidate: arc_swap::ArcSwapOption<super::Candidate>,
+    /// `[telemetry] otlp` (SPEC §16): every request's span is made here when configured.
+    pub otlp: Option<Arc<telemetry::otlp::Exporters>>,
 }
 
 impl Plane {

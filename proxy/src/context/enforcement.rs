@@ -2,6 +2,11 @@
 
 use std::sync::Arc;
 
+use palisade_policy::receipt::{ReceiptBody, SealedReceipt};
+
+use crate::store::{Attachments, StoreError};
+use crate::telemetry::otlp::span;
+
 use palisade_policy::keys::{KeyPair, TrustStore};
 use palisade_policy::lease;
 use palisade_policy::log::Signer;
@@ -34,12 +39,18 @@ pub struct Enforcement {
     /// `escrow.webhook`: where each held write is announced (SPEC §9), delivered as the drift
     /// webhook sink delivers.
     pub escrow_hook: Option<crate::telemetry::webhook::Webhook>,
+    /// `[telemetry] otlp` with `receipts = true`: every receipt sealed here also goes out as
+    /// an OTLP log record (SPEC §16).
+    pub otlp: Option<Arc<crate::telemetry::otlp::Exporters>>,
 }
 
 impl Enforcement {
     /// Loads the sidecar key and the issuers, opens the store, starts the drift sink. Must run
     /// inside the runtime (the drift sink spawns its writer task).
-    pub async fn load(config: &Config) -> anyhow::Result<Self> {
+    pub async fn load(
+        config: &Config,
+        otlp: Option<&Arc<crate::telemetry::otlp::Exporters>>,
+    ) -> anyhow::Result<Self> {
         use anyhow::Context as _;
         let key_path = config
             .signing_key
@@ -106,6 +117,7 @@ impl Enforcement {
             None => None,
         };
         Ok(Self {
+            otlp: otlp.filter(|o| o.records().is_some()).cloned(),
             escrow_hook,
             freezes,
             budgets: config.budgets.clone(),
@@ -126,5 +138,39 @@ impl Enforcement {
     /// Now on the sidecar's clock, as receipts and events write it (RFC 3339, milliseconds).
     pub fn now_rfc3339(&self) -> String {
         lease::format_rfc3339_ms(self.clock.now_ms())
+    }
+
+    /// Appends a receipt, with what is stored in the same transaction: every receipt the
+    /// sidecar makes goes through here. The store's wait is timed and is a child span of the
+    /// request's; the receipt's facts (index, epoch, operation, code, rule) are noted for the
+    /// request's span; with `receipts = true` it is queued as an OTLP log record. `Ok(None)`:
+    /// an escrow's expected state did not hold, and nothing was stored.
+    pub async fn seal(
+        &self,
+        body: ReceiptBody,
+        attach: Attachments,
+    ) -> Result<Option<SealedReceipt>, StoreError> {
+        let waited = tokio::time::Instant::now();
+        let appended = span::within(
+            "palisade.store.receipt",
+            self.store.append_receipt_with(body, attach),
+        )
+        .await;
+        metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "receipt")
+            .record(waited.elapsed().as_secs_f64());
+        if let Ok(Some(sealed)) = &appended {
+            span::note_receipt(sealed.index, sealed.receipt());
+            if let Some(records) = self.otlp.as_ref().and_then(|o| o.records()) {
+                records.emit(sealed);
+            }
+        }
+        appended
+    }
+
+    /// [`Enforcement::seal`] with nothing attached.
+    pub async fn seal_plain(&self, body: ReceiptBody) -> Result<SealedReceipt, StoreError> {
+        self.seal(body, Attachments::default())
+            .await?
+            .ok_or_else(|| StoreError::Unavailable("receipt without attachments refused".into()))
     }
 }

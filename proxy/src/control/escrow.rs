@@ -205,7 +205,7 @@ async fn decide(
         }),
         ..Attachments::default()
     };
-    match enf.store.append_receipt_with(body, attach).await {
+    match enf.seal(body, attach).await {
         Ok(Some(_)) => Ok(()),
         // Another replica's decision came first: decided, or (still held) approved by
         // someone else meanwhile, so this approval was counted against a stale list.

@@ -97,7 +97,7 @@ async fn expire(plane: &Plane, enf: &Enforcement, rec: EscrowRecord) {
         }),
         ..Attachments::default()
     };
-    match enf.store.append_receipt_with(body, attach).await {
+    match enf.seal(body, attach).await {
         Ok(Some(_)) => {}
         // Another replica (or an operator) decided it first.
         Ok(None) => return,

@@ -190,7 +190,7 @@ async fn change(
             "the state store cannot record the change",
         )
     };
-    let sealed = match enf.store.append_receipt_with(body, attach).await {
+    let sealed = match enf.seal(body, attach).await {
         Ok(Some(s)) => s,
         _ => return Err(unavailable()),
     };

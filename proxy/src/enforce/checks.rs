@@ -16,6 +16,7 @@
 //! A permit says what happens next (`Disposition`): forward, dry-run (nothing moves) or
 //! hold in escrow (nothing moves until an operator releases it, when every check runs again).
 
+use crate::telemetry::otlp::span;
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::lease::{self, RequestFacts, VerifyContext};
 use palisade_policy::{fence, inverse, target, ErrorCode, Refusal};
@@ -96,7 +97,7 @@ pub(crate) async fn check(
     // Checks 2–3, then check 4 batched with concurrent writes' leases, then checks 5–8. The
     // window of a lease without issued_at starts when first seen (check 6).
     let unsigned = lease::prepare(raw, &enf.trust)?;
-    let signed = enf.signatures.check(unsigned).await?;
+    let signed = span::within("palisade.lease.verify", enf.signatures.check(unsigned)).await?;
     // Scoped so that the borrowed callback is gone before the next await (the future must be
     // Send for every lifetime).
     let verified = {
@@ -175,9 +176,8 @@ pub(crate) async fn check(
         .clone()
         .unwrap_or_else(|| target::resource_key(&target).to_owned());
     let pq = facts.path;
-    let (guard, current) = enf
-        .store
-        .lock_and_epoch(&resource)
+    let locked = enf.store.lock_and_epoch(&resource);
+    let (guard, current) = span::within("palisade.store.lock", locked)
         .await
         .map_err(StoreError::into_refusal)?;
     let at_epoch = |refusal| Denied {
@@ -280,9 +280,8 @@ async fn granted(
         .resource
         .clone()
         .unwrap_or_else(|| target::resource_key(&target).to_owned());
-    let (guard, current) = enf
-        .store
-        .lock_and_epoch(&resource)
+    let locked = enf.store.lock_and_epoch(&resource);
+    let (guard, current) = span::within("palisade.store.lock", locked)
         .await
         .map_err(StoreError::into_refusal)?;
     let pre_image = if let (true, Some(headers)) = (config.pre_image_fetch, facts.headers) {

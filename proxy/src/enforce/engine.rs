@@ -225,7 +225,7 @@ pub(crate) async fn run<L: Leg>(
     let trace_id = cx.trace_id.clone();
     let task = {
         let (plane, enf, conn) = (plane.clone(), enf.clone(), conn.clone());
-        tokio::spawn(async move {
+        tokio::spawn(crate::telemetry::otlp::span::carried(async move {
             let hold = permit.disposition() == Disposition::Hold;
             let d = Delivery {
                 permit,
@@ -240,7 +240,7 @@ pub(crate) async fn run<L: Leg>(
                 return escrow::hold(&plane, &enf, d, &who, answer).await;
             }
             leg.deliver(plane, enf, d).await
-        })
+        }))
     };
     match task.await {
         Ok(w) => w,

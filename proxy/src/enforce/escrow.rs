@@ -232,7 +232,7 @@ pub(crate) async fn hold(
             expires_at_ms: Some(permit.expires_at_ms()),
         }),
     };
-    match enf.store.append_receipt_with(body, attach).await {
+    match enf.seal(body, attach).await {
         Ok(Some(sealed)) => {
             if let (Some(hook), Some(a)) = (&enf.escrow_hook, announcement) {
                 hook.offer(a);

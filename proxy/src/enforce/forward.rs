@@ -35,9 +35,9 @@ pub(crate) async fn forward_plain(
         }
     };
     let sent_at = Instant::now();
-    let result =
-        crate::net::bound::send_on(&plane.upstream, upstream_req, cx.identity.as_deref(), bound)
-            .await;
+    let identity = cx.identity.as_deref();
+    let send = |req| crate::net::bound::send_on(&plane.upstream, req, identity, bound);
+    let result = crate::telemetry::otlp::upstream::call(upstream_req, send).await;
     plane
         .metrics
         .upstream_duration

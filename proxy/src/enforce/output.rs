@@ -207,7 +207,7 @@ pub(crate) async fn blocked(plane: &Plane, refusal: Refusal, cx: &WriteContext) 
                 enf.now_rfc3339(),
             )
         };
-        match enf.store.append_receipt(body).await {
+        match enf.seal_plain(body).await {
             Ok(sealed) => refused.receipt = Some(sealed.value),
             Err(e) => tracing::error!(error = %e, "rejection receipt not stored"),
         }

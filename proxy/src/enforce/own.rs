@@ -78,7 +78,10 @@ impl Own {
         }
     }
 
+    /// The problem every wire renders: the one place an own answer's code becomes known to
+    /// the request's span (SPEC §16's `palisade.code`).
     fn problem(&self) -> Problem {
+        crate::telemetry::otlp::span::note_code(self.code());
         match self {
             Own::Refused(r) => r.problem(),
             Own::Failed(f) => Problem::of_failure(f.failure, &f.trace_id),

@@ -57,7 +57,8 @@ pub(crate) async fn fetch_state(
         }
     }
     let req = req.body(body::empty()).map_err(|_| unavailable())?;
-    let resp = upstream.send_as(req, identity).await.map_err(|e| {
+    let sent = crate::telemetry::otlp::upstream::call(req, |req| upstream.send_as(req, identity));
+    let resp = sent.await.map_err(|e| {
         tracing::warn!(error = %e, "pre-image fetch failed");
         match e {
             // Not the pinned deployment: the write would go to the same peer.

@@ -70,10 +70,7 @@ pub async fn commit(
         ..permit_receipt(enf, &permit, cx, kind)
     };
     let attachments = attach(resp);
-    let waited = tokio::time::Instant::now();
-    let appended = enf.store.append_receipt_with(body, attachments).await;
-    metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "receipt")
-        .record(waited.elapsed().as_secs_f64());
+    let appended = enf.seal(body, attachments).await;
     match appended {
         Ok(Some(sealed)) => {
             if let Some(v) = receipt_header(&sealed) {
@@ -317,7 +314,7 @@ async fn keep(
             enf.now_rfc3339(),
         )
     };
-    let sealed = enf.store.append_receipt(body).await;
+    let sealed = enf.seal_plain(body).await;
     let observed = match ev.peer {
         Some(m) => m.observed.clone().unwrap_or_else(|| "none".into()),
         None => cx.operation.clone(),

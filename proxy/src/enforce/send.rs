@@ -158,7 +158,9 @@ pub(crate) async fn send(
     } else {
         cx.identity.as_deref()
     };
-    let send = crate::net::bound::send_on(upstream, req, identity, bound);
+    let send = crate::telemetry::otlp::upstream::call(req, |req| {
+        crate::net::bound::send_on(upstream, req, identity, bound)
+    });
     let result = match cx.timeout {
         Some(limit) => match tokio::time::timeout(limit, send).await {
             Ok(r) => r,

@@ -2,6 +2,7 @@
 //! advanced, with its lease record, inverse and snapshot, before it leaves; budgets are spent
 //! just before (SPEC §14). A dry run and a held write move nothing yet.
 
+use crate::telemetry::otlp::span;
 use palisade_policy::digest::Sha256Digest;
 use palisade_policy::lease;
 use palisade_policy::{ErrorCode, Refusal};
@@ -96,7 +97,8 @@ pub(crate) async fn settle_fence(enf: &Enforcement, f: Fenced<'_>) -> Result<Per
     let waited = tokio::time::Instant::now();
     // The lock's confirmation travels beside the advance (it shows the lock held at that
     // moment, as well as after it: a lock is lost only with its session).
-    let (advanced, confirmed) = tokio::join!(enf.store.advance(intent), enf.store.confirm(guard));
+    let both = async { tokio::join!(enf.store.advance(intent), enf.store.confirm(guard)) };
+    let (advanced, confirmed) = span::within("palisade.store.advance", both).await;
     metrics::histogram!(crate::telemetry::STORE_OP_DURATION, "op" => "advance")
         .record(waited.elapsed().as_secs_f64());
     let refund = || async {

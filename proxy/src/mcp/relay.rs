@@ -125,7 +125,8 @@ fn relay_stream(
     let deadline =
         tokio::time::Instant::now() + cx.timeout.unwrap_or(plane.config.upstream.timeout);
     let (plane, cx) = (plane.clone(), cx.clone());
-    tokio::spawn(async move {
+    // The commit on the stream's answer is the request's: its receipt lands on its span.
+    tokio::spawn(crate::telemetry::otlp::span::carried(async move {
         let mut events = sse::Events::new(rbody, limit);
         let mut client = Some(tx);
         let mut commit = commit;
@@ -177,7 +178,7 @@ fn relay_stream(
                 }
             }
         }
-    });
+    }));
     let stream = futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|item| (item, rx))
     });

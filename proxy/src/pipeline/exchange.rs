@@ -10,6 +10,7 @@ use crate::config::AccessLog;
 use crate::context::{Outcome, Plane};
 use crate::net::body::{Counted, OnEnd, ProxyBody};
 use crate::telemetry;
+use crate::telemetry::otlp::span::Traced;
 
 /// Whether a request's body must be buffered before it may be forwarded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,8 +92,12 @@ pub(super) fn finish(
     ex: Exchange,
     outcome: Outcome,
     inflight: InflightGuard,
+    traced: Option<Traced>,
 ) -> Response<ExchangeBody> {
     let status = resp.status().as_u16();
+    if let Some(t) = &traced {
+        t.decided(status, telemetry::OUTCOMES[outcome.index()]);
+    }
     plane
         .metrics
         .request(ex.kind.index(), method_index(&ex.method), outcome.index());
@@ -106,6 +111,7 @@ pub(super) fn finish(
         status,
         outcome: telemetry::OUTCOMES[outcome.index()],
         log,
+        traced,
         _inflight: inflight,
     });
     Response::from_parts(parts, Counted::new(body, line))
@@ -118,11 +124,17 @@ pub struct AccessLine {
     status: u16,
     outcome: &'static str,
     log: bool,
+    /// The request's span, ended when the answer has been sent (or dropped with this).
+    traced: Option<Traced>,
     _inflight: InflightGuard,
 }
 
 impl OnEnd for Box<AccessLine> {
     fn on_end(self, bytes: u64) {
+        if let Some(t) = &self.traced {
+            t.set_bytes(bytes);
+            t.end();
+        }
         if !self.log {
             return;
         }

@@ -80,7 +80,11 @@ pub async fn handle(
     let inflight = InflightGuard::new(&state.metrics.inflight);
     let start = Instant::now();
     let (mut parts, body) = req.into_parts();
-    let trace_id = headers::ensure_traceparent(&mut parts.headers);
+    // With OTLP on, the server span starts here and names the trace (SPEC §16).
+    let (traced, trace_id) = match &state.otlp {
+        Some(otlp) => otlp.server_span(&mut parts),
+        None => (None, headers::ensure_traceparent(&mut parts.headers)),
+    };
     // The request as every later stage decides on it and the upstream receives it: method
     // classified fail-closed, path canonical, overrides and forged PTCL headers gone.
     let prepared = request_form::prepare(&state.config, &mut parts, state.config.enforcing());
@@ -123,13 +127,36 @@ pub async fn handle(
     };
     let presented = presented.as_ref();
     let req = Request::from_parts(parts, body);
-    let staged = match route {
-        Route::Sor => sor::answer(&state, &conn, req, &ex, presented).await,
-        route => Box::pin(own(&state, &conn, route, req, &ex, presented)).await,
+    let staged = match (&traced, route) {
+        (None, Route::Sor) => sor::answer(&state, &conn, req, &ex, presented).await,
+        (None, route) => Box::pin(own(&state, &conn, route, req, &ex, presented)).await,
+        // A traced request runs in its span's Context, where its children find it.
+        (Some(t), route) => {
+            let staged = stage(&state, &conn, route, req, &ex, presented);
+            Box::pin(t.run(staged)).await
+        }
     };
     // The one place an HTTP surface's own answer is rendered (problem+json).
-    let (resp, outcome) = staged.unwrap_or_else(Own::answer);
-    Ok(finish(&state, resp, ex, outcome, inflight))
+    let (resp, outcome) = match &traced {
+        Some(t) => t.run(async { staged.unwrap_or_else(Own::answer) }).await,
+        None => staged.unwrap_or_else(Own::answer),
+    };
+    Ok(finish(&state, resp, ex, outcome, inflight, traced))
+}
+
+/// The stage of `route`, as `handle` awaits it.
+async fn stage(
+    state: &Arc<AppState>,
+    conn: &Arc<ConnInfo>,
+    route: Route,
+    req: Request<Incoming>,
+    ex: &Exchange,
+    presented: Option<&crate::admission::Presented>,
+) -> Staged {
+    match route {
+        Route::Sor => sor::answer(state, conn, req, ex, presented).await,
+        route => own(state, conn, route, req, ex, presented).await,
+    }
 }
 
 /// The route of a request whose form was accepted.

@@ -104,8 +104,13 @@ impl Server {
         };
         // Metrics first: the store's writer thread takes its metric handles when it starts.
         let metrics = crate::telemetry::Metrics::register();
+        let otlp = match &config.otlp {
+            Some(o) => Some(telemetry::otlp::Exporters::start(o).map_err(anyhow::Error::msg)?),
+            None => None,
+        };
         let enforcement = if config.needs_store() {
-            Some(Arc::new(crate::context::Enforcement::load(&config).await?))
+            let load = crate::context::Enforcement::load(&config, otlp.as_ref());
+            Some(Arc::new(load.await?))
         } else {
             None
         };
@@ -136,6 +141,7 @@ impl Server {
             bundle: arc_swap::ArcSwapOption::new(bundle),
             rules: Default::default(),
             candidate: arc_swap::ArcSwapOption::new(candidate.map(Arc::new)),
+            otlp,
         });
         if let Some(r) = rules {
             crate::control::rules::publish(&plane, Arc::new(r));

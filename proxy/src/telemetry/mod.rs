@@ -12,6 +12,7 @@
 
 pub mod access_log;
 pub mod drift;
+pub mod otlp;
 pub mod webhook;
 
 use std::io::IsTerminal as _;

@@ -10,6 +10,8 @@ use super::*;
 pub struct Receiver {
     pub addr: SocketAddr,
     pub accepted: Arc<Mutex<Vec<Bytes>>>,
+    /// The path each accepted body was posted to, in the same order.
+    pub paths: Arc<Mutex<Vec<String>>>,
     pub attempts: Arc<std::sync::atomic::AtomicUsize>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -26,22 +28,27 @@ impl Receiver {
         let addr = listener.local_addr().unwrap();
         let accepted: Arc<Mutex<Vec<Bytes>>> = Arc::default();
         let attempts: Arc<std::sync::atomic::AtomicUsize> = Arc::default();
-        let (acc, att) = (accepted.clone(), attempts.clone());
+        let paths: Arc<Mutex<Vec<String>>> = Arc::default();
+        let (acc, att, pa) = (accepted.clone(), attempts.clone(), paths.clone());
         let task = tokio::spawn(async move {
             loop {
                 let (stream, _) = listener.accept().await.unwrap();
-                let (acc, att) = (acc.clone(), att.clone());
+                let (acc, att, pa) = (acc.clone(), att.clone(), pa.clone());
                 tokio::spawn(async move {
                     let svc = service_fn(move |req: Request<Incoming>| {
-                        let (acc, att) = (acc.clone(), att.clone());
+                        let (acc, att, pa) = (acc.clone(), att.clone(), pa.clone());
                         async move {
+                            let path = req.uri().path().to_owned();
                             let body = req.into_body().collect().await.unwrap().to_bytes();
                             let n = att.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
                             let mut resp = Response::new(full(""));
                             if n < failures {
                                 *resp.status_mut() = fail_status;
                             } else {
-                                acc.lock().unwrap().push(body);
+                                // Both under `acc`'s lock: a body and its path stay paired.
+                                let mut acc = acc.lock().unwrap();
+                                acc.push(body);
+                                pa.lock().unwrap().push(path);
                             }
                             Ok::<_, Infallible>(resp)
                         }
@@ -55,6 +62,7 @@ impl Receiver {
         Receiver {
             addr,
             accepted,
+            paths,
             attempts,
             task,
         }

@@ -1,0 +1,166 @@
+//! The bounded queues between the data plane and the collector: a span or a receipt's log
+//! record is handed over with one `try_send`, never waited for; a full queue drops it and
+//! counts it. One task per queue batches and exports, one export at a time, so a collector
+//! that is down or slow costs the requests nothing and holds at most the queue's memory.
+
+use std::time::Duration;
+
+use opentelemetry::InstrumentationScope;
+use opentelemetry_sdk::error::OTelSdkResult;
+use opentelemetry_sdk::logs::{LogBatch, LogExporter as _, LogProcessor, SdkLogRecord};
+use opentelemetry_sdk::trace::{SpanData, SpanExporter as _, SpanProcessor};
+use tokio::sync::mpsc;
+
+/// Spans or records a queue holds; past this they are dropped (a few MB at most).
+pub(super) const CAPACITY: usize = 4096;
+/// Most spans or records one export carries.
+const MAX_BATCH: usize = 512;
+/// How long a batch that is not full waits for more before it goes.
+const DELAY: Duration = Duration::from_millis(500);
+
+/// `palisade_otlp_spans_dropped_total` and `palisade_otlp_records_dropped_total`, by reason:
+/// `queue_full` (the collector is slower than the traffic) or `export_failed` (the collector
+/// refused the batch, or did not answer within `telemetry.otlp.timeout`).
+pub(super) struct Dropped {
+    pub queue_full: metrics::Counter,
+    pub export_failed: metrics::Counter,
+}
+
+impl Dropped {
+    pub(super) fn register(name: &'static str) -> Self {
+        Self {
+            queue_full: metrics::counter!(name, "reason" => "queue_full"),
+            export_failed: metrics::counter!(name, "reason" => "export_failed"),
+        }
+    }
+}
+
+/// The tracer provider's one processor: ended spans into the queue.
+pub(super) struct SpanQueue {
+    pub tx: mpsc::Sender<SpanData>,
+    pub full: metrics::Counter,
+}
+
+impl std::fmt::Debug for SpanQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SpanQueue")
+    }
+}
+
+impl SpanProcessor for SpanQueue {
+    fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
+
+    fn on_end(&self, span: SpanData) {
+        if self.tx.try_send(span).is_err() {
+            self.full.increment(1);
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+
+    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
+        Ok(())
+    }
+}
+
+/// The logger provider's one processor: emitted receipts into the queue.
+pub(super) struct RecordQueue {
+    pub tx: mpsc::Sender<(SdkLogRecord, InstrumentationScope)>,
+    pub full: metrics::Counter,
+}
+
+impl std::fmt::Debug for RecordQueue {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RecordQueue")
+    }
+}
+
+impl LogProcessor for RecordQueue {
+    fn emit(&self, record: &mut SdkLogRecord, scope: &InstrumentationScope) {
+        if self.tx.try_send((record.clone(), scope.clone())).is_err() {
+            self.full.increment(1);
+        }
+    }
+
+    fn force_flush(&self) -> OTelSdkResult {
+        Ok(())
+    }
+}
+
+/// Takes up to [`MAX_BATCH`] items: whatever is queued, then what comes within [`DELAY`].
+/// `false` when the queue is closed and empty.
+async fn next_batch<T>(rx: &mut mpsc::Receiver<T>, batch: &mut Vec<T>) -> bool {
+    if rx.recv_many(batch, MAX_BATCH).await == 0 {
+        return false;
+    }
+    let deadline = tokio::time::Instant::now() + DELAY;
+    while batch.len() < MAX_BATCH {
+        let more = MAX_BATCH - batch.len();
+        match tokio::time::timeout_at(deadline, rx.recv_many(batch, more)).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+    }
+    true
+}
+
+/// Exports the span queue until the queue closes.
+pub(super) async fn export_spans(
+    exporter: opentelemetry_otlp::SpanExporter,
+    mut rx: mpsc::Receiver<SpanData>,
+    failed: metrics::Counter,
+) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut warned = Warned::default();
+    while next_batch(&mut rx, &mut batch).await {
+        let n = batch.len();
+        if let Err(e) = exporter.export(std::mem::take(&mut batch)).await {
+            failed.increment(n as u64);
+            warned.warn("spans", n, &e.to_string());
+        }
+    }
+}
+
+/// Exports the receipts' log records until the queue closes.
+pub(super) async fn export_records(
+    exporter: opentelemetry_otlp::LogExporter,
+    mut rx: mpsc::Receiver<(SdkLogRecord, InstrumentationScope)>,
+    failed: metrics::Counter,
+) {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut warned = Warned::default();
+    while next_batch(&mut rx, &mut batch).await {
+        let n = batch.len();
+        let refs: Vec<(&SdkLogRecord, &InstrumentationScope)> =
+            batch.iter().map(|(r, s)| (r, s)).collect();
+        let result = exporter.export(LogBatch::new(&refs)).await;
+        drop(refs);
+        batch.clear();
+        if let Err(e) = result {
+            failed.increment(n as u64);
+            warned.warn("receipt log records", n, &e.to_string());
+        }
+    }
+}
+
+/// A failed export is logged at most once a minute per queue: a collector that is down
+/// would otherwise write a line per batch.
+#[derive(Default)]
+struct Warned(Option<tokio::time::Instant>);
+
+impl Warned {
+    fn warn(&mut self, what: &str, n: usize, error: &str) {
+        let now = tokio::time::Instant::now();
+        if self.0.is_some_and(|at| now < at + Duration::from_secs(60)) {
+            return;
+        }
+        self.0 = Some(now);
+        tracing::warn!(
+            error,
+            dropped = n,
+            "OTLP export of {what} failed (logged once a minute)"
+        );
+    }
+}

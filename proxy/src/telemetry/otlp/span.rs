@@ -1,0 +1,253 @@
+//! A request's spans: the server span (HTTP semantic conventions and SPEC §16's
+//! `palisade.*` attributes; never a body, query or header value), its children, and the
+//! facts the stages note for it. The server span's Context is the request future's
+//! (`FutureExt::with_context`), so a stage reaches it without a parameter.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+
+use opentelemetry::context::FutureExt as _;
+use opentelemetry::propagation::TextMapPropagator as _;
+use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::{Context, KeyValue};
+use opentelemetry_sdk::propagation::TraceContextPropagator;
+use opentelemetry_sdk::trace::SdkTracer;
+use palisade_policy::ErrorCode;
+
+use super::Exporters;
+
+/// The tracer, in the request's Context: children are made with it.
+#[derive(Clone)]
+struct Tracing(SdkTracer);
+
+/// What the stages learned of the request, put on its span when it ends (a child's Context
+/// shares it, so a fact noted inside a child still lands on the server span).
+#[derive(Default)]
+struct Facts {
+    code: Option<ErrorCode>,
+    operation: Option<String>,
+    rule: Option<String>,
+    fence_epoch: Option<i64>,
+    receipt_index: Option<i64>,
+}
+
+type SharedFacts = Arc<Mutex<Facts>>;
+
+/// A sampled request's server span and its Context.
+pub struct Traced {
+    cx: Context,
+}
+
+const TRACEPARENT: &str = "traceparent";
+
+impl Exporters {
+    /// Starts the server span of a request: the client's `traceparent` is its parent; with
+    /// none (or an invalid one) it is a root and the request gets a `traceparent` naming it.
+    /// The trace id, and the span when it is sampled.
+    pub fn server_span(&self, parts: &mut http::request::Parts) -> (Option<Traced>, Arc<str>) {
+        let parent = TraceContextPropagator::new()
+            .extract(&opentelemetry_http::HeaderExtractor(&parts.headers));
+        let remote = parent.span().span_context().is_valid();
+        let method = parts.method.as_str().to_owned();
+        let builder = self
+            .tracer
+            .span_builder(method.clone())
+            .with_kind(SpanKind::Server)
+            .with_attributes([
+                KeyValue::new("http.request.method", method),
+                KeyValue::new("url.path", parts.uri.path().to_owned()),
+                KeyValue::new(
+                    "url.scheme",
+                    parts.uri.scheme_str().unwrap_or("http").to_owned(),
+                ),
+            ]);
+        let span = self.tracer.build_with_context(builder, &parent);
+        let sc = span.span_context().clone();
+        let trace_id: Arc<str> = sc.trace_id().to_string().into();
+        if !remote {
+            set_traceparent(&mut parts.headers, &sc);
+        }
+        if !sc.is_sampled() {
+            return (None, trace_id);
+        }
+        let cx = parent
+            .with_span(span)
+            .with_value(Tracing(self.tracer.clone()))
+            .with_value(SharedFacts::default());
+        (Some(Traced { cx }), trace_id)
+    }
+}
+
+fn set_traceparent(headers: &mut http::HeaderMap, sc: &opentelemetry::trace::SpanContext) {
+    let value = format!(
+        "00-{}-{}-{:02x}",
+        sc.trace_id(),
+        sc.span_id(),
+        sc.trace_flags().to_u8()
+    );
+    if let Ok(v) = http::HeaderValue::from_str(&value) {
+        headers.insert(TRACEPARENT, v);
+    }
+}
+
+impl Traced {
+    /// `fut` run in the span's Context.
+    pub fn run<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        fut.with_context(self.cx.clone())
+    }
+
+    /// The answer's status, the decision and what the stages noted, onto the span.
+    pub fn decided(&self, status: u16, decision: &'static str) {
+        let span = self.cx.span();
+        span.set_attribute(KeyValue::new("http.response.status_code", status as i64));
+        span.set_attribute(KeyValue::new("palisade.decision", decision));
+        if status >= 500 {
+            span.set_status(Status::error(""));
+            span.set_attribute(KeyValue::new("error.type", status.to_string()));
+        }
+        let Some(facts) = self.cx.get::<SharedFacts>() else {
+            return;
+        };
+        let f = facts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(code) = f.code {
+            span.set_attribute(KeyValue::new("palisade.code", code.as_str()));
+        }
+        if let Some(op) = &f.operation {
+            // An attribute, not the span's name: an unbound write's operation is its raw
+            // path, which a span name must not be (names are low-cardinality).
+            span.set_attribute(KeyValue::new("palisade.operation", op.clone()));
+        }
+        if let Some(rule) = &f.rule {
+            span.set_attribute(KeyValue::new("palisade.rule", rule.clone()));
+        }
+        if let Some(epoch) = f.fence_epoch {
+            span.set_attribute(KeyValue::new("palisade.fence_epoch", epoch));
+        }
+        if let Some(index) = f.receipt_index {
+            span.set_attribute(KeyValue::new("palisade.receipt_index", index));
+        }
+    }
+
+    /// The answer's body has been sent: `bytes` of it.
+    pub fn set_bytes(&self, bytes: u64) {
+        let size = i64::try_from(bytes).unwrap_or(i64::MAX);
+        self.cx
+            .span()
+            .set_attribute(KeyValue::new("http.response.body.size", size));
+    }
+
+    /// The answer has been sent: the span ends.
+    pub fn end(&self) {
+        self.cx.span().end();
+    }
+}
+
+/// Notes what the request's span should say, when the request is traced (one thread-local
+/// read otherwise).
+fn note(f: impl FnOnce(&mut Facts)) {
+    Context::map_current(|cx| {
+        if let Some(facts) = cx.get::<SharedFacts>() {
+            f(&mut facts.lock().unwrap_or_else(|e| e.into_inner()));
+        }
+    });
+}
+
+/// The code of the sidecar's own answer.
+pub fn note_code(code: ErrorCode) {
+    note(|f| f.code = Some(code));
+}
+
+/// A receipt the request left: its index, epoch, operation, code and rule.
+pub fn note_receipt(index: u64, receipt: &serde_json::Value) {
+    note(|f| {
+        f.receipt_index = i64::try_from(index).ok();
+        if let Some(e) = receipt["cas_fence_epoch"].as_u64() {
+            f.fence_epoch = i64::try_from(e).ok();
+        }
+        if let Some(op) = receipt["operation"].as_str() {
+            f.operation = Some(op.to_owned());
+        }
+        if let Some(rule) = receipt["rule"].as_str() {
+            f.rule = Some(rule.to_owned());
+        }
+        if let Some(code) = receipt["code"].as_str().and_then(ErrorCode::from_wire) {
+            f.code = Some(code);
+        }
+    });
+}
+
+/// A child of the request's span, when the request is traced.
+pub struct Child {
+    cx: Context,
+}
+
+impl Child {
+    /// Starts `name` under the current span; `None` when the request is not traced
+    /// (`attributes` is then never called).
+    pub fn start(
+        name: &'static str,
+        kind: SpanKind,
+        attributes: impl FnOnce() -> Vec<KeyValue>,
+    ) -> Option<Child> {
+        Context::map_current(|cx| {
+            let Tracing(tracer) = cx.get::<Tracing>()?;
+            let span = tracer
+                .span_builder(name)
+                .with_kind(kind)
+                .with_attributes(attributes())
+                .start_with_context(tracer, cx);
+            Some(Child {
+                cx: cx.with_span(span),
+            })
+        })
+    }
+
+    /// The upstream is told this span is the parent of its work (as Envoy and linkerd do).
+    pub fn propagate(&self, headers: &mut http::HeaderMap) {
+        set_traceparent(headers, self.cx.span().span_context());
+    }
+
+    pub fn set(&self, attribute: KeyValue) {
+        self.cx.span().set_attribute(attribute);
+    }
+
+    /// Marks the span failed with `kind` (`error.type`).
+    pub fn failed(&self, kind: &'static str) {
+        let span = self.cx.span();
+        span.set_status(Status::error(""));
+        span.set_attribute(KeyValue::new("error.type", kind));
+    }
+
+    /// `fut` in this span's Context.
+    pub fn run<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
+        fut.with_context(self.cx.clone())
+    }
+}
+
+impl Drop for Child {
+    fn drop(&mut self) {
+        self.cx.span().end();
+    }
+}
+
+/// `fut`, to be spawned, carrying the request's Context when the request is traced (a
+/// spawned task does not inherit it); as it is otherwise.
+pub fn carried<F: Future>(
+    fut: F,
+) -> futures_util::future::Either<opentelemetry::context::WithContext<F>, F> {
+    use futures_util::future::Either;
+    let traced = Context::map_current(|cx| cx.get::<SharedFacts>().is_some());
+    if traced {
+        Either::Left(fut.with_current_context())
+    } else {
+        Either::Right(fut)
+    }
+}
+
+/// `fut` as a child span `name` of the request's span, when it is traced.
+pub async fn within<F: Future>(name: &'static str, fut: F) -> F::Output {
+    match Child::start(name, SpanKind::Internal, Vec::new) {
+        Some(child) => child.run(fut).await,
+        None => fut.await,
+    }
+}

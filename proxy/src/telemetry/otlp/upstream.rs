@@ -1,0 +1,85 @@
+//! The upstream call as a client span of the request's (HTTP semantic conventions): the
+//! upstream's `traceparent` names it as the parent of the upstream's own work.
+
+use std::future::Future;
+
+use http::{Request, Response};
+use hyper::body::Incoming;
+use opentelemetry::trace::SpanKind;
+use opentelemetry::KeyValue;
+
+use super::span::Child;
+use crate::net::body::ProxyBody;
+use crate::net::upstream::UpstreamError;
+
+/// `send(req)`, as a child span when the request is traced; as it is otherwise.
+pub async fn call<Fut>(
+    mut req: Request<ProxyBody>,
+    send: impl FnOnce(Request<ProxyBody>) -> Fut,
+) -> Result<Response<Incoming>, UpstreamError>
+where
+    Fut: Future<Output = Result<Response<Incoming>, UpstreamError>>,
+{
+    let attributes = || {
+        let uri = req.uri();
+        let mut a = vec![KeyValue::new(
+            "http.request.method",
+            req.method().as_str().to_owned(),
+        )];
+        // The upstream's address is the operator's configuration, not the client's.
+        if let Some(host) = uri.host() {
+            a.push(KeyValue::new("server.address", host.to_owned()));
+        }
+        if let Some(port) = uri.port_u16() {
+            a.push(KeyValue::new("server.port", i64::from(port)));
+        }
+        a
+    };
+    let name = method_name(req.method());
+    let Some(child) = Child::start(name, SpanKind::Client, attributes) else {
+        return send(req).await;
+    };
+    child.propagate(req.headers_mut());
+    let answered = child.run(send(req)).await;
+    match &answered {
+        Ok(resp) => {
+            let status = resp.status().as_u16();
+            child.set(KeyValue::new(
+                "http.response.status_code",
+                i64::from(status),
+            ));
+            if status >= 400 {
+                child.failed(status_class(status));
+            }
+        }
+        Err(e) => child.failed(match e {
+            UpstreamError::Connect(_) => "connect",
+            UpstreamError::Timeout(_) => "timeout",
+            UpstreamError::Failed(_) => "failed",
+            UpstreamError::Identity(_) => "identity",
+        }),
+    }
+    answered
+}
+
+/// A client span is named by its method (a closed set: a client's own method is `_OTHER`).
+fn method_name(m: &http::Method) -> &'static str {
+    match *m {
+        http::Method::GET => "GET",
+        http::Method::HEAD => "HEAD",
+        http::Method::POST => "POST",
+        http::Method::PUT => "PUT",
+        http::Method::PATCH => "PATCH",
+        http::Method::DELETE => "DELETE",
+        http::Method::OPTIONS => "OPTIONS",
+        _ => "_OTHER",
+    }
+}
+
+fn status_class(status: u16) -> &'static str {
+    if status >= 500 {
+        "5xx"
+    } else {
+        "4xx"
+    }
+}
