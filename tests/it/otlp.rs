@@ -134,6 +134,8 @@ async fn a_write_a_refusal_and_a_read_are_spans_of_the_clients_traces() {
         .insert("traceparent", traceparent(t_write).parse().unwrap());
     req.headers_mut()
         .insert("x-api-key", CANARY.parse().unwrap());
+    req.headers_mut()
+        .insert("tracestate", format!("vendor={CANARY}").parse().unwrap());
     *req.body_mut() = full(format!(r#"{{"qty":1150,"note":"{CANARY}"}}"#));
     let (written, _) = send(&client, req).await;
     assert_eq!(written.status, StatusCode::OK);

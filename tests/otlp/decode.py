@@ -47,6 +47,7 @@ def main():
                             "trace_id": s.trace_id.hex(),
                             "span_id": s.span_id.hex(),
                             "parent_span_id": s.parent_span_id.hex(),
+                            "trace_state": s.trace_state,
                             "name": s.name,
                             "kind": s.kind,
                             "attributes": attributes(s.attributes),

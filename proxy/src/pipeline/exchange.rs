@@ -130,10 +130,10 @@ pub struct AccessLine {
 }
 
 impl OnEnd for Box<AccessLine> {
-    fn on_end(self, bytes: u64) {
-        if let Some(t) = &self.traced {
+    fn on_end(mut self, bytes: u64) {
+        if let Some(t) = self.traced.take() {
             t.set_bytes(bytes);
-            t.end();
+            // Dropped: the span ends.
         }
         if !self.log {
             return;

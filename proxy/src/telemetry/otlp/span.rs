@@ -8,7 +8,9 @@ use std::sync::{Arc, Mutex};
 
 use opentelemetry::context::FutureExt as _;
 use opentelemetry::propagation::TextMapPropagator as _;
-use opentelemetry::trace::{Span as _, SpanKind, Status, TraceContextExt as _, Tracer as _};
+use opentelemetry::trace::{
+    Span as _, SpanContext, SpanKind, Status, TraceContextExt as _, TraceState, Tracer as _,
+};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracer;
@@ -45,9 +47,23 @@ impl Exporters {
     /// none (or an invalid one) it is a root and the request gets a `traceparent` naming it.
     /// The trace id, and the span when it is sampled.
     pub fn server_span(&self, parts: &mut http::request::Parts) -> (Option<Traced>, Arc<str>) {
-        let parent = TraceContextPropagator::new()
+        let extracted = TraceContextPropagator::new()
             .extract(&opentelemetry_http::HeaderExtractor(&parts.headers));
-        let remote = parent.span().span_context().is_valid();
+        // The client's trace and span ids and its sampled flag, not its `tracestate`: that is
+        // a header's value, which no span records (the upstream still gets the header).
+        let sc = extracted.span().span_context().clone();
+        let remote = sc.is_valid();
+        let parent = if remote {
+            Context::new().with_remote_span_context(SpanContext::new(
+                sc.trace_id(),
+                sc.span_id(),
+                sc.trace_flags(),
+                true,
+                TraceState::default(),
+            ))
+        } else {
+            Context::new()
+        };
         let method = parts.method.as_str().to_owned();
         let builder = self
             .tracer
@@ -96,7 +112,7 @@ impl Traced {
         fut.with_context(self.cx.clone())
     }
 
-    /// The answer's status, the decision and what the stages noted, onto the span.
+    /// The answer's status and the decision, onto the span.
     pub fn decided(&self, status: u16, decision: &'static str) {
         let span = self.cx.span();
         span.set_attribute(KeyValue::new("http.response.status_code", status as i64));
@@ -104,27 +120,6 @@ impl Traced {
         if status >= 500 {
             span.set_status(Status::error(""));
             span.set_attribute(KeyValue::new("error.type", status.to_string()));
-        }
-        let Some(facts) = self.cx.get::<SharedFacts>() else {
-            return;
-        };
-        let f = facts.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(code) = f.code {
-            span.set_attribute(KeyValue::new("palisade.code", code.as_str()));
-        }
-        if let Some(op) = &f.operation {
-            // An attribute, not the span's name: an unbound write's operation is its raw
-            // path, which a span name must not be (names are low-cardinality).
-            span.set_attribute(KeyValue::new("palisade.operation", op.clone()));
-        }
-        if let Some(rule) = &f.rule {
-            span.set_attribute(KeyValue::new("palisade.rule", rule.clone()));
-        }
-        if let Some(epoch) = f.fence_epoch {
-            span.set_attribute(KeyValue::new("palisade.fence_epoch", epoch));
-        }
-        if let Some(index) = f.receipt_index {
-            span.set_attribute(KeyValue::new("palisade.receipt_index", index));
         }
     }
 
@@ -135,10 +130,35 @@ impl Traced {
             .span()
             .set_attribute(KeyValue::new("http.response.body.size", size));
     }
+}
 
-    /// The answer has been sent: the span ends.
-    pub fn end(&self) {
-        self.cx.span().end();
+impl Drop for Traced {
+    /// The answer has been sent (or the exchange dropped): what the stages noted goes onto
+    /// the span, and it ends. Noted facts are read here, not when the answer's head left: a
+    /// tool call streamed back commits on its last message.
+    fn drop(&mut self) {
+        let span = self.cx.span();
+        if let Some(facts) = self.cx.get::<SharedFacts>() {
+            let f = facts.lock().unwrap_or_else(|e| e.into_inner());
+            if let Some(code) = f.code {
+                span.set_attribute(KeyValue::new("palisade.code", code.as_str()));
+            }
+            if let Some(op) = &f.operation {
+                // An attribute, not the span's name: an unbound write's operation is its raw
+                // path, which a span name must not be (names are low-cardinality).
+                span.set_attribute(KeyValue::new("palisade.operation", op.clone()));
+            }
+            if let Some(rule) = &f.rule {
+                span.set_attribute(KeyValue::new("palisade.rule", rule.clone()));
+            }
+            if let Some(epoch) = f.fence_epoch {
+                span.set_attribute(KeyValue::new("palisade.fence_epoch", epoch));
+            }
+            if let Some(index) = f.receipt_index {
+                span.set_attribute(KeyValue::new("palisade.receipt_index", index));
+            }
+        }
+        span.end();
     }
 }
 
