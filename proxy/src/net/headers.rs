@@ -221,20 +221,60 @@ const X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 /// Returns the trace id of a valid `traceparent`, or installs a new `traceparent` and returns
 /// its trace id.
 pub fn ensure_traceparent(headers: &mut HeaderMap) -> std::sync::Arc<str> {
-    if let Some(id) = headers
-        .get(TRACEPARENT)
-        .and_then(|v| v.to_str().ok())
-        .and_then(valid_trace_id)
-    {
-        return id.into();
+    ensure_flagged(headers, true)
+}
+
+/// As [`ensure_traceparent`], a new one not sampled (flags `00`): a sidecar exporting traces
+/// that does not record this one says so to the upstream.
+pub fn ensure_unsampled(headers: &mut HeaderMap) -> std::sync::Arc<str> {
+    ensure_flagged(headers, false)
+}
+
+fn ensure_flagged(headers: &mut HeaderMap, sampled: bool) -> std::sync::Arc<str> {
+    if let Some(tp) = traceparent(headers) {
+        return tp.trace_id.into();
     }
-    let mut random = [0u8; 24];
-    rand::thread_rng().fill_bytes(&mut random);
-    // `00-<32 hex trace id>-<16 hex parent id>-01`, written in place (issue 19: `format!`
-    // and two temporary strings were a tenth of this function's cost).
-    let mut value = *b"00-00000000000000000000000000000000-0000000000000000-01";
-    hex_into(&random[..16], &mut value[3..35]);
-    hex_into(&random[16..], &mut value[36..52]);
+    let mut trace = [0u8; 16];
+    let mut parent = [0u8; 8];
+    rand::thread_rng().fill_bytes(&mut trace);
+    rand::thread_rng().fill_bytes(&mut parent);
+    install_traceparent(headers, &trace, &parent, sampled)
+}
+
+/// A valid `traceparent`'s parts (W3C Trace Context §3.2), as lower-case hex.
+pub struct Traceparent<'h> {
+    pub trace_id: &'h str,
+    pub parent_id: &'h str,
+    pub sampled: bool,
+}
+
+/// The request's `traceparent`, when it is valid.
+pub fn traceparent(headers: &HeaderMap) -> Option<Traceparent<'_>> {
+    let v = headers.get(TRACEPARENT)?.to_str().ok()?;
+    let (trace_id, parent_id, flags) = valid_traceparent(v)?;
+    let flags = u8::from_str_radix(flags, 16).ok()?;
+    Some(Traceparent {
+        trace_id,
+        parent_id,
+        sampled: flags & 1 == 1,
+    })
+}
+
+/// Installs `00-<trace>-<parent>-<flags>` as the request's `traceparent`; the trace id, as
+/// hex. Written in place (issue 19: `format!` and two temporary strings were a tenth of this
+/// function's cost).
+pub fn install_traceparent(
+    headers: &mut HeaderMap,
+    trace: &[u8; 16],
+    parent: &[u8; 8],
+    sampled: bool,
+) -> std::sync::Arc<str> {
+    let mut value = *b"00-00000000000000000000000000000000-0000000000000000-00";
+    hex_into(trace, &mut value[3..35]);
+    hex_into(parent, &mut value[36..52]);
+    if sampled {
+        value[54] = b'1';
+    }
     // Hex digits only, so the check cannot fail (`from_utf8_lossy` was ≈ 280 instructions).
     let trace_id = std::str::from_utf8(&value[3..35])
         .unwrap_or_default()
@@ -248,6 +288,13 @@ pub fn ensure_traceparent(headers: &mut HeaderMap) -> std::sync::Arc<str> {
 
 const TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
 
+/// A trace id as lower-case hex.
+pub fn trace_id_hex(trace: &[u8; 16]) -> std::sync::Arc<str> {
+    let mut out = [0u8; 32];
+    hex_into(trace, &mut out);
+    std::str::from_utf8(&out).unwrap_or_default().into()
+}
+
 /// Writes `bytes` as lower-case hex into `out` (twice their length).
 fn hex_into(bytes: &[u8], out: &mut [u8]) {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
@@ -257,8 +304,9 @@ fn hex_into(bytes: &[u8], out: &mut [u8]) {
     }
 }
 
-/// The trace id of a `traceparent` value valid per W3C Trace Context §3.2.
-fn valid_trace_id(v: &str) -> Option<&str> {
+/// The trace id, parent id and flags of a `traceparent` value valid per W3C Trace Context
+/// §3.2.
+fn valid_traceparent(v: &str) -> Option<(&str, &str, &str)> {
     let mut parts = v.trim().split('-');
     let (ver, trace, parent, flags) = (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
     let more = parts.next().is_some();
@@ -274,7 +322,7 @@ fn valid_trace_id(v: &str) -> Option<&str> {
     if !is_hex(parent, 16) || parent.bytes().all(|b| b == b'0') || !is_hex(flags, 2) {
         return None;
     }
-    Some(trace)
+    Some((trace, parent, flags))
 }
 
 /// The PTCL headers (SPEC §3).
@@ -457,7 +505,7 @@ mod tests {
             let id = ensure_traceparent(&mut h);
             assert_eq!(id.len(), 32);
             assert_ne!(h["traceparent"], bad);
-            assert!(valid_trace_id(h["traceparent"].to_str().unwrap()).is_some());
+            assert!(valid_traceparent(h["traceparent"].to_str().unwrap()).is_some());
         }
     }
 }

@@ -155,7 +155,9 @@ async fn stage(
 ) -> Staged {
     match route {
         Route::Sor => sor::answer(state, conn, req, ex, presented).await,
-        route => own(state, conn, route, req, ex, presented).await,
+        // Boxed, as in `handle`: unboxed, this future would be as large as the MCP relay's
+        // (14 KB), moved on every traced request.
+        route => Box::pin(own(state, conn, route, req, ex, presented)).await,
     }
 }
 

@@ -41,6 +41,8 @@ pub struct Exporters {
     // Kept so the processors (and the queues' senders) live as long as the sidecar.
     _provider: SdkTracerProvider,
     records: Option<records::Records>,
+    /// `telemetry.otlp.sample`: the share of new traces recorded.
+    sample: f64,
 }
 
 impl Exporters {
@@ -73,10 +75,9 @@ impl Exporters {
                 tx,
                 full: dropped.queue_full,
             })
-            // A client's sampled flag decides for its trace; `sample` decides for the rest.
-            .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
-                config.sample,
-            ))))
+            // Decided before a span is made (`span::server`): a client's sampled flag for its
+            // trace, one draw against `sample` for a new one; the SDK records what it is given.
+            .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))
             .with_resource(resource.clone())
             .build();
         let records = if config.receipts {
@@ -97,6 +98,7 @@ impl Exporters {
             tracer: provider.tracer("palisade"),
             _provider: provider,
             records,
+            sample: config.sample,
         }))
     }
 

@@ -7,16 +7,16 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use opentelemetry::context::FutureExt as _;
-use opentelemetry::propagation::TextMapPropagator as _;
 use opentelemetry::trace::{
-    Span as _, SpanContext, SpanKind, Status, TraceContextExt as _, TraceState, Tracer as _,
+    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId,
+    TraceState, Tracer as _,
 };
 use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::propagation::TraceContextPropagator;
 use opentelemetry_sdk::trace::SdkTracer;
 use palisade_policy::ErrorCode;
 
 use super::Exporters;
+use crate::net::headers;
 
 /// The tracer, in the request's Context: children are made with it.
 #[derive(Clone)]
@@ -40,69 +40,103 @@ pub struct Traced {
     cx: Context,
 }
 
-const TRACEPARENT: &str = "traceparent";
-
 impl Exporters {
     /// Starts the server span of a request: the client's `traceparent` is its parent; with
     /// none (or an invalid one) it is a root and the request gets a `traceparent` naming it.
-    /// The trace id, and the span when it is sampled.
+    /// The trace id, and the span when it is sampled. Whether it is sampled is decided first
+    /// and cheaply (the client's flag, else one draw against `sample`): an unsampled request
+    /// makes no span at all.
     pub fn server_span(&self, parts: &mut http::request::Parts) -> (Option<Traced>, Arc<str>) {
-        let extracted = TraceContextPropagator::new()
-            .extract(&opentelemetry_http::HeaderExtractor(&parts.headers));
-        // The client's trace and span ids and its sampled flag, not its `tracestate`: that is
-        // a header's value, which no span records (the upstream still gets the header).
-        let sc = extracted.span().span_context().clone();
-        let remote = sc.is_valid();
-        let parent = if remote {
-            Context::new().with_remote_span_context(SpanContext::new(
-                sc.trace_id(),
-                sc.span_id(),
-                sc.trace_flags(),
-                true,
-                TraceState::default(),
-            ))
-        } else {
-            Context::new()
+        let parent = match headers::traceparent(&parts.headers) {
+            // The client's trace, which it does not record: passed on as it is.
+            Some(tp) if !tp.sampled => return (None, tp.trace_id.into()),
+            // The client's trace and span ids and its sampled flag, not its `tracestate`:
+            // that is a header's value, which no span records (the upstream still gets it).
+            Some(tp) => match (
+                TraceId::from_hex(tp.trace_id),
+                SpanId::from_hex(tp.parent_id),
+            ) {
+                (Ok(trace), Ok(span)) => Some(SpanContext::new(
+                    trace,
+                    span,
+                    TraceFlags::SAMPLED,
+                    true,
+                    TraceState::default(),
+                )),
+                _ => None,
+            },
+            None => None,
         };
-        let method = parts.method.as_str().to_owned();
+        if parent.is_none() && !self.draw() {
+            return (None, headers::ensure_unsampled(&mut parts.headers));
+        }
+        let parent = match parent {
+            Some(sc) => Context::new().with_remote_span_context(sc),
+            None => Context::new(),
+        };
+        let method = method_name(&parts.method);
         let builder = self
             .tracer
-            .span_builder(method.clone())
+            .span_builder(method)
             .with_kind(SpanKind::Server)
             .with_attributes([
                 KeyValue::new("http.request.method", method),
                 KeyValue::new("url.path", parts.uri.path().to_owned()),
                 KeyValue::new(
                     "url.scheme",
-                    parts.uri.scheme_str().unwrap_or("http").to_owned(),
+                    if parts.uri.scheme_str() == Some("https") {
+                        "https"
+                    } else {
+                        "http"
+                    },
                 ),
             ]);
         let span = self.tracer.build_with_context(builder, &parent);
-        let sc = span.span_context().clone();
-        let trace_id: Arc<str> = sc.trace_id().to_string().into();
-        if !remote {
-            set_traceparent(&mut parts.headers, &sc);
-        }
-        if !sc.is_sampled() {
-            return (None, trace_id);
-        }
+        let sc = span.span_context();
+        let trace_id = if parent.has_active_span() {
+            hex_id(sc)
+        } else {
+            set_traceparent(&mut parts.headers, sc)
+        };
         let cx = parent
             .with_span(span)
             .with_value(Tracing(self.tracer.clone()))
             .with_value(SharedFacts::default());
         (Some(Traced { cx }), trace_id)
     }
+
+    /// Whether a new trace is recorded: `sample` of them (a root is decided once, here).
+    fn draw(&self) -> bool {
+        self.sample >= 1.0 || (self.sample > 0.0 && rand::random::<f64>() < self.sample)
+    }
 }
 
-fn set_traceparent(headers: &mut http::HeaderMap, sc: &opentelemetry::trace::SpanContext) {
-    let value = format!(
-        "00-{}-{}-{:02x}",
-        sc.trace_id(),
-        sc.span_id(),
-        sc.trace_flags().to_u8()
-    );
-    if let Ok(v) = http::HeaderValue::from_str(&value) {
-        headers.insert(TRACEPARENT, v);
+/// `sc` as the request's `traceparent` (sampled); its trace id.
+fn set_traceparent(headers: &mut http::HeaderMap, sc: &SpanContext) -> Arc<str> {
+    headers::install_traceparent(
+        headers,
+        &sc.trace_id().to_bytes(),
+        &sc.span_id().to_bytes(),
+        sc.is_sampled(),
+    )
+}
+
+/// `sc`'s trace id as lower-case hex.
+fn hex_id(sc: &SpanContext) -> Arc<str> {
+    headers::trace_id_hex(&sc.trace_id().to_bytes())
+}
+
+/// A span is named by its method (a closed set: any other method is `_OTHER`).
+pub(super) fn method_name(m: &http::Method) -> &'static str {
+    match *m {
+        http::Method::GET => "GET",
+        http::Method::HEAD => "HEAD",
+        http::Method::POST => "POST",
+        http::Method::PUT => "PUT",
+        http::Method::PATCH => "PATCH",
+        http::Method::DELETE => "DELETE",
+        http::Method::OPTIONS => "OPTIONS",
+        _ => "_OTHER",
     }
 }
 

@@ -35,7 +35,7 @@ where
         }
         a
     };
-    let name = method_name(req.method());
+    let name = super::span::method_name(req.method());
     let Some(child) = Child::start(name, SpanKind::Client, attributes) else {
         return send(req).await;
     };
@@ -60,20 +60,6 @@ where
         }),
     }
     answered
-}
-
-/// A client span is named by its method (a closed set: a client's own method is `_OTHER`).
-fn method_name(m: &http::Method) -> &'static str {
-    match *m {
-        http::Method::GET => "GET",
-        http::Method::HEAD => "HEAD",
-        http::Method::POST => "POST",
-        http::Method::PUT => "PUT",
-        http::Method::PATCH => "PATCH",
-        http::Method::DELETE => "DELETE",
-        http::Method::OPTIONS => "OPTIONS",
-        _ => "_OTHER",
-    }
 }
 
 fn status_class(status: u16) -> &'static str {
