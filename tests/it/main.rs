@@ -32,6 +32,7 @@ mod contracts;
 mod dashboard;
 mod dataplane;
 mod enforce;
+mod etag;
 mod freeze;
 mod identity;
 mod image;

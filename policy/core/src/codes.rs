@@ -112,6 +112,9 @@ codes! {
     InverseTarget = "ERR_INVERSE_TARGET", 422, "Inverse payload does not target the write it undoes", Some(Lease);
     StaleFenceEpoch = "ERR_STALE_FENCE_EPOCH", 409, "Stale fence epoch", Some(Fence);
     PreimageUnavailable = "ERR_PREIMAGE_UNAVAILABLE", 503, "Pre-image unavailable", Some(Fence);
+    /// `upstream.if_match` (an addition to SPEC §5.2): the SoR's own precondition refused the
+    /// write (412 to the `If-Match` check 12's ETag), or the agent's `If-Match` is not it.
+    StalePreImageUpstream = "ERR_STALE_PRE_IMAGE_UPSTREAM", 409, "The SoR's version of the resource is not the one checked", Some(Fence);
     // SPEC §4.
     UnboundOperation = "ERR_UNBOUND_OPERATION", 404, "Operation not bound by the lockfile", Some(Lockfile);
     // SPEC §7: a bundle that fails to compile on reload (an event's code; no client sees it).

@@ -119,6 +119,9 @@ pub struct UpstreamSection {
     pub ca: Option<PathBuf>,
     /// `upstream.tls.identity`: the deployment identity the upstream must present.
     pub identity: Option<String>,
+    /// `upstream.if_match`: a write goes with `If-Match` naming the strong ETag check 12's
+    /// fetch answered with, so the SoR itself refuses it if the resource changed since.
+    pub if_match: bool,
 }
 
 /// `[limits]`, validated: the bounds on what a client or an upstream can make the sidecar hold.

@@ -41,6 +41,7 @@ pub struct RawUpstream {
     pub timeout: Option<String>,
     pub tls: Option<RawUpstreamTls>,
     pub shadow_url: Option<String>,
+    pub if_match: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]

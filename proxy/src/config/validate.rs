@@ -312,6 +312,13 @@ impl RawConfig {
                 "needs PTCL enforcement (ptcl.writes not empty) and a RICH bundle (rich.lockfile): recipes compose bound capabilities, contracts are kept in the store",
             );
         }
+        let if_match = self.upstream.if_match.unwrap_or(false);
+        if if_match && !pre_image_fetch {
+            c.push(
+                "upstream.if_match",
+                "needs ptcl.pre_image = \"fetch\": the ETag it sends is the one check 12's fetch answered with",
+            );
+        }
         if rcns.is_some() && !pre_image_fetch {
             c.push(
                 "rcns",
@@ -355,6 +362,7 @@ impl RawConfig {
                 timeout: c.duration("upstream.timeout", &self.upstream.timeout, "30s"),
                 ca: upstream_tls.ca,
                 identity: upstream_tls.identity,
+                if_match,
             },
             shadow_url,
             limits: LimitsSection {

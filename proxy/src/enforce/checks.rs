@@ -201,6 +201,14 @@ pub(crate) async fn check(
     } else {
         None
     };
+    // `upstream.if_match`: the SoR's own ETag closes the window between this fetch and the
+    // write's arrival (a change made through another path of the SoR meanwhile).
+    let if_match = match (&pre_image, facts.headers) {
+        (Some(state), Some(headers)) if config.upstream.if_match => {
+            state.if_match(headers).map_err(at_epoch)?
+        }
+        _ => None,
+    };
     // SNAPSHOT_RESTORE keeps what the write replaces; a held write, for its operator's diff.
     let snapshot = match (l.recovery_mode, &pre_image) {
         (lease::RecoveryMode::SnapshotRestore, Some(state)) => Some(state.snapshot()),
@@ -220,6 +228,7 @@ pub(crate) async fn check(
             method: facts.http_method(),
             body,
             pre_image,
+            if_match,
             inverse: staged.map(|s| s.jcs),
             snapshot,
             releasing,
@@ -323,6 +332,12 @@ async fn granted(
         (lease::RecoveryMode::SnapshotRestore, Some(state)) => Some(state.snapshot()),
         _ => None,
     };
+    let if_match = match (&pre_image, facts.headers) {
+        (Some(state), Some(headers)) if config.upstream.if_match => {
+            state.if_match(headers).map_err(Denied::from)?
+        }
+        _ => None,
+    };
     settle_fence(
         enf,
         Fenced {
@@ -334,6 +349,7 @@ async fn granted(
             method: facts.http_method(),
             body: facts.body,
             pre_image: pre_image.map(|s| s.digest),
+            if_match,
             inverse: Some(g.inverse.jcs.clone()),
             snapshot,
             releasing: false,

@@ -16,6 +16,8 @@ pub struct Permit {
     pub(super) target: String,
     pub(super) request_digest: Sha256Digest,
     pub(super) pre_image: Option<Sha256Digest>,
+    /// `upstream.if_match`: the `If-Match` the write goes with (check 12's strong ETag).
+    pub(super) if_match: Option<http::HeaderValue>,
     /// An escrowed write on its release: forwarded, not held again.
     pub(super) released: bool,
     /// A write to hold: the resource as check 12 fetched it (`preimage::State::snapshot`),
@@ -77,6 +79,11 @@ pub enum Disposition {
 }
 
 impl Permit {
+    /// `upstream.if_match`: the `If-Match` the write is sent with.
+    pub(crate) fn if_match(&self) -> Option<&http::HeaderValue> {
+        self.if_match.as_ref()
+    }
+
     /// The lease's epoch (what a forwarded write advanced its resource to).
     pub fn epoch(&self) -> u64 {
         self.lease.lease().cas_fence_epoch

@@ -18,6 +18,50 @@ pub(crate) struct State {
     pub digest: Sha256Digest,
     /// `None` when the resource was absent (404/410).
     pub representation: Option<(Option<String>, Bytes)>,
+    /// The answer's `ETag`, when it is a strong one (RFC 9110 §8.8.3): `If-Match` compares
+    /// strongly, so a weak ETag can never match and is not kept.
+    pub etag: Option<http::HeaderValue>,
+}
+
+impl State {
+    /// `upstream.if_match`: the `If-Match` the write goes with, the fetched strong ETag. An
+    /// agent's own `If-Match` must be that ETag (it read another version of the resource);
+    /// with no strong ETag the agent's own goes to the SoR unchanged, and nothing is added.
+    pub(crate) fn if_match(
+        &self,
+        request: &http::HeaderMap,
+    ) -> Result<Option<http::HeaderValue>, Refusal> {
+        let Some(etag) = &self.etag else {
+            return Ok(None);
+        };
+        let theirs: Vec<&http::HeaderValue> = request.get_all(header::IF_MATCH).iter().collect();
+        match theirs.as_slice() {
+            [] => Ok(Some(etag.clone())),
+            [one] if one.as_bytes().trim_ascii() == etag.as_bytes() => Ok(Some(etag.clone())),
+            _ => Err(Refusal::new(
+                ErrorCode::StalePreImageUpstream,
+                "the request's If-Match is not the resource's current ETag: it was read at another version",
+            )),
+        }
+    }
+}
+
+/// A strong entity tag as RFC 9110 §8.8.3 writes it: `"…"` with no `W/`, one tag.
+fn strong_etag(headers: &http::HeaderMap) -> Option<http::HeaderValue> {
+    let mut all = headers.get_all(header::ETAG).iter();
+    let v = all.next()?;
+    if all.next().is_some() {
+        return None;
+    }
+    let b = v.as_bytes().trim_ascii();
+    let opaque = b.strip_prefix(b"\"")?.strip_suffix(b"\"")?;
+    // etagc = %x21 / %x23-7E / obs-text: no quote, no space, no control.
+    let valid = opaque
+        .iter()
+        .all(|&c| c == 0x21 || (0x23..=0x7e).contains(&c) || c >= 0x80);
+    valid
+        .then(|| http::HeaderValue::from_bytes(b).ok())
+        .flatten()
 }
 
 impl State {
@@ -75,6 +119,7 @@ pub(crate) async fn fetch_state(
         }
     })?;
     let status = resp.status().as_u16();
+    let etag = strong_etag(resp.headers());
     let content_type = resp
         .headers()
         .get(header::CONTENT_TYPE)
@@ -95,5 +140,6 @@ pub(crate) async fn fetch_state(
     Ok(State {
         digest,
         representation,
+        etag,
     })
 }

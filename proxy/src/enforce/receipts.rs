@@ -33,6 +33,10 @@ pub(crate) fn receipt_header_value(receipt: &serde_json::Value) -> Option<Header
 /// `interim`, not `commit`, and its lease is left with nothing to compensate (SPEC §7).
 pub const INTERIM: &str = "interim";
 
+/// The `outcome` of a write the SoR refused on its `If-Match` (412, `upstream.if_match`): its
+/// receipt is a rejection naming `ERR_STALE_PRE_IMAGE_UPSTREAM`; nothing was written.
+pub const PRECONDITION_FAILED: &str = "precondition-failed";
+
 /// After the forward: the commit receipt, `Agent-Commit-Receipt` and `Agent-Fence-Token`.
 /// `outcome` marks what the receipt cannot otherwise say (`"uncertain"`: the upstream did
 /// not answer in time, so the write may or may not have happened; [`INTERIM`]). `attach` builds what must
@@ -58,7 +62,15 @@ pub async fn commit(
     let kind = match outcome {
         _ if dry_run => ReceiptKind::DryRun,
         Some(INTERIM) => ReceiptKind::Interim,
+        Some(PRECONDITION_FAILED) => ReceiptKind::Rejection,
         _ => ReceiptKind::Commit,
+    };
+    let (code, upstream_status) = match outcome {
+        Some(PRECONDITION_FAILED) => (
+            Some(ErrorCode::StalePreImageUpstream.as_str().to_owned()),
+            412,
+        ),
+        _ => (None, resp.status().as_u16()),
     };
     let body = ReceiptBody {
         outcome: if dry_run {
@@ -66,7 +78,8 @@ pub async fn commit(
         } else {
             outcome.map(str::to_owned)
         },
-        upstream_status: Some(resp.status().as_u16()),
+        upstream_status: Some(upstream_status),
+        code,
         ..permit_receipt(enf, &permit, cx, kind)
     };
     let attachments = attach(resp);

@@ -144,7 +144,12 @@ pub(crate) async fn send(
     let bound = conn.bound_for(parts.version);
     let req = match // The fence token travels upstream (inserted last); the client's PTCL headers do not.
     build_upstream_request(upstream, parts, body::full(bytes), conn, Some(permit.epoch())) {
-        Ok(req) => req,
+        Ok(mut req) => {
+            if let Some(etag) = permit.if_match() {
+                req.headers_mut().insert(header::IF_MATCH, etag.clone());
+            }
+            req
+        }
         Err(e) => {
             tracing::warn!(error = %e, "request target not forwardable");
             return failed(Own::failed(Failure::NotForwardable, &cx.trace_id), None);
@@ -173,6 +178,21 @@ pub(crate) async fn send(
         .upstream_duration
         .record(sent_at.elapsed().as_secs_f64());
     match result {
+        // The SoR's own precondition: the resource changed after check 12 read it. Nothing
+        // was written; the epoch stays advanced.
+        Ok(resp)
+            if resp.status() == http::StatusCode::PRECONDITION_FAILED
+                && permit.if_match().is_some() =>
+        {
+            let refusal = stale_upstream(plane, cx, permit);
+            let mut refused = Refused::answered(refusal, &cx.trace_id);
+            refused.current_epoch = Some(permit.epoch());
+            Sent {
+                answer: Err(Own::from(refused)),
+                outcome: Outcome::Refused,
+                note: Some(receipts::PRECONDITION_FAILED),
+            }
+        }
         Ok(resp) => Sent {
             answer: Ok(crate::net::upstream::downstream(resp)),
             outcome: Outcome::Forwarded,
@@ -195,6 +215,36 @@ pub(crate) async fn send(
             failed(Own::failed(failure, &cx.trace_id), note)
         }
     }
+}
+
+/// Reports the SoR's 412: the `fence` drift event (the ETag sent as the observed identifier)
+/// and the refusals counter. The refusal for the answer.
+fn stale_upstream(plane: &Plane, cx: &WriteContext, permit: &Permit) -> palisade_policy::Refusal {
+    let refusal = palisade_policy::Refusal::new(
+        ErrorCode::StalePreImageUpstream,
+        "the SoR refused the write's If-Match (412): the resource changed after the sidecar read its pre-image; read it again and lease the next epoch",
+    );
+    let etag = permit
+        .if_match()
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_owned();
+    crate::enforce::output::report(
+        plane,
+        &refusal,
+        cx,
+        palisade_policy::drift::Action::Blocked,
+        crate::enforce::output::Observed {
+            identifier: Some(etag),
+            expected: None,
+            evidence: Vec::new(),
+            diagnostics: vec![
+                ("operation", cx.operation.clone()),
+                ("upstreamStatus", "412".into()),
+            ],
+        },
+    );
+    refusal
 }
 
 /// What a commit came to: the answer as the client gets it, its receipt (none if it could not
