@@ -12,6 +12,7 @@ mod audit;
 mod config;
 mod demo;
 mod leases;
+mod rehash;
 
 fn palisade(args: &[&str], stdin: &[u8]) -> Output {
     let mut child = Command::new(support::bin())

@@ -47,6 +47,15 @@ pub(super) enum LockCommand {
         #[arg(long = "expected-digest")]
         expected_digest: Option<String>,
     },
+    /// Recompute each capability's contractDigest after a reviewed edit of its contract file:
+    /// the file renamed to its new digest, the lockfile updated, the bundle checked first
+    /// (nothing is changed if it would not load). Prints each change and the new digest.
+    Rehash {
+        #[arg(long)]
+        lockfile: PathBuf,
+        #[arg(long)]
+        contracts: PathBuf,
+    },
     /// Print each binding's worst-case bound over its input (RICH §12.2), as JSON with its
     /// digest, or why it cannot be computed.
     Bound {

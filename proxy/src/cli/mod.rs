@@ -197,6 +197,10 @@ fn dispatch(cli: Cli) -> Result<(), Failure> {
             }
             Err(lines) => Err(Failure { code: 1, lines }),
         },
+        Command::Lock(LockCommand::Rehash {
+            lockfile,
+            contracts,
+        }) => lockfile::rehash::run(&lockfile, &contracts),
         Command::Lock(LockCommand::Bound {
             lockfile,
             contracts,

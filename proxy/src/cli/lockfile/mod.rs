@@ -3,8 +3,10 @@
 //!
 //! - [`openapi`]: an OpenAPI 3.x document mapped to a lockfile and its contracts (pure);
 //! - [`import_openapi`]: `palisade lock import-openapi`, which reads and writes the files;
-//! - [`pin_mcp`]: `palisade lock pin-mcp`, which pins a running MCP server's tools.
+//! - [`pin_mcp`]: `palisade lock pin-mcp`, which pins a running MCP server's tools;
+//! - [`rehash`]: `palisade lock rehash`, the digests recomputed after a reviewed edit.
 
 pub mod import_openapi;
 pub mod openapi;
 pub mod pin_mcp;
+pub mod rehash;
