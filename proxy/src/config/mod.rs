@@ -28,7 +28,7 @@ pub use collector::parse_size;
 use collector::{section, Collector};
 pub use model::{
     AccessLog, AdminSection, Admission, Aip2, Config, ConfigError, ConfigProblem, Delivery,
-    EscrowSection, Introspection, LimitsSection, ListenSection, ListenTls, ProxyHeader, Rcns,
+    EscrowSection, Introspection, LimitsSection, ListenSection, ListenTls, Otlp, ProxyHeader, Rcns,
     Retention, RulesSection, Sink, StoreKind, StoreSection, UnboundWrites, UpstreamSection,
     Witness, DEFAULT_SIGNING_KEY,
 };

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use super::collector::Collector;
+use super::model::Otlp;
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(default)]
@@ -20,39 +21,6 @@ pub struct RawOtlp {
     pub headers: Option<std::collections::BTreeMap<String, String>>,
     pub timeout: Option<String>,
     pub receipts: Option<bool>,
-}
-
-/// `telemetry.otlp`: where and what to export.
-#[derive(Clone)]
-pub struct Otlp {
-    /// The collector's base URL without a trailing `/`; `/v1/traces` and `/v1/logs` are
-    /// appended, as `OTEL_EXPORTER_OTLP_ENDPOINT` is read (docs/decisions.md).
-    pub endpoint: String,
-    /// The share of traces without a sampled parent that are recorded (0 to 1); a client's
-    /// `traceparent` decides for its own trace (parent-based sampling).
-    pub sample: f64,
-    /// Sent with every export (a collector's API key): never logged or shown.
-    pub headers: Vec<(http::HeaderName, http::HeaderValue)>,
-    /// One export's deadline, retries included.
-    pub timeout: Duration,
-    /// Every receipt also goes out as an OTLP log record.
-    pub receipts: bool,
-}
-
-impl std::fmt::Debug for Otlp {
-    // The headers may hold a credential: their names only.
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Otlp")
-            .field("endpoint", &self.endpoint)
-            .field("sample", &self.sample)
-            .field(
-                "headers",
-                &self.headers.iter().map(|(n, _)| n).collect::<Vec<_>>(),
-            )
-            .field("timeout", &self.timeout)
-            .field("receipts", &self.receipts)
-            .finish()
-    }
 }
 
 /// Most extra headers an export carries.

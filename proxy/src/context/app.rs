@@ -58,6 +58,8 @@ pub struct AppState {
     pub draining: AtomicBool,
     /// MCP tools last listed with a changed definition (SPEC §7).
     pub mcp_drifted: Drifted,
+    /// The bundle whose pinned tools were last checked against the MCP server's own list.
+    pub mcp_checked: super::locks::ToolsChecked,
     /// `[aip2]`: the quote channel's rules and its per-client rate limit.
     pub quote_channel: Option<QuoteChannelState>,
     /// `[admission]`: the issuers' keys and the verified-token cache.

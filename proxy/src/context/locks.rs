@@ -53,3 +53,8 @@ impl Drifted {
         }
     }
 }
+
+/// The bundle digest whose pinned MCP tools were last checked against the server's own list
+/// (`mcp::checked`, issue 59): held across the check, so one runs at a time.
+#[derive(Default)]
+pub struct ToolsChecked(pub tokio::sync::Mutex<Option<String>>);

@@ -35,6 +35,8 @@ use crate::net::body::{self, CollectError, ProxyBody};
 
 mod admit;
 pub(crate) mod call;
+pub mod checked;
+pub mod client;
 mod connect;
 pub mod inverse;
 pub(crate) mod leg;
@@ -140,6 +142,10 @@ async fn serve(
     match method_of(&rpc.msg) {
         Some("tools/call") => tool_call(call, parts, rpc, presented).await,
         Some("tools/list") => list(call, parts, rpc, presented).await,
+        Some("initialize") => {
+            checked::forget(state);
+            passed(forward_plain(state, parts, body::full(rpc.bytes), conn, cx, None).await)
+        }
         _ => passed(forward_plain(state, parts, body::full(rpc.bytes), conn, cx, None).await),
     }
 }
@@ -198,6 +204,10 @@ async fn tool_call(
     let routed = Routed::tool(bundle.as_deref(), &call.name);
     let binding = routed.binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
+    if let Err(refusal) = checked::ensure(state, bundle.as_ref(), &parts.headers, &cx).await {
+        let carried = Carried::body(&bytes);
+        return refuse(rec, &cx, refusal.into(), carried, Reply::to(id)).await;
+    }
     if let Some(refusal) = pin_drifted(&state.mcp_drifted, bundle.as_deref(), &binding, &call.name)
     {
         let carried = Carried::body(&bytes);

@@ -158,6 +158,7 @@ impl Server {
                 rcns,
                 plane,
                 mcp_drifted: Default::default(),
+                mcp_checked: Default::default(),
                 draining: false.into(),
             }),
         })

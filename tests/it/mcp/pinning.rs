@@ -247,6 +247,56 @@ async fn a_rug_pull_is_filtered_from_the_listing_and_its_calls_refused() {
     }
 }
 
+/// A tool changed while no sidecar was in front of the server (a restart) is caught before
+/// any listing passes: the first tool call has the sidecar list the server's tools itself,
+/// the changed one is refused and the server receives nothing of it (issue 59, item 4).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_changed_before_the_sidecar_started_is_refused_before_any_listing() {
+    for mode in ["2026-07-28", "legacy"] {
+        let server = McpServer::start().await;
+        let digests = pinned_digests(&server);
+        let bundle_dir = tempfile::tempdir().unwrap();
+        let mut pins = digests.clone();
+        pins.remove("rug_pull");
+        let b = with_tool_digests(erp_tools(bundle_dir.path()), &pins);
+        // The server changes set_stock's description, called directly, with no sidecar.
+        let direct = format!("http://127.0.0.1:{}/mcp", server.port());
+        let out = client(direct, mode, json!([{"op": "call", "name": "rug_pull"}])).await;
+        assert_eq!(
+            out[0]["result"],
+            json!({"result": "done"}),
+            "{mode}: {out:?}"
+        );
+        // Then the sidecar starts, and the first request through it is a leased call.
+        let p = sidecar(&server, &b);
+        let out = client(
+            p.url("/mcp"),
+            mode,
+            json!([
+                {"op": "call", "name": "set_stock", "args": {"sku": "SKU-9", "qty": 1},
+                 "meta": meta(tool_lease("set_stock", 1))},
+                {"op": "call", "name": "add", "args": {"a": 2, "b": 3}},
+            ]),
+        )
+        .await;
+        assert_eq!(
+            out[0]["error"]["data"]["code"], "ERR_TOOL_DRIFTED",
+            "{mode}: {out:?}"
+        );
+        assert_receipt_verifies(&out[0]["error"]["data"]["receipt"], "rejection");
+        assert!(server.executions().is_empty(), "{mode}: the server ran it");
+        // A tool that did not change is called as before.
+        assert!(out[1].get("error").is_none(), "{mode}: {out:?}");
+        let events = drift_events(&p);
+        assert!(
+            events.iter().any(|e| e["category"] == "tool-definition"
+                && e["observedIdentifier"] == "set_stock"
+                && e["diagnostics"]["reason"] == "changed-definition"),
+            "{mode}: {events:?}"
+        );
+    }
+}
+
 /// A paginated listing is filtered page by page with its cursors kept; a tool added at run
 /// time reaches the client as `notifications/tools/list_changed`, and is then filtered out
 /// as unknown.

@@ -26,13 +26,9 @@ use opentelemetry_otlp::{Protocol, WithExportConfig as _, WithHttpConfig as _};
 use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
 use opentelemetry_sdk::Resource;
 
-use crate::config::telemetry::Otlp;
+use crate::config::Otlp;
 
-/// Spans dropped before reaching the collector, by `reason` (SPEC §16).
-pub const SPANS_DROPPED: &str = "palisade_otlp_spans_dropped_total";
-/// Receipt log records dropped before reaching the collector, by `reason`; an addition to
-/// SPEC §16 beside the spans' counter (the receipts stay in the log either way).
-pub const RECORDS_DROPPED: &str = "palisade_otlp_records_dropped_total";
+pub use queue::{RECORDS_DROPPED, SPANS_DROPPED};
 
 /// The exporters in force: the tracer every request's span is made with, and the receipts'
 /// logger when `receipts = true`.
@@ -100,6 +96,15 @@ impl Exporters {
             records,
             sample: config.sample,
         }))
+    }
+
+    /// Starts a request's server span ([`span::server`]): the trace id, and the span when the
+    /// request is recorded.
+    pub fn server_span(
+        &self,
+        parts: &mut http::request::Parts,
+    ) -> (Option<span::Traced>, std::sync::Arc<str>) {
+        span::server(&self.tracer, self.sample, parts)
     }
 
     /// The receipts' logger, when `receipts = true`.

@@ -11,6 +11,12 @@ use opentelemetry_sdk::logs::{LogBatch, LogExporter as _, LogProcessor, SdkLogRe
 use opentelemetry_sdk::trace::{SpanData, SpanExporter as _, SpanProcessor};
 use tokio::sync::mpsc;
 
+/// Spans dropped before reaching the collector, by `reason` (SPEC §16).
+pub const SPANS_DROPPED: &str = "palisade_otlp_spans_dropped_total";
+/// Receipt log records dropped before reaching the collector, by `reason`; an addition to
+/// SPEC §16 beside the spans' counter (the receipts stay in the log either way).
+pub const RECORDS_DROPPED: &str = "palisade_otlp_records_dropped_total";
+
 /// Spans or records a queue holds; past this they are dropped (a few MB at most).
 pub(super) const CAPACITY: usize = 4096;
 /// Most spans or records one export carries.

@@ -18,7 +18,7 @@ pub struct Records {
 impl Records {
     pub(super) fn start(mut exporter: opentelemetry_otlp::LogExporter, resource: Resource) -> Self {
         opentelemetry_sdk::logs::LogExporter::set_resource(&mut exporter, &resource);
-        let dropped = queue::Dropped::register(super::RECORDS_DROPPED);
+        let dropped = queue::Dropped::register(queue::RECORDS_DROPPED);
         let (tx, rx) = tokio::sync::mpsc::channel(queue::CAPACITY);
         tokio::spawn(queue::export_records(exporter, rx, dropped.export_failed));
         let provider = SdkLoggerProvider::builder()

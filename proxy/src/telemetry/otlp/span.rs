@@ -15,7 +15,6 @@ use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::SdkTracer;
 use palisade_policy::ErrorCode;
 
-use super::Exporters;
 use crate::net::headers;
 
 /// The tracer, in the request's Context: children are made with it.
@@ -40,13 +39,16 @@ pub struct Traced {
     cx: Context,
 }
 
-impl Exporters {
-    /// Starts the server span of a request: the client's `traceparent` is its parent; with
-    /// none (or an invalid one) it is a root and the request gets a `traceparent` naming it.
-    /// The trace id, and the span when it is sampled. Whether it is sampled is decided first
-    /// and cheaply (the client's flag, else one draw against `sample`): an unsampled request
-    /// makes no span at all.
-    pub fn server_span(&self, parts: &mut http::request::Parts) -> (Option<Traced>, Arc<str>) {
+/// Starts the server span of a request: the client's `traceparent` is its parent; with none
+/// (or an invalid one) it is a root and the request gets a `traceparent` naming it. The trace
+/// id, and the span when it is sampled. Whether it is sampled is decided first and cheaply
+/// (the client's flag, else one draw against `sample`): an unsampled request makes no span.
+pub(super) fn server(
+    tracer: &SdkTracer,
+    sample: f64,
+    parts: &mut http::request::Parts,
+) -> (Option<Traced>, Arc<str>) {
+    {
         let parent = match headers::traceparent(&parts.headers) {
             // The client's trace, which it does not record: passed on as it is.
             Some(tp) if !tp.sampled => return (None, tp.trace_id.into()),
@@ -67,7 +69,7 @@ impl Exporters {
             },
             None => None,
         };
-        if parent.is_none() && !self.draw() {
+        if parent.is_none() && !draw(sample) {
             return (None, headers::ensure_unsampled(&mut parts.headers));
         }
         let parent = match parent {
@@ -75,8 +77,7 @@ impl Exporters {
             None => Context::new(),
         };
         let method = method_name(&parts.method);
-        let builder = self
-            .tracer
+        let builder = tracer
             .span_builder(method)
             .with_kind(SpanKind::Server)
             .with_attributes([
@@ -91,7 +92,7 @@ impl Exporters {
                     },
                 ),
             ]);
-        let span = self.tracer.build_with_context(builder, &parent);
+        let span = tracer.build_with_context(builder, &parent);
         let sc = span.span_context();
         let trace_id = if parent.has_active_span() {
             hex_id(sc)
@@ -100,15 +101,15 @@ impl Exporters {
         };
         let cx = parent
             .with_span(span)
-            .with_value(Tracing(self.tracer.clone()))
+            .with_value(Tracing(tracer.clone()))
             .with_value(SharedFacts::default());
         (Some(Traced { cx }), trace_id)
     }
+}
 
-    /// Whether a new trace is recorded: `sample` of them (a root is decided once, here).
-    fn draw(&self) -> bool {
-        self.sample >= 1.0 || (self.sample > 0.0 && rand::random::<f64>() < self.sample)
-    }
+/// Whether a new trace is recorded: `sample` of them (a root is decided once, here).
+fn draw(sample: f64) -> bool {
+    sample >= 1.0 || (sample > 0.0 && rand::random::<f64>() < sample)
 }
 
 /// `sc` as the request's `traceparent` (sampled); its trace id.
