@@ -131,9 +131,11 @@ pub async fn handle(
         (None, Route::Sor) => sor::answer(&state, &conn, req, &ex, presented).await,
         (None, route) => Box::pin(own(&state, &conn, route, req, &ex, presented)).await,
         // A traced request runs in its span's Context, where its children find it.
+        // Not boxed: boxing moved the stage's whole future (kilobytes) to the heap on every
+        // traced request; in place it shares the slot the untraced branches use.
         (Some(t), route) => {
-            let staged = stage(&state, &conn, route, req, &ex, presented);
-            Box::pin(t.run(staged)).await
+            t.run(stage(&state, &conn, route, req, &ex, presented))
+                .await
         }
     };
     // The one place an HTTP surface's own answer is rendered (problem+json).

@@ -64,13 +64,10 @@ impl Exporters {
         // exporter is given it here.
         opentelemetry_sdk::trace::SpanExporter::set_resource(&mut spans, &resource);
         let dropped = queue::Dropped::register(SPANS_DROPPED);
-        let (tx, rx) = tokio::sync::mpsc::channel(queue::CAPACITY);
-        tokio::spawn(queue::export_spans(spans, rx, dropped.export_failed));
+        let (feed, drain) = queue::channel(dropped.queue_full);
+        tokio::spawn(queue::export_spans(spans, drain, dropped.export_failed));
         let provider = SdkTracerProvider::builder()
-            .with_span_processor(queue::SpanQueue {
-                tx,
-                full: dropped.queue_full,
-            })
+            .with_span_processor(queue::SpanQueue(feed))
             // Decided before a span is made (`span::server`): a client's sampled flag for its
             // trace, one draw against `sample` for a new one; the SDK records what it is given.
             .with_sampler(Sampler::ParentBased(Box::new(Sampler::AlwaysOn)))

@@ -9,7 +9,9 @@ use opentelemetry::InstrumentationScope;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::logs::{LogBatch, LogExporter as _, LogProcessor, SdkLogRecord};
 use opentelemetry_sdk::trace::{SpanData, SpanExporter as _, SpanProcessor};
-use tokio::sync::mpsc;
+use std::sync::Arc;
+
+use tokio::sync::{mpsc, Notify};
 
 /// Spans dropped before reaching the collector, by `reason` (SPEC §16).
 pub const SPANS_DROPPED: &str = "palisade_otlp_spans_dropped_total";
@@ -42,10 +44,7 @@ impl Dropped {
 }
 
 /// The tracer provider's one processor: ended spans into the queue.
-pub(super) struct SpanQueue {
-    pub tx: mpsc::Sender<SpanData>,
-    pub full: metrics::Counter,
-}
+pub(super) struct SpanQueue(pub Feed<SpanData>);
 
 impl std::fmt::Debug for SpanQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -57,9 +56,7 @@ impl SpanProcessor for SpanQueue {
     fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
 
     fn on_end(&self, span: SpanData) {
-        if self.tx.try_send(span).is_err() {
-            self.full.increment(1);
-        }
+        self.0.push(span);
     }
 
     fn force_flush(&self) -> OTelSdkResult {
@@ -72,10 +69,7 @@ impl SpanProcessor for SpanQueue {
 }
 
 /// The logger provider's one processor: emitted receipts into the queue.
-pub(super) struct RecordQueue {
-    pub tx: mpsc::Sender<(SdkLogRecord, InstrumentationScope)>,
-    pub full: metrics::Counter,
-}
+pub(super) struct RecordQueue(pub Feed<(SdkLogRecord, InstrumentationScope)>);
 
 impl std::fmt::Debug for RecordQueue {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -85,9 +79,7 @@ impl std::fmt::Debug for RecordQueue {
 
 impl LogProcessor for RecordQueue {
     fn emit(&self, record: &mut SdkLogRecord, scope: &InstrumentationScope) {
-        if self.tx.try_send((record.clone(), scope.clone())).is_err() {
-            self.full.increment(1);
-        }
+        self.0.push((record.clone(), scope.clone()));
     }
 
     fn force_flush(&self) -> OTelSdkResult {
@@ -95,27 +87,70 @@ impl LogProcessor for RecordQueue {
     }
 }
 
-/// Takes up to [`MAX_BATCH`] items: whatever is queued, then what comes within [`DELAY`].
-/// `false` when the queue is closed and empty.
-async fn next_batch<T>(rx: &mut mpsc::Receiver<T>, batch: &mut Vec<T>) -> bool {
-    if rx.recv_many(batch, MAX_BATCH).await == 0 {
-        return false;
-    }
-    let deadline = tokio::time::Instant::now() + DELAY;
-    while batch.len() < MAX_BATCH {
-        let more = MAX_BATCH - batch.len();
-        match tokio::time::timeout_at(deadline, rx.recv_many(batch, more)).await {
-            Ok(0) | Err(_) => break,
-            Ok(_) => {}
+/// The sending side of a queue: one `try_send`; a full queue drops and counts. Once a batch's
+/// worth is waiting, the exporting task is told so; it is never woken for a single item (a
+/// wake-up per span cost more than the span).
+pub(super) struct Feed<T> {
+    tx: mpsc::Sender<T>,
+    ready: Arc<Notify>,
+    full: metrics::Counter,
+}
+
+impl<T> Feed<T> {
+    fn push(&self, item: T) {
+        if self.tx.try_send(item).is_err() {
+            self.full.increment(1);
+        } else if self.tx.capacity() <= CAPACITY - MAX_BATCH {
+            self.ready.notify_one();
         }
     }
-    true
+}
+
+/// The receiving side: the channel and the batch-ready signal.
+pub(super) struct Drain<T> {
+    rx: mpsc::Receiver<T>,
+    ready: Arc<Notify>,
+}
+
+/// A bounded queue of spans or records.
+pub(super) fn channel<T>(full: metrics::Counter) -> (Feed<T>, Drain<T>) {
+    let (tx, rx) = mpsc::channel(CAPACITY);
+    let ready = Arc::new(Notify::new());
+    (
+        Feed {
+            tx,
+            ready: ready.clone(),
+            full,
+        },
+        Drain { rx, ready },
+    )
+}
+
+/// Takes up to [`MAX_BATCH`] items: whatever is queued; when nothing is, waits for a batch's
+/// worth or [`DELAY`], whichever comes first. `false` when the queue is closed and empty.
+async fn next_batch<T>(q: &mut Drain<T>, batch: &mut Vec<T>) -> bool {
+    loop {
+        while batch.len() < MAX_BATCH {
+            match q.rx.try_recv() {
+                Ok(item) => batch.push(item),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => return !batch.is_empty(),
+            }
+        }
+        if !batch.is_empty() {
+            return true;
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(DELAY) => {}
+            _ = q.ready.notified() => {}
+        }
+    }
 }
 
 /// Exports the span queue until the queue closes.
 pub(super) async fn export_spans(
     exporter: opentelemetry_otlp::SpanExporter,
-    mut rx: mpsc::Receiver<SpanData>,
+    mut rx: Drain<SpanData>,
     failed: metrics::Counter,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
@@ -132,7 +167,7 @@ pub(super) async fn export_spans(
 /// Exports the receipts' log records until the queue closes.
 pub(super) async fn export_records(
     exporter: opentelemetry_otlp::LogExporter,
-    mut rx: mpsc::Receiver<(SdkLogRecord, InstrumentationScope)>,
+    mut rx: Drain<(SdkLogRecord, InstrumentationScope)>,
     failed: metrics::Counter,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);

@@ -19,13 +19,14 @@ impl Records {
     pub(super) fn start(mut exporter: opentelemetry_otlp::LogExporter, resource: Resource) -> Self {
         opentelemetry_sdk::logs::LogExporter::set_resource(&mut exporter, &resource);
         let dropped = queue::Dropped::register(queue::RECORDS_DROPPED);
-        let (tx, rx) = tokio::sync::mpsc::channel(queue::CAPACITY);
-        tokio::spawn(queue::export_records(exporter, rx, dropped.export_failed));
+        let (feed, drain) = queue::channel(dropped.queue_full);
+        tokio::spawn(queue::export_records(
+            exporter,
+            drain,
+            dropped.export_failed,
+        ));
         let provider = SdkLoggerProvider::builder()
-            .with_log_processor(queue::RecordQueue {
-                tx,
-                full: dropped.queue_full,
-            })
+            .with_log_processor(queue::RecordQueue(feed))
             .with_resource(resource)
             .build();
         Self {

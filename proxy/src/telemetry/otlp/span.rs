@@ -17,14 +17,14 @@ use palisade_policy::ErrorCode;
 
 use crate::net::headers;
 
-/// The tracer, in the request's Context: children are made with it.
-#[derive(Clone)]
-struct Tracing(SdkTracer);
-
 /// What the stages learned of the request, put on its span when it ends (a child's Context
-/// shares it, so a fact noted inside a child still lands on the server span).
+/// shares it, so a fact noted inside a child still lands on the server span). The answer's
+/// status and decision wait here too, so the span is written once, when it ends.
 #[derive(Default)]
 struct Facts {
+    status: u16,
+    decision: &'static str,
+    bytes: u64,
     code: Option<ErrorCode>,
     operation: Option<String>,
     rule: Option<String>,
@@ -32,7 +32,12 @@ struct Facts {
     receipt_index: Option<i64>,
 }
 
-type SharedFacts = Arc<Mutex<Facts>>;
+/// The request's one value in its Context: the tracer its children are made with, and its
+/// facts (one value: each `Context::with_value` copies the Context's map).
+struct Tracing {
+    tracer: SdkTracer,
+    facts: Mutex<Facts>,
+}
 
 /// A sampled request's server span and its Context.
 pub struct Traced {
@@ -99,10 +104,10 @@ pub(super) fn server(
         } else {
             set_traceparent(&mut parts.headers, sc)
         };
-        let cx = parent
-            .with_span(span)
-            .with_value(Tracing(tracer.clone()))
-            .with_value(SharedFacts::default());
+        let cx = parent.with_span(span).with_value(Tracing {
+            tracer: tracer.clone(),
+            facts: Mutex::default(),
+        });
         (Some(Traced { cx }), trace_id)
     }
 }
@@ -147,51 +152,66 @@ impl Traced {
         fut.with_context(self.cx.clone())
     }
 
-    /// The answer's status and the decision, onto the span.
+    /// The answer's status and the decision, for the span.
     pub fn decided(&self, status: u16, decision: &'static str) {
-        let span = self.cx.span();
-        span.set_attribute(KeyValue::new("http.response.status_code", status as i64));
-        span.set_attribute(KeyValue::new("palisade.decision", decision));
-        if status >= 500 {
-            span.set_status(Status::error(""));
-            span.set_attribute(KeyValue::new("error.type", status.to_string()));
-        }
+        self.facts(|f| {
+            f.status = status;
+            f.decision = decision;
+        });
     }
 
     /// The answer's body has been sent: `bytes` of it.
     pub fn set_bytes(&self, bytes: u64) {
-        let size = i64::try_from(bytes).unwrap_or(i64::MAX);
-        self.cx
-            .span()
-            .set_attribute(KeyValue::new("http.response.body.size", size));
+        self.facts(|f| f.bytes = bytes);
+    }
+
+    fn facts(&self, f: impl FnOnce(&mut Facts)) {
+        if let Some(t) = self.cx.get::<Tracing>() {
+            f(&mut t.facts.lock().unwrap_or_else(|e| e.into_inner()));
+        }
     }
 }
 
 impl Drop for Traced {
-    /// The answer has been sent (or the exchange dropped): what the stages noted goes onto
-    /// the span, and it ends. Noted facts are read here, not when the answer's head left: a
-    /// tool call streamed back commits on its last message.
+    /// The answer has been sent (or the exchange dropped): the answer and what the stages
+    /// noted go onto the span in one write, and it ends. Noted facts are read here, not when
+    /// the answer's head left: a tool call streamed back commits on its last message.
     fn drop(&mut self) {
         let span = self.cx.span();
-        if let Some(facts) = self.cx.get::<SharedFacts>() {
-            let f = facts.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(t) = self.cx.get::<Tracing>() {
+            let f = t.facts.lock().unwrap_or_else(|e| e.into_inner());
+            let mut a = Vec::with_capacity(8);
+            a.push(KeyValue::new(
+                "http.response.status_code",
+                i64::from(f.status),
+            ));
+            a.push(KeyValue::new("palisade.decision", f.decision));
+            a.push(KeyValue::new(
+                "http.response.body.size",
+                i64::try_from(f.bytes).unwrap_or(i64::MAX),
+            ));
+            if f.status >= 500 {
+                span.set_status(Status::error(""));
+                a.push(KeyValue::new("error.type", f.status.to_string()));
+            }
             if let Some(code) = f.code {
-                span.set_attribute(KeyValue::new("palisade.code", code.as_str()));
+                a.push(KeyValue::new("palisade.code", code.as_str()));
             }
             if let Some(op) = &f.operation {
                 // An attribute, not the span's name: an unbound write's operation is its raw
                 // path, which a span name must not be (names are low-cardinality).
-                span.set_attribute(KeyValue::new("palisade.operation", op.clone()));
+                a.push(KeyValue::new("palisade.operation", op.clone()));
             }
             if let Some(rule) = &f.rule {
-                span.set_attribute(KeyValue::new("palisade.rule", rule.clone()));
+                a.push(KeyValue::new("palisade.rule", rule.clone()));
             }
             if let Some(epoch) = f.fence_epoch {
-                span.set_attribute(KeyValue::new("palisade.fence_epoch", epoch));
+                a.push(KeyValue::new("palisade.fence_epoch", epoch));
             }
             if let Some(index) = f.receipt_index {
-                span.set_attribute(KeyValue::new("palisade.receipt_index", index));
+                a.push(KeyValue::new("palisade.receipt_index", index));
             }
+            span.set_attributes(a);
         }
         span.end();
     }
@@ -201,8 +221,8 @@ impl Drop for Traced {
 /// read otherwise).
 fn note(f: impl FnOnce(&mut Facts)) {
     Context::map_current(|cx| {
-        if let Some(facts) = cx.get::<SharedFacts>() {
-            f(&mut facts.lock().unwrap_or_else(|e| e.into_inner()));
+        if let Some(t) = cx.get::<Tracing>() {
+            f(&mut t.facts.lock().unwrap_or_else(|e| e.into_inner()));
         }
     });
 }
@@ -245,7 +265,7 @@ impl Child {
         attributes: impl FnOnce() -> Vec<KeyValue>,
     ) -> Option<Child> {
         Context::map_current(|cx| {
-            let Tracing(tracer) = cx.get::<Tracing>()?;
+            let tracer = &cx.get::<Tracing>()?.tracer;
             let span = tracer
                 .span_builder(name)
                 .with_kind(kind)
@@ -291,7 +311,7 @@ pub fn carried<F: Future>(
     fut: F,
 ) -> futures_util::future::Either<opentelemetry::context::WithContext<F>, F> {
     use futures_util::future::Either;
-    let traced = Context::map_current(|cx| cx.get::<SharedFacts>().is_some());
+    let traced = Context::map_current(|cx| cx.get::<Tracing>().is_some());
     if traced {
         Either::Left(fut.with_current_context())
     } else {
