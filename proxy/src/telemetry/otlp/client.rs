@@ -48,6 +48,31 @@ impl Collector {
     }
 }
 
+impl Collector {
+    /// Posts `body` (OTLP protobuf) to `uri` with `headers`; `Err` unless a 2xx came back
+    /// within the deadline.
+    pub(super) async fn post(
+        &self,
+        uri: &http::Uri,
+        headers: &[(http::HeaderName, http::HeaderValue)],
+        body: Vec<u8>,
+    ) -> Result<(), String> {
+        let mut req = Request::post(uri.clone())
+            .header(http::header::CONTENT_TYPE, "application/x-protobuf")
+            .body(Bytes::from(body))
+            .map_err(|e| e.to_string())?;
+        for (n, v) in headers {
+            req.headers_mut().insert(n.clone(), v.clone());
+        }
+        let resp = self.send_bytes(req).await.map_err(|e| e.to_string())?;
+        if resp.status().is_success() {
+            Ok(())
+        } else {
+            Err(format!("the collector answered {}", resp.status()))
+        }
+    }
+}
+
 #[async_trait::async_trait]
 impl HttpClient for Collector {
     async fn send_bytes(&self, request: Request<Bytes>) -> Result<Response<Bytes>, HttpError> {

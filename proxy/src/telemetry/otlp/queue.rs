@@ -5,10 +5,10 @@
 
 use std::time::Duration;
 
+use super::span::Span;
 use opentelemetry::InstrumentationScope;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::logs::{LogBatch, LogExporter as _, LogProcessor, SdkLogRecord};
-use opentelemetry_sdk::trace::{SpanData, SpanExporter as _, SpanProcessor};
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, Notify};
@@ -43,31 +43,6 @@ impl Dropped {
     }
 }
 
-/// The tracer provider's one processor: ended spans into the queue.
-pub(super) struct SpanQueue(pub Feed<SpanData>);
-
-impl std::fmt::Debug for SpanQueue {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("SpanQueue")
-    }
-}
-
-impl SpanProcessor for SpanQueue {
-    fn on_start(&self, _span: &mut opentelemetry_sdk::trace::Span, _cx: &opentelemetry::Context) {}
-
-    fn on_end(&self, span: SpanData) {
-        self.0.push(span);
-    }
-
-    fn force_flush(&self) -> OTelSdkResult {
-        Ok(())
-    }
-
-    fn shutdown_with_timeout(&self, _timeout: Duration) -> OTelSdkResult {
-        Ok(())
-    }
-}
-
 /// The logger provider's one processor: emitted receipts into the queue.
 pub(super) struct RecordQueue(pub Feed<(SdkLogRecord, InstrumentationScope)>);
 
@@ -97,7 +72,7 @@ pub(super) struct Feed<T> {
 }
 
 impl<T> Feed<T> {
-    fn push(&self, item: T) {
+    pub(super) fn push(&self, item: T) {
         if self.tx.try_send(item).is_err() {
             self.full.increment(1);
         } else if self.tx.capacity() <= CAPACITY - MAX_BATCH {
@@ -147,19 +122,24 @@ async fn next_batch<T>(q: &mut Drain<T>, batch: &mut Vec<T>) -> bool {
     }
 }
 
-/// Exports the span queue until the queue closes.
+/// Exports the traced requests' spans until the queue closes: each batch encoded as one
+/// OTLP request and posted to `<endpoint>/v1/traces`.
 pub(super) async fn export_spans(
-    exporter: opentelemetry_otlp::SpanExporter,
-    mut rx: Drain<SpanData>,
+    collector: super::client::Collector,
+    uri: http::Uri,
+    headers: Vec<(http::HeaderName, http::HeaderValue)>,
+    mut rx: Drain<Vec<Span>>,
     failed: metrics::Counter,
 ) {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut warned = Warned::default();
     while next_batch(&mut rx, &mut batch).await {
-        let n = batch.len();
-        if let Err(e) = exporter.export(std::mem::take(&mut batch)).await {
+        let n: usize = batch.iter().map(Vec::len).sum();
+        let body = super::encode::request(&batch);
+        batch.clear();
+        if let Err(e) = collector.post(&uri, &headers, body).await {
             failed.increment(n as u64);
-            warned.warn("spans", n, &e.to_string());
+            warned.warn("spans", n, &e);
         }
     }
 }

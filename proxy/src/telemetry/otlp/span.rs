@@ -1,27 +1,83 @@
 //! A request's spans: the server span (HTTP semantic conventions and SPEC §16's
-//! `palisade.*` attributes; never a body, query or header value), its children, and the
-//! facts the stages note for it. The server span's Context is the request future's
-//! (`FutureExt::with_context`), so a stage reaches it without a parameter.
+//! `palisade.*` attributes; never a body, query or header value), its children, and the facts
+//! the stages note for it.
+//!
+//! A span here is a small record, not an SDK `Span`: ids, start and end, a name, a kind and a
+//! few attributes with static keys. The request's record is the request future's task-local
+//! ([`CURRENT`]), so a stage reaches it without a parameter; children add themselves to it, and
+//! when the answer has been sent the whole request (server span and children) is queued once
+//! and encoded to OTLP protobuf by `encode` (issue 58: through the SDK's `Span`, its Context
+//! map and `opentelemetry-otlp`'s conversion a traced request cost +31 % CPU; see
+//! docs/performance.md).
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 
-use opentelemetry::context::FutureExt as _;
-use opentelemetry::trace::{
-    Span as _, SpanContext, SpanId, SpanKind, Status, TraceContextExt as _, TraceFlags, TraceId,
-    TraceState, Tracer as _,
-};
-use opentelemetry::{Context, KeyValue};
-use opentelemetry_sdk::trace::SdkTracer;
 use palisade_policy::ErrorCode;
+use rand::RngCore as _;
 
+use super::queue::Feed;
 use crate::net::headers;
 
-/// What the stages learned of the request, put on its span when it ends (a child's Context
-/// shares it, so a fact noted inside a child still lands on the server span). The answer's
-/// status and decision wait here too, so the span is written once, when it ends.
+tokio::task_local! {
+    /// The traced request a future belongs to, and the span its children hang under.
+    static CURRENT: Current;
+}
+
+/// The request's record and the span a new child hangs under.
+#[derive(Clone)]
+pub struct Current {
+    request: Arc<Request>,
+    parent: [u8; 8],
+}
+
+/// A span's kind, as OTLP numbers it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Internal = 1,
+    Server = 2,
+    Client = 3,
+}
+
+/// An attribute's value: what the spans here carry.
+#[derive(Debug, Clone)]
+pub enum Value {
+    Str(&'static str),
+    String(String),
+    Int(i64),
+}
+
+/// One span, finished.
+#[derive(Debug, Clone)]
+pub struct Span {
+    pub trace: [u8; 16],
+    pub id: [u8; 8],
+    /// All zeros: none (a root).
+    pub parent: [u8; 8],
+    pub name: &'static str,
+    pub kind: Kind,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub attributes: Vec<(&'static str, Value)>,
+    pub error: bool,
+}
+
+/// A traced request as it goes: the server span's start, and the children ended so far.
+struct Request {
+    feed: Arc<Feed<Vec<Span>>>,
+    trace: [u8; 16],
+    id: [u8; 8],
+    parent: [u8; 8],
+    start_ns: u64,
+    method: &'static str,
+    path: String,
+    scheme: &'static str,
+    state: Mutex<State>,
+}
+
+/// What the stages learned of the request, and its children, put together when it ends.
 #[derive(Default)]
-struct Facts {
+struct State {
     status: u16,
     decision: &'static str,
     bytes: u64,
@@ -30,18 +86,26 @@ struct Facts {
     rule: Option<String>,
     fence_epoch: Option<i64>,
     receipt_index: Option<i64>,
+    children: Vec<Span>,
 }
 
-/// The request's one value in its Context: the tracer its children are made with, and its
-/// facts (one value: each `Context::with_value` copies the Context's map).
-struct Tracing {
-    tracer: SdkTracer,
-    facts: Mutex<Facts>,
-}
-
-/// A sampled request's server span and its Context.
+/// A sampled request's server span.
 pub struct Traced {
-    cx: Context,
+    request: Arc<Request>,
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
+}
+
+fn span_id() -> [u8; 8] {
+    let mut id = [0u8; 8];
+    while id == [0; 8] {
+        rand::thread_rng().fill_bytes(&mut id);
+    }
+    id
 }
 
 /// Starts the server span of a request: the client's `traceparent` is its parent; with none
@@ -49,87 +113,60 @@ pub struct Traced {
 /// id, and the span when it is sampled. Whether it is sampled is decided first and cheaply
 /// (the client's flag, else one draw against `sample`): an unsampled request makes no span.
 pub(super) fn server(
-    tracer: &SdkTracer,
+    feed: &Arc<Feed<Vec<Span>>>,
     sample: f64,
     parts: &mut http::request::Parts,
 ) -> (Option<Traced>, Arc<str>) {
-    {
-        let parent = match headers::traceparent(&parts.headers) {
-            // The client's trace, which it does not record: passed on as it is.
-            Some(tp) if !tp.sampled => return (None, tp.trace_id.into()),
-            // The client's trace and span ids and its sampled flag, not its `tracestate`:
-            // that is a header's value, which no span records (the upstream still gets it).
-            Some(tp) => match (
-                TraceId::from_hex(tp.trace_id),
-                SpanId::from_hex(tp.parent_id),
-            ) {
-                (Ok(trace), Ok(span)) => Some(SpanContext::new(
-                    trace,
-                    span,
-                    TraceFlags::SAMPLED,
-                    true,
-                    TraceState::default(),
-                )),
+    // The client's trace and span ids and its sampled flag, not its `tracestate`: that is a
+    // header's value, which no span records (the upstream still gets the header).
+    let remote = match headers::traceparent(&parts.headers) {
+        Some(tp) if !tp.sampled => return (None, tp.trace_id.into()),
+        Some(tp) => match (hex::decode(tp.trace_id), hex::decode(tp.parent_id)) {
+            (Ok(t), Ok(p)) => match (<[u8; 16]>::try_from(t), <[u8; 8]>::try_from(p)) {
+                (Ok(t), Ok(p)) => Some((t, p)),
                 _ => None,
             },
-            None => None,
-        };
-        if parent.is_none() && !draw(sample) {
-            return (None, headers::ensure_unsampled(&mut parts.headers));
-        }
-        let parent = match parent {
-            Some(sc) => Context::new().with_remote_span_context(sc),
-            None => Context::new(),
-        };
-        let method = method_name(&parts.method);
-        let builder = tracer
-            .span_builder(method)
-            .with_kind(SpanKind::Server)
-            .with_attributes([
-                KeyValue::new("http.request.method", method),
-                KeyValue::new("url.path", parts.uri.path().to_owned()),
-                KeyValue::new(
-                    "url.scheme",
-                    if parts.uri.scheme_str() == Some("https") {
-                        "https"
-                    } else {
-                        "http"
-                    },
-                ),
-            ]);
-        let span = tracer.build_with_context(builder, &parent);
-        let sc = span.span_context();
-        let trace_id = if parent.has_active_span() {
-            hex_id(sc)
-        } else {
-            set_traceparent(&mut parts.headers, sc)
-        };
-        let cx = parent.with_span(span).with_value(Tracing {
-            tracer: tracer.clone(),
-            facts: Mutex::default(),
-        });
-        (Some(Traced { cx }), trace_id)
+            _ => None,
+        },
+        None => None,
+    };
+    if remote.is_none() && !draw(sample) {
+        return (None, headers::ensure_unsampled(&mut parts.headers));
     }
+    let id = span_id();
+    let (trace, parent, trace_id) = match remote {
+        Some((trace, parent)) => (trace, parent, headers::trace_id_hex(&trace)),
+        None => {
+            let mut trace = [0u8; 16];
+            rand::thread_rng().fill_bytes(&mut trace);
+            let hex = headers::install_traceparent(&mut parts.headers, &trace, &id, true);
+            (trace, [0; 8], hex)
+        }
+    };
+    let request = Request {
+        feed: feed.clone(),
+        trace,
+        id,
+        parent,
+        start_ns: now_ns(),
+        method: method_name(&parts.method),
+        path: parts.uri.path().to_owned(),
+        scheme: if parts.uri.scheme_str() == Some("https") {
+            "https"
+        } else {
+            "http"
+        },
+        state: Mutex::default(),
+    };
+    let traced = Traced {
+        request: Arc::new(request),
+    };
+    (Some(traced), trace_id)
 }
 
 /// Whether a new trace is recorded: `sample` of them (a root is decided once, here).
 fn draw(sample: f64) -> bool {
     sample >= 1.0 || (sample > 0.0 && rand::random::<f64>() < sample)
-}
-
-/// `sc` as the request's `traceparent` (sampled); its trace id.
-fn set_traceparent(headers: &mut http::HeaderMap, sc: &SpanContext) -> Arc<str> {
-    headers::install_traceparent(
-        headers,
-        &sc.trace_id().to_bytes(),
-        &sc.span_id().to_bytes(),
-        sc.is_sampled(),
-    )
-}
-
-/// `sc`'s trace id as lower-case hex.
-fn hex_id(sc: &SpanContext) -> Arc<str> {
-    headers::trace_id_hex(&sc.trace_id().to_bytes())
 }
 
 /// A span is named by its method (a closed set: any other method is `_OTHER`).
@@ -146,85 +183,96 @@ pub(super) fn method_name(m: &http::Method) -> &'static str {
     }
 }
 
+impl Request {
+    fn state(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
 impl Traced {
-    /// `fut` run in the span's Context.
+    /// `fut` run as the request's (its children find the request).
     pub fn run<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        fut.with_context(self.cx.clone())
+        CURRENT.scope(
+            Current {
+                request: self.request.clone(),
+                parent: self.request.id,
+            },
+            fut,
+        )
     }
 
     /// The answer's status and the decision, for the span.
     pub fn decided(&self, status: u16, decision: &'static str) {
-        self.facts(|f| {
-            f.status = status;
-            f.decision = decision;
-        });
+        let mut s = self.request.state();
+        s.status = status;
+        s.decision = decision;
     }
 
     /// The answer's body has been sent: `bytes` of it.
     pub fn set_bytes(&self, bytes: u64) {
-        self.facts(|f| f.bytes = bytes);
-    }
-
-    fn facts(&self, f: impl FnOnce(&mut Facts)) {
-        if let Some(t) = self.cx.get::<Tracing>() {
-            f(&mut t.facts.lock().unwrap_or_else(|e| e.into_inner()));
-        }
+        self.request.state().bytes = bytes;
     }
 }
 
 impl Drop for Traced {
-    /// The answer has been sent (or the exchange dropped): the answer and what the stages
-    /// noted go onto the span in one write, and it ends. Noted facts are read here, not when
-    /// the answer's head left: a tool call streamed back commits on its last message.
+    /// The answer has been sent (or the exchange dropped): the server span is finished with
+    /// what the stages noted, and the request's spans are queued together. Noted facts are
+    /// read here, not when the answer's head left: a tool call streamed back commits on its
+    /// last message.
     fn drop(&mut self) {
-        let span = self.cx.span();
-        if let Some(t) = self.cx.get::<Tracing>() {
-            let f = t.facts.lock().unwrap_or_else(|e| e.into_inner());
-            let mut a = Vec::with_capacity(8);
-            a.push(KeyValue::new(
-                "http.response.status_code",
-                i64::from(f.status),
-            ));
-            a.push(KeyValue::new("palisade.decision", f.decision));
-            a.push(KeyValue::new(
-                "http.response.body.size",
-                i64::try_from(f.bytes).unwrap_or(i64::MAX),
-            ));
-            if f.status >= 500 {
-                span.set_status(Status::error(""));
-                a.push(KeyValue::new("error.type", f.status.to_string()));
-            }
-            if let Some(code) = f.code {
-                a.push(KeyValue::new("palisade.code", code.as_str()));
-            }
-            if let Some(op) = &f.operation {
-                // An attribute, not the span's name: an unbound write's operation is its raw
-                // path, which a span name must not be (names are low-cardinality).
-                a.push(KeyValue::new("palisade.operation", op.clone()));
-            }
-            if let Some(rule) = &f.rule {
-                a.push(KeyValue::new("palisade.rule", rule.clone()));
-            }
-            if let Some(epoch) = f.fence_epoch {
-                a.push(KeyValue::new("palisade.fence_epoch", epoch));
-            }
-            if let Some(index) = f.receipt_index {
-                a.push(KeyValue::new("palisade.receipt_index", index));
-            }
-            span.set_attributes(a);
+        let r = &self.request;
+        let mut s = r.state();
+        let mut a: Vec<(&'static str, Value)> = Vec::with_capacity(12);
+        a.push(("http.request.method", Value::Str(r.method)));
+        a.push(("url.path", Value::String(r.path.clone())));
+        a.push(("url.scheme", Value::Str(r.scheme)));
+        a.push(("http.response.status_code", Value::Int(i64::from(s.status))));
+        a.push((
+            "http.response.body.size",
+            Value::Int(i64::try_from(s.bytes).unwrap_or(i64::MAX)),
+        ));
+        a.push(("palisade.decision", Value::Str(s.decision)));
+        if s.status >= 500 {
+            a.push(("error.type", Value::String(s.status.to_string())));
         }
-        span.end();
+        if let Some(code) = s.code {
+            a.push(("palisade.code", Value::Str(code.as_str())));
+        }
+        // An attribute, not the span's name: an unbound write's operation is its raw path,
+        // which a span name must not be (names are low-cardinality).
+        if let Some(op) = s.operation.take() {
+            a.push(("palisade.operation", Value::String(op)));
+        }
+        if let Some(rule) = s.rule.take() {
+            a.push(("palisade.rule", Value::String(rule)));
+        }
+        if let Some(epoch) = s.fence_epoch {
+            a.push(("palisade.fence_epoch", Value::Int(epoch)));
+        }
+        if let Some(index) = s.receipt_index {
+            a.push(("palisade.receipt_index", Value::Int(index)));
+        }
+        let mut spans = std::mem::take(&mut s.children);
+        spans.push(Span {
+            trace: r.trace,
+            id: r.id,
+            parent: r.parent,
+            name: r.method,
+            kind: Kind::Server,
+            start_ns: r.start_ns,
+            end_ns: now_ns(),
+            attributes: a,
+            error: s.status >= 500,
+        });
+        drop(s);
+        r.feed.push(spans);
     }
 }
 
-/// Notes what the request's span should say, when the request is traced (one thread-local
+/// Notes what the request's span should say, when the request is traced (one task-local
 /// read otherwise).
-fn note(f: impl FnOnce(&mut Facts)) {
-    Context::map_current(|cx| {
-        if let Some(t) = cx.get::<Tracing>() {
-            f(&mut t.facts.lock().unwrap_or_else(|e| e.into_inner()));
-        }
-    });
+fn note(f: impl FnOnce(&mut State)) {
+    let _ = CURRENT.try_with(|c| f(&mut c.request.state()));
 }
 
 /// The code of the sidecar's own answer.
@@ -251,9 +299,10 @@ pub fn note_receipt(index: u64, receipt: &serde_json::Value) {
     });
 }
 
-/// A child of the request's span, when the request is traced.
+/// A child of the request's span, when the request is traced; it ends when dropped.
 pub struct Child {
-    cx: Context,
+    current: Current,
+    span: Span,
 }
 
 impl Child {
@@ -261,67 +310,88 @@ impl Child {
     /// (`attributes` is then never called).
     pub fn start(
         name: &'static str,
-        kind: SpanKind,
-        attributes: impl FnOnce() -> Vec<KeyValue>,
+        kind: Kind,
+        attributes: impl FnOnce() -> Vec<(&'static str, Value)>,
     ) -> Option<Child> {
-        Context::map_current(|cx| {
-            let tracer = &cx.get::<Tracing>()?.tracer;
-            let span = tracer
-                .span_builder(name)
-                .with_kind(kind)
-                .with_attributes(attributes())
-                .start_with_context(tracer, cx);
-            Some(Child {
-                cx: cx.with_span(span),
-            })
+        let current = CURRENT.try_with(Current::clone).ok()?;
+        let id = span_id();
+        let span = Span {
+            trace: current.request.trace,
+            id,
+            parent: current.parent,
+            name,
+            kind,
+            start_ns: now_ns(),
+            end_ns: 0,
+            attributes: attributes(),
+            error: false,
+        };
+        Some(Child {
+            current: Current {
+                request: current.request,
+                parent: id,
+            },
+            span,
         })
     }
 
     /// The upstream is told this span is the parent of its work (as Envoy and linkerd do).
     pub fn propagate(&self, headers: &mut http::HeaderMap) {
-        set_traceparent(headers, self.cx.span().span_context());
+        headers::install_traceparent(headers, &self.span.trace, &self.span.id, true);
     }
 
-    pub fn set(&self, attribute: KeyValue) {
-        self.cx.span().set_attribute(attribute);
+    pub fn set(&mut self, key: &'static str, value: Value) {
+        self.span.attributes.push((key, value));
     }
 
     /// Marks the span failed with `kind` (`error.type`).
-    pub fn failed(&self, kind: &'static str) {
-        let span = self.cx.span();
-        span.set_status(Status::error(""));
-        span.set_attribute(KeyValue::new("error.type", kind));
+    pub fn failed(&mut self, kind: &'static str) {
+        self.span.error = true;
+        self.span.attributes.push(("error.type", Value::Str(kind)));
     }
 
-    /// `fut` in this span's Context.
+    /// `fut` with this span as the one its children hang under.
     pub fn run<F: Future>(&self, fut: F) -> impl Future<Output = F::Output> {
-        fut.with_context(self.cx.clone())
+        CURRENT.scope(self.current.clone(), fut)
     }
 }
 
 impl Drop for Child {
     fn drop(&mut self) {
-        self.cx.span().end();
+        let mut span = std::mem::replace(
+            &mut self.span,
+            Span {
+                trace: [0; 16],
+                id: [0; 8],
+                parent: [0; 8],
+                name: "",
+                kind: Kind::Internal,
+                start_ns: 0,
+                end_ns: 0,
+                attributes: Vec::new(),
+                error: false,
+            },
+        );
+        span.end_ns = now_ns();
+        self.current.request.state().children.push(span);
     }
 }
 
-/// `fut`, to be spawned, carrying the request's Context when the request is traced (a
-/// spawned task does not inherit it); as it is otherwise.
+/// `fut`, to be spawned, carrying the request when it is traced (a spawned task does not
+/// inherit a task-local); as it is otherwise.
 pub fn carried<F: Future>(
     fut: F,
-) -> futures_util::future::Either<opentelemetry::context::WithContext<F>, F> {
+) -> futures_util::future::Either<tokio::task::futures::TaskLocalFuture<Current, F>, F> {
     use futures_util::future::Either;
-    let traced = Context::map_current(|cx| cx.get::<Tracing>().is_some());
-    if traced {
-        Either::Left(fut.with_current_context())
-    } else {
-        Either::Right(fut)
+    match CURRENT.try_with(Current::clone) {
+        Ok(current) => Either::Left(CURRENT.scope(current, fut)),
+        Err(_) => Either::Right(fut),
     }
 }
 
 /// `fut` as a child span `name` of the request's span, when it is traced.
 pub async fn within<F: Future>(name: &'static str, fut: F) -> F::Output {
-    match Child::start(name, SpanKind::Internal, Vec::new) {
+    match Child::start(name, Kind::Internal, Vec::new) {
         Some(child) => child.run(fut).await,
         None => fut.await,
     }

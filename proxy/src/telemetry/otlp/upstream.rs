@@ -5,10 +5,8 @@ use std::future::Future;
 
 use http::{Request, Response};
 use hyper::body::Incoming;
-use opentelemetry::trace::SpanKind;
-use opentelemetry::KeyValue;
 
-use super::span::Child;
+use super::span::{Child, Kind, Value};
 use crate::net::body::ProxyBody;
 use crate::net::upstream::UpstreamError;
 
@@ -22,21 +20,21 @@ where
 {
     let attributes = || {
         let uri = req.uri();
-        let mut a = vec![KeyValue::new(
+        let mut a = vec![(
             "http.request.method",
-            req.method().as_str().to_owned(),
+            Value::Str(super::span::method_name(req.method())),
         )];
         // The upstream's address is the operator's configuration, not the client's.
         if let Some(host) = uri.host() {
-            a.push(KeyValue::new("server.address", host.to_owned()));
+            a.push(("server.address", Value::String(host.to_owned())));
         }
         if let Some(port) = uri.port_u16() {
-            a.push(KeyValue::new("server.port", i64::from(port)));
+            a.push(("server.port", Value::Int(i64::from(port))));
         }
         a
     };
     let name = super::span::method_name(req.method());
-    let Some(child) = Child::start(name, SpanKind::Client, attributes) else {
+    let Some(mut child) = Child::start(name, Kind::Client, attributes) else {
         return send(req).await;
     };
     child.propagate(req.headers_mut());
@@ -44,10 +42,7 @@ where
     match &answered {
         Ok(resp) => {
             let status = resp.status().as_u16();
-            child.set(KeyValue::new(
-                "http.response.status_code",
-                i64::from(status),
-            ));
+            child.set("http.response.status_code", Value::Int(i64::from(status)));
             if status >= 400 {
                 child.failed(status_class(status));
             }
