@@ -54,7 +54,13 @@ impl Drifted {
     }
 }
 
-/// The bundle digest whose pinned MCP tools were last checked against the server's own list
-/// (`mcp::checked`, issue 59): held across the check, so one runs at a time.
+/// What the MCP server's tools were last checked against (`mcp::checked`, issue 59).
 #[derive(Default)]
-pub struct ToolsChecked(pub tokio::sync::Mutex<Option<String>>);
+pub struct ToolsChecked {
+    /// The bundle digest and the session generation of the last check; held across a
+    /// check, so one runs at a time.
+    pub last: tokio::sync::Mutex<Option<(String, u64)>>,
+    /// Client sessions begun (`initialize` passed through): a check counts for the
+    /// sessions begun before it.
+    pub sessions: std::sync::atomic::AtomicU64,
+}

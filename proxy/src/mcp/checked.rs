@@ -6,6 +6,7 @@
 //! marks each changed tool as a listing would; a new client session (`initialize`) has the
 //! next call check again. A server whose list cannot be read gets no call (fail-closed).
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use palisade_policy::{ErrorCode, Refusal};
@@ -17,9 +18,9 @@ use crate::context::{AppState, WriteContext};
 /// The next tool call checks the server's tools again: a client began a new session, and the
 /// server behind it may not be the one last checked.
 pub fn forget(state: &AppState) {
-    if let Ok(mut checked) = state.mcp_checked.0.try_lock() {
-        *checked = None;
-    }
+    // A generation, not the lock: a check under way when a session begins must not count
+    // for that session.
+    state.mcp_checked.sessions.fetch_add(1, Ordering::SeqCst);
 }
 
 /// Checks the server's tools against `bundle` unless they were checked under it already.
@@ -37,8 +38,14 @@ pub async fn ensure(
     if !bundle.capabilities.iter().any(|c| c.tool_digest.is_some()) {
         return Ok(());
     }
-    let mut checked = state.mcp_checked.0.lock().await;
-    if checked.as_deref() == Some(bundle.digest.as_str()) {
+    let mut checked = state.mcp_checked.last.lock().await;
+    // The sessions begun so far, read before the list is: one begun during the check is
+    // checked again by its next call.
+    let sessions = state.mcp_checked.sessions.load(Ordering::SeqCst);
+    if checked
+        .as_ref()
+        .is_some_and(|(digest, seen)| *digest == bundle.digest && *seen == sessions)
+    {
         return Ok(());
     }
     let unreadable = |why: String| {
@@ -68,6 +75,6 @@ pub async fn ensure(
     let listing = json!({"result": {"tools": tools}});
     // Marks each changed pinned tool (and reports it) as a listing passing through would.
     let _ = pinning::filter(&state.plane, &state.mcp_drifted, cx, bundle, &listing);
-    *checked = Some(bundle.digest.clone());
+    *checked = Some((bundle.digest.clone(), sessions));
     Ok(())
 }

@@ -297,6 +297,49 @@ async fn a_tool_changed_before_the_sidecar_started_is_refused_before_any_listing
     }
 }
 
+/// A client's new session (`initialize`) has the next call check the server's tools again:
+/// a tool changed while the sidecar ran, after its first check, is caught on the new
+/// session's first call, before any listing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_session_checks_the_tools_again() {
+    let server = McpServer::start().await;
+    let digests = pinned_digests(&server);
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let mut pins = digests.clone();
+    pins.remove("rug_pull");
+    let b = with_tool_digests(erp_tools(bundle_dir.path()), &pins);
+    let p = sidecar(&server, &b);
+    // A first session: checked, unchanged, the call runs.
+    let out = client(
+        p.url("/mcp"),
+        "legacy",
+        json!([{"op": "call", "name": "add", "args": {"a": 2, "b": 3}}]),
+    )
+    .await;
+    assert!(out[0].get("error").is_none(), "{out:?}");
+    // The server changes set_stock, called directly.
+    let direct = format!("http://127.0.0.1:{}/mcp", server.port());
+    client(
+        direct,
+        "legacy",
+        json!([{"op": "call", "name": "rug_pull"}]),
+    )
+    .await;
+    // A new session through the sidecar: its first call is checked again.
+    let out = client(
+        p.url("/mcp"),
+        "legacy",
+        json!([{"op": "call", "name": "set_stock", "args": {"sku": "SKU-9", "qty": 1},
+                "meta": meta(tool_lease("set_stock", 1))}]),
+    )
+    .await;
+    assert_eq!(
+        out[0]["error"]["data"]["code"], "ERR_TOOL_DRIFTED",
+        "{out:?}"
+    );
+    assert!(server.executions().is_empty(), "the server ran it");
+}
+
 /// A paginated listing is filtered page by page with its cursors kept; a tool added at run
 /// time reaches the client as `notifications/tools/list_changed`, and is then filtered out
 /// as unknown.

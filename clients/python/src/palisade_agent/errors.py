@@ -33,12 +33,17 @@ class LeaseRefused(Refusal):
 
 
 class StaleFence(Refusal):
-    """Another write moved the resource first (409 `ERR_STALE_FENCE_EPOCH`). When
+    """Another write moved the resource first (409 `ERR_STALE_FENCE_EPOCH`), or the SoR's own
+    ETag check refused the write (409 `ERR_STALE_PRE_IMAGE_UPSTREAM`). When
     `pre_image_changed`, the resource is no longer what the agent read: read it again."""
 
     @property
     def pre_image_changed(self) -> bool:
-        return self.reason == "pre-image-mismatch" or bool(self.problem.get("_pre_image_changed"))
+        return (
+            self.reason == "pre-image-mismatch"
+            or self.code == "ERR_STALE_PRE_IMAGE_UPSTREAM"
+            or bool(self.problem.get("_pre_image_changed"))
+        )
 
 
 class ContractViolation(Refusal):
@@ -134,7 +139,7 @@ _CLASSES: dict[type[Refusal], tuple[str, ...]] = {
         "ERR_CALLER_UNIDENTIFIED",
         "ERR_LEASE_NOT_YOURS", "ERR_ALREADY_COMPENSATED",
     ),
-    StaleFence: ("ERR_STALE_FENCE_EPOCH",),
+    StaleFence: ("ERR_STALE_FENCE_EPOCH", "ERR_STALE_PRE_IMAGE_UPSTREAM"),
     ContractViolation: (
         "ERR_CONTRACT_INPUT", "ERR_CONTRACT_OUTPUT", "ERR_CONNECTOR_FAILED", "ERR_CONNECTOR_POSTCONDITION",
         "ERR_UNBOUND_OPERATION", "ERR_TOOL_DRIFTED", "ERR_DEPLOYMENT_IDENTITY",

@@ -20,6 +20,7 @@ mod encode;
 mod queue;
 pub mod records;
 pub mod span;
+mod traces;
 pub mod upstream;
 
 use std::sync::Arc;
@@ -48,7 +49,7 @@ impl Exporters {
             .map_err(|e| format!("telemetry.otlp.endpoint: {e}"))?;
         let dropped = queue::Dropped::register(SPANS_DROPPED);
         let (feed, drain) = queue::channel(dropped.queue_full);
-        tokio::spawn(queue::export_spans(
+        tokio::spawn(traces::export(
             client::Collector::new(config.timeout)?,
             traces,
             config.headers.clone(),

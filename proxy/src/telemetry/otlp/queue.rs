@@ -5,7 +5,6 @@
 
 use std::time::Duration;
 
-use super::span::Span;
 use opentelemetry::InstrumentationScope;
 use opentelemetry_sdk::error::OTelSdkResult;
 use opentelemetry_sdk::logs::{LogBatch, LogExporter as _, LogProcessor, SdkLogRecord};
@@ -22,7 +21,7 @@ pub const RECORDS_DROPPED: &str = "palisade_otlp_records_dropped_total";
 /// Spans or records a queue holds; past this they are dropped (a few MB at most).
 pub(super) const CAPACITY: usize = 4096;
 /// Most spans or records one export carries.
-const MAX_BATCH: usize = 512;
+pub(super) const MAX_BATCH: usize = 512;
 /// How long a batch that is not full waits for more before it goes.
 const DELAY: Duration = Duration::from_millis(500);
 
@@ -103,7 +102,7 @@ pub(super) fn channel<T>(full: metrics::Counter) -> (Feed<T>, Drain<T>) {
 
 /// Takes up to [`MAX_BATCH`] items: whatever is queued; when nothing is, waits for a batch's
 /// worth or [`DELAY`], whichever comes first. `false` when the queue is closed and empty.
-async fn next_batch<T>(q: &mut Drain<T>, batch: &mut Vec<T>) -> bool {
+pub(super) async fn next_batch<T>(q: &mut Drain<T>, batch: &mut Vec<T>) -> bool {
     loop {
         while batch.len() < MAX_BATCH {
             match q.rx.try_recv() {
@@ -118,28 +117,6 @@ async fn next_batch<T>(q: &mut Drain<T>, batch: &mut Vec<T>) -> bool {
         tokio::select! {
             _ = tokio::time::sleep(DELAY) => {}
             _ = q.ready.notified() => {}
-        }
-    }
-}
-
-/// Exports the traced requests' spans until the queue closes: each batch encoded as one
-/// OTLP request and posted to `<endpoint>/v1/traces`.
-pub(super) async fn export_spans(
-    collector: super::client::Collector,
-    uri: http::Uri,
-    headers: Vec<(http::HeaderName, http::HeaderValue)>,
-    mut rx: Drain<Vec<Span>>,
-    failed: metrics::Counter,
-) {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
-    let mut warned = Warned::default();
-    while next_batch(&mut rx, &mut batch).await {
-        let n: usize = batch.iter().map(Vec::len).sum();
-        let body = super::encode::request(&batch);
-        batch.clear();
-        if let Err(e) = collector.post(&uri, &headers, body).await {
-            failed.increment(n as u64);
-            warned.warn("spans", n, &e);
         }
     }
 }
@@ -169,10 +146,10 @@ pub(super) async fn export_records(
 /// A failed export is logged at most once a minute per queue: a collector that is down
 /// would otherwise write a line per batch.
 #[derive(Default)]
-struct Warned(Option<tokio::time::Instant>);
+pub(super) struct Warned(Option<tokio::time::Instant>);
 
 impl Warned {
-    fn warn(&mut self, what: &str, n: usize, error: &str) {
+    pub(super) fn warn(&mut self, what: &str, n: usize, error: &str) {
         let now = tokio::time::Instant::now();
         if self.0.is_some_and(|at| now < at + Duration::from_secs(60)) {
             return;
