@@ -69,6 +69,9 @@ pub(super) struct ToolOutcome {
     pub lease_id: Option<String>,
     /// The call was sent and may have applied: compensate it if the composition fails.
     pub maybe_applied: bool,
+    /// No JSON-RPC answer could be read from the call's response (none came through, or the
+    /// stream broke).
+    pub unanswered: bool,
 }
 
 impl ToolStep<'_> {
@@ -212,12 +215,15 @@ impl ToolStep<'_> {
             // Only what the sidecar says counts: a server's own JSON-RPC error whose `data`
             // looks like our problem names no code of ours and no receipt here.
             if let Ok(s) = told.await {
+                // The sidecar replaced the answer (its output contract, or it never came), or
+                // the call was committed and no answer could be read here (a CI run met this
+                // under load): the call may have applied, so it is compensated with the others.
+                out.maybe_applied = s.code.is_some() || (out.unanswered && s.receipt.is_some());
                 out.receipt = s.receipt;
                 out.ok = out.ok && !s.interim && s.code.is_none();
-                // The sidecar replaced the answer (its output contract, or it never came):
-                // the call may have applied, so it is compensated with the others.
-                out.maybe_applied = s.code.is_some();
-                out.code = s.code.map(|c| c.as_str().to_owned());
+                if s.code.is_some() || !out.unanswered {
+                    out.code = s.code.map(|c| c.as_str().to_owned());
+                }
                 out.status = s.code.map_or(502, |c| c.status());
             }
         }
@@ -247,9 +253,11 @@ impl ToolStep<'_> {
             status: 502,
             lease_id,
             maybe_applied: false,
+            unanswered: false,
         };
         let Some(msg) = answer else {
             out.code = Some(ErrorCode::UpstreamUnavailable.as_str().to_owned());
+            out.unanswered = true;
             return out;
         };
         if let Some(data) = msg.get("error").and_then(|e| e.get("data")) {
@@ -300,6 +308,7 @@ impl ToolStep<'_> {
             status,
             lease_id: None,
             maybe_applied: false,
+            unanswered: false,
         }
     }
 }
