@@ -340,6 +340,60 @@ async fn a_new_session_checks_the_tools_again() {
     assert!(server.executions().is_empty(), "the server ran it");
 }
 
+/// The check's fail-closed path: with the server's list unreadable (the server is gone), a
+/// leased tool call is refused `ERR_UPSTREAM_UNAVAILABLE` with a rejection receipt before
+/// anything is leased or sent. (The code has no drift category: no drift event.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_list_that_cannot_be_read_refuses_the_call() {
+    let server = McpServer::start().await;
+    let digests = pinned_digests(&server);
+    let bundle_dir = tempfile::tempdir().unwrap();
+    let mut pins = digests.clone();
+    pins.remove("rug_pull");
+    let b = with_tool_digests(erp_tools(bundle_dir.path()), &pins);
+    let p = sidecar(&server, &b);
+    drop(server);
+    let mut m = meta(tool_lease("set_stock", 1));
+    m["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+    m["io.modelcontextprotocol/clientInfo"] = json!({"name": "raw", "version": "1"});
+    m["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+                      "params": {"name": "set_stock", "arguments": {"sku": "SKU-9", "qty": 1},
+                                 "_meta": m}});
+    let req = Request::post(p.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", "set_stock")
+        .body(full(body.to_string()))
+        .unwrap();
+    let (_, body) = send(&http1_client(), req).await;
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["id"], 7, "{answer}");
+    let problem = &answer["error"]["data"];
+    assert_eq!(problem["code"], "ERR_UPSTREAM_UNAVAILABLE", "{answer}");
+    assert_receipt_verifies(&problem["receipt"], "rejection");
+    assert_eq!(
+        problem["receipt"]["receipt"]["code"],
+        "ERR_UPSTREAM_UNAVAILABLE"
+    );
+    // Refused before anything was leased or sent: a forwarded call to a gone server would
+    // have advanced the epoch and left a commit receipt (outcome uncertain), not a rejection.
+    assert!(
+        problem["receipt"]["receipt"]
+            .get("cas_fence_epoch")
+            .is_none(),
+        "{answer}"
+    );
+    assert!(
+        p.logs()
+            .contains("the MCP server's tool list could not be checked"),
+        "{}",
+        p.logs()
+    );
+}
+
 /// A paginated listing is filtered page by page with its cursors kept; a tool added at run
 /// time reaches the client as `notifications/tools/list_changed`, and is then filtered out
 /// as unknown.
