@@ -277,6 +277,30 @@ pub(crate) fn meta(lease: Value) -> Value {
            "compensationInverse": serde_json::from_slice::<Value>(&inverse_for(path)).unwrap()})
 }
 
+/// A stateless (2026-07-28) `tools/call` of `name` with `args`, its `_meta` from `meta` with
+/// the revision's client members added, sent raw (no SDK client, which may list first).
+pub(crate) fn stateless_call(
+    p: &Palisade,
+    id: u64,
+    name: &str,
+    args: Value,
+    mut meta: Value,
+) -> Request<BoxBody> {
+    meta["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
+    meta["io.modelcontextprotocol/clientInfo"] = json!({"name": "raw", "version": "1"});
+    meta["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+                      "params": {"name": name, "arguments": args, "_meta": meta}});
+    Request::post(p.url("/mcp"))
+        .header("content-type", "application/json")
+        .header("accept", "application/json, text/event-stream")
+        .header("mcp-protocol-version", "2026-07-28")
+        .header("mcp-method", "tools/call")
+        .header("mcp-name", name)
+        .body(full(body.to_string()))
+        .unwrap()
+}
+
 /// The fence epoch of `resource` as the admin API reports it.
 async fn fence_of(p: &Palisade, resource: &str) -> u64 {
     let path = format!(

@@ -8,20 +8,8 @@ use super::*;
 fn slow_call(p: &Palisade, sku: &str) -> Request<BoxBody> {
     let mut m = meta(tool_lease("slow_set_stock", 1));
     m["progressToken"] = json!("p-1");
-    m["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-    m["io.modelcontextprotocol/clientInfo"] = json!({"name": "raw", "version": "1"});
-    m["io.modelcontextprotocol/clientCapabilities"] = json!({});
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": "slow_set_stock", "arguments": {"sku": sku, "qty": 5},
-                                 "_meta": m}});
-    Request::post(p.url("/mcp"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "slow_set_stock")
-        .body(full(body.to_string()))
-        .unwrap()
+    let args = json!({"sku": sku, "qty": 5});
+    stateless_call(p, 1, "slow_set_stock", args, m)
 }
 
 /// The JSON-RPC messages of an SSE body, in order.

@@ -168,6 +168,14 @@ async fn pin_mcp_takes_side_effects_from_tool_annotations() {
     }
 }
 
+/// The ERP tools bundle in `dir`, each tool pinned with the digest `pin-mcp` gives `server`'s
+/// listing, `rug_pull` unpinned.
+fn pinned_erp_tools(server: &McpServer, dir: &std::path::Path) -> BundleFiles {
+    let mut pins = pinned_digests(server);
+    pins.remove("rug_pull");
+    with_tool_digests(erp_tools(dir), &pins)
+}
+
 /// Rewrites a bundle's lockfile with `toolDigest`s added.
 fn with_tool_digests(b: BundleFiles, digests: &serde_json::Map<String, Value>) -> BundleFiles {
     edit_lock(b, |lock| {
@@ -254,11 +262,8 @@ async fn a_rug_pull_is_filtered_from_the_listing_and_its_calls_refused() {
 async fn a_tool_changed_before_the_sidecar_started_is_refused_before_any_listing() {
     for mode in ["2026-07-28", "legacy"] {
         let server = McpServer::start().await;
-        let digests = pinned_digests(&server);
         let bundle_dir = tempfile::tempdir().unwrap();
-        let mut pins = digests.clone();
-        pins.remove("rug_pull");
-        let b = with_tool_digests(erp_tools(bundle_dir.path()), &pins);
+        let b = pinned_erp_tools(&server, bundle_dir.path());
         // The server changes set_stock's description, called directly, with no sidecar.
         let direct = format!("http://127.0.0.1:{}/mcp", server.port());
         let out = client(direct, mode, json!([{"op": "call", "name": "rug_pull"}])).await;
@@ -303,11 +308,8 @@ async fn a_tool_changed_before_the_sidecar_started_is_refused_before_any_listing
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_new_session_checks_the_tools_again() {
     let server = McpServer::start().await;
-    let digests = pinned_digests(&server);
     let bundle_dir = tempfile::tempdir().unwrap();
-    let mut pins = digests.clone();
-    pins.remove("rug_pull");
-    let b = with_tool_digests(erp_tools(bundle_dir.path()), &pins);
+    let b = pinned_erp_tools(&server, bundle_dir.path());
     let p = sidecar(&server, &b);
     // A first session: checked, unchanged, the call runs.
     let out = client(
@@ -346,28 +348,12 @@ async fn a_new_session_checks_the_tools_again() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tool_list_that_cannot_be_read_refuses_the_call() {
     let server = McpServer::start().await;
-    let digests = pinned_digests(&server);
     let bundle_dir = tempfile::tempdir().unwrap();
-    let mut pins = digests.clone();
-    pins.remove("rug_pull");
-    let b = with_tool_digests(erp_tools(bundle_dir.path()), &pins);
+    let b = pinned_erp_tools(&server, bundle_dir.path());
     let p = sidecar(&server, &b);
     drop(server);
-    let mut m = meta(tool_lease("set_stock", 1));
-    m["io.modelcontextprotocol/protocolVersion"] = json!("2026-07-28");
-    m["io.modelcontextprotocol/clientInfo"] = json!({"name": "raw", "version": "1"});
-    m["io.modelcontextprotocol/clientCapabilities"] = json!({});
-    let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-                      "params": {"name": "set_stock", "arguments": {"sku": "SKU-9", "qty": 1},
-                                 "_meta": m}});
-    let req = Request::post(p.url("/mcp"))
-        .header("content-type", "application/json")
-        .header("accept", "application/json, text/event-stream")
-        .header("mcp-protocol-version", "2026-07-28")
-        .header("mcp-method", "tools/call")
-        .header("mcp-name", "set_stock")
-        .body(full(body.to_string()))
-        .unwrap();
+    let args = json!({"sku": "SKU-9", "qty": 1});
+    let req = stateless_call(&p, 7, "set_stock", args, meta(tool_lease("set_stock", 1)));
     let (_, body) = send(&http1_client(), req).await;
     let answer: Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(answer["id"], 7, "{answer}");
