@@ -39,12 +39,13 @@ RENDERERS = {
 # Where the server's whole state may still be a parameter: the entries (see the docstring).
 ENTRIES = {
     "proxy/src/server/accept.rs": {"http_builder", "serve_connection", "serve_http"},
-    "proxy/src/pipeline/mod.rs": {"handle", "route_of", "aip_route", "own"},
+    "proxy/src/pipeline/mod.rs": {"handle", "stage", "route_of", "aip_route", "own"},
     "proxy/src/rcns/mod.rs": {"route"},
     "proxy/src/pipeline/sor.rs": {"answer"},
     "proxy/src/control/admin.rs": {"serve", "respond"},
     "proxy/src/control/reload.rs": {"reload", "spawn_triggers"},
     "proxy/src/admission/jwks.rs": {"reload", "spawn_watch"},
+    "proxy/src/admission/jwks_url.rs": {"spawn"},
 }
 
 

@@ -25,6 +25,7 @@ use support::*;
 
 mod admitted;
 mod bindings;
+mod introspection;
 mod jwks_url;
 
 const PUT_OP: &str = "PUT /items/{id}";

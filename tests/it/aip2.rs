@@ -132,7 +132,7 @@ fn quote_channel_guard_and_relay_with_the_agirails_sdk() {
     scenario("main", &p, &agent_url, state.path());
     relay_scenario("main", &p, relay_state.path());
     p.sigterm();
-    p.child.wait().unwrap();
+    p.child().wait().unwrap();
     drop(p);
 
     let short_relay = text.replace("relay = true\n", "relay = true\nrelay_ttl = \"2s\"\n");

@@ -118,10 +118,13 @@ async fn a_runaway_loop_is_stopped_at_its_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_writes_spend_nothing_and_the_window_slides() {
-    let s = sidecar(
+    let rules = r#"{ name = "two", per = ["caller"], limit = 2, window = "2s" }, { name = "res", per = ["caller", "resource"], limit = 5, window = "1m" }"#;
+    let s = start_in_process(
         Upstream::start().await,
-        r#"{ name = "two", per = ["caller"], limit = 2, window = "2s" }, { name = "res", per = ["caller", "resource"], limit = 5, window = "1m" }"#,
-    );
+        tempfile::tempdir().unwrap(),
+        &format!("[budgets]\nrules = [{rules}]\n"),
+    )
+    .await;
     // Refused by the checks before the budget: no lease, a stale epoch, a bad inverse.
     for i in 0..4 {
         let a = write(&s.p, "a", &format!("refused-{i}"), None).await;
@@ -143,7 +146,7 @@ async fn refused_writes_spend_nothing_and_the_window_slides() {
     assert!(over.retry_after.unwrap() <= 2);
     assert_eq!(puts(&s), 2);
     // The window slides: 2 s after the first, one more fits; the refused one spent nothing.
-    tokio::time::sleep(Duration::from_millis(2100)).await;
+    s.p.advance(Duration::from_millis(2100));
     let again = write(&s.p, "a", "z", Some(1)).await;
     assert_eq!(again.status, StatusCode::OK, "{}", again.problem);
     assert_eq!(puts(&s), 3);

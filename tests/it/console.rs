@@ -86,7 +86,7 @@ async fn operators_decide_held_writes_in_a_real_browser() {
         d.join("rules.toml").display(),
         bundle.rich_toml("unbound_writes = \"allow\"\n"),
     );
-    let s = start_in(Upstream::start().await, dir, &extra);
+    let s = start_in_process(Upstream::start().await, dir, &extra).await;
 
     // Three real held writes: one to approve (two names), one whose body holds markup (to
     // reject), one whose lease runs out before anyone looks.
@@ -94,7 +94,7 @@ async fn operators_decide_held_writes_in_a_real_browser() {
     let markup = r#"{"qty":3,"note":"<img src=x onerror=\"window.__pwned=1\"><script>window.__pwned=2</script>"}"#;
     let reject = hold(&s, "/items/2", markup, 120_000).await;
     let expired = hold(&s, "/items/3", r#"{"qty":7}"#, 1_500).await;
-    tokio::time::sleep(std::time::Duration::from_millis(1_600)).await;
+    s.p.advance(std::time::Duration::from_millis(1_600));
 
     let shots = std::env::var("PALISADE_CONSOLE_SCREENSHOTS").unwrap_or_default();
     let out = tokio::task::spawn_blocking({

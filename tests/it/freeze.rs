@@ -161,7 +161,7 @@ async fn a_freeze_stops_what_it_names_survives_a_restart_and_is_lifted() {
 
     // A restart: the freezes hold from the first request.
     s.p.sigterm();
-    s.p.child.wait().unwrap();
+    s.p.child().wait().unwrap();
     let dir = std::mem::replace(&mut s.p.dir, tempfile::tempdir().unwrap());
     s.p = Palisade::start_in(dir, &text);
     let (status, problem, _) = write(&s.p, "B", 1).await;

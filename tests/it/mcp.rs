@@ -26,6 +26,7 @@ mod pinning;
 mod routing;
 mod rules;
 mod sdks;
+mod tool_check;
 
 fn repo() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")

@@ -254,12 +254,26 @@ impl WithSor {
         Self::start_with(rcns_extra, "", None).await
     }
 
+    /// As [`WithSor::start`], the sidecar in process on a clock the test moves.
+    async fn start_in_process(rcns_extra: &str) -> WithSor {
+        Self::launch(rcns_extra, "", None, true).await
+    }
+
     /// With `more` config after `[rcns]`, the callers file replaced when `callers_doc` is
     /// given, and `auth` sent with every request.
     async fn start_with(
         rcns_extra: &str,
         more: &str,
         callers_doc: Option<(&Value, &str)>,
+    ) -> WithSor {
+        Self::launch(rcns_extra, more, callers_doc, false).await
+    }
+
+    async fn launch(
+        rcns_extra: &str,
+        more: &str,
+        callers_doc: Option<(&Value, &str)>,
+        in_process: bool,
     ) -> WithSor {
         let sor_dir = tempfile::tempdir().unwrap();
         let sor =
@@ -281,8 +295,13 @@ impl WithSor {
             None => "Bearer tok-a".to_owned(),
         };
         let text = write_config_for(&format!("http://{addr}"), dir.path(), "", &extra);
+        let p = if in_process {
+            Palisade::in_process(dir, &text).await
+        } else {
+            Palisade::start_in(dir, &text)
+        };
         WithSor {
-            p: Palisade::start_in(dir, &text),
+            p,
             b,
             auth,
             sor: addr,

@@ -90,7 +90,7 @@ async fn every_runtime_serves_and_drains() {
         assert_eq!(parts.status, StatusCode::OK);
         assert_eq!(&body[..], b"slow done");
     }
-    let status = tokio::task::spawn_blocking(move || p.child.wait().unwrap())
+    let status = tokio::task::spawn_blocking(move || p.child().wait().unwrap())
         .await
         .unwrap();
     assert_eq!(status.code(), Some(0), "exit code 0 after draining");

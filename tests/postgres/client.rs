@@ -119,19 +119,33 @@ pub fn got(answer: Option<(StatusCode, http::HeaderMap, Bytes)>) -> Got {
     }
 }
 
+/// Per load task, how many of its writes were answered 503: a task refused once has no
+/// write of before still in flight (each sends one at a time).
+pub type Unavailable = Arc<Vec<AtomicU64>>;
+
+pub fn unavailable(tasks: usize) -> Unavailable {
+    Arc::new((0..tasks).map(|_| AtomicU64::new(0)).collect())
+}
+
 /// Leased writes to `/items/load-{0..8}` with ever-growing epochs, from `tasks` concurrent
-/// clients spread over `targets`, until `stop`.
+/// clients spread over `targets`, until `stop`; each 503 counted in `refused`.
 pub async fn load(
     targets: Vec<String>,
-    tasks: usize,
     next: Arc<AtomicU64>,
+    refused: Unavailable,
     stop: Arc<AtomicBool>,
 ) -> Vec<Got> {
+    let tasks = refused.len();
     let agent = Arc::new(KeyPair::from_seed(AGENT_SEED));
     let mut handles = Vec::new();
     for t in 0..tasks {
-        let (targets, next, stop, agent) =
-            (targets.clone(), next.clone(), stop.clone(), agent.clone());
+        let (targets, next, stop, agent, refused) = (
+            targets.clone(),
+            next.clone(),
+            stop.clone(),
+            agent.clone(),
+            refused.clone(),
+        );
         handles.push(tokio::spawn(async move {
             let mut out = Vec::new();
             let mut i = t;
@@ -144,6 +158,9 @@ pub async fn load(
                 let g = got(try_send(leased_put(base, &path, &lease, None, r#"{"qty":1}"#)).await);
                 if g.status.is_none() {
                     tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                if g.status == Some(StatusCode::SERVICE_UNAVAILABLE) {
+                    refused[t].fetch_add(1, Ordering::Relaxed);
                 }
                 out.push(g);
             }

@@ -20,8 +20,8 @@ async fn a_replica_killed_under_load_stalls_no_other() {
     let stop = Arc::new(AtomicBool::new(false));
     let loader = tokio::spawn(load(
         vec![a.url(""), b.url(""), c.url("")],
-        12,
         next.clone(),
+        unavailable(12),
         stop.clone(),
     ));
     // Under load (60 writes begun), then c is killed holding locks.
@@ -35,8 +35,8 @@ async fn a_replica_killed_under_load_stalls_no_other() {
     .await;
     let killed_at = next.load(Ordering::Relaxed) - 1_000_000;
     let mut c = c;
-    c.child.kill().unwrap();
-    c.child.wait().unwrap();
+    c.child().kill().unwrap();
+    c.child().wait().unwrap();
     // The others carry on: 50 more writes within 3 s of the kill (they stalled, otherwise).
     let carry_on = "the others carry on: 50 writes within 3 s of the kill";
     wait::until(carry_on, Duration::from_secs(3), begun(killed_at + 50)).await;
@@ -76,10 +76,11 @@ async fn the_database_stopping_under_load_refuses_writes_and_recovers() {
     // The database stopped as by a crash, under load, then back: writes get 503 and reach no
     // one while it is down, reads flow, /readyz follows within 5 s, no sidecar restarts.
     let stop = Arc::new(AtomicBool::new(false));
+    let refused = unavailable(8);
     let loader = tokio::spawn(load(
         vec![a.url(""), b.url("")],
-        8,
         next.clone(),
+        refused.clone(),
         stop.clone(),
     ));
     let counter: &AtomicU64 = &next;
@@ -92,8 +93,20 @@ async fn the_database_stopping_under_load_refuses_writes_and_recovers() {
     .await;
     cluster.stop_immediate();
     let went = until_ready_is(&a, StatusCode::SERVICE_UNAVAILABLE, Duration::from_secs(5)).await;
-    // Writes in flight when it went may have been forwarded; none after.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Writes in flight when it went may have been forwarded; none after. Once every load task
+    // has been refused, none has a write of before in flight.
+    wait::until(
+        "every load task refused while the store is down",
+        Duration::from_secs(10),
+        || refused.iter().all(|n| n.load(Ordering::Relaxed) > 0),
+    )
+    .await;
+    let refusals = || {
+        refused
+            .iter()
+            .map(|n| n.load(Ordering::Relaxed))
+            .sum::<u64>()
+    };
     let puts = || {
         upstream
             .requests()
@@ -135,7 +148,14 @@ async fn the_database_stopping_under_load_refuses_writes_and_recovers() {
         "no drift event for a write refused while the store was down"
     );
     rcns_store_down(&rcns, upstream).await;
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The load goes on against the stopped store: 40 more refusals, and none of it went out.
+    let so_far = refusals();
+    wait::until(
+        "40 more writes refused while the store is down",
+        Duration::from_secs(10),
+        || refusals() >= so_far + 40,
+    )
+    .await;
     assert_eq!(
         puts(),
         puts_down,

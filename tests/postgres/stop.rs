@@ -26,14 +26,17 @@ struct Seen {
     code: Option<String>,
 }
 
-/// Leased writes to fresh resources from `tasks` clients over `bases`, until `stop`.
-async fn load(bases: Vec<String>, tasks: usize, stop: Arc<AtomicBool>) -> Vec<Seen> {
+/// Every write the load tasks have had answered so far, shared with the test as they come.
+type Log = Arc<std::sync::Mutex<Vec<Seen>>>;
+
+/// Leased writes to fresh resources from `tasks` clients over `bases`, into `log`, until
+/// `stop`.
+async fn load(bases: Vec<String>, tasks: usize, log: Log, stop: Arc<AtomicBool>) {
     let mut handles = Vec::new();
     for t in 0..tasks {
-        let (bases, stop) = (bases.clone(), stop.clone());
+        let (bases, stop, log) = (bases.clone(), stop.clone(), log.clone());
         handles.push(tokio::spawn(async move {
             let agent = KeyPair::from_seed(AGENT_SEED);
-            let mut out = Vec::new();
             let mut n = 0usize;
             while !stop.load(Ordering::Relaxed) {
                 let replica = (t + n) % bases.len();
@@ -42,7 +45,7 @@ async fn load(bases: Vec<String>, tasks: usize, stop: Arc<AtomicBool>) -> Vec<Se
                 let lease = lease_for(&agent, &path, 1, |_| {});
                 let began = Instant::now();
                 let g = got(try_send(leased_put(&bases[replica], &path, &lease, None, "{}")).await);
-                out.push(Seen {
+                log.lock().unwrap().push(Seen {
                     began,
                     ended: Instant::now(),
                     replica,
@@ -50,14 +53,34 @@ async fn load(bases: Vec<String>, tasks: usize, stop: Arc<AtomicBool>) -> Vec<Se
                     code: g.code,
                 });
             }
-            out
         }));
     }
-    let mut all = Vec::new();
     for h in handles {
-        all.extend(h.await.unwrap());
+        h.await.unwrap();
     }
-    all
+}
+
+/// Waits until each of the three replicas has answered at least `n` writes that began after
+/// `from` and are `matching`.
+async fn until_each(log: &Log, what: &str, n: usize, from: Instant, matching: fn(&Seen) -> bool) {
+    wait::until(what, Duration::from_secs(10), || {
+        let seen = log.lock().unwrap();
+        (0..3).all(|r| {
+            seen.iter()
+                .filter(|s| s.replica == r && s.began >= from && matching(s))
+                .count()
+                >= n
+        })
+    })
+    .await;
+}
+
+fn forwarded(s: &Seen) -> bool {
+    s.status == Some(StatusCode::OK)
+}
+
+fn frozen(s: &Seen) -> bool {
+    s.code.as_deref() == Some("ERR_FROZEN")
 }
 
 async fn admin(p: &Palisade, method: &str, path: &str, body: Option<Value>) -> (StatusCode, Value) {
@@ -113,8 +136,17 @@ pub async fn a_freeze_holds_at_every_replica_within_a_second(fleet: &super::Flee
     ];
     let bases: Vec<String> = replicas.iter().map(|p| p.url("")).collect();
     let stop = Arc::new(AtomicBool::new(false));
-    let loading = tokio::spawn(load(bases, 12, stop.clone()));
-    tokio::time::sleep(Duration::from_millis(800)).await;
+    let log = Log::default();
+    let start = Instant::now();
+    let loading = tokio::spawn(load(bases, 12, log.clone(), stop.clone()));
+    until_each(
+        &log,
+        "10 writes forwarded at each replica",
+        10,
+        start,
+        forwarded,
+    )
+    .await;
 
     // Posted at replica 0; in force there before the answer, at the others by their poll.
     let (status, made) = admin(
@@ -126,7 +158,9 @@ pub async fn a_freeze_holds_at_every_replica_within_a_second(fleet: &super::Flee
     .await;
     let answered = Instant::now();
     assert_eq!(status, StatusCode::CREATED, "{made}");
-    tokio::time::sleep(Duration::from_millis(1800)).await;
+    // The load goes on until each replica has refused ten writes as frozen.
+    let what = "10 writes refused as frozen at each replica";
+    until_each(&log, what, 10, answered, frozen).await;
     let id = made["id"].as_str().unwrap().to_owned();
     // A write that begins once the removal is sent may be forwarded at the replica that stores
     // it before its answer comes back: the freeze is judged on the writes before this.
@@ -140,9 +174,11 @@ pub async fn a_freeze_holds_at_every_replica_within_a_second(fleet: &super::Flee
     .await;
     let lifted_at = Instant::now();
     assert_eq!(status, StatusCode::OK, "{lifted}");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let what = "10 writes forwarded at each replica after the removal";
+    until_each(&log, what, 10, lifted_at, forwarded).await;
     stop.store(true, Ordering::Relaxed);
-    let seen = loading.await.unwrap();
+    loading.await.unwrap();
+    let seen = std::mem::take(&mut *log.lock().unwrap());
 
     let (during, after): (Vec<Seen>, Vec<Seen>) = seen.into_iter().partition(|s| s.began < lifting);
     let mut report = Vec::new();

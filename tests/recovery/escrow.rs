@@ -76,8 +76,8 @@ async fn escrow_holds_until_an_operator_decides_and_rechecks_on_release() {
 
     // The hold survives a crash.
     let Setup { upstream, mut p } = s;
-    p.child.kill().unwrap();
-    p.child.wait().unwrap();
+    p.child().kill().unwrap();
+    p.child().wait().unwrap();
     let dir2 = tempfile::tempdir().unwrap();
     copy_state(&keep, dir2.path());
     drop(p);

@@ -340,7 +340,7 @@ async fn a_crash_under_load_loses_no_epoch_receipt_or_inverse() {
     let config = p.dir.path().join("palisade.toml");
     p.sigterm();
     let mut p = p;
-    p.child.wait().unwrap();
+    p.child().wait().unwrap();
     let o = std::process::Command::new(support::bin())
         .args(["audit", "verify", "--config"])
         .arg(&config)

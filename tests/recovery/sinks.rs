@@ -117,7 +117,7 @@ async fn no_body_or_header_secret_reaches_receipts_events_logs_or_metrics() {
     assert!(metrics.contains("palisade_requests_total"));
     let mut p = s.p;
     p.sigterm();
-    p.child.wait().unwrap();
+    p.child().wait().unwrap();
     let logs = p.logs();
     assert!(logs.contains("\"eventId\""), "drift events were written");
     assert!(
@@ -358,7 +358,7 @@ async fn ten_thousand_enforced_writes_keep_the_state_file_proportional() {
     let under_load = size(&state) + size(std::path::Path::new(&journal));
     let mut p = s.p;
     p.sigterm();
-    p.child.wait().unwrap();
+    p.child().wait().unwrap();
     let stopped = size(&state);
     eprintln!(
         "{WRITES} enforced writes in {:.1}s: state file {under_load} B while running \

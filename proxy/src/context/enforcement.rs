@@ -11,7 +11,7 @@ use palisade_policy::keys::{KeyPair, TrustStore};
 use palisade_policy::lease;
 use palisade_policy::log::Signer;
 
-use crate::clock::AnchoredClock;
+use crate::clock::SharedClock;
 use crate::config::Config;
 use crate::store::Store;
 use crate::telemetry::drift::DriftSink;
@@ -27,7 +27,8 @@ pub struct Enforcement {
     pub cosigned: Arc<super::Cosigned>,
     pub trust: TrustStore,
     pub store: Arc<dyn Store>,
-    pub clock: AnchoredClock,
+    /// The one clock the checks and the store read (a `SetClock` in tests that move time).
+    pub clock: SharedClock,
     pub first_seen: FirstSeen,
     pub drift: DriftSink,
     /// Lease signatures waiting to be verified together (check 4, issue 36).
@@ -50,6 +51,7 @@ impl Enforcement {
     pub async fn load(
         config: &Config,
         otlp: Option<&Arc<crate::telemetry::otlp::Exporters>>,
+        clock: SharedClock,
     ) -> anyhow::Result<Self> {
         use anyhow::Context as _;
         let key_path = config
@@ -74,19 +76,18 @@ impl Enforcement {
                 .with_context(|| format!("trust.issuers: {}", path.display()))?;
         }
         // One clock for the checks and the store, so that both judge an expiry alike.
-        let clock = AnchoredClock::new();
         let store: Arc<dyn Store> = match config.store.kind {
             crate::config::StoreKind::Embedded => Arc::new(
                 crate::store::embedded::EmbeddedStore::open_with(
                     &config.store.path,
                     log.clone(),
                     config.store.retention,
-                    Arc::new(clock),
+                    clock.clone(),
                 )
                 .context("store")?,
             ),
             crate::config::StoreKind::Postgres => Arc::new(
-                crate::store::open_postgres(config, log.clone(), Arc::new(clock))
+                crate::store::open_postgres(config, log.clone(), clock.clone())
                     .await
                     .context("store")?,
             ),

@@ -30,7 +30,7 @@ pub use candidate::{Candidate, Tally as ShadowTally};
 pub use cosigned::Cosigned;
 pub use enforcement::Enforcement;
 pub use freezes::{Freezes, POLL as FREEZE_POLL};
-pub use locks::{Drifted, FirstSeen};
+pub use locks::{Drifted, FirstSeen, ToolsChecked};
 pub use rcns::RcnsState;
 pub use request::{Binding, Outcome, Routed, WriteContext};
 pub use signatures::SignatureQueue;

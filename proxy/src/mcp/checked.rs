@@ -13,21 +13,22 @@ use palisade_policy::{ErrorCode, Refusal};
 use serde_json::json;
 
 use super::{client, pinning};
-use crate::context::{AppState, WriteContext};
+use crate::context::{Drifted, Plane, ToolsChecked, WriteContext};
 
 /// The next tool call checks the server's tools again: a client began a new session, and the
 /// server behind it may not be the one last checked.
-pub fn forget(state: &AppState) {
+pub fn forget(checked: &ToolsChecked) {
     // A generation, not the lock: a check under way when a session begins must not count
     // for that session.
-    state.mcp_checked.sessions.fetch_add(1, Ordering::SeqCst);
+    checked.sessions.fetch_add(1, Ordering::SeqCst);
 }
 
 /// Checks the server's tools against `bundle` unless they were checked under it already.
 /// The request's `Authorization` and `Cookie` go with the listing: the server lists what
 /// the caller would see.
 pub async fn ensure(
-    state: &AppState,
+    plane: &Plane,
+    (checked, drifted): (&ToolsChecked, &Drifted),
     bundle: Option<&Arc<palisade_rich::Bundle>>,
     headers: &http::HeaderMap,
     cx: &WriteContext,
@@ -38,10 +39,11 @@ pub async fn ensure(
     if !bundle.capabilities.iter().any(|c| c.tool_digest.is_some()) {
         return Ok(());
     }
-    let mut checked = state.mcp_checked.last.lock().await;
+    let sessions_begun = &checked.sessions;
+    let mut checked = checked.last.lock().await;
     // The sessions begun so far, read before the list is: one begun during the check is
     // checked again by its next call.
-    let sessions = state.mcp_checked.sessions.load(Ordering::SeqCst);
+    let sessions = sessions_begun.load(Ordering::SeqCst);
     if checked
         .as_ref()
         .is_some_and(|(digest, seen)| *digest == bundle.digest && *seen == sessions)
@@ -55,8 +57,8 @@ pub async fn ensure(
             "the MCP server's tool list could not be read to check it against the bundle's pins; no call is forwarded until it can be",
         )
     };
-    let path = state.config.mcp_path.as_deref().unwrap_or("/mcp");
-    let uri = state
+    let path = plane.config.mcp_path.as_deref().unwrap_or("/mcp");
+    let uri = plane
         .upstream
         .uri_for(path)
         .map_err(|e| unreadable(e.to_string()))?;
@@ -67,14 +69,14 @@ pub async fn ensure(
             .into_iter()
             .filter_map(|n| headers.get(&n).map(|v| (n, v.clone())))
             .collect();
-    let listed = client::list_tools(&state.upstream, uri, &capabilities, "palisade", &carried);
-    let tools = tokio::time::timeout(state.config.upstream.timeout, listed)
+    let listed = client::list_tools(&plane.upstream, uri, &capabilities, "palisade", &carried);
+    let tools = tokio::time::timeout(plane.config.upstream.timeout, listed)
         .await
         .map_err(|_| unreadable("no answer within upstream.timeout".into()))?
         .map_err(unreadable)?;
     let listing = json!({"result": {"tools": tools}});
     // Marks each changed pinned tool (and reports it) as a listing passing through would.
-    let _ = pinning::filter(&state.plane, &state.mcp_drifted, cx, bundle, &listing);
+    let _ = pinning::filter(plane, drifted, cx, bundle, &listing);
     *checked = Some((bundle.digest.clone(), sessions));
     Ok(())
 }

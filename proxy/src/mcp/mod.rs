@@ -143,7 +143,7 @@ async fn serve(
         Some("tools/call") => tool_call(call, parts, rpc, presented).await,
         Some("tools/list") => list(call, parts, rpc, presented).await,
         Some("initialize") => {
-            checked::forget(state);
+            checked::forget(&state.mcp_checked);
             passed(forward_plain(state, parts, body::full(rpc.bytes), conn, cx, None).await)
         }
         _ => passed(forward_plain(state, parts, body::full(rpc.bytes), conn, cx, None).await),
@@ -204,7 +204,15 @@ async fn tool_call(
     let routed = Routed::tool(bundle.as_deref(), &call.name);
     let binding = routed.binding(bundle.as_deref());
     cx.bind(bundle.as_deref(), &binding);
-    if let Err(refusal) = checked::ensure(state, bundle.as_ref(), &parts.headers, &cx).await {
+    if let Err(refusal) = checked::ensure(
+        &state.plane,
+        (&state.mcp_checked, &state.mcp_drifted),
+        bundle.as_ref(),
+        &parts.headers,
+        &cx,
+    )
+    .await
+    {
         let carried = Carried::body(&bytes);
         return refuse(rec, &cx, refusal.into(), carried, Reply::to(id)).await;
     }

@@ -49,6 +49,12 @@ pub struct Server {
 impl Server {
     /// Loads what the config names (TLS material, upstream client) and binds both listeners.
     pub async fn bind(config: Config) -> anyhow::Result<Self> {
+        Self::bind_on(config, Arc::new(crate::clock::AnchoredClock::new())).await
+    }
+
+    /// As [`Server::bind`], with the checks and the store reading `clock`: tests run a
+    /// sidecar in process on a `SetClock` and move it to let a lease or a window run out.
+    pub async fn bind_on(config: Config, clock: crate::clock::SharedClock) -> anyhow::Result<Self> {
         let tls = match &config.listen.tls {
             Some(t) => {
                 let resolver = ReloadingCert::load(&t.cert, &t.key)?;
@@ -109,7 +115,7 @@ impl Server {
             None => None,
         };
         let enforcement = if config.needs_store() {
-            let load = crate::context::Enforcement::load(&config, otlp.as_ref());
+            let load = crate::context::Enforcement::load(&config, otlp.as_ref(), clock);
             Some(Arc::new(load.await?))
         } else {
             None

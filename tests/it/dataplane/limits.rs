@@ -271,7 +271,7 @@ async fn sigterm_drains_in_flight_requests_and_exits_zero() {
         assert_eq!(&body[..], b"slow done");
     }
     let status = tokio::task::spawn_blocking(move || {
-        let status = p.child.wait().unwrap();
+        let status = p.child().wait().unwrap();
         (status, p)
     })
     .await
@@ -374,7 +374,7 @@ async fn access_logging_can_be_off_or_sampled_and_sampling_keeps_failures() {
     }
     let mut off = off;
     off.sigterm();
-    off.child.wait().unwrap();
+    off.child().wait().unwrap();
     assert!(lines(&off).is_empty(), "{:?}", lines(&off));
 
     let sampled = Palisade::start(&config(
@@ -401,7 +401,7 @@ async fn access_logging_can_be_off_or_sampled_and_sampling_keeps_failures() {
     }
     let mut sampled = sampled;
     sampled.sigterm();
-    sampled.child.wait().unwrap();
+    sampled.child().wait().unwrap();
     let all = lines(&sampled);
     let ok = all.iter().filter(|l| l.contains("/ok")).count();
     let refused = all.iter().filter(|l| l.contains("/refused")).count();

@@ -86,8 +86,8 @@ async fn committed_epochs_and_receipts_survive_a_restart() {
     assert_eq!(parts.status, StatusCode::OK);
     // Restart on the same store (copy the temp dir's files into a new dir for the new process).
     let Setup { upstream, mut p } = s;
-    p.child.kill().unwrap(); // SIGKILL: no clean shutdown
-    p.child.wait().unwrap();
+    p.child().kill().unwrap(); // SIGKILL: no clean shutdown
+    p.child().wait().unwrap();
     let dir2 = tempfile::tempdir().unwrap();
     copy_state(&keep, dir2.path());
     drop(p);
@@ -118,7 +118,7 @@ async fn committed_epochs_and_receipts_survive_a_restart() {
     let mut p = s.p;
     let config = p.dir.path().join("palisade.toml");
     p.sigterm();
-    p.child.wait().unwrap();
+    p.child().wait().unwrap();
     let o = std::process::Command::new(support::bin())
         .args(["audit", "verify", "--config"])
         .arg(&config)

@@ -86,7 +86,7 @@ async fn snapshot_restore_puts_back_the_pre_image_or_deletes_what_was_absent() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compensation_after_the_window_is_gone() {
-    let (p, sor, _sor_dir) = start_with_sor().await;
+    let (p, sor, _sor_dir) = start_with_sor_in_process().await;
     let (_, original) = sor_get(sor, "3").await;
     let inverse =
         serde_json::to_vec(&json!({"method": "PUT", "path": "/api/v2/items/3", "body": original}))
@@ -97,7 +97,7 @@ async fn compensation_after_the_window_is_gone() {
         sor_write(&p, "3", &l, &inverse, r#"{"qty":0}"#).await,
         StatusCode::OK
     );
-    tokio::time::sleep(std::time::Duration::from_millis(1_800)).await;
+    p.advance(std::time::Duration::from_millis(1_800));
     let (status, doc, _) = compensate(&p, &l).await;
     assert_eq!(status, StatusCode::GONE, "{doc}");
     assert_eq!(doc["code"], "ERR_LEASE_EXPIRED");

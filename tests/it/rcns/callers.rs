@@ -164,14 +164,14 @@ async fn under_required_admission_the_token_must_admit_every_step() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unused_session_contract_expires_after_its_idle_timeout() {
-    let r = WithSor::start("session_idle = \"1s\"\nsession_ttl = \"1h\"\n").await;
+    let r = WithSor::start_in_process("session_idle = \"1s\"\nsession_ttl = \"1h\"\n").await;
     let (id, session, approved) = r.contract().await;
     assert_eq!(approved["idle_timeout_s"], 1);
     let claim = FULL.join(" ");
     let input = json!({"sku": "BOLT-9", "qty": 40, "warehouse": "BER-1", "order": "SO-1234"});
     // Used within the idle timeout, it lives on: each use moves the timeout.
     for _ in 0..3 {
-        tokio::time::sleep(Duration::from_millis(600)).await;
+        r.p.advance(Duration::from_millis(600));
         let (parts, out) = r.invoke(&id, &session, &claim, &input).await;
         assert_eq!(parts.status, StatusCode::OK, "{out}");
     }
@@ -184,7 +184,7 @@ async fn an_unused_session_contract_expires_after_its_idle_timeout() {
         "use is state, not contract"
     );
     // Unused for longer, it is gone.
-    tokio::time::sleep(Duration::from_millis(1300)).await;
+    r.p.advance(Duration::from_millis(1300));
     let (parts, b) = r.invoke(&id, &session, &claim, &input).await;
     assert_eq!(parts.status, StatusCode::NOT_FOUND, "{b}");
 }

@@ -1,22 +1,35 @@
-//! The palisade binary, started as a child process with a config, and stopped.
+//! The palisade binary, started as a child process with a config, and stopped; or the same
+//! server run in the test's own process on a clock the test moves.
 
 use super::*;
 
 // ---- the palisade process ----------------------------------------------------------------
 
-/// The real binary running `palisade run` on a config written to a temp dir.
+/// A sidecar running on a config written to a temp dir: the real binary running `palisade
+/// run`, or (`Palisade::in_process`) the same `Server` in this process.
 pub struct Palisade {
-    pub child: Child,
+    runs: Runs,
     pub data: SocketAddr,
     pub admin: SocketAddr,
     pub logs: Arc<Mutex<Vec<String>>>,
     pub dir: tempfile::TempDir,
 }
 
+enum Runs {
+    Child(Child),
+    /// Stopped by dropping `stop` (the server drains), or with the test's runtime.
+    InProcess {
+        clock: Arc<palisade::clock::SetClock>,
+        _stop: tokio::sync::oneshot::Sender<()>,
+    },
+}
+
 impl Drop for Palisade {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Runs::Child(child) = &mut self.runs {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
 
@@ -98,9 +111,59 @@ impl Palisade {
         Palisade {
             data: v["data"].as_str().unwrap().parse().unwrap(),
             admin: v["admin"].as_str().unwrap().parse().unwrap(),
-            child,
+            runs: Runs::Child(child),
             logs,
             dir,
+        }
+    }
+
+    /// The same server `palisade run` starts, in this process on the test's runtime, reading
+    /// time from a `SetClock` that starts at the wall clock's now: a test lets a lease, a hold
+    /// or a window run out by moving it (`advance`), not by sleeping (docs/decisions.md). It
+    /// has no logs, pid or signals; metrics are the process's, shared with other tests.
+    pub async fn in_process(dir: tempfile::TempDir, config_body: &str) -> Palisade {
+        let mut text = String::new();
+        if !config_body.contains("[listen]") {
+            text.push_str("[listen]\naddr = \"127.0.0.1:0\"\n");
+        }
+        if !config_body.contains("[admin]") {
+            text.push_str("[admin]\naddr = \"127.0.0.1:0\"\n");
+        }
+        text.push_str(config_body);
+        let path = dir.path().join("palisade.toml");
+        std::fs::write(&path, text).unwrap();
+        let config = palisade::config::Config::load(&path).unwrap_or_else(|e| panic!("{e:?}"));
+        let clock = palisade::clock::SetClock::at(palisade::clock::WallClock::now_ms());
+        let server = palisade::server::Server::bind_on(config, clock.clone())
+            .await
+            .unwrap_or_else(|e| panic!("palisade did not start: {e:#}"));
+        let (data, admin) = (server.data_addr(), server.admin_addr());
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(server.run(async move {
+            let _ = stopped.await;
+        }));
+        Palisade {
+            data,
+            admin,
+            runs: Runs::InProcess { clock, _stop: stop },
+            logs: Arc::default(),
+            dir,
+        }
+    }
+
+    /// Moves an in-process sidecar's clock on.
+    pub fn advance(&self, by: Duration) {
+        match &self.runs {
+            Runs::InProcess { clock, .. } => clock.advance(by),
+            Runs::Child(_) => panic!("only an in-process sidecar's clock can be moved"),
+        }
+    }
+
+    /// The child process of a sidecar started as one.
+    pub fn child(&mut self) -> &mut Child {
+        match &mut self.runs {
+            Runs::Child(child) => child,
+            Runs::InProcess { .. } => panic!("an in-process sidecar has no process"),
         }
     }
 
@@ -109,7 +172,10 @@ impl Palisade {
     }
 
     pub fn pid(&self) -> u32 {
-        self.child.id()
+        match &self.runs {
+            Runs::Child(child) => child.id(),
+            Runs::InProcess { .. } => panic!("an in-process sidecar has no process"),
+        }
     }
 
     pub fn logs(&self) -> String {
@@ -137,7 +203,7 @@ impl Palisade {
     pub fn stop_and_audit(mut self) -> (bool, String, String) {
         let config = self.dir.path().join("palisade.toml");
         self.sigterm();
-        self.child.wait().unwrap();
+        self.child().wait().unwrap();
         let out = Command::new(bin())
             .args(["audit", "verify", "--config"])
             .arg(&config)

@@ -12,6 +12,10 @@ use serde_json::{json, Value};
 
 use super::*;
 
+mod sor;
+#[allow(unused_imports)] // Not every test binary that includes this module uses the SoR.
+pub use sor::*;
+
 pub const BASE: &str = "https://erp.example.com";
 pub const SIDECAR_SEED: [u8; 32] = [11; 32];
 pub const AGENT_SEED: [u8; 32] = [22; 32];
@@ -76,6 +80,14 @@ pub fn start_configured(
 ) -> Setup {
     let text = write_config(&upstream, dir.path(), upstream_extra, extra);
     let p = Palisade::start_in(dir, &text);
+    Setup { upstream, p }
+}
+
+/// As [`start_configured`], the sidecar in process on a clock the test moves
+/// ([`Palisade::advance`]).
+pub async fn start_in_process(upstream: Upstream, dir: tempfile::TempDir, extra: &str) -> Setup {
+    let text = write_config(&upstream, dir.path(), "", extra);
+    let p = Palisade::in_process(dir, &text).await;
     Setup { upstream, p }
 }
 
@@ -236,125 +248,6 @@ pub async fn post_json(
     (parts, v)
 }
 
-/// The sample inventory SoR (a real HTTP app with state in a file) behind a sidecar.
-pub async fn start_with_sor() -> (Palisade, std::net::SocketAddr, tempfile::TempDir) {
-    let sor_dir = tempfile::tempdir().unwrap();
-    let sor =
-        palisade::cli::sample_sor::SampleSor::open(&sor_dir.path().join("inventory.json")).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(sor.serve(listener));
-    let dir = tempfile::tempdir().unwrap();
-    let sidecar = KeyPair::from_seed(SIDECAR_SEED);
-    let agent = KeyPair::from_seed(AGENT_SEED);
-    std::fs::write(dir.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
-    std::fs::write(
-        dir.path().join("issuers.json"),
-        json!([{"kid": agent.kid(), "public_key": agent.public_b64()}]).to_string(),
-    )
-    .unwrap();
-    (sidecar_for_sor(addr, dir), addr, sor_dir)
-}
-
-/// A sidecar in front of the SoR at `addr`, with the keys (and store, if any) in `dir`.
-pub fn sidecar_for_sor(addr: std::net::SocketAddr, dir: tempfile::TempDir) -> Palisade {
-    let d = dir.path().display();
-    let text = format!(
-        "[listen]\naddr = \"127.0.0.1:0\"\npublic_base = \"{BASE}\"\n[upstream]\nurl = \"http://{addr}\"\n\
-         [signing]\nkey = \"{d}/signing.pem\"\n[trust]\nissuers = \"{d}/issuers.json\"\n\
-         [store]\npath = \"{d}/state.redb\"\n[rich]\nunbound_writes = \"allow\"\n"
-    );
-    Palisade::start_in(dir, &text)
-}
-
-/// Kills the sidecar with SIGKILL and copies its keys and store into a new directory, for a
-/// restart on the same state (the old directory goes with the old process).
-pub fn kill_and_keep_state(mut p: Palisade) -> tempfile::TempDir {
-    p.child.kill().unwrap();
-    p.child.wait().unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    copy_state(p.dir.path(), dir.path());
-    dir
-}
-
-pub async fn sor_get(addr: std::net::SocketAddr, id: &str) -> (StatusCode, Value) {
-    let req = Request::get(format!("http://{addr}/api/v2/items/{id}"))
-        .body(full(""))
-        .unwrap();
-    let (parts, body) = send(&http1_client(), req).await;
-    (
-        parts.status,
-        serde_json::from_slice(&body).unwrap_or(Value::Null),
-    )
-}
-
-/// A lease for `/api/v2/items/{id}` whose pre-image is the SoR's current record.
-pub async fn sor_lease(
-    addr: std::net::SocketAddr,
-    id: &str,
-    epoch: u64,
-    mode: &str,
-    inverse: &[u8],
-    issued_ago_ms: i64,
-    t_granted: u64,
-) -> String {
-    let (status, current) = sor_get(addr, id).await;
-    let pre = if status == StatusCode::NOT_FOUND {
-        Sha256Digest::empty()
-    } else {
-        Sha256Digest::of_json(&current)
-    };
-    let agent = KeyPair::from_seed(AGENT_SEED);
-    let inverse_digest =
-        Sha256Digest::of(&palisade_policy::canon::canonicalize(inverse, 8).unwrap());
-    let f = json!({
-        "ptcl_version": "1.0",
-        "lease_id": format!("urn:uuid:{}", uuid::Uuid::new_v4()),
-        "sor_target_uri": format!("{BASE}/api/v2/items/{id}"),
-        "recovery_mode": mode,
-        "t_req_ms": 500,
-        "t_granted_ms": t_granted,
-        "cas_fence_epoch": epoch,
-        "pre_image_state_hash": pre.to_string(),
-        "inverse_payload_jcs_hash": inverse_digest.to_string(),
-        "issued_at": lease::format_rfc3339_ms(palisade::clock::WallClock::now_ms() - issued_ago_ms),
-    });
-    serde_json::to_string(&lease::sign(f.as_object().unwrap().clone(), &agent)).unwrap()
-}
-
-pub async fn sor_write(
-    p: &Palisade,
-    id: &str,
-    lease: &str,
-    inverse: &[u8],
-    body: &str,
-) -> StatusCode {
-    let req = Request::put(p.url(&format!("/api/v2/items/{id}")))
-        .header("content-type", "application/json")
-        .header("agent-compensation-lease", lease)
-        .header(
-            "agent-compensation-inverse",
-            URL_SAFE_NO_PAD.encode(inverse),
-        )
-        .body(full(body.to_owned()))
-        .unwrap();
-    send(&http1_client(), req).await.0.status
-}
-
-pub async fn compensate(p: &Palisade, lease: &str) -> (StatusCode, Value, http::HeaderMap) {
-    let id: Value = serde_json::from_str(lease).unwrap();
-    let url = p.url(&format!(
-        "/.well-known/ptcl/v1/leases/{}/compensate",
-        id["lease_id"].as_str().unwrap()
-    ));
-    let (parts, body) = send(&http1_client(), Request::post(url).body(full("")).unwrap()).await;
-    (
-        parts.status,
-        serde_json::from_slice(&body).unwrap_or(Value::Null),
-        parts.headers,
-    )
-}
-
 /// Copies the sidecar's keys and store (the database and, after a crash, its journal) from
 /// `from` to `to`, for a restart on the same state.
 pub fn copy_state(from: &std::path::Path, to: &std::path::Path) {
@@ -371,7 +264,6 @@ pub fn copy_state(from: &std::path::Path, to: &std::path::Path) {
     }
 }
 
-/// The drift events the sidecar printed (the stdout sink), in order.
 /// The drift events the sidecar kept, oldest first, from `GET /admin/v1/drift-events`. The
 /// admin API has an event before the refusal's response leaves; the stdout sink, written by a
 /// task of its own, may not (see `logged_drift_events`).
