@@ -22,6 +22,7 @@ use support::*;
 mod refs;
 mod revisions;
 mod running;
+mod swagger2;
 
 const DOCS: [(&str, usize); 2] = [("xero_assets.yaml", 6), ("xero-projects.yaml", 16)];
 
@@ -186,4 +187,170 @@ fn every_operation_is_imported_deterministically_and_compiles() {
         .unwrap();
     assert!(!run.status.success());
     assert!(String::from_utf8_lossy(&run.stderr).contains("createAssett"));
+}
+
+/// How a document's examples fared through a sidecar: forwarded as valid, refused as
+/// invalid, and of those the one-property mutations refused at their property.
+#[derive(Debug, Default)]
+struct Tally {
+    forwarded: usize,
+    refused: usize,
+    mutations: usize,
+}
+
+impl Tally {
+    fn add(&mut self, other: Tally) {
+        self.forwarded += other.forwarded;
+        self.refused += other.refused;
+        self.mutations += other.mutations;
+    }
+}
+
+/// Imports `doc` (every write stated compensable: the document cannot say, and the import
+/// leaves it `unknown`, which admits no compensating lease), runs a sidecar on the bundle, and
+/// sends each request example `tests/openapi/examples.py` finds, and each of its one-property
+/// mutations, as a leased write. Python's `jsonschema` judges each body; the sidecar must
+/// agree: a valid one reaches the upstream byte for byte, an invalid one is refused 422
+/// `ERR_CONTRACT_INPUT` at the broken property, with a rejection receipt and a drift event,
+/// and reaches no one.
+async fn examples_through_a_sidecar(doc: &Path) -> Tally {
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    let client = http1_client();
+    let first = tempfile::tempdir().unwrap();
+    import(doc, first.path(), &[]);
+    let mut args = Vec::new();
+    for (name, cap) in BundleFiles::in_dir(first.path()).lock()["capabilities"]
+        .as_object()
+        .unwrap()
+    {
+        if !cap["operation"].as_str().unwrap().starts_with("GET ") {
+            args.push("--reversibility".to_owned());
+            args.push(format!("{name}=compensable"));
+        }
+    }
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let dir = tempfile::tempdir().unwrap();
+    import(doc, dir.path(), &args);
+    let b = BundleFiles::in_dir(dir.path());
+    let s = start_configured(
+        Upstream::start().await,
+        tempfile::tempdir().unwrap(),
+        "",
+        &b.rich_toml(""),
+    );
+    let judged = Command::new(python())
+        .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/openapi/examples.py"))
+        .arg(doc)
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        judged.status.success(),
+        "{}",
+        String::from_utf8_lossy(&judged.stderr)
+    );
+    let cases: Vec<Value> = String::from_utf8(judged.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert!(
+        !cases.is_empty(),
+        "{}: no request examples found",
+        doc.display()
+    );
+    let mut tally = Tally::default();
+    let mut epoch = 0u64;
+    for case in &cases {
+        let path = case["path"].as_str().unwrap().to_owned();
+        let target = match case["query"].as_str().unwrap() {
+            "" => path.clone(),
+            q => format!("{path}?{q}"),
+        };
+        let mut bodies = vec![(
+            case["example"].clone(),
+            case["valid"].as_bool().unwrap(),
+            None,
+        )];
+        for m in case["mutations"].as_array().unwrap() {
+            bodies.push((m["body"].clone(), false, m["at"].as_str()));
+        }
+        for (body, valid, at) in bodies {
+            epoch += 1;
+            let bytes = serde_json::to_vec(&body).unwrap();
+            let before = s.upstream.requests().len();
+            let mut req = Request::builder()
+                .method(case["method"].as_str().unwrap())
+                .uri(s.p.url(&target))
+                .header("content-type", "application/json")
+                .header(
+                    "agent-compensation-lease",
+                    // The lease names the resource as requested, its query included.
+                    lease_for(&agent, &target, epoch, |_| {}),
+                )
+                .header(
+                    "agent-compensation-inverse",
+                    URL_SAFE_NO_PAD.encode(inverse_for(&path)),
+                );
+            for (k, v) in case["headers"].as_object().unwrap() {
+                req = req.header(k.as_str(), v.as_str().unwrap());
+            }
+            let (parts, answer) = send(&client, req.body(full(bytes.clone())).unwrap()).await;
+            let name = &case["name"];
+            let writes: Vec<_> = s.upstream.requests()[before..]
+                .iter()
+                .filter(|r| r.method != "GET")
+                .cloned()
+                .collect();
+            if valid {
+                tally.forwarded += 1;
+                assert_ne!(
+                    parts.status,
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "{name}: {}",
+                    String::from_utf8_lossy(&answer)
+                );
+                assert_eq!(
+                    writes.len(),
+                    1,
+                    "{name}: the write reached the upstream once: {} {}",
+                    parts.status,
+                    String::from_utf8_lossy(&answer)
+                );
+                assert_eq!(
+                    writes[0].body_sha256,
+                    sha256_hex(&bytes),
+                    "{name}: byte for byte"
+                );
+                assert_eq!(writes[0].path_and_query, target);
+            } else {
+                tally.refused += 1;
+                assert_eq!(
+                    parts.status,
+                    StatusCode::UNPROCESSABLE_ENTITY,
+                    "{name}: {body}"
+                );
+                let problem: Value = serde_json::from_slice(&answer).unwrap();
+                assert_eq!(problem["code"], "ERR_CONTRACT_INPUT", "{name}");
+                if let Some(at) = at {
+                    tally.mutations += 1;
+                    assert_eq!(problem["violationLocation"], at, "{name}: {body}");
+                }
+                assert_receipt_verifies(&problem["receipt"], "rejection");
+                assert!(
+                    writes.is_empty(),
+                    "{name}: a refused write reached the upstream"
+                );
+            }
+        }
+    }
+    if tally.refused > 0 {
+        let events = drift_events(&s.p);
+        assert!(
+            events.iter().any(|e| e["code"] == "ERR_CONTRACT_INPUT"),
+            "{}: a drift event per refusal: {events:?}",
+            doc.display()
+        );
+    }
+    tally
 }

@@ -67,8 +67,8 @@ pub(super) enum LockCommand {
         #[arg(long)]
         binding: Option<String>,
     },
-    /// Import an OpenAPI 3.0/3.1 document (YAML or JSON): one contract per operation and a
-    /// lockfile binding each as `METHOD /template`, written to DIR for review.
+    /// Import an OpenAPI 3.0/3.1 or Swagger 2.0 document (YAML or JSON): one contract per
+    /// operation and a lockfile binding each as `METHOD /template`, written to DIR for review.
     ImportOpenapi {
         /// The OpenAPI document.
         spec: PathBuf,

@@ -5,155 +5,16 @@ use super::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn examples_meet_the_imported_contracts_through_a_running_sidecar() {
-    let agent = KeyPair::from_seed(AGENT_SEED);
-    let client = http1_client();
-    let mut epoch = 0u64;
-    let (mut forwarded, mut refused, mut mutations) = (0, 0, 0);
+    let mut all = Tally::default();
     for (doc, _) in DOCS {
-        // OpenAPI does not say whether a write can be undone, so the import leaves it
-        // `unknown`, which admits no compensating lease (check 8). The operator states it:
-        // every write operation compensable, by name.
-        let first = tempfile::tempdir().unwrap();
-        import(&testdata(doc), first.path(), &[]);
-        let mut args = Vec::new();
-        for (name, cap) in BundleFiles::in_dir(first.path()).lock()["capabilities"]
-            .as_object()
-            .unwrap()
-        {
-            if !cap["operation"].as_str().unwrap().starts_with("GET ") {
-                args.push("--reversibility".to_owned());
-                args.push(format!("{name}=compensable"));
-            }
-        }
-        let args: Vec<&str> = args.iter().map(String::as_str).collect();
-        let dir = tempfile::tempdir().unwrap();
-        import(&testdata(doc), dir.path(), &args);
-        let b = BundleFiles::in_dir(dir.path());
-        let s = start_configured(
-            Upstream::start().await,
-            tempfile::tempdir().unwrap(),
-            "",
-            &b.rich_toml(""),
-        );
-        let judged = Command::new(python())
-            .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/openapi/examples.py"))
-            .arg(testdata(doc))
-            .arg(dir.path())
-            .output()
-            .unwrap();
-        assert!(
-            judged.status.success(),
-            "{}",
-            String::from_utf8_lossy(&judged.stderr)
-        );
-        let cases: Vec<Value> = String::from_utf8(judged.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
-        assert!(!cases.is_empty(), "{doc}: no request examples found");
-        for case in &cases {
-            let path = case["template"]
-                .as_str()
-                .unwrap()
-                .split('/')
-                .map(|seg| {
-                    if seg.starts_with('{') {
-                        "00000000-0000-0000-0000-000000000001"
-                    } else {
-                        seg
-                    }
-                })
-                .collect::<Vec<_>>()
-                .join("/");
-            let mut bodies = vec![(
-                case["example"].clone(),
-                case["valid"].as_bool().unwrap(),
-                None,
-            )];
-            for m in case["mutations"].as_array().unwrap() {
-                bodies.push((m["body"].clone(), false, m["at"].as_str()));
-            }
-            for (body, valid, at) in bodies {
-                epoch += 1;
-                let bytes = serde_json::to_vec(&body).unwrap();
-                let before = s.upstream.requests().len();
-                let req = Request::builder()
-                    .method(case["method"].as_str().unwrap())
-                    .uri(s.p.url(&path))
-                    .header("content-type", "application/json")
-                    .header("xero-tenant-id", TENANT)
-                    .header(
-                        "agent-compensation-lease",
-                        lease_for(&agent, &path, epoch, |_| {}),
-                    )
-                    .header(
-                        "agent-compensation-inverse",
-                        URL_SAFE_NO_PAD.encode(inverse_for(&path)),
-                    )
-                    .body(full(bytes.clone()))
-                    .unwrap();
-                let (parts, answer) = send(&client, req).await;
-                let name = &case["name"];
-                let writes: Vec<_> = s.upstream.requests()[before..]
-                    .iter()
-                    .filter(|r| r.method != "GET")
-                    .cloned()
-                    .collect();
-                if valid {
-                    forwarded += 1;
-                    assert_ne!(
-                        parts.status,
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "{name}: {}",
-                        String::from_utf8_lossy(&answer)
-                    );
-                    assert_eq!(
-                        writes.len(),
-                        1,
-                        "{name}: the write reached the upstream once: {} {}",
-                        parts.status,
-                        String::from_utf8_lossy(&answer)
-                    );
-                    assert_eq!(
-                        writes[0].body_sha256,
-                        sha256_hex(&bytes),
-                        "{name}: byte for byte"
-                    );
-                    assert_eq!(writes[0].path_and_query, path);
-                } else {
-                    refused += 1;
-                    assert_eq!(
-                        parts.status,
-                        StatusCode::UNPROCESSABLE_ENTITY,
-                        "{name}: {body}"
-                    );
-                    let problem: Value = serde_json::from_slice(&answer).unwrap();
-                    assert_eq!(problem["code"], "ERR_CONTRACT_INPUT", "{name}");
-                    if let Some(at) = at {
-                        mutations += 1;
-                        assert_eq!(problem["violationLocation"], at, "{name}: {body}");
-                    }
-                    assert_receipt_verifies(&problem["receipt"], "rejection");
-                    assert!(
-                        writes.is_empty(),
-                        "{name}: a refused write reached the upstream"
-                    );
-                }
-            }
-        }
-        let events = drift_events(&s.p);
-        assert!(
-            events.iter().any(|e| e["code"] == "ERR_CONTRACT_INPUT"),
-            "{doc}: a drift event per refusal: {events:?}"
-        );
+        all.add(examples_through_a_sidecar(&testdata(doc)).await);
     }
     // The documents' examples include both kinds; the test must have seen both.
     assert!(
-        forwarded >= 4 && refused >= 4 && mutations >= 20,
-        "forwarded {forwarded}, refused {refused}, one-property mutations {mutations}"
+        all.forwarded >= 4 && all.refused >= 4 && all.mutations >= 20,
+        "{all:?}"
     );
-    eprintln!("Xero examples: {forwarded} forwarded, {refused} refused ({mutations} one-property mutations, each at its location)");
+    eprintln!("Xero examples: {all:?}");
 }
 
 /// `--assert-formats` reaches the data plane: a malformed uuid in a body is refused only when

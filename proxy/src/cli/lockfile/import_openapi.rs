@@ -1,5 +1,6 @@
-//! `palisade lock import-openapi SPEC --out DIR`: an OpenAPI document (YAML or JSON) → a
-//! bundle for review (`lockfile::openapi` does the mapping; this reads and writes files).
+//! `palisade lock import-openapi SPEC --out DIR`: an OpenAPI 3.x or Swagger 2.0 document (YAML
+//! or JSON) → a bundle for review (`lockfile::openapi` does the mapping; this reads and writes
+//! files).
 //!
 //! YAML through `serde-saphyr`: pure Rust, panic-free on any input, maintained (serde_yaml is
 //! archived and its forks are stale or bind libyaml), and it deserialises straight into a

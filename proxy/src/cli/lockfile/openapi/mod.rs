@@ -16,6 +16,7 @@ mod coverage;
 mod operation;
 mod refs;
 mod schema;
+mod swagger2;
 
 pub use coverage::Coverage;
 
@@ -76,17 +77,24 @@ pub fn import(
     document_digest: &Sha256Digest,
     opts: &ImportOptions,
 ) -> Result<Imported, String> {
+    // Swagger 2.0: read as the OpenAPI 3.0 document it describes, then imported as one.
+    let upgraded = match doc.get("swagger").and_then(Value::as_str) {
+        Some("2.0") => Some(swagger2::upgrade(doc)?),
+        Some(v) => return Err(format!("Swagger {v} is not supported (2.0 is)")),
+        None => None,
+    };
+    let doc = upgraded.as_ref().map_or(doc, |u| &u.doc);
     let version = doc
         .get("openapi")
         .and_then(Value::as_str)
-        .ok_or("not an OpenAPI document: no `openapi` version")?;
+        .ok_or("not an OpenAPI document: no `openapi` or `swagger` version")?;
     let dialect_30 = if version.starts_with("3.0") {
         true
     } else if version.starts_with("3.1") {
         false
     } else {
         return Err(format!(
-            "OpenAPI {version} is not supported (3.0 and 3.1 are)"
+            "OpenAPI {version} is not supported (3.0 and 3.1 are, and Swagger 2.0)"
         ));
     };
     for (op, r) in &opts.reversibility {
@@ -120,7 +128,10 @@ pub fn import(
         lockfile: Value::Null,
         contracts: Vec::new(),
         warnings: Vec::new(),
-        untranslated: Vec::new(),
+        untranslated: upgraded
+            .as_ref()
+            .map(|u| u.untranslated.clone())
+            .unwrap_or_default(),
         coverage: Vec::new(),
     };
     let mut caps = Map::new();
@@ -460,5 +471,7 @@ mod tests {
             "manually-authored"
         );
         assert!(import(&json!({"openapi": "2.0"}), &digest, &o).is_err());
+        let old = import(&json!({"swagger": "1.2", "paths": {}}), &digest, &o).unwrap_err();
+        assert!(old.contains("Swagger 1.2 is not supported"), "{old}");
     }
 }
