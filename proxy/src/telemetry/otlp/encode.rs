@@ -62,6 +62,7 @@ fn any_len(value: &Value) -> usize {
     match value {
         Value::Str(s) => 1 + varint_len(s.len() as u64) + s.len(),
         Value::String(s) => 1 + varint_len(s.len() as u64) + s.len(),
+        Value::Shared(s) => 1 + varint_len(s.len() as u64) + s.len(),
         Value::Int(i) => 1 + varint_len(*i as u64),
     }
 }
@@ -80,6 +81,7 @@ fn attribute(out: &mut Vec<u8>, field: u32, key: &str, value: &Value) {
     match value {
         Value::Str(s) => bytes(out, 1, s.as_bytes()),
         Value::String(s) => bytes(out, 1, s.as_bytes()),
+        Value::Shared(s) => bytes(out, 1, s.as_bytes()),
         Value::Int(i) => {
             tag(out, 3, VARINT);
             varint(out, *i as u64);

@@ -44,6 +44,8 @@ pub enum Kind {
 pub enum Value {
     Str(&'static str),
     String(String),
+    /// A string made once and shared by every span that carries it (the upstream's host).
+    Shared(Arc<str>),
     Int(i64),
 }
 
@@ -70,7 +72,6 @@ struct Request {
     parent: [u8; 8],
     start_ns: u64,
     method: &'static str,
-    path: String,
     scheme: &'static str,
     state: Mutex<State>,
 }
@@ -78,6 +79,8 @@ struct Request {
 /// What the stages learned of the request, and its children, put together when it ends.
 #[derive(Default)]
 struct State {
+    /// The request's path: here, so that the span takes it when it ends instead of copying it.
+    path: String,
     status: u16,
     decision: &'static str,
     bytes: u64,
@@ -150,13 +153,17 @@ pub(super) fn server(
         parent,
         start_ns: now_ns(),
         method: method_name(&parts.method),
-        path: parts.uri.path().to_owned(),
         scheme: if parts.uri.scheme_str() == Some("https") {
             "https"
         } else {
             "http"
         },
-        state: Mutex::default(),
+        state: Mutex::new(State {
+            path: parts.uri.path().to_owned(),
+            // The server span and, for most requests, one child: one allocation.
+            children: Vec::with_capacity(4),
+            ..State::default()
+        }),
     };
     let traced = Traced {
         request: Arc::new(request),
@@ -224,7 +231,7 @@ impl Drop for Traced {
         let mut s = r.state();
         let mut a: Vec<(&'static str, Value)> = Vec::with_capacity(12);
         a.push(("http.request.method", Value::Str(r.method)));
-        a.push(("url.path", Value::String(r.path.clone())));
+        a.push(("url.path", Value::String(std::mem::take(&mut s.path))));
         a.push(("url.scheme", Value::Str(r.scheme)));
         a.push(("http.response.status_code", Value::Int(i64::from(s.status))));
         a.push((

@@ -20,13 +20,15 @@ where
 {
     let attributes = || {
         let uri = req.uri();
-        let mut a = vec![(
+        // Room for the answer's status too: one allocation.
+        let mut a = Vec::with_capacity(4);
+        a.push((
             "http.request.method",
             Value::Str(super::span::method_name(req.method())),
-        )];
+        ));
         // The upstream's address is the operator's configuration, not the client's.
         if let Some(host) = uri.host() {
-            a.push(("server.address", Value::String(host.to_owned())));
+            a.push(("server.address", Value::Shared(shared_host(host))));
         }
         if let Some(port) = uri.port_u16() {
             a.push(("server.port", Value::Int(i64::from(port))));
@@ -38,7 +40,9 @@ where
         return send(req).await;
     };
     child.propagate(req.headers_mut());
-    let answered = child.run(send(req)).await;
+    // Not run under the child: nothing below the upstream call makes a span, and a scope
+    // would swap the task-local on every poll of the call.
+    let answered = send(req).await;
     match &answered {
         Ok(resp) => {
             let status = resp.status().as_u16();
@@ -55,6 +59,26 @@ where
         }),
     }
     answered
+}
+
+thread_local! {
+    /// The upstream host last seen on this thread, shared: the sidecar's upstream is one
+    /// configured host, so a span takes a reference to it, not a copy.
+    static HOST: std::cell::RefCell<Option<std::sync::Arc<str>>> = const { std::cell::RefCell::new(None) };
+}
+
+fn shared_host(host: &str) -> std::sync::Arc<str> {
+    HOST.with(|h| {
+        let mut h = h.borrow_mut();
+        match h.as_ref() {
+            Some(shared) if &**shared == host => shared.clone(),
+            _ => {
+                let shared: std::sync::Arc<str> = host.into();
+                *h = Some(shared.clone());
+                shared
+            }
+        }
+    })
 }
 
 fn status_class(status: u16) -> &'static str {
