@@ -82,27 +82,34 @@ fn walk(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// `doc` imported twice: `operations` operations, the same bytes both times, and a bundle
+/// `lock check` passes. The first import's directory (kept alive) and its bundle.
+fn imported_twice(doc: &str, operations: usize) -> (tempfile::TempDir, BundleFiles) {
+    let a = tempfile::tempdir().unwrap();
+    let b = tempfile::tempdir().unwrap();
+    let summary = import(&testdata(doc), a.path(), &[]);
+    import(&testdata(doc), b.path(), &[]);
+    assert_eq!(summary["operations"], operations, "{doc}: {summary}");
+    assert_eq!(
+        files(a.path()),
+        files(b.path()),
+        "{doc}: the same input gives the same bytes"
+    );
+    let check = lock_check(&a.path().join("lock.json"), &a.path().join("contracts"));
+    assert!(
+        check.status.success(),
+        "{doc}: {}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+    let bundle = BundleFiles::in_dir(a.path());
+    (a, bundle)
+}
+
 #[test]
 fn every_operation_is_imported_deterministically_and_compiles() {
     for (doc, operations) in DOCS {
-        let a = tempfile::tempdir().unwrap();
-        let b = tempfile::tempdir().unwrap();
-        let summary = import(&testdata(doc), a.path(), &[]);
-        import(&testdata(doc), b.path(), &[]);
-        assert_eq!(summary["operations"], operations, "{doc}: {summary}");
-        assert_eq!(
-            files(a.path()),
-            files(b.path()),
-            "{doc}: the same input gives the same bytes"
-        );
-        let check = lock_check(&a.path().join("lock.json"), &a.path().join("contracts"));
-        assert!(
-            check.status.success(),
-            "{doc}: {}",
-            String::from_utf8_lossy(&check.stderr)
-        );
+        let (_dir, bundle) = imported_twice(doc, operations);
         // Provenance: the document's own bytes and version, declared, not qualified.
-        let bundle = BundleFiles::in_dir(a.path());
         let bytes = std::fs::read(testdata(doc)).unwrap();
         let want = format!("sha-256:{}", sha256_hex(&bytes));
         for (name, cap) in bundle.lock()["capabilities"].as_object().unwrap() {

@@ -33,6 +33,22 @@ impl Drop for Palisade {
     }
 }
 
+/// `dir/palisade.toml`: `config_body`, with the listen and admin addresses on port 0 unless it
+/// names them.
+fn write_config_file(dir: &Path, config_body: &str) -> PathBuf {
+    let mut text = String::new();
+    if !config_body.contains("[listen]") {
+        text.push_str("[listen]\naddr = \"127.0.0.1:0\"\n");
+    }
+    if !config_body.contains("[admin]") {
+        text.push_str("[admin]\naddr = \"127.0.0.1:0\"\n");
+    }
+    text.push_str(config_body);
+    let path = dir.join("palisade.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_palisade")
 }
@@ -53,16 +69,7 @@ impl Palisade {
     /// arguments, e.g. `unshare -m sh -c '…; exec "$0" "$@"'`): the binary and its arguments
     /// are appended to it. The process keeps its pid when the wrapper execs.
     pub fn start_wrapped(dir: tempfile::TempDir, config_body: &str, wrapper: &[&str]) -> Palisade {
-        let mut text = String::new();
-        if !config_body.contains("[listen]") {
-            text.push_str("[listen]\naddr = \"127.0.0.1:0\"\n");
-        }
-        if !config_body.contains("[admin]") {
-            text.push_str("[admin]\naddr = \"127.0.0.1:0\"\n");
-        }
-        text.push_str(config_body);
-        let path = dir.path().join("palisade.toml");
-        std::fs::write(&path, text).unwrap();
+        let path = write_config_file(dir.path(), config_body);
         let mut cmd = match wrapper.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
@@ -122,16 +129,7 @@ impl Palisade {
     /// or a window run out by moving it (`advance`), not by sleeping (docs/decisions.md). It
     /// has no logs, pid or signals; metrics are the process's, shared with other tests.
     pub async fn in_process(dir: tempfile::TempDir, config_body: &str) -> Palisade {
-        let mut text = String::new();
-        if !config_body.contains("[listen]") {
-            text.push_str("[listen]\naddr = \"127.0.0.1:0\"\n");
-        }
-        if !config_body.contains("[admin]") {
-            text.push_str("[admin]\naddr = \"127.0.0.1:0\"\n");
-        }
-        text.push_str(config_body);
-        let path = dir.path().join("palisade.toml");
-        std::fs::write(&path, text).unwrap();
+        let path = write_config_file(dir.path(), config_body);
         let config = palisade::config::Config::load(&path).unwrap_or_else(|e| panic!("{e:?}"));
         let clock = palisade::clock::SetClock::at(palisade::clock::WallClock::now_ms());
         let server = palisade::server::Server::bind_on(config, clock.clone())
