@@ -43,6 +43,21 @@ pub(super) fn parameters(
         ) else {
             continue;
         };
+        // OpenAPI 3.x: "If `in` is `header` and the `name` field is `Accept`, `Content-Type`
+        // or `Authorization`, the parameter definition SHALL be ignored" (the media types and
+        // the security schemes say those). Swagger 2.0 documents declare them often, a
+        // required `Authorization` among them; checked, it would refuse what the API takes.
+        if place == "header"
+            && ["accept", "content-type", "authorization"]
+                .iter()
+                .any(|h| name.eq_ignore_ascii_case(h))
+        {
+            t.untranslated.push(format!(
+                "{at}/parameters/{}: a header the media types or security schemes describe; not checked",
+                pointer_escape(name)
+            ));
+            continue;
+        }
         if place == "cookie" {
             t.untranslated.push(format!(
                 "{at}/parameters/{}: cookie parameters are not checked",
