@@ -177,21 +177,37 @@ where
 
 /// [`collect_limited`] for a [`ProxyBody`]. Not generic on purpose: a generic `Into` bound
 /// inside a spawned future trips rustc's higher-ranked `Send` check.
-pub async fn collect_proxy(mut body: ProxyBody, limit: u64) -> Result<Bytes, CollectError> {
+pub async fn collect_proxy(body: ProxyBody, limit: u64) -> Result<Bytes, CollectError> {
+    match collect_proxy_partial(body, limit).await {
+        (bytes, None) => Ok(bytes),
+        (_, Some(e)) => Err(e),
+    }
+}
+
+/// What arrived of a [`ProxyBody`], up to `limit` bytes, and why it ended early if it did. A
+/// stream that breaks after the message a reader needs (an SSE answer, then a reset) still
+/// gives that message; the reader judges whether what arrived is whole.
+pub async fn collect_proxy_partial(
+    mut body: ProxyBody,
+    limit: u64,
+) -> (Bytes, Option<CollectError>) {
     if body.size_hint().lower() > limit {
-        return Err(CollectError::TooLarge(limit));
+        return (Bytes::new(), Some(CollectError::TooLarge(limit)));
     }
     let mut buf = bytes::BytesMut::new();
     while let Some(frame) = body.frame().await {
-        let frame = frame.map_err(CollectError::Read)?;
+        let frame = match frame {
+            Ok(frame) => frame,
+            Err(e) => return (buf.freeze(), Some(CollectError::Read(e))),
+        };
         if let Some(data) = frame.data_ref() {
             if buf.len() as u64 + data.len() as u64 > limit {
-                return Err(CollectError::TooLarge(limit));
+                return (buf.freeze(), Some(CollectError::TooLarge(limit)));
             }
             buf.extend_from_slice(data);
         }
     }
-    Ok(buf.freeze())
+    (buf.freeze(), None)
 }
 
 /// How much of an over-limit request body is read and discarded after the 413 is sent.
@@ -240,4 +256,31 @@ fn linger(mut body: hyper::body::Incoming) {
         };
         let _ = tokio::time::timeout(LINGER_TIME, drain).await;
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A body that breaks after its first chunk keeps that chunk for a partial reader, and is
+    /// an error to a whole one.
+    #[tokio::test]
+    async fn a_body_that_breaks_keeps_what_arrived_before() {
+        let chunks = || {
+            futures_util::stream::iter(vec![
+                Ok(Bytes::from_static(b"event: message\ndata: {}\n\n")),
+                Err(BoxError::from("connection reset")),
+            ])
+        };
+        let (got, broken) = collect_proxy_partial(from_stream(chunks()), 1 << 20).await;
+        assert_eq!(&got[..], b"event: message\ndata: {}\n\n");
+        assert!(matches!(broken, Some(CollectError::Read(_))), "{broken:?}");
+        assert!(collect_proxy(from_stream(chunks()), 1 << 20).await.is_err());
+        let (got, broken) = collect_proxy_partial(from_stream(chunks()), 4).await;
+        assert!(got.is_empty() && matches!(broken, Some(CollectError::TooLarge(4))));
+        let whole = collect_proxy(full("abc"), 3)
+            .await
+            .expect("within the limit");
+        assert_eq!(&whole[..], b"abc");
+    }
 }

@@ -239,12 +239,15 @@ impl ToolStep<'_> {
         lease_id: Option<String>,
     ) -> ToolOutcome {
         let max = self.state.config.limits.max_response;
-        let bytes = body::collect_proxy(resp.into_body(), max)
-            .await
-            .unwrap_or_default();
+        // What arrived, even if the stream broke after it: an SSE answer whose stream is then
+        // reset still answered. Only whole messages are read from it.
+        let (bytes, broken) = body::collect_proxy_partial(resp.into_body(), max).await;
         let answer = wire::messages_in(&bytes)
             .into_iter()
             .find(|m| m.get("result").is_some() || m.get("error").is_some());
+        if let Some(e) = broken {
+            tracing::warn!(error = %e, answered = answer.is_some(), "an RCNS tool step's answer ended early");
+        }
         let mut out = ToolOutcome {
             ok: false,
             answer: Value::Null,
