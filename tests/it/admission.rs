@@ -144,6 +144,25 @@ async fn call(
     }
 }
 
+/// A sidecar enforcing `b` under `admission`, in front of `upstream`, that trusts the test CA
+/// `ca` for its outbound HTTPS (`SSL_CERT_FILE`: a JWKS URL or an introspection endpoint).
+fn start_trusting(
+    upstream: &Upstream,
+    b: &BundleFiles,
+    admission: &str,
+    ca: &std::path::Path,
+) -> Palisade {
+    let dir = tempfile::tempdir().unwrap();
+    let text = write_config(
+        upstream,
+        dir.path(),
+        "",
+        &format!("{}{admission}", b.rich_toml("")),
+    );
+    let cert_env = format!("SSL_CERT_FILE={}", ca.display());
+    Palisade::start_wrapped(dir, &text, &["env", &cert_env])
+}
+
 fn bearer(t: &str) -> String {
     format!("Bearer {t}")
 }

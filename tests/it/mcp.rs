@@ -225,14 +225,7 @@ pub(crate) fn sidecar(server: &McpServer, bundle: &BundleFiles) -> Palisade {
 /// [`sidecar`] with `extra` added to its configuration.
 pub(crate) fn sidecar_with(server: &McpServer, bundle: &BundleFiles, extra: &str) -> Palisade {
     let dir = tempfile::tempdir().unwrap();
-    let sidecar = KeyPair::from_seed(SIDECAR_SEED);
-    let agent = KeyPair::from_seed(AGENT_SEED);
-    std::fs::write(dir.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
-    std::fs::write(
-        dir.path().join("issuers.json"),
-        json!([{"kid": agent.kid(), "public_key": agent.public_b64()}]).to_string(),
-    )
-    .unwrap();
+    write_keys(dir.path());
     let d = dir.path().display();
     let text = format!(
         "[listen]\naddr = \"127.0.0.1:0\"\npublic_base = \"{BASE}\"\n\

@@ -56,6 +56,34 @@ fn import(doc: &Path, out: &Path, args: &[&str]) -> Value {
     serde_json::from_slice(&run.stdout).unwrap()
 }
 
+/// A sidecar in front of a recording upstream, enforcing the bundle `b`.
+async fn enforcing(b: &BundleFiles) -> Setup {
+    start_configured(
+        Upstream::start().await,
+        tempfile::tempdir().unwrap(),
+        "",
+        &b.rich_toml(""),
+    )
+}
+
+/// A JSON write of `method` to `target` (path and query, as sent) through `p`, leased by the
+/// test agent at `epoch` for that target, with the inverse its lease names.
+fn leased(p: &Palisade, method: &str, target: &str, epoch: u64) -> http::request::Builder {
+    let agent = KeyPair::from_seed(AGENT_SEED);
+    Request::builder()
+        .method(method)
+        .uri(p.url(target))
+        .header("content-type", "application/json")
+        .header(
+            "agent-compensation-lease",
+            lease_for(&agent, target, epoch, |_| {}),
+        )
+        .header(
+            "agent-compensation-inverse",
+            URL_SAFE_NO_PAD.encode(inverse_for(target)),
+        )
+}
+
 /// Every file under `dir`, by relative path, with its bytes.
 fn files(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
     let mut out = Vec::new();
@@ -221,7 +249,6 @@ impl Tally {
 /// `ERR_CONTRACT_INPUT` at the broken property, with a rejection receipt and a drift event,
 /// and reaches no one.
 async fn examples_through_a_sidecar(doc: &Path) -> Tally {
-    let agent = KeyPair::from_seed(AGENT_SEED);
     let client = http1_client();
     let first = tempfile::tempdir().unwrap();
     import(doc, first.path(), &[]);
@@ -238,13 +265,7 @@ async fn examples_through_a_sidecar(doc: &Path) -> Tally {
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let dir = tempfile::tempdir().unwrap();
     import(doc, dir.path(), &args);
-    let b = BundleFiles::in_dir(dir.path());
-    let s = start_configured(
-        Upstream::start().await,
-        tempfile::tempdir().unwrap(),
-        "",
-        &b.rich_toml(""),
-    );
+    let s = enforcing(&BundleFiles::in_dir(dir.path())).await;
     let judged = Command::new(python())
         .arg(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/openapi/examples.py"))
         .arg(doc)
@@ -286,19 +307,8 @@ async fn examples_through_a_sidecar(doc: &Path) -> Tally {
             epoch += 1;
             let bytes = serde_json::to_vec(&body).unwrap();
             let before = s.upstream.requests().len();
-            let mut req = Request::builder()
-                .method(case["method"].as_str().unwrap())
-                .uri(s.p.url(&target))
-                .header("content-type", "application/json")
-                .header(
-                    "agent-compensation-lease",
-                    // The lease names the resource as requested, its query included.
-                    lease_for(&agent, &target, epoch, |_| {}),
-                )
-                .header(
-                    "agent-compensation-inverse",
-                    URL_SAFE_NO_PAD.encode(inverse_for(&path)),
-                );
+            // The lease names the resource as requested, its query included.
+            let mut req = leased(&s.p, case["method"].as_str().unwrap(), &target, epoch);
             for (k, v) in case["headers"].as_object().unwrap() {
                 req = req.header(k.as_str(), v.as_str().unwrap());
             }

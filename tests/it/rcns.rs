@@ -275,13 +275,7 @@ impl WithSor {
         callers_doc: Option<(&Value, &str)>,
         in_process: bool,
     ) -> WithSor {
-        let sor_dir = tempfile::tempdir().unwrap();
-        let sor =
-            palisade::cli::sample_sor::SampleSor::open(&sor_dir.path().join("inventory.json"))
-                .unwrap();
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(sor.clone().serve(listener));
+        let (addr, sor, sor_dir) = sample_sor().await;
         let bundle = tempfile::tempdir().unwrap();
         palisade::cli::sample_bundle::write(bundle.path()).unwrap();
         let b = BundleFiles::in_dir(bundle.path());

@@ -79,12 +79,7 @@ async fn simulate_decides_the_recorded_traffic_as_a_live_sidecar_does() {
     }
 
     // Live: the same bundle and rules in front of a fresh sample SoR, every write leased.
-    let sor_dir = tempfile::tempdir().unwrap();
-    let sor =
-        palisade::cli::sample_sor::SampleSor::open(&sor_dir.path().join("inventory.json")).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(sor.serve(listener));
+    let (addr, _sor, _sor_dir) = sample_sor().await;
     let extra = format!(
         "[rich]\nlockfile = \"{}\"\ncontracts = \"{}\"\n[rules]\nfile = \"{}\"\n",
         bundle.join("lock.json").display(),

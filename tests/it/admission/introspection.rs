@@ -137,15 +137,7 @@ async fn opaque_tokens_are_introspected_once_and_held_to_their_claims() {
         secret.display()
     );
     let upstream = Upstream::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let text = write_config(
-        &upstream,
-        dir.path(),
-        "",
-        &format!("{}{admission}", b.rich_toml("")),
-    );
-    let cert_env = format!("SSL_CERT_FILE={}", ca.display());
-    let p = Palisade::start_wrapped(dir, &text, &["env", &cert_env]);
+    let p = start_trusting(&upstream, &b, &admission, &ca);
     let reached = || upstream.requests().len();
 
     // Active, granting the read: admitted, and asked about once however often it is used.

@@ -110,15 +110,7 @@ async fn keys_follow_a_jwks_url_through_rotation_outage_and_unknown_kid_floods()
         server.port
     );
     let upstream = Upstream::start().await;
-    let dir = tempfile::tempdir().unwrap();
-    let text = write_config(
-        &upstream,
-        dir.path(),
-        "",
-        &format!("{}{admission}", b.rich_toml("")),
-    );
-    let cert_env = format!("SSL_CERT_FILE={}", ca.display());
-    let p = Palisade::start_wrapped(dir, &text, &["env", &cert_env]);
+    let p = start_trusting(&upstream, &b, &admission, &ca);
 
     // The keys of the URL admit: fetched at start (or on the first call's miss).
     let a = call(&p, "GET", "/items/1", &[&t("eddsa")], None, "").await;

@@ -243,14 +243,7 @@ async fn the_sdk_client_steps_up_on_a_403_to_the_resource_metadata_it_names() {
         support::tokens::ISSUER
     );
     let side = tempfile::tempdir().unwrap();
-    let sidecar = KeyPair::from_seed(SIDECAR_SEED);
-    let agent = KeyPair::from_seed(AGENT_SEED);
-    std::fs::write(side.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
-    std::fs::write(
-        side.path().join("issuers.json"),
-        json!([{"kid": agent.kid(), "public_key": agent.public_b64()}]).to_string(),
-    )
-    .unwrap();
+    write_keys(side.path());
     let d = side.path().display();
     let text = format!(
         "[listen]\naddr = \"127.0.0.1:{port}\"\npublic_base = \"{BASE}\"\n\

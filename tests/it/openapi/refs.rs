@@ -74,28 +74,13 @@ async fn every_ref_form_is_followed_and_what_cannot_be_is_named() {
 
     // Through a running sidecar: valid forwarded, each one-property mutation refused 422 with
     // its location, and nothing of them forwarded.
-    let s = start_configured(
-        Upstream::start().await,
-        tempfile::tempdir().unwrap(),
-        "",
-        &b.rich_toml(""),
-    );
+    let s = enforcing(&b).await;
     let client = http1_client();
-    let agent = KeyPair::from_seed(AGENT_SEED);
     let mut epoch = 0;
     let mut put_stock = |pq: &str, body: &str| {
         epoch += 1;
         let path = format!("/api/v2{pq}");
-        Request::put(s.p.url(&path))
-            .header("content-type", "application/json")
-            .header(
-                "agent-compensation-lease",
-                lease_for(&agent, &path, epoch, |_| {}),
-            )
-            .header(
-                "agent-compensation-inverse",
-                URL_SAFE_NO_PAD.encode(inverse_for(&path)),
-            )
+        leased(&s.p, "PUT", &path, epoch)
             .body(full(body.to_owned()))
             .unwrap()
     };

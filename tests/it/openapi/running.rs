@@ -21,7 +21,6 @@ async fn examples_meet_the_imported_contracts_through_a_running_sidecar() {
 /// the contract asserts formats.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asserted_formats_are_checked_by_the_sidecar() {
-    let agent = KeyPair::from_seed(AGENT_SEED);
     let client = http1_client();
     // The document's own example for createAssetType, with one account id malformed.
     let body = serde_json::json!({
@@ -49,25 +48,10 @@ async fn asserted_formats_are_checked_by_the_sidecar() {
             args.push("--assert-formats");
         }
         import(&testdata("xero_assets.yaml"), dir.path(), &args);
-        let b = BundleFiles::in_dir(dir.path());
-        let s = start_configured(
-            Upstream::start().await,
-            tempfile::tempdir().unwrap(),
-            "",
-            &b.rich_toml(""),
-        );
+        let s = enforcing(&BundleFiles::in_dir(dir.path())).await;
         let path = "/assets.xro/1.0/AssetTypes";
-        let req = Request::post(s.p.url(path))
-            .header("content-type", "application/json")
+        let req = leased(&s.p, "POST", path, 1)
             .header("xero-tenant-id", TENANT)
-            .header(
-                "agent-compensation-lease",
-                lease_for(&agent, path, 1, |_| {}),
-            )
-            .header(
-                "agent-compensation-inverse",
-                URL_SAFE_NO_PAD.encode(inverse_for(path)),
-            )
             .body(full(bytes.clone()))
             .unwrap();
         let (parts, answer) = send(&client, req).await;
@@ -110,13 +94,7 @@ async fn imported_parameters_are_checked_on_reads_and_writes() {
             "patchProject=compensable",
         ],
     );
-    let b = BundleFiles::in_dir(dir.path());
-    let s = start_configured(
-        Upstream::start().await,
-        tempfile::tempdir().unwrap(),
-        "",
-        &b.rich_toml(""),
-    );
+    let s = enforcing(&BundleFiles::in_dir(dir.path())).await;
     let client = http1_client();
     let get = |pq: &str| {
         Request::get(s.p.url(&format!("/projects.xro/2.0/Projects{pq}")))
@@ -189,19 +167,9 @@ async fn imported_parameters_are_checked_on_reads_and_writes() {
     );
 
     // A write: the path parameter is a uuid (formats asserted), the body is fine.
-    let agent = KeyPair::from_seed(AGENT_SEED);
     let path = "/projects.xro/2.0/Projects/not-a-uuid";
-    let req = Request::patch(s.p.url(path))
-        .header("content-type", "application/json")
+    let req = leased(&s.p, "PATCH", path, 1)
         .header("xero-tenant-id", TENANT)
-        .header(
-            "agent-compensation-lease",
-            lease_for(&agent, path, 1, |_| {}),
-        )
-        .header(
-            "agent-compensation-inverse",
-            URL_SAFE_NO_PAD.encode(inverse_for(path)),
-        )
         .body(full(r#"{"status":"INPROGRESS"}"#))
         .unwrap();
     let (parts, answer) = send(&client, req).await;

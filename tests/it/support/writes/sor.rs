@@ -17,24 +17,41 @@ pub async fn start_with_sor_in_process() -> (Palisade, std::net::SocketAddr, tem
     (Palisade::in_process(dir, &text).await, addr, sor_dir)
 }
 
-/// The sample SoR serving on a port of its own; a directory with the sidecar's and the
-/// agent's keys; the SoR's directory.
-async fn sor_and_keys() -> (std::net::SocketAddr, tempfile::TempDir, tempfile::TempDir) {
+/// The sample SoR (`palisade sample-sor`) serving on a port of its own: its address, the app
+/// (to read its state), and the directory its file is in.
+pub async fn sample_sor() -> (
+    std::net::SocketAddr,
+    std::sync::Arc<palisade::cli::sample_sor::SampleSor>,
+    tempfile::TempDir,
+) {
     let sor_dir = tempfile::tempdir().unwrap();
     let sor =
         palisade::cli::sample_sor::SampleSor::open(&sor_dir.path().join("inventory.json")).unwrap();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(sor.serve(listener));
-    let dir = tempfile::tempdir().unwrap();
+    tokio::spawn(sor.clone().serve(listener));
+    (addr, sor, sor_dir)
+}
+
+/// The sidecar's signing key (`signing.pem`) and the test agent as its one trusted issuer
+/// (`issuers.json`), written into `dir`.
+pub fn write_keys(dir: &Path) {
     let sidecar = KeyPair::from_seed(SIDECAR_SEED);
     let agent = KeyPair::from_seed(AGENT_SEED);
-    std::fs::write(dir.path().join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
+    std::fs::write(dir.join("signing.pem"), sidecar.to_pkcs8_pem()).unwrap();
     std::fs::write(
-        dir.path().join("issuers.json"),
+        dir.join("issuers.json"),
         json!([{"kid": agent.kid(), "public_key": agent.public_b64()}]).to_string(),
     )
     .unwrap();
+}
+
+/// The sample SoR serving on a port of its own; a directory with the sidecar's and the
+/// agent's keys; the SoR's directory.
+async fn sor_and_keys() -> (std::net::SocketAddr, tempfile::TempDir, tempfile::TempDir) {
+    let (addr, _, sor_dir) = sample_sor().await;
+    let dir = tempfile::tempdir().unwrap();
+    write_keys(dir.path());
     (addr, dir, sor_dir)
 }
 
